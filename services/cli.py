@@ -1,0 +1,86 @@
+"""`agent-memory`: the one console script for every process and operation.
+
+Entry points are thin: read settings, configure logging, call the service.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+from shared.config import ConfigError, Settings, load_settings
+from shared.logging import configure_logging
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="agent-memory", description="Long-term memory for AI agents on Pub/Sub."
+    )
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    sub.add_parser("api", help="run the read API (HTTP on AM_API_HOST:AM_API_PORT)")
+    worker = sub.add_parser("worker", help="run one worker process")
+    worker.add_argument("kind", choices=["summary", "extraction"])
+    sub.add_parser("migrate", help="apply the SQL migrations in schemas/migrations")
+
+    topology = sub.add_parser("topology", help="Pub/Sub topics and subscriptions")
+    topology.add_argument("action", choices=["apply", "show"])
+
+    dlq = sub.add_parser("dlq", help="dead-lettered messages")
+    dlq_sub = dlq.add_subparsers(dest="dlq_command", required=True, metavar="ACTION")
+    dlq_sub.add_parser("list", help="each subscription's dead-letter subscription and its count")
+    show = dlq_sub.add_parser("show", help="print dead letters without consuming them")
+    show.add_argument("subscription")
+    show.add_argument("--limit", type=int, default=20)
+    replay = dlq_sub.add_parser("replay", help="re-publish dead letters to their original topic")
+    replay.add_argument("subscription")
+    replay.add_argument("--event-type")
+    replay.add_argument("--app")
+    replay.add_argument("--older-than", help="only dead letters older than this (90s, 15m, 2h, 7d)")
+    replay.add_argument("--newer-than", help="only dead letters newer than this")
+    replay.add_argument("--limit", type=int)
+    replay.add_argument("--dry-run", action="store_true")
+
+    up = sub.add_parser("up", help="start the local stack (no Docker, no root)")
+    up.add_argument("--data-dir", type=Path, help="where data and logs live (default .local)")
+    demo = sub.add_parser("demo", help="start a fresh local stack and show the pipeline at work")
+    demo.add_argument("--keep", action="store_true", help="keep the stack's data folder")
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    try:
+        settings = load_settings()
+    except ConfigError as exc:
+        print(f"agent-memory: {exc}", file=sys.stderr)
+        return 2
+    configure_logging(settings.log_format, settings.log_level)
+    try:
+        return _dispatch(args, settings)
+    except KeyboardInterrupt:
+        return 130
+
+
+def _dispatch(args: argparse.Namespace, settings: Settings) -> int:
+    from services import commands
+
+    handlers = {
+        "api": commands.run_api,
+        "worker": commands.run_worker_command,
+        "migrate": commands.run_migrate,
+        "topology": commands.run_topology,
+        "dlq": commands.run_dlq,
+        "up": commands.run_up,
+        "demo": commands.run_demo,
+    }
+    return handlers[args.command](args, settings)
+
+
+if __name__ == "__main__":
+    # `python -m services.cli` is how `up` starts its children, whatever the PATH.
+    os.environ.setdefault("PYTHONUNBUFFERED", "1")
+    sys.exit(main())

@@ -1,0 +1,1 @@
+"""The extraction worker: archives turns as episodes (subscription `turns-extraction`)."""

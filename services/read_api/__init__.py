@@ -1,0 +1,1 @@
+"""The agent-facing read API (HTTP/JSON, FastAPI)."""

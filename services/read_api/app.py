@@ -1,0 +1,181 @@
+"""The read API's app factory and routes.
+
+Resources are opened in the lifespan and closed on shutdown. The tenant (`app`)
+comes from the caller's credentials, never from the body; until API keys land,
+every request belongs to `AM_DEFAULT_APP`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+import uuid
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from typing import Annotated, Any
+
+import structlog
+from fastapi import Depends, FastAPI, Query, Request
+from fastapi.responses import JSONResponse
+
+from services.read_api.errors import ApiError, install_error_handlers
+from services.read_api.health import readiness
+from services.read_api.models import (
+    RecordTurnRequest,
+    RecordTurnResponse,
+    SessionResponse,
+    TurnView,
+)
+from shared.bootstrap import Resources, bootstrap
+from shared.config import Settings, load_settings
+from shared.events import TurnRecorded, derived_event_id, format_time, utcnow
+from shared.identifiers import identifier_problem, text_problem
+from shared.session_buffer import SessionKey
+
+log = structlog.get_logger("agent_memory.api")
+
+
+def create_app(settings: Settings | None = None, **overrides: Any) -> FastAPI:
+    """Build the API. `overrides` replace parts that `bootstrap` would build."""
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        resolved = settings or load_settings()
+        resources = bootstrap(
+            resolved, postgres=True, use_valkey=True, publisher=True, pool_size=8, **overrides
+        )
+        app.state.resources = resources
+        log.info("api started", app=resolved.default_app)
+        try:
+            yield
+        finally:
+            resources.close()
+
+    app = FastAPI(title="agent-memory", version="0.1.0", lifespan=lifespan)
+    install_error_handlers(app)
+    app.middleware("http")(_log_request)
+    _routes(app)
+    return app
+
+
+async def _log_request(request: Request, call_next: Any) -> Any:
+    structlog.contextvars.clear_contextvars()
+    started = time.perf_counter()
+    response = await call_next(request)
+    log.info(
+        "request",
+        method=request.method,
+        path=request.url.path,
+        status=response.status_code,
+        duration_ms=round((time.perf_counter() - started) * 1000, 3),
+    )
+    return response
+
+
+def get_resources(request: Request) -> Resources:
+    return request.app.state.resources
+
+
+def get_app_id(request: Request) -> str:
+    """The tenant of this request."""
+    return request.app.state.resources.settings.default_app
+
+
+Res = Annotated[Resources, Depends(get_resources)]
+AppId = Annotated[str, Depends(get_app_id)]
+
+
+def _require_identifier(field: str, value: str) -> str:
+    problem = identifier_problem(value)
+    if problem:
+        raise ApiError(422, "invalid_request", f"{field}: {problem}", field=field)
+    return value
+
+
+def _routes(app: FastAPI) -> None:
+    @app.get("/healthz")
+    async def healthz() -> dict[str, str]:
+        return {"status": "ok"}
+
+    @app.get("/readyz")
+    async def readyz(resources: Res) -> JSONResponse:
+        checks = await readiness(resources)
+        down = sorted(name for name, check in checks.items() if not check["ok"])
+        status = 503 if down else 200
+        body = {"status": "unavailable" if down else "ready", "down": down, "checks": checks}
+        return JSONResponse(status_code=status, content=body)
+
+    @app.post("/v1/sessions/{session_id}/turns", status_code=202)
+    async def record_turn(
+        session_id: str, body: RecordTurnRequest, resources: Res, app_id: AppId
+    ) -> RecordTurnResponse:
+        _require_identifier("session_id", session_id)
+        limit = resources.settings.max_message_bytes
+        for field in ("user", "assistant"):
+            problem = text_problem(getattr(body, field), limit)
+            if problem:
+                raise ApiError(422, "invalid_request", f"{field}: {problem}", field=field)
+        turn_id = body.turn_id or str(uuid.uuid4())
+        event = TurnRecorded(
+            # The same turn_id always yields the same event_id, so a client's retry
+            # is one event for every consumer.
+            event_id=derived_event_id(app_id, body.user_id, session_id, turn_id),
+            app=app_id,
+            user_id=body.user_id,
+            session_id=session_id,
+            project_id=body.project_id or "",
+            turn_id=turn_id,
+            created_at=utcnow(),
+            user=body.user,
+            assistant=body.assistant,
+        )
+        assert resources.publisher is not None
+        try:
+            future = resources.publisher.publish(event)
+            await asyncio.wait_for(
+                asyncio.wrap_future(future), resources.settings.publish_timeout_seconds
+            )
+        except Exception as exc:
+            log.warning("turn publish failed", event_id=event.event_id, error=repr(exc))
+            raise ApiError(
+                503,
+                "publish_failed",
+                "the turn could not be published; retry with the same turn_id",
+            ) from None
+        return RecordTurnResponse(event_id=event.event_id, turn_id=turn_id)
+
+    @app.get("/v1/sessions/{session_id}")
+    async def get_session(
+        session_id: str,
+        resources: Res,
+        app_id: AppId,
+        user_id: Annotated[str, Query()],
+    ) -> SessionResponse:
+        _require_identifier("session_id", session_id)
+        _require_identifier("user_id", user_id)
+        assert resources.buffer is not None
+        try:
+            view = await asyncio.to_thread(
+                resources.buffer.read, SessionKey(app_id, user_id, session_id)
+            )
+        except Exception as exc:
+            log.warning("session read failed", error=repr(exc))
+            raise ApiError(503, "valkey_unavailable", "the session store is unavailable") from None
+        return SessionResponse(
+            session_id=session_id,
+            user_id=user_id,
+            turns=[
+                TurnView(
+                    turn_id=t.turn_id,
+                    event_id=t.event_id,
+                    created_at=format_time(t.created_at),
+                    project_id=t.project_id or None,
+                    user=t.user,
+                    assistant=t.assistant,
+                    tokens=t.tokens,
+                )
+                for t in view.turns
+            ],
+            turn_count=len(view.turns),
+            tokens=view.tokens,
+        )

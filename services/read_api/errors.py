@@ -1,0 +1,76 @@
+"""Error responses: JSON naming the field, never a stack trace."""
+
+from __future__ import annotations
+
+import structlog
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
+from starlette.exceptions import HTTPException as StarletteHTTPException
+
+log = structlog.get_logger("agent_memory.api")
+
+
+class ApiError(Exception):
+    """An error with an HTTP status, a code and a message for the client."""
+
+    def __init__(self, status: int, code: str, message: str, field: str | None = None) -> None:
+        super().__init__(message)
+        self.status = status
+        self.code = code
+        self.message = message
+        self.field = field
+
+
+def error_body(code: str, message: str, fields: list[dict[str, str]] | None = None) -> dict:
+    body: dict = {"error": {"code": code, "message": message}}
+    if fields:
+        body["error"]["fields"] = fields
+    return body
+
+
+def _field_name(loc: tuple) -> str:
+    parts = [str(p) for p in loc]
+    if parts and parts[0] in ("body", "query", "path", "header"):
+        parts = parts[1:]
+    return ".".join(parts) or "body"
+
+
+def _clean(msg: str) -> str:
+    return msg.removeprefix("Value error, ")
+
+
+def install_error_handlers(app: FastAPI) -> None:
+    @app.exception_handler(RequestValidationError)
+    async def _validation(_request: Request, exc: RequestValidationError) -> JSONResponse:
+        fields = []
+        for error in exc.errors():
+            name = _field_name(tuple(error.get("loc", ())))
+            if error.get("type") == "json_invalid":
+                name = "body"
+            message = _clean(str(error.get("msg", "invalid")))
+            if error.get("type") == "extra_forbidden":
+                message = "is not a known field"
+            fields.append({"field": name, "message": message})
+        summary = "; ".join(f"{f['field']}: {f['message']}" for f in fields)
+        return JSONResponse(status_code=422, content=error_body("invalid_request", summary, fields))
+
+    @app.exception_handler(ApiError)
+    async def _api_error(_request: Request, exc: ApiError) -> JSONResponse:
+        fields = [{"field": exc.field, "message": exc.message}] if exc.field else None
+        return JSONResponse(
+            status_code=exc.status, content=error_body(exc.code, exc.message, fields)
+        )
+
+    @app.exception_handler(StarletteHTTPException)
+    async def _http(_request: Request, exc: StarletteHTTPException) -> JSONResponse:
+        return JSONResponse(
+            status_code=exc.status_code, content=error_body("http_error", str(exc.detail))
+        )
+
+    @app.exception_handler(Exception)
+    async def _unexpected(request: Request, exc: Exception) -> JSONResponse:
+        log.error("unhandled error", path=request.url.path, exc_info=exc)
+        return JSONResponse(
+            status_code=500, content=error_body("internal", "internal error; see the server log")
+        )

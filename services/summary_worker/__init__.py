@@ -1,0 +1,1 @@
+"""The summary worker: keeps each session's Valkey buffer (subscription `turns-summary`)."""

@@ -1,0 +1,92 @@
+"""`agent-memory worker KIND`: one worker process consuming its subscriptions.
+
+SIGTERM or SIGINT stops pulling; handlers in flight get `AM_WORKER_SHUTDOWN_SECONDS`
+(default 8 s, inside Cloud Run's 10 s termination grace period) to finish, held
+messages are nacked, and the process exits. A handler still running at the
+deadline does not ack: its message is redelivered and the ledger makes that safe.
+"""
+
+from __future__ import annotations
+
+import signal
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import structlog
+
+from services.extraction_worker import handlers as extraction
+from services.summary_worker import handlers as summary
+from shared.bootstrap import Resources, bootstrap
+from shared.bus.worker import HandlerTable, SubscriberRuntime
+from shared.config import Settings
+
+log = structlog.get_logger("agent_memory.worker")
+
+
+@dataclass(frozen=True)
+class WorkerKind:
+    postgres: bool
+    valkey: bool
+    handlers: Callable[[Resources], dict[str, HandlerTable]]
+
+
+WORKERS: dict[str, WorkerKind] = {
+    "summary": WorkerKind(postgres=False, valkey=True, handlers=summary.handlers),
+    "extraction": WorkerKind(postgres=True, valkey=False, handlers=extraction.handlers),
+}
+
+
+def stop_all(runtimes: list[SubscriberRuntime], timeout: float) -> bool:
+    """Stop every runtime within one shared deadline; True if all drained."""
+    deadline = time.monotonic() + timeout
+    for runtime in runtimes:
+        if runtime._future is not None:
+            runtime._future.cancel()
+    drained = True
+    for runtime in runtimes:
+        drained &= runtime.stop(timeout=max(0.0, deadline - time.monotonic()))
+    return drained
+
+
+def run_worker(kind: str, settings: Settings) -> int:
+    """Run until SIGTERM/SIGINT (exit 0) or until a stream fails (exit 1)."""
+    spec = WORKERS[kind]
+    resources = bootstrap(
+        settings,
+        postgres=spec.postgres,
+        use_valkey=spec.valkey,
+        publisher=True,
+        pool_size=settings.worker_concurrency,
+    )
+    stop = threading.Event()
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(signum, lambda *_: stop.set())
+    runtimes = [
+        SubscriberRuntime(settings, subscription, table, resources.publisher)
+        for subscription, table in spec.handlers(resources).items()
+    ]
+    exit_code = 0
+    try:
+        for runtime in runtimes:
+            runtime.start()
+        while not stop.wait(0.5):
+            failed = [r for r in runtimes if not r.running]
+            if failed:
+                for runtime in failed:
+                    try:
+                        runtime.wait(timeout=0)
+                    except Exception as exc:
+                        log.error(
+                            "subscription stream failed",
+                            subscription=runtime.subscription,
+                            error=repr(exc),
+                        )
+                exit_code = 1
+                break
+        drained = stop_all(runtimes, settings.worker_shutdown_seconds)
+        log.info("worker exiting", kind=kind, drained=drained, exit_code=exit_code)
+    finally:
+        resources.close()
+    return exit_code

@@ -1,0 +1,1 @@
+"""The library the agent-memory services share: configuration, events, the bus, storage."""

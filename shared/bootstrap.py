@@ -1,0 +1,85 @@
+"""The composition root: builds pools, clients and the publisher from settings.
+
+Entry points call `bootstrap` once; tests call it with test settings or pass
+ready-made parts as overrides. Nothing here runs at import time.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import valkey
+from psycopg_pool import ConnectionPool
+
+from shared.bus.publisher import EventPublisher
+from shared.config import Settings
+from shared.db.migrate import check_embedding_dimension
+from shared.db.pool import make_pool
+from shared.session_buffer import SessionBuffer
+
+
+@dataclass
+class Resources:
+    settings: Settings
+    publisher: EventPublisher | None = None
+    pool: ConnectionPool | None = None
+    valkey: valkey.Valkey | None = None
+    buffer: SessionBuffer | None = None
+    _owned: list[Any] = field(default_factory=list)
+
+    def close(self) -> None:
+        """Flush the publisher, then close pools and clients (reverse of opening)."""
+        for resource in reversed(self._owned):
+            if isinstance(resource, EventPublisher):
+                resource.stop()
+            elif isinstance(resource, (ConnectionPool, valkey.Valkey)):
+                resource.close()
+
+
+def make_valkey(settings: Settings) -> valkey.Valkey:
+    if not settings.valkey_url:
+        raise RuntimeError("AM_VALKEY_URL is not set")
+    # Short timeouts: a Valkey outage must degrade a request, not hang it.
+    return valkey.Valkey.from_url(
+        settings.valkey_url,
+        socket_timeout=2.0,
+        socket_connect_timeout=2.0,
+        health_check_interval=30,
+    )
+
+
+def bootstrap(
+    settings: Settings,
+    *,
+    postgres: bool = False,
+    use_valkey: bool = False,
+    publisher: bool = False,
+    pool_size: int | None = None,
+    **overrides: Any,
+) -> Resources:
+    """Open what a process needs. A process that uses Postgres checks the
+    embedding dimension first and fails with both numbers if they differ."""
+    resources = Resources(settings=settings)
+    try:
+        if publisher:
+            resources.publisher = overrides.get("publisher") or EventPublisher(settings)
+            if "publisher" not in overrides:
+                resources._owned.append(resources.publisher)
+        if postgres:
+            resources.pool = overrides.get("pool") or make_pool(
+                settings, max_size=pool_size or settings.worker_concurrency, name="agent-memory"
+            )
+            if "pool" not in overrides:
+                resources._owned.append(resources.pool)
+            with resources.pool.connection() as conn:
+                check_embedding_dimension(conn, settings.embedding_dim)
+        if use_valkey:
+            resources.valkey = overrides.get("valkey") or make_valkey(settings)
+            if "valkey" not in overrides:
+                resources._owned.append(resources.valkey)
+            resources.buffer = SessionBuffer(resources.valkey, settings.session_ttl_seconds)
+    except BaseException:
+        resources.close()
+        raise
+    return resources

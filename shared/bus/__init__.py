@@ -1,0 +1,1 @@
+"""The Pub/Sub event bus: topology, publisher, subscriber runtime, dead letters."""

@@ -1,0 +1,106 @@
+"""Typed settings read from the environment, validated once at start-up.
+
+Every process builds one `Settings` in its entry point (never at import time)
+and hands it to `bootstrap`. A bad value fails fast with a message naming the
+variable.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Literal
+
+from pydantic import AliasChoices, Field, ValidationError, field_validator
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+
+class ConfigError(Exception):
+    """A configuration variable is missing or invalid."""
+
+
+class Settings(BaseSettings):
+    """All configuration of agent-memory. Environment names are in `Field(alias=...)`
+    where they do not follow the `AM_` prefix; README.md lists every variable."""
+
+    model_config = SettingsConfigDict(env_prefix="AM_", extra="ignore", populate_by_name=True)
+
+    # External services. Unset means "the local stack provides it".
+    database_url: str | None = None
+    valkey_url: str | None = None
+    pubsub_emulator_host: str | None = Field(
+        default=None, validation_alias=AliasChoices("PUBSUB_EMULATOR_HOST", "pubsub_emulator_host")
+    )
+    google_cloud_project: str = Field(
+        default="agent-memory-local",
+        validation_alias=AliasChoices("GOOGLE_CLOUD_PROJECT", "google_cloud_project"),
+    )
+
+    # Pub/Sub topology.
+    topic_prefix: str = "agent-memory-"
+    max_delivery_attempts: int = Field(default=5, ge=5, le=100)
+    ack_deadline_seconds: int = Field(default=60, ge=10, le=600)
+    retry_min_backoff_seconds: int = Field(default=1, ge=0, le=600)
+    retry_max_backoff_seconds: int = Field(default=60, ge=0, le=600)
+
+    # Workers.
+    worker_concurrency: int = Field(default=16, ge=1, le=1000)
+    worker_shutdown_seconds: float = Field(default=8.0, gt=0, le=600)
+    lease_extension_seconds: int = Field(default=10, ge=10, le=600)
+    publish_timeout_seconds: float = Field(default=10.0, gt=0)
+
+    # Read API.
+    api_host: str = "127.0.0.1"
+    api_port: int = Field(default=8080, ge=1, le=65535)
+    default_app: str = "default"
+    max_message_bytes: int = Field(default=32 * 1024, ge=1)
+    max_tool_events_bytes: int = Field(default=256 * 1024, ge=1)
+
+    # Storage.
+    embedding_dim: int = Field(default=768, ge=1, le=2000)
+    session_ttl_seconds: int = Field(default=7 * 24 * 3600, ge=60)
+    db_connect_timeout_seconds: float = Field(default=5.0, gt=0)
+
+    # Local stack (`agent-memory up`).
+    data_dir: Path = Path(".local")
+    postgres_port: int | None = Field(default=None, ge=1, le=65535)
+    valkey_port: int | None = Field(default=None, ge=1, le=65535)
+    pubsub_port: int | None = Field(default=None, ge=1, le=65535)
+    pubsub_emulator_bin: Path | None = None
+
+    # Logging.
+    log_format: Literal["auto", "json", "console"] = "auto"
+    log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = "INFO"
+
+    @field_validator("topic_prefix")
+    @classmethod
+    def _prefix_is_a_resource_name(cls, value: str) -> str:
+        # Pub/Sub names start with a letter and hold letters, digits and -_.~+%.
+        if not value or not value[0].isalpha() or value.lower().startswith("goog"):
+            raise ValueError("must start with a letter and not with 'goog'")
+        allowed = set("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-_.~+%")
+        if set(value) - allowed:
+            raise ValueError("may hold only letters, digits and - _ . ~ + %")
+        return value
+
+
+_ENV_NAMES = {
+    "pubsub_emulator_host": "PUBSUB_EMULATOR_HOST",
+    "google_cloud_project": "GOOGLE_CLOUD_PROJECT",
+}
+
+
+def env_name(field: str) -> str:
+    """The environment variable that sets a `Settings` field."""
+    return _ENV_NAMES.get(field, f"AM_{field.upper()}")
+
+
+def load_settings(**overrides: object) -> Settings:
+    """Read settings from the environment; raise `ConfigError` naming the bad variable."""
+    try:
+        return Settings(**overrides)
+    except ValidationError as exc:
+        problems = []
+        for error in exc.errors():
+            field = str(error["loc"][0]) if error["loc"] else "?"
+            problems.append(f"{env_name(field)}: {error['msg']}")
+        raise ConfigError("invalid configuration: " + "; ".join(problems)) from None

@@ -1,0 +1,1 @@
+"""Postgres access: the connection pool, the unit of work, migrations, repositories."""

@@ -1,0 +1,74 @@
+"""The connection pool and the unit of work.
+
+A unit of work wraps one connection and one transaction and rolls back unless
+the handler commits explicitly. Repositories receive its connection; they
+never open their own.
+"""
+
+from __future__ import annotations
+
+from types import TracebackType
+
+import psycopg
+from pgvector.psycopg import register_vector
+from psycopg_pool import ConnectionPool
+
+from shared.config import Settings
+
+
+def _configure(conn: psycopg.Connection) -> None:
+    register_vector(conn)
+    conn.commit()  # leave the connection idle, as the pool expects
+
+
+def make_pool(settings: Settings, max_size: int, name: str) -> ConnectionPool:
+    """Open a pool of at most `max_size` connections (sized to the worker's concurrency)."""
+    if not settings.database_url:
+        raise RuntimeError("AM_DATABASE_URL is not set")
+    pool = ConnectionPool(
+        settings.database_url,
+        min_size=1,
+        max_size=max_size,
+        name=name,
+        configure=_configure,
+        kwargs={"connect_timeout": max(1, int(settings.db_connect_timeout_seconds))},
+        timeout=settings.db_connect_timeout_seconds,
+        open=False,
+    )
+    pool.open(wait=True, timeout=settings.db_connect_timeout_seconds)
+    return pool
+
+
+class UnitOfWork:
+    """One connection, one transaction: `with UnitOfWork(pool) as uow: ...; uow.commit()`."""
+
+    def __init__(self, pool: ConnectionPool) -> None:
+        self._pool = pool
+        self._cm = None
+        self.conn: psycopg.Connection | None = None
+        self._committed = False
+
+    def __enter__(self) -> UnitOfWork:
+        self._cm = self._pool.connection()
+        self.conn = self._cm.__enter__()
+        self._committed = False
+        return self
+
+    def commit(self) -> None:
+        assert self.conn is not None
+        self.conn.commit()
+        self._committed = True
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        assert self.conn is not None and self._cm is not None
+        try:
+            if not self._committed and not self.conn.closed:
+                self.conn.rollback()
+        finally:
+            self._cm.__exit__(exc_type, exc, tb)
+            self.conn = None

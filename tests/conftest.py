@@ -1,0 +1,146 @@
+"""Fixtures: the real Postgres (pgvector), Valkey and Pub/Sub emulator, started once per
+test session by the same code as `agent-memory up`; isolation by unique names per test
+(a topic prefix, user and session ids), never by wiping shared state."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import psycopg
+import pytest
+import valkey
+from psycopg_pool import ConnectionPool
+
+from shared.bus.admin import TopologyAdmin
+from shared.bus.publisher import EventPublisher
+from shared.config import Settings, load_settings
+from shared.db.migrate import migrate
+from shared.localstack.components import (
+    LocalPostgres,
+    LocalPubSubEmulator,
+    LocalValkey,
+    find_emulator,
+)
+from shared.localstack.process import ManagedProcess, free_port
+from shared.logging import configure_logging
+
+TEST_PROJECT = "agent-memory-test"
+EMBEDDING_DIM = 768
+
+
+@dataclass
+class Stack:
+    database_url: str
+    valkey_url: str
+    pubsub_host: str
+    data_dir: Path
+    processes: list[ManagedProcess]
+
+
+@pytest.fixture(scope="session")
+def stack() -> Iterator[Stack]:
+    configure_logging("console", "WARNING")
+    data_dir = Path(tempfile.mkdtemp(prefix="agent-memory-tests-"))
+    logs = data_dir / "logs"
+    postgres = LocalPostgres(data_dir, free_port(), logs, fast=True)
+    valkey_server = LocalValkey(data_dir, free_port(), logs, fast=True)
+    emulator = LocalPubSubEmulator(find_emulator(None), free_port(), logs)
+    started: list[ManagedProcess] = []
+    saved = os.environ.get("PUBSUB_EMULATOR_HOST")
+    try:
+        for component in (postgres, valkey_server, emulator):
+            started.append(component.process)
+            component.start()
+        migrate(postgres.url, EMBEDDING_DIM)
+        # The Pub/Sub clients built in this process read the emulator address here.
+        os.environ["PUBSUB_EMULATOR_HOST"] = emulator.host
+        yield Stack(postgres.url, valkey_server.url, emulator.host, data_dir, started)
+    finally:
+        for proc in reversed(started):
+            proc.request_stop()
+            if not proc.wait(5):
+                proc.kill()
+            proc.close_log()
+        if saved is None:
+            os.environ.pop("PUBSUB_EMULATOR_HOST", None)
+        else:
+            os.environ["PUBSUB_EMULATOR_HOST"] = saved
+        shutil.rmtree(data_dir, ignore_errors=True)
+
+
+def make_settings(stack: Stack, **overrides: object) -> Settings:
+    values: dict[str, object] = {
+        "database_url": stack.database_url,
+        "valkey_url": stack.valkey_url,
+        "pubsub_emulator_host": stack.pubsub_host,
+        "google_cloud_project": TEST_PROJECT,
+        "topic_prefix": f"t{uuid.uuid4().hex[:8]}-",
+        "embedding_dim": EMBEDDING_DIM,
+        "retry_min_backoff_seconds": 0,
+        "retry_max_backoff_seconds": 1,
+        "worker_concurrency": 8,
+        "worker_shutdown_seconds": 5.0,
+    }
+    values.update(overrides)
+    return load_settings(**values)
+
+
+@pytest.fixture
+def settings(stack: Stack) -> Settings:
+    """Settings with a topic prefix of this test's own: its topics are its alone."""
+    return make_settings(stack)
+
+
+@pytest.fixture
+def topology(settings: Settings) -> TopologyAdmin:
+    admin = TopologyAdmin(settings)
+    admin.apply()
+    return admin
+
+
+@pytest.fixture
+def publisher(settings: Settings) -> Iterator[EventPublisher]:
+    pub = EventPublisher(settings)
+    yield pub
+    pub.stop()
+
+
+@pytest.fixture(scope="session")
+def pool(stack: Stack) -> Iterator[ConnectionPool]:
+    from shared.db.pool import make_pool
+
+    p = make_pool(make_settings(stack), max_size=8, name="tests")
+    yield p
+    p.close()
+
+
+@pytest.fixture(scope="session")
+def valkey_client(stack: Stack) -> Iterator[valkey.Valkey]:
+    client = valkey.Valkey.from_url(stack.valkey_url)
+    yield client
+    client.close()
+
+
+@pytest.fixture
+def fresh_database(stack: Stack) -> Iterator[str]:
+    """An empty database of its own, for tests of migrations."""
+    name = f"t_{uuid.uuid4().hex[:10]}"
+    admin_url = stack.database_url.rsplit("/", 1)[0] + "/postgres"
+    with psycopg.connect(admin_url, autocommit=True) as conn:
+        conn.execute(f'CREATE DATABASE "{name}"')
+    yield stack.database_url.rsplit("/", 1)[0] + f"/{name}"
+    with psycopg.connect(admin_url, autocommit=True) as conn:
+        conn.execute(f'DROP DATABASE "{name}" WITH (FORCE)')
+
+
+@pytest.fixture
+def ids() -> dict[str, str]:
+    """Unique identifiers for one test."""
+    tag = uuid.uuid4().hex[:8]
+    return {"app": f"app-{tag}", "user_id": f"user-{tag}", "session_id": f"sess-{tag}"}

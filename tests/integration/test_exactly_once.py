@@ -1,0 +1,69 @@
+from functools import partial
+
+from services.extraction_worker.handlers import TURNS_CONSUMER, archive_turn
+from services.summary_worker.handlers import append_turn_to_buffer
+from shared.events import TurnRecorded
+from shared.session_buffer import SessionBuffer, SessionKey
+from tests.bus_helpers import Recorder, make_turn, running
+from tests.support import wait_for
+
+
+def test_the_same_event_published_three_times_is_applied_once(
+    settings, topology, publisher, valkey_client, pool, ids
+):
+    buffer = SessionBuffer(valkey_client, 3600)
+    summary, extraction = Recorder(), Recorder()
+    turn = make_turn(ids, 1)
+    for _ in range(3):
+        publisher.publish(turn).result(timeout=10)
+    summary_table = {TurnRecorded: [summary.wrap(partial(append_turn_to_buffer, buffer=buffer))]}
+    extraction_table = {TurnRecorded: [extraction.wrap(partial(archive_turn, pool=pool))]}
+    with (
+        running(settings, "turns-summary", summary_table, publisher),
+        running(settings, "turns-extraction", extraction_table, publisher),
+    ):
+        wait_for(lambda: summary.count() == 3 and extraction.count() == 3, 30, "3 deliveries each")
+
+    assert sorted(summary.outcomes("turn-0001")) == ["applied", "duplicate", "duplicate"]
+    assert sorted(extraction.outcomes("turn-0001")) == ["applied", "duplicate", "duplicate"]
+    view = buffer.read(SessionKey(ids["app"], ids["user_id"], ids["session_id"]))
+    assert [t.turn_id for t in view.turns] == ["turn-0001"]
+    assert view.turns_total == 1
+    with pool.connection() as conn:
+        episodes = conn.execute(
+            "SELECT count(*) FROM episodes WHERE app = %s AND user_id = %s",
+            (ids["app"], ids["user_id"]),
+        ).fetchone()[0]
+        ledger = conn.execute(
+            "SELECT count(*) FROM processed_events WHERE consumer = %s AND event_id = %s",
+            (TURNS_CONSUMER, turn.event_id),
+        ).fetchone()[0]
+    assert (episodes, ledger) == (1, 1)
+
+
+def test_a_turn_sent_again_under_a_new_event_id_is_still_one_turn(valkey_client, pool, ids):
+    # An agent that publishes directly may re-send a turn with a fresh event_id.
+    buffer = SessionBuffer(valkey_client, 3600)
+    first, again = make_turn(ids, 7), make_turn(ids, 7)
+    assert first.event_id != again.event_id
+    key = SessionKey(ids["app"], ids["user_id"], ids["session_id"])
+    assert buffer.append(key, _buffered(first)) is True
+    assert buffer.append(key, _buffered(again)) is False
+    assert len(buffer.read(key).turns) == 1
+
+
+def test_session_keys_carry_the_idle_ttl(valkey_client, ids):
+    buffer = SessionBuffer(valkey_client, 3600)
+    key = SessionKey(ids["app"], ids["user_id"], ids["session_id"])
+    buffer.append(key, _buffered(make_turn(ids, 1)))
+    ttls = buffer.ttl(key)
+    assert set(ttls) == set(key.keys)
+    assert all(3590 <= ttl <= 3600 for ttl in ttls.values()), ttls
+    assert buffer.delete(key) == 4
+    assert valkey_client.exists(*key.keys) == 0
+
+
+def _buffered(turn):
+    from shared.session_buffer import BufferedTurn
+
+    return BufferedTurn.from_event(turn)

@@ -1,0 +1,104 @@
+import threading
+
+import psycopg
+import pytest
+
+from shared.db.migrate import (
+    EmbeddingDimensionMismatch,
+    check_embedding_dimension,
+    discover,
+    migrate,
+)
+from tests.support import run_cli
+
+
+def test_migrate_creates_the_tables_and_is_idempotent(fresh_database):
+    assert migrate(fresh_database, 768) == [m.path.name for m in discover()]
+    assert migrate(fresh_database, 768) == []
+    with psycopg.connect(fresh_database) as conn:
+        tables = {
+            row[0]
+            for row in conn.execute(
+                "SELECT tablename FROM pg_tables WHERE schemaname = 'public'"
+            ).fetchall()
+        }
+        applied = conn.execute("SELECT version, name FROM schema_migrations").fetchall()
+        indexes = {
+            row[0]: row[1]
+            for row in conn.execute(
+                "SELECT indexname, indexdef FROM pg_indexes WHERE schemaname = 'public'"
+            ).fetchall()
+        }
+    assert tables >= {
+        "memories",
+        "memory_revisions",
+        "episodes",
+        "permission_rules",
+        "processed_events",
+        "operations",
+        "deleted_users",
+        "schema_migrations",
+    }
+    assert applied == [(1, "init")]
+    assert "USING hnsw (embedding vector_cosine_ops)" in indexes["memories_embedding"]
+    assert "USING gin (tsv)" in indexes["memories_tsv"]
+    assert "USING hnsw (embedding vector_cosine_ops)" in indexes["episodes_embedding"]
+    live = indexes["memories_live_entity"]
+    assert "UNIQUE" in live and "app, user_id, scope, project_id" in live
+
+
+def test_two_concurrent_migrations_apply_each_file_once(fresh_database):
+    results: list[list[str]] = []
+    errors: list[BaseException] = []
+
+    def run() -> None:
+        try:
+            results.append(migrate(fresh_database, 768))
+        except BaseException as exc:
+            errors.append(exc)
+
+    threads = [threading.Thread(target=run) for _ in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=60)
+    assert errors == []
+    assert sorted(len(r) for r in results) == [0, len(discover())]
+
+
+def test_a_project_fact_never_overwrites_another_projects(fresh_database):
+    migrate(fresh_database, 768)
+    insert = (
+        "INSERT INTO memories (app, user_id, project_id, scope, kind, entity_name, text, "
+        "observed_at) VALUES (%s, 'u', %s, %s, 'fact', 'backend', %s, now())"
+    )
+    with psycopg.connect(fresh_database) as conn:
+        conn.execute(insert, ("a", "A", "project", "FastAPI"))
+        conn.execute(insert, ("a", "B", "project", "Django"))
+        conn.execute(insert, ("a", "", "global", "Flask"))
+        conn.execute(insert, ("other-app", "A", "project", "Rails"))
+        with pytest.raises(psycopg.errors.UniqueViolation):
+            conn.execute(insert, ("a", "A", "project", "Spring"))
+
+
+def test_a_dimension_mismatch_names_both_numbers(fresh_database):
+    migrate(fresh_database, 768)
+    with psycopg.connect(fresh_database) as conn:
+        check_embedding_dimension(conn, 768)
+        with pytest.raises(EmbeddingDimensionMismatch) as caught:
+            check_embedding_dimension(conn, 384)
+    message = str(caught.value)
+    assert "768 dimensions" in message and "AM_EMBEDDING_DIM is 384" in message
+    with pytest.raises(EmbeddingDimensionMismatch):
+        migrate(fresh_database, 384)
+
+
+def test_a_process_refuses_to_start_on_a_mismatched_database(settings, fresh_database):
+    migrate(fresh_database, 768)
+    mismatched = settings.model_copy(update={"database_url": fresh_database, "embedding_dim": 384})
+    result = run_cli(mismatched, "worker", "extraction", timeout=60)
+    assert result.returncode != 0
+    assert "but AM_EMBEDDING_DIM is 384" in result.stderr
+    cli = run_cli(mismatched, "migrate")
+    assert cli.returncode == 1
+    assert "stores vectors of 768 dimensions" in cli.stderr

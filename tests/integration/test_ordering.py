@@ -1,0 +1,67 @@
+import random
+import threading
+from functools import partial
+
+from services.summary_worker.handlers import append_turn_to_buffer
+from shared.errors import PermanentError
+from shared.events import TurnRecorded
+from shared.session_buffer import SessionBuffer, SessionKey
+from tests.bus_helpers import Recorder, make_turn, running
+from tests.support import run_cli, wait_for
+
+TURNS = 8
+
+
+def test_turns_land_in_created_at_order_despite_redelivery_and_replay(
+    settings, topology, publisher, valkey_client, ids
+):
+    """Two sessions at once. In each, turn 3's first delivery is nacked (redelivered
+    later) and turn 5 is dead-lettered and replayed after the others are buffered;
+    events are also published in shuffled order. The buffer still reads in time order."""
+    buffer = SessionBuffer(valkey_client, 3600)
+    recorder = Recorder()
+    sessions = [dict(ids, session_id=f"{ids['session_id']}-{n}") for n in (1, 2)]
+    nacked: set[str] = set()
+    dead = {"on": True}
+    lock = threading.Lock()
+    real = partial(append_turn_to_buffer, buffer=buffer)
+
+    def disorderly(event, delivery):
+        if event.turn_id == "turn-0003":
+            with lock:
+                first = event.event_id not in nacked
+                nacked.add(event.event_id)
+            if first:
+                raise RuntimeError("nack the first delivery")
+        if event.turn_id == "turn-0005" and dead["on"]:
+            raise PermanentError("parked for replay")
+        return real(event, delivery)
+
+    events = [make_turn(s, n) for s in sessions for n in range(1, TURNS + 1)]
+    random.Random(7).shuffle(events)
+    table = {TurnRecorded: [recorder.wrap(disorderly)]}
+    with running(settings, "turns-summary", table, publisher):
+        for event in events:
+            publisher.publish(event)
+        keys = [SessionKey(s["app"], s["user_id"], s["session_id"]) for s in sessions]
+        wait_for(
+            lambda: all(len(buffer.read(k).turns) == TURNS - 1 for k in keys),
+            60,
+            "every turn but the parked one",
+        )
+        dead["on"] = False
+        replay = run_cli(settings, "dlq", "replay", "turns-summary")
+        assert replay.stdout.strip().splitlines()[-1] == "replayed 2, skipped 0, failed 0"
+        wait_for(
+            lambda: all(len(buffer.read(k).turns) == TURNS for k in keys), 60, "the replayed turns"
+        )
+
+    applied = [label for (label, _a, outcome) in recorder.calls if outcome == "applied"]
+    # The delivery order really was disturbed: turn 5 was applied last, after turn 8.
+    assert applied[-2:] == ["turn-0005", "turn-0005"]
+    assert recorder.outcomes("turn-0003").count("error:nack the first delivery") == 2
+    for key in keys:
+        view = buffer.read(key)
+        assert [t.turn_id for t in view.turns] == [f"turn-{n:04d}" for n in range(1, TURNS + 1)]
+        assert [t.created_at for t in view.turns] == sorted(t.created_at for t in view.turns)
+        assert view.turns_total == TURNS

@@ -1,0 +1,90 @@
+"""Helpers for tests: polling with a deadline, and worker processes."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import TypeVar
+
+from shared.config import Settings, env_name
+
+T = TypeVar("T")
+REPO = Path(__file__).resolve().parents[1]
+
+
+def wait_for(condition: Callable[[], T], timeout: float, what: str, interval: float = 0.05) -> T:
+    """Poll `condition` until it returns a truthy value; fail naming `what` at the deadline."""
+    deadline = time.monotonic() + timeout
+    last: T = condition()
+    while not last:
+        if time.monotonic() > deadline:
+            raise AssertionError(
+                f"timed out after {timeout:.0f} s waiting for {what} (last: {last!r})"
+            )
+        time.sleep(interval)
+        last = condition()
+    return last
+
+
+def settings_env(settings: Settings, **extra: str) -> dict[str, str]:
+    """The environment a child `agent-memory` process needs to use `settings`."""
+    env = dict(os.environ)
+    for name, value in settings.model_dump().items():
+        if value is not None:
+            env[env_name(name)] = str(value)
+    env["AM_LOG_FORMAT"] = "json"
+    env["PYTHONUNBUFFERED"] = "1"
+    env.update(extra)
+    return env
+
+
+def run_cli(settings: Settings, *args: str, timeout: float = 120) -> subprocess.CompletedProcess:
+    """Run `agent-memory ARGS` as a user would, against the test's settings."""
+    return subprocess.run(
+        [sys.executable, "-m", "services.cli", *args],
+        env=settings_env(settings),
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
+
+
+class WorkerProcess:
+    """`agent-memory worker KIND` as a child process, its log in a file."""
+
+    def __init__(self, settings: Settings, kind: str, log_path: Path, **env: str) -> None:
+        self.kind = kind
+        self.log_path = log_path
+        self._log = open(log_path, "ab")  # noqa: SIM115 - closed in stop()
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "services.cli", "worker", kind],
+            env=settings_env(settings, **env),
+            cwd=REPO,
+            stdout=self._log,
+            stderr=subprocess.STDOUT,
+        )
+
+    def log_text(self) -> str:
+        return self.log_path.read_text(errors="replace")
+
+    def signal(self, signum: int) -> None:
+        self.proc.send_signal(signum)
+
+    def wait(self, timeout: float) -> int:
+        return self.proc.wait(timeout=timeout)
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(timeout=15)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        self._log.close()

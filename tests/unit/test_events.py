@@ -96,7 +96,8 @@ def _record(**changes: object) -> dict:
         (
             _record(user=5),
             {},
-            "schema: agent_memory.events.v1.TurnRecorded.user is <5> of type <class 'int'> expected string",
+            "schema: agent_memory.events.v1.TurnRecorded.user is <5> of type <class 'int'> "
+            "expected string",
         ),
         (_record(color="red"), {}, "schema: unknown field(s) color"),
         (_record(user_id=""), {}, "user_id: must not be empty"),

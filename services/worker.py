@@ -42,8 +42,7 @@ def stop_all(runtimes: list[SubscriberRuntime], timeout: float) -> bool:
     """Stop every runtime within one shared deadline; True if all drained."""
     deadline = time.monotonic() + timeout
     for runtime in runtimes:
-        if runtime._future is not None:
-            runtime._future.cancel()
+        runtime.request_stop()
     drained = True
     for runtime in runtimes:
         drained &= runtime.stop(timeout=max(0.0, deadline - time.monotonic()))

@@ -38,11 +38,14 @@ class Settings(BaseSettings):
     # Pub/Sub topology.
     topic_prefix: str = "agent-memory-"
     max_delivery_attempts: int = Field(default=5, ge=5, le=100)
-    ack_deadline_seconds: int = Field(default=60, ge=10, le=600)
+    ack_deadline_seconds: int = Field(default=30, ge=10, le=600)
     retry_min_backoff_seconds: int = Field(default=1, ge=0, le=600)
     retry_max_backoff_seconds: int = Field(default=60, ge=0, le=600)
 
-    # Workers.
+    # Workers. `auto` pulls with unary Pull on the emulator (its streaming pull
+    # never releases a closed stream; see shared/bus/unary_pull.py) and with
+    # streaming pull on Pub/Sub.
+    pull_mode: Literal["auto", "streaming", "unary"] = "auto"
     worker_concurrency: int = Field(default=16, ge=1, le=1000)
     worker_shutdown_seconds: float = Field(default=8.0, gt=0, le=600)
     lease_extension_seconds: int = Field(default=10, ge=10, le=600)

@@ -92,9 +92,15 @@ def make_settings(stack: Stack, **overrides: object) -> Settings:
 
 
 @pytest.fixture
-def settings(stack: Stack) -> Settings:
-    """Settings with a topic prefix of this test's own: its topics are its alone."""
-    return make_settings(stack)
+def settings(stack: Stack, request: pytest.FixtureRequest) -> Settings:
+    """Settings with a topic prefix of this test's own: its topics are its alone.
+
+    A test parametrized indirectly with `pull_mode` runs its workers in that mode."""
+    mode = getattr(request, "param", "auto")
+    return make_settings(stack, pull_mode=mode)
+
+
+both_pull_modes = pytest.mark.parametrize("settings", ["unary", "streaming"], indirect=True)
 
 
 @pytest.fixture

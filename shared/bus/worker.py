@@ -1,7 +1,8 @@
 """The subscriber runtime every worker uses.
 
-Streaming pull with explicit flow control and a thread pool of the same size
-(sized to the worker's connection pool). For each message: decode and validate,
+Streaming pull (on Pub/Sub) or unary pull (on the emulator; see `unary_pull`)
+with explicit flow control and a thread pool of the same size (sized to the
+worker's connection pool). For each message: decode and validate,
 run the handlers, and only then acknowledge. A `PermanentError` (a bad message)
 is dead-lettered at once; any other error is nacked so Pub/Sub redelivers it
 with the subscription's backoff, and on the last allowed attempt the runtime
@@ -28,6 +29,7 @@ from google.cloud.pubsub_v1.types import FlowControl
 
 from shared.bus.publisher import EventPublisher
 from shared.bus.topology import dead_letter_name, full_name
+from shared.bus.unary_pull import PulledMessage, UnaryPullDelivery
 from shared.config import Settings
 from shared.errors import PermanentError
 from shared.events import Event, Limits, decode
@@ -69,6 +71,12 @@ Handler = Callable[[Event, Delivery], Outcome | None]
 HandlerTable = Mapping[type, Sequence[Handler]]
 
 
+def resolve_pull_mode(settings: Settings) -> str:
+    if settings.pull_mode != "auto":
+        return settings.pull_mode
+    return "unary" if settings.pubsub_emulator_host else "streaming"
+
+
 class SubscriberRuntime:
     """Consumes one subscription with a handler table until stopped."""
 
@@ -95,65 +103,103 @@ class SubscriberRuntime:
         self.dead_letter_topic = publisher.client.topic_path(
             project, full_name(settings.topic_prefix, dead_letter_name(subscription))
         )
+        self.mode = resolve_pull_mode(settings)
         self._future: pubsub_v1.subscriber.futures.StreamingPullFuture | None = None
         self._executor: ThreadPoolExecutor | None = None
+        self._unary: UnaryPullDelivery | None = None
         self._in_flight = 0
         self._lock = threading.Lock()
 
     # -- lifecycle -----------------------------------------------------------
     def start(self) -> None:
-        self._executor = ThreadPoolExecutor(
-            max_workers=self.concurrency, thread_name_prefix=f"handler-{self.subscription}"
+        self.mode = resolve_pull_mode(self.settings)
+        threads = f"handler-{self.subscription}"
+        if self.mode == "unary":
+            self._unary = UnaryPullDelivery(
+                self.subscriber,
+                self.subscription_path,
+                self._on_message,
+                self.concurrency,
+                self.settings.lease_extension_seconds,
+                threads,
+            )
+            self._unary.start()
+        else:
+            self._executor = ThreadPoolExecutor(
+                max_workers=self.concurrency, thread_name_prefix=threads
+            )
+            self._future = self.subscriber.subscribe(
+                self.subscription_path,
+                callback=self._on_message,
+                flow_control=FlowControl(
+                    max_messages=self.concurrency,
+                    max_duration_per_lease_extension=self.settings.lease_extension_seconds,
+                ),
+                scheduler=ThreadScheduler(executor=self._executor),
+                await_callbacks_on_shutdown=True,
+            )
+        log.info(
+            "worker started",
+            subscription=self.subscription,
+            concurrency=self.concurrency,
+            pull_mode=self.mode,
         )
-        self._future = self.subscriber.subscribe(
-            self.subscription_path,
-            callback=self._on_message,
-            flow_control=FlowControl(
-                max_messages=self.concurrency,
-                max_duration_per_lease_extension=self.settings.lease_extension_seconds,
-            ),
-            scheduler=ThreadScheduler(executor=self._executor),
-            await_callbacks_on_shutdown=True,
-        )
-        log.info("worker started", subscription=self.subscription, concurrency=self.concurrency)
+
+    def request_stop(self) -> None:
+        """Stop taking new messages (returns at once; `stop` waits for the drain)."""
+        if self._unary is not None:
+            self._unary.request_stop()
+        if self._future is not None:
+            self._future.cancel()
 
     def stop(self, timeout: float | None = None) -> bool:
         """Stop pulling, let in-flight handlers finish for at most `timeout` seconds.
 
-        Messages the client holds but has not started are nacked (redelivered
-        elsewhere). Returns False if handlers were still running at the deadline;
-        their messages are not acknowledged and will be redelivered.
+        Messages held but not started are nacked (redelivered elsewhere). Returns
+        False if handlers were still running at the deadline; their messages are
+        not acknowledged and come back when their lease ends.
         """
-        if self._future is None:
-            return True
         timeout = self.settings.worker_shutdown_seconds if timeout is None else timeout
-        self._future.cancel()
-        try:
-            self._future.result(timeout=timeout)
-        except TimeoutError:
+        if self._unary is not None:
+            drained = self._unary.stop(timeout)
+        elif self._future is not None:
+            self._future.cancel()
+            drained = True
+            try:
+                self._future.result(timeout=timeout)
+            except TimeoutError:
+                drained = False
+            except Exception as exc:  # the stream had already failed; it is stopped either way
+                log.warning("worker stream ended with an error", error=repr(exc))
+        else:
+            return True
+        if not drained:
             log.warning(
                 "worker stop deadline passed with handlers running",
                 subscription=self.subscription,
                 in_flight=self._in_flight,
                 timeout_s=timeout,
             )
-            return False
-        except Exception as exc:  # the stream had already failed; it is stopped either way
-            log.warning("worker stream ended with an error", error=repr(exc))
-        log.info("worker stopped", subscription=self.subscription)
-        return True
+        log.info("worker stopped", subscription=self.subscription, drained=drained)
+        return drained
 
     def wait(self, timeout: float | None = None) -> None:
-        """Block until the stream ends; raise its error if it failed."""
+        """Block until delivery ends; raise its error if it failed."""
+        if self._unary is not None:
+            if self._unary.error is not None:
+                raise self._unary.error
+            return
         assert self._future is not None
         self._future.result(timeout=timeout)
 
     @property
     def running(self) -> bool:
+        if self._unary is not None:
+            return self._unary.running
         return self._future is not None and not self._future.done()
 
     # -- one message -----------------------------------------------------------
-    def _on_message(self, message: Message) -> None:
+    def _on_message(self, message: Message | PulledMessage) -> None:
         started = time.perf_counter()
         attempt = message.delivery_attempt or 1
         attributes = dict(message.attributes)
@@ -217,7 +263,11 @@ class SubscriberRuntime:
         return "acked", ""
 
     def _dead_letter(
-        self, message: Message, attributes: dict[str, str], attempt: int, reason: str
+        self,
+        message: Message | PulledMessage,
+        attributes: dict[str, str],
+        attempt: int,
+        reason: str,
     ) -> tuple[str, str]:
         """Publish the message unchanged to the dead-letter topic with its reason, then ack.
 

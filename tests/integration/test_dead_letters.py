@@ -7,6 +7,7 @@ from shared.bus.dlq import DeadLetterQueues
 from shared.events import TurnRecorded, encode
 from shared.session_buffer import SessionBuffer, SessionKey
 from tests.bus_helpers import Recorder, failing, make_turn, running
+from tests.conftest import both_pull_modes
 from tests.support import run_cli, wait_for
 
 
@@ -20,6 +21,7 @@ def _dead_letters(settings, subscription, expected, timeout=60):
     )
 
 
+@both_pull_modes
 def test_invalid_messages_are_dead_lettered_once_with_a_reason_and_never_handled(
     settings, topology, publisher, valkey_client, ids
 ):
@@ -74,6 +76,7 @@ def test_invalid_messages_are_dead_lettered_once_with_a_reason_and_never_handled
     }
 
 
+@both_pull_modes
 def test_a_transient_failure_twice_then_success_applies_once(
     settings, topology, publisher, valkey_client, ids
 ):

@@ -5,9 +5,11 @@ from services.summary_worker.handlers import append_turn_to_buffer
 from shared.events import TurnRecorded
 from shared.session_buffer import SessionBuffer, SessionKey
 from tests.bus_helpers import Recorder, make_turn, running
+from tests.conftest import both_pull_modes
 from tests.support import wait_for
 
 
+@both_pull_modes
 def test_the_same_event_published_three_times_is_applied_once(
     settings, topology, publisher, valkey_client, pool, ids
 ):

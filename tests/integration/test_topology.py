@@ -46,10 +46,10 @@ def test_the_topic_schema_refuses_a_bad_publish(topology, publisher):
 
 
 def test_show_reports_a_difference_and_apply_fixes_it(settings, topology):
-    changed = settings.model_copy(update={"max_delivery_attempts": 7, "ack_deadline_seconds": 30})
+    changed = settings.model_copy(update={"max_delivery_attempts": 7, "ack_deadline_seconds": 20})
     result = run_cli(changed, "topology", "show")
     assert result.returncode == 1
-    assert "ack deadline 60s, want 30s" in result.stdout
+    assert "ack deadline 30s, want 20s" in result.stdout
     assert "4 resource(s) missing or different" in result.stdout
     assert run_cli(changed, "topology", "apply").returncode == 0
     assert run_cli(changed, "topology", "show").returncode == 0

@@ -1,0 +1,221 @@
+"""Delivery by unary (synchronous) Pull with our own leases and batched acks.
+
+Why this exists: on the Pub/Sub emulator (v0.8.20, measured here), a streaming-pull
+stream that closes — a worker stopped by SIGTERM as much as one killed — is never
+released: the emulator's gRPC layer throws while closing it, keeps routing
+messages to the dead stream, and on an ordered subscription whole ordering keys
+stay blocked (more than four minutes observed; a fresh subscriber receives
+nothing for them). Unary pulls hold no stream; a message pulled by a worker that
+dies comes back when its lease ends, as Pub/Sub promises. The runtime therefore
+uses this delivery against the emulator and streaming pull against Pub/Sub.
+
+Flow control is explicit: a pull asks for at most the free handler slots, so no
+more than `concurrency` messages are ever leased at once. A lease thread extends
+the deadline of every message in flight; acks and nacks are sent in batches.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from datetime import datetime
+
+import structlog
+from google.api_core import exceptions as gexc
+from google.cloud import pubsub_v1
+
+log = structlog.get_logger("agent_memory.worker")
+
+PULL_TIMEOUT_SECONDS = 2.5  # the emulator answers an empty pull about 1 s before this
+ACK_FLUSH_SECONDS = 0.005
+MAX_IDS_PER_REQUEST = 1000
+
+
+class PulledMessage:
+    """One received message, with the same surface the handlers' runtime uses for
+    streaming-pull messages (data, attributes, ordering_key, ack, nack, ...)."""
+
+    def __init__(self, received: object, delivery: UnaryPullDelivery) -> None:
+        message = received.message  # type: ignore[attr-defined]
+        self.ack_id: str = received.ack_id  # type: ignore[attr-defined]
+        self.delivery_attempt: int = received.delivery_attempt or 1  # type: ignore[attr-defined]
+        self.data: bytes = bytes(message.data)
+        self.attributes: dict[str, str] = dict(message.attributes)
+        self.ordering_key: str = message.ordering_key
+        self.message_id: str = message.message_id
+        self.publish_time: datetime | None = message.publish_time
+        self._delivery = delivery
+
+    def ack(self) -> None:
+        self._delivery.settle(self.ack_id, ack=True)
+
+    def nack(self) -> None:
+        self._delivery.settle(self.ack_id, ack=False)
+
+
+class UnaryPullDelivery:
+    """Pulls messages for one subscription and hands each to `callback` on a pool thread."""
+
+    def __init__(
+        self,
+        subscriber: pubsub_v1.SubscriberClient,
+        subscription_path: str,
+        callback: Callable[[PulledMessage], None],
+        concurrency: int,
+        lease_seconds: int,
+        thread_name: str,
+    ) -> None:
+        self.subscriber = subscriber
+        self.path = subscription_path
+        self.callback = callback
+        self.concurrency = concurrency
+        self.lease_seconds = lease_seconds
+        self.executor = ThreadPoolExecutor(max_workers=concurrency, thread_name_prefix=thread_name)
+        self._stopping = threading.Event()
+        self._done = threading.Event()
+        self._error: BaseException | None = None
+        self._cond = threading.Condition()
+        self._leased: set[str] = set()  # ack ids handed to a handler and not yet settled
+        self._to_ack: list[str] = []
+        self._to_nack: list[str] = []
+        self._threads: list[threading.Thread] = []
+
+    # -- lifecycle -----------------------------------------------------------------
+    def start(self) -> None:
+        for target, name in (
+            (self._pull_loop, "pull"),
+            (self._lease_loop, "lease"),
+            (self._settle_loop, "settle"),
+        ):
+            thread = threading.Thread(target=target, name=f"{name}-{self.path}", daemon=True)
+            thread.start()
+            self._threads.append(thread)
+
+    def request_stop(self) -> None:
+        """Stop pulling (returns at once)."""
+        self._stopping.set()
+        with self._cond:
+            self._cond.notify_all()
+
+    def stop(self, timeout: float) -> bool:
+        """Stop pulling; wait up to `timeout` for handlers; settle what they decided.
+
+        The pull in progress ends by itself within PULL_TIMEOUT_SECONDS (what it
+        brings is handed back at once), meanwhile handlers finish. True if every
+        handler finished; one still running at the deadline keeps its message
+        unacknowledged, and Pub/Sub redelivers it when its lease ends."""
+        deadline = time.monotonic() + timeout
+        self.request_stop()
+        puller = self._threads[0] if self._threads else None
+        with self._cond:
+            while time.monotonic() < deadline and (
+                self._leased or (puller is not None and puller.is_alive())
+            ):
+                self._cond.wait(timeout=max(0.0, min(0.05, deadline - time.monotonic())))
+            drained = not self._leased
+        self.executor.shutdown(wait=False, cancel_futures=True)
+        self._done.set()
+        self._flush()
+        return drained
+
+    @property
+    def running(self) -> bool:
+        return not self._done.is_set() and self._error is None
+
+    @property
+    def error(self) -> BaseException | None:
+        return self._error
+
+    def in_flight(self) -> int:
+        with self._cond:
+            return len(self._leased)
+
+    # -- settling --------------------------------------------------------------------
+    def settle(self, ack_id: str, ack: bool) -> None:
+        with self._cond:
+            self._leased.discard(ack_id)
+            (self._to_ack if ack else self._to_nack).append(ack_id)
+            self._cond.notify_all()
+
+    def _flush(self) -> None:
+        with self._cond:
+            acks, self._to_ack = self._to_ack, []
+            nacks, self._to_nack = self._to_nack, []
+        for start in range(0, len(acks), MAX_IDS_PER_REQUEST):
+            self._call(
+                self.subscriber.acknowledge,
+                {"subscription": self.path, "ack_ids": acks[start : start + MAX_IDS_PER_REQUEST]},
+            )
+        self._modack(nacks, 0)
+
+    def _modack(self, ack_ids: list[str], seconds: int) -> None:
+        for start in range(0, len(ack_ids), MAX_IDS_PER_REQUEST):
+            self._call(
+                self.subscriber.modify_ack_deadline,
+                {
+                    "subscription": self.path,
+                    "ack_ids": ack_ids[start : start + MAX_IDS_PER_REQUEST],
+                    "ack_deadline_seconds": seconds,
+                },
+            )
+
+    def _call(self, rpc: Callable, request: dict) -> None:
+        try:
+            rpc(request=request, timeout=10)
+        except gexc.GoogleAPICallError as exc:
+            # A lost ack only means a redelivery, which the ledger makes harmless.
+            log.warning("ack or lease request failed", error=repr(exc), ids=len(request["ack_ids"]))
+
+    # -- threads ---------------------------------------------------------------------
+    def _settle_loop(self) -> None:
+        while not self._done.is_set():
+            self._done.wait(ACK_FLUSH_SECONDS)
+            self._flush()
+
+    def _lease_loop(self) -> None:
+        # Extend every lease well before it ends.
+        interval = max(1.0, self.lease_seconds / 3)
+        while not self._done.wait(interval):
+            with self._cond:
+                leased = list(self._leased)
+            self._modack(leased, self.lease_seconds)
+
+    def _pull_loop(self) -> None:
+        try:
+            while not self._stopping.is_set():
+                with self._cond:
+                    while len(self._leased) >= self.concurrency and not self._stopping.is_set():
+                        self._cond.wait(timeout=0.5)
+                    free = self.concurrency - len(self._leased)
+                if self._stopping.is_set():
+                    return
+                try:
+                    response = self.subscriber.pull(
+                        request={"subscription": self.path, "max_messages": free},
+                        timeout=PULL_TIMEOUT_SECONDS,
+                    )
+                except (gexc.DeadlineExceeded, gexc.ServiceUnavailable, gexc.RetryError):
+                    continue
+                received = list(response.received_messages)
+                if not received:
+                    continue
+                if self._stopping.is_set():
+                    # Pulled as we were stopping: hand them straight back.
+                    self._modack([r.ack_id for r in received], 0)
+                    return
+                with self._cond:
+                    self._leased.update(r.ack_id for r in received)
+                # Shorten the first lease from the subscription's ack deadline to ours,
+                # so a worker killed now has its messages redelivered within seconds.
+                self._modack([r.ack_id for r in received], self.lease_seconds)
+                for r in received:
+                    try:
+                        self.executor.submit(self.callback, PulledMessage(r, self))
+                    except RuntimeError:  # the pool shut down at the stop deadline
+                        self.settle(r.ack_id, ack=False)
+        except BaseException as exc:
+            self._error = exc
+            log.error("pull loop failed", subscription=self.path, error=repr(exc))
+            self._done.set()

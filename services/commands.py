@@ -124,5 +124,8 @@ def run_up(args: argparse.Namespace, settings: Settings) -> int:
 
 def run_demo(args: argparse.Namespace, settings: Settings) -> int:
     from services.demo import run_demo as demo
+    from shared.logging import configure_logging
 
+    # The demo prints its own story; the stack's processes log to files.
+    configure_logging(settings.log_format, "WARNING")
     return demo(settings, keep=args.keep)

@@ -237,25 +237,30 @@ INSTALL_HINT = (
 )
 
 
-def find_emulator(configured: Path | None) -> Path:
-    """The emulator script: AM_PUBSUB_EMULATOR_BIN, else the Google Cloud SDK's copy."""
-    if configured is not None:
-        if configured.is_file() and os.access(configured, os.X_OK):
-            return configured
-        raise ComponentError(f"AM_PUBSUB_EMULATOR_BIN={configured} is not an executable file")
+def sdk_roots() -> list[Path]:
+    """Where a Google Cloud SDK may be installed, most specific first."""
     roots: list[Path] = []
     if os.environ.get("CLOUDSDK_ROOT_DIR"):
         roots.append(Path(os.environ["CLOUDSDK_ROOT_DIR"]))
     gcloud = shutil.which("gcloud")
     if gcloud:
         roots.append(Path(gcloud).resolve().parent.parent)
-    roots += [
+    return [
+        *roots,
         Path("/usr/lib/google-cloud-sdk"),
         Path("/usr/share/google-cloud-sdk"),
         Path("/opt/google-cloud-sdk"),
         Path.home() / "google-cloud-sdk",
     ]
-    for root in roots:
+
+
+def find_emulator(configured: Path | None, roots: list[Path] | None = None) -> Path:
+    """The emulator script: AM_PUBSUB_EMULATOR_BIN, else the Google Cloud SDK's copy."""
+    if configured is not None:
+        if configured.is_file() and os.access(configured, os.X_OK):
+            return configured
+        raise ComponentError(f"AM_PUBSUB_EMULATOR_BIN={configured} is not an executable file")
+    for root in sdk_roots() if roots is None else roots:
         candidate = root / EMULATOR_RELATIVE
         if candidate.is_file():
             return candidate

@@ -23,11 +23,12 @@ from typing import IO
 
 import httpx
 import psutil
+import psycopg
 import structlog
 
 from shared.bus.admin import TopologyAdmin
 from shared.config import Settings
-from shared.db.migrate import migrate
+from shared.db.migrate import MigrationError, migrate
 from shared.localstack.components import (
     ComponentError,
     LocalPostgres,
@@ -189,7 +190,12 @@ class LocalStack:
 
     def _prepare(self) -> None:
         assert self.endpoints is not None
-        applied = migrate(self.endpoints.database_url, self.settings.embedding_dim)
+        try:
+            applied = migrate(self.endpoints.database_url, self.settings.embedding_dim)
+        except psycopg.OperationalError as exc:
+            raise StackError(f"cannot reach PostgreSQL: {exc}".strip()) from None
+        except MigrationError as exc:
+            raise StackError(str(exc)) from None
         log.info("migrations applied", applied=applied)
         # The Pub/Sub client reads the emulator address from the environment.
         if self.endpoints.pubsub_emulator_host:

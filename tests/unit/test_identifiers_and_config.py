@@ -107,3 +107,18 @@ def test_token_estimate():
     assert estimate_tokens("") == 0
     assert estimate_tokens("a") == 1
     assert estimate_tokens("x" * 400) == 100
+
+
+def test_a_missing_emulator_says_how_to_install_it(tmp_path):
+    from shared.localstack.components import ComponentError, find_emulator
+
+    with pytest.raises(ComponentError) as caught:
+        find_emulator(None, roots=[tmp_path])
+    message = str(caught.value)
+    assert message.startswith("the Pub/Sub emulator was not found")
+    assert "gcloud components install pubsub-emulator" in message
+    assert "AM_PUBSUB_EMULATOR_BIN" in message
+    script = tmp_path / "platform/pubsub-emulator/bin/cloud-pubsub-emulator"
+    script.parent.mkdir(parents=True)
+    script.write_text("#!/bin/sh\n")
+    assert find_emulator(None, roots=[tmp_path]) == script

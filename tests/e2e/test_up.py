@@ -1,0 +1,204 @@
+"""`agent-memory up` as a user runs it: the whole stack, then Ctrl-C."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import httpx
+import psutil
+import psycopg
+import pytest
+import valkey
+
+from shared.localstack.process import free_port
+from tests.support import REPO, wait_for
+
+
+def _clean_env(**extra: str) -> dict[str, str]:
+    """The environment of a user's shell: nothing points at the test session's stack."""
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if not k.startswith("AM_") and k not in ("PUBSUB_EMULATOR_HOST", "GOOGLE_CLOUD_PROJECT")
+    }
+    env.update({"PYTHONUNBUFFERED": "1", **extra})
+    return env
+
+
+class Up:
+    def __init__(self, data_dir: Path, api_port: int) -> None:
+        self.data_dir = data_dir
+        self.api_url = f"http://127.0.0.1:{api_port}"
+        self.out = data_dir.parent / f"up-{data_dir.name}-{api_port}.out"
+        self._out = open(self.out, "ab")  # noqa: SIM115 - closed in stop()
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "services.cli", "up", "--data-dir", str(data_dir)],
+            env=_clean_env(AM_API_PORT=str(api_port)),
+            cwd=REPO,
+            stdout=self._out,
+            stderr=subprocess.STDOUT,
+        )
+
+    def output(self) -> str:
+        return self.out.read_text(errors="replace")
+
+    def wait_ready(self) -> dict:
+        wait_for(
+            lambda: "agent-memory is up" in self.output() or self.proc.poll() is not None,
+            120,
+            "`up` to report the stack ready",
+            interval=0.2,
+        )
+        assert self.proc.poll() is None, self.output()
+        return json.loads((self.data_dir / "endpoints.json").read_text())
+
+    def descendants(self) -> list[psutil.Process]:
+        return psutil.Process(self.proc.pid).children(recursive=True)
+
+    def stop(self) -> tuple[int, float]:
+        started = time.monotonic()
+        self.proc.send_signal(signal.SIGINT)
+        code = self.proc.wait(timeout=30)
+        self._out.close()
+        return code, time.monotonic() - started
+
+
+def _episodes(database_url: str, user_id: str) -> int:
+    with psycopg.connect(database_url) as conn:
+        return conn.execute(
+            "SELECT count(*) FROM episodes WHERE user_id = %s", (user_id,)
+        ).fetchone()[0]
+
+
+@pytest.mark.slow
+def test_up_runs_the_stack_and_stops_it_cleanly(tmp_path):
+    data_dir = tmp_path / "stack"
+    up = Up(data_dir, free_port())
+    try:
+        endpoints = up.wait_ready()
+        assert set(endpoints) == {
+            "api_url",
+            "database_url",
+            "valkey_url",
+            "pubsub_emulator_host",
+            "google_cloud_project",
+        }
+        assert endpoints["api_url"] == up.api_url
+        out = up.output()
+        assert f"export AM_DATABASE_URL={endpoints['database_url']}" in out
+        children = up.descendants()
+        names = " ".join(" ".join(p.cmdline()) for p in children)
+        for expected in ("postgres", "valkey-server", "pubsub", "services.cli api"):
+            assert expected in names
+        assert "services.cli worker summary" in names and "services.cli worker extraction" in names
+
+        ready = httpx.get(f"{up.api_url}/readyz", timeout=10)
+        assert ready.status_code == 200, ready.text
+
+        # The real path through the processes: API -> Pub/Sub -> both workers.
+        body = {"user_id": "u-up", "user": "I prefer Dark Mode.", "assistant": "Noted."}
+        posted = httpx.post(f"{up.api_url}/v1/sessions/s-up/turns", json=body, timeout=10)
+        assert posted.status_code == 202, posted.text
+        wait_for(
+            lambda: (
+                httpx.get(
+                    f"{up.api_url}/v1/sessions/s-up", params={"user_id": "u-up"}, timeout=5
+                ).json()["turn_count"]
+                == 1
+            ),
+            60,
+            "the summary worker to buffer the turn",
+        )
+        wait_for(lambda: _episodes(endpoints["database_url"], "u-up") == 1, 60, "the archive")
+
+        # Another `agent-memory` command reaches the running stack with its endpoints.
+        env = _clean_env(
+            AM_DATABASE_URL=endpoints["database_url"],
+            AM_VALKEY_URL=endpoints["valkey_url"],
+            PUBSUB_EMULATOR_HOST=endpoints["pubsub_emulator_host"],
+            GOOGLE_CLOUD_PROJECT=endpoints["google_cloud_project"],
+        )
+        shown = subprocess.run(
+            [sys.executable, "-m", "services.cli", "topology", "show"],
+            env=env, cwd=REPO, capture_output=True, text=True, timeout=60,
+        )  # fmt: skip
+        assert shown.returncode == 0, shown.stdout + shown.stderr
+
+        # A second `up` on the same data dir says so and exits non-zero.
+        second = subprocess.run(
+            [sys.executable, "-m", "services.cli", "up", "--data-dir", str(data_dir)],
+            env=_clean_env(AM_API_PORT=str(free_port())),
+            cwd=REPO, capture_output=True, text=True, timeout=60,
+        )  # fmt: skip
+        assert second.returncode == 1
+        assert f"already running for {data_dir.resolve()}" in second.stderr
+
+        # Valkey goes away: readiness says 503 and names it.
+        valkey.Valkey.from_url(endpoints["valkey_url"]).shutdown(nosave=True)
+        not_ready = wait_for(
+            lambda: (r := httpx.get(f"{up.api_url}/readyz", timeout=10)).status_code == 503 and r,
+            30,
+            "readyz to report Valkey down",
+        )
+        assert not_ready.json()["down"] == ["valkey"]
+    finally:
+        children = up.descendants()
+        code, took = up.stop()
+    assert code == 0, up.output()
+    assert took < 10.0
+    gone, alive = psutil.wait_procs(children, timeout=1)
+    assert alive == [], [" ".join(p.cmdline()) for p in alive]
+    assert not (data_dir / "pids.json").exists()
+
+    # A restart keeps the memories (Postgres data under the data dir).
+    again = Up(data_dir, free_port())
+    try:
+        endpoints = again.wait_ready()
+        assert _episodes(endpoints["database_url"], "u-up") == 1
+    finally:
+        children = again.descendants()
+        code, took = again.stop()
+    assert code == 0 and took < 10.0
+    assert psutil.wait_procs(children, timeout=1)[1] == []
+
+
+def test_up_says_how_to_install_a_missing_emulator(tmp_path):
+    result = subprocess.run(
+        [sys.executable, "-m", "services.cli", "up", "--data-dir", str(tmp_path / "x")],
+        env=_clean_env(
+            AM_API_PORT=str(free_port()),
+            AM_PUBSUB_EMULATOR_BIN=str(tmp_path / "no-such-emulator"),
+            AM_DATABASE_URL="postgresql://127.0.0.1:1/none",
+            AM_VALKEY_URL="redis://127.0.0.1:1/0",
+        ),
+        cwd=REPO, capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert result.returncode == 1
+    assert (
+        "AM_PUBSUB_EMULATOR_BIN=" in result.stderr and "is not an executable file" in result.stderr
+    )
+
+
+def test_up_without_java_says_the_emulator_needs_it(tmp_path):
+    bare_path = tmp_path / "empty-bin"
+    bare_path.mkdir()
+    env = _clean_env(
+        PATH=str(bare_path),
+        AM_API_PORT=str(free_port()),
+        AM_DATABASE_URL="postgresql://127.0.0.1:1/none",
+        AM_VALKEY_URL="redis://127.0.0.1:1/0",
+        AM_PUBSUB_EMULATOR_BIN=sys.executable,  # any executable: Java is checked next
+    )
+    env.pop("JAVA_HOME", None)
+    result = subprocess.run(
+        [sys.executable, "-m", "services.cli", "up", "--data-dir", str(tmp_path / "x")],
+        env=env, cwd=REPO, capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert result.returncode == 1
+    assert "the Pub/Sub emulator needs Java 17 (`java` is not on PATH)" in result.stderr

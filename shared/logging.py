@@ -1,7 +1,9 @@
 """structlog configuration: JSON lines for Cloud Logging, a console renderer on a terminal.
 
-Standard-library loggers (google-cloud, grpc, psycopg, uvicorn) go through the
-same processors, so every line of a process has one format.
+Our own log calls render straight to stderr (no trip through the stdlib logging
+machinery: a worker writes one line per message, so this is on the hot path).
+Standard-library loggers (google-cloud, grpc, psycopg, uvicorn) are rendered by
+the same processors, so every line of a process has one format.
 """
 
 from __future__ import annotations
@@ -10,6 +12,8 @@ import logging
 import sys
 
 import structlog
+
+_LEVELS = {"DEBUG": 10, "INFO": 20, "WARNING": 30, "ERROR": 40}
 
 
 def _add_severity(_logger: object, method_name: str, event_dict: dict) -> dict:
@@ -31,12 +35,7 @@ def configure_logging(fmt: str = "auto", level: str = "INFO") -> None:
     `fmt` is `json`, `console`, or `auto` (console on a terminal, JSON otherwise).
     """
     use_json = fmt == "json" or (fmt == "auto" and not sys.stderr.isatty())
-    shared_processors: list = [
-        structlog.contextvars.merge_contextvars,
-        structlog.stdlib.add_log_level,
-        structlog.stdlib.add_logger_name,
-        structlog.processors.TimeStamper(fmt="iso", utc=True),
-    ]
+    timestamper = structlog.processors.TimeStamper(fmt="iso", utc=True)
     if use_json:
         renderer: list = [
             _add_severity,
@@ -48,13 +47,23 @@ def configure_logging(fmt: str = "auto", level: str = "INFO") -> None:
         renderer = [structlog.dev.ConsoleRenderer(colors=False)]
 
     structlog.configure(
-        processors=[*shared_processors, structlog.stdlib.ProcessorFormatter.wrap_for_formatter],
-        logger_factory=structlog.stdlib.LoggerFactory(),
-        wrapper_class=structlog.stdlib.BoundLogger,
+        processors=[
+            structlog.contextvars.merge_contextvars,
+            structlog.processors.add_log_level,
+            timestamper,
+            *renderer,
+        ],
+        wrapper_class=structlog.make_filtering_bound_logger(_LEVELS[level]),
+        logger_factory=structlog.WriteLoggerFactory(file=sys.stderr),
         cache_logger_on_first_use=True,
     )
     formatter = structlog.stdlib.ProcessorFormatter(
-        foreign_pre_chain=shared_processors,
+        foreign_pre_chain=[
+            structlog.contextvars.merge_contextvars,
+            structlog.stdlib.add_log_level,
+            structlog.stdlib.add_logger_name,
+            timestamper,
+        ],
         processors=[structlog.stdlib.ProcessorFormatter.remove_processors_meta, *renderer],
     )
     handler = logging.StreamHandler(sys.stderr)
@@ -64,4 +73,4 @@ def configure_logging(fmt: str = "auto", level: str = "INFO") -> None:
     root.setLevel(level)
     # These libraries are chatty at INFO; their warnings still come through.
     for noisy in ("google.cloud.pubsub_v1", "google.api_core", "grpc", "httpx", "urllib3"):
-        logging.getLogger(noisy).setLevel(max(logging.WARNING, logging.getLevelName(level)))
+        logging.getLogger(noisy).setLevel(max(logging.WARNING, _LEVELS[level]))

@@ -14,6 +14,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 from datetime import datetime
+from functools import cached_property
 from typing import Any
 from urllib.parse import quote
 
@@ -58,14 +59,14 @@ class SessionKey:
     user_id: str
     session_id: str
 
-    @property
+    @cached_property
     def tag(self) -> str:
         return "{" + ":".join(_part(p) for p in (self.app, self.user_id, self.session_id)) + "}"
 
     def key(self, suffix: str) -> str:
         return f"am:{self.tag}:{suffix}"
 
-    @property
+    @cached_property
     def keys(self) -> list[str]:
         """Every key of the session, in the order the scripts expect."""
         return [self.key(s) for s in ("turns", "data", "seen", "meta")]

@@ -53,30 +53,50 @@ def create_app(settings: Settings | None = None, **overrides: Any) -> FastAPI:
 
     app = FastAPI(title="agent-memory", version="0.1.0", lifespan=lifespan)
     install_error_handlers(app)
-    app.middleware("http")(_log_request)
     _routes(app)
+    app.add_middleware(RequestLog)
     return app
 
 
-async def _log_request(request: Request, call_next: Any) -> Any:
-    structlog.contextvars.clear_contextvars()
-    started = time.perf_counter()
-    response = await call_next(request)
-    log.info(
-        "request",
-        method=request.method,
-        path=request.url.path,
-        status=response.status_code,
-        duration_ms=round((time.perf_counter() - started) * 1000, 3),
-    )
-    return response
+class RequestLog:
+    """One log line per request: method, path, status, duration. Plain ASGI, because
+    Starlette's BaseHTTPMiddleware costs more CPU than the record-turn route itself."""
+
+    def __init__(self, app: Any) -> None:
+        self.app = app
+
+    async def __call__(self, scope: dict, receive: Any, send: Any) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        structlog.contextvars.clear_contextvars()
+        started = time.perf_counter()
+        status = 500
+
+        async def send_and_note(message: dict) -> None:
+            nonlocal status
+            if message["type"] == "http.response.start":
+                status = message["status"]
+            await send(message)
+
+        try:
+            await self.app(scope, receive, send_and_note)
+        finally:
+            log.info(
+                "request",
+                method=scope["method"],
+                path=scope["path"],
+                status=status,
+                duration_ms=round((time.perf_counter() - started) * 1000, 3),
+            )
 
 
-def get_resources(request: Request) -> Resources:
+# Async so FastAPI calls them on the event loop, not through a thread pool.
+async def get_resources(request: Request) -> Resources:
     return request.app.state.resources
 
 
-def get_app_id(request: Request) -> str:
+async def get_app_id(request: Request) -> str:
     """The tenant of this request."""
     return request.app.state.resources.settings.default_app
 

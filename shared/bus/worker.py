@@ -29,7 +29,7 @@ from google.cloud.pubsub_v1.types import FlowControl
 
 from shared.bus.publisher import EventPublisher
 from shared.bus.topology import dead_letter_name, full_name
-from shared.bus.unary_pull import PulledMessage, UnaryPullDelivery
+from shared.bus.unary_pull import PREFETCH_FACTOR, PulledMessage, UnaryPullDelivery
 from shared.config import Settings
 from shared.errors import PermanentError
 from shared.events import Event, Limits, decode
@@ -132,7 +132,7 @@ class SubscriberRuntime:
                 self.subscription_path,
                 callback=self._on_message,
                 flow_control=FlowControl(
-                    max_messages=self.concurrency,
+                    max_messages=self.concurrency * PREFETCH_FACTOR,
                     max_duration_per_lease_extension=self.settings.lease_extension_seconds,
                 ),
                 scheduler=ThreadScheduler(executor=self._executor),

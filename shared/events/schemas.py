@@ -33,8 +33,13 @@ def schema_definition(event_type: str) -> str:
 
 
 @cache
+def _schema_json(event_type: str) -> Any:
+    return json.loads(schema_definition(event_type))
+
+
+@cache
 def _parsed(event_type: str) -> Any:
-    return fastavro.parse_schema(json.loads(schema_definition(event_type)))
+    return fastavro.parse_schema(_schema_json(event_type))
 
 
 def schema_problem(event_type: str, record: Any) -> str | None:
@@ -49,7 +54,7 @@ def schema_problem(event_type: str, record: Any) -> str | None:
         fastavro.validation.validate(record, _parsed(event_type), raise_errors=True)
     except ValidationError as exc:
         return "schema: " + "; ".join(str(e) for e in exc.errors)
-    extra = _unknown_fields(json.loads(schema_definition(event_type)), record, "")
+    extra = _unknown_fields(_schema_json(event_type), record, "")
     if extra:
         return "schema: unknown field(s) " + ", ".join(extra)
     return None

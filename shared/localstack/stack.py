@@ -105,7 +105,7 @@ class LocalStack:
             self.endpoints = self._start_components()
             self._prepare()
             for name in self.services:
-                self._start_service(name)
+                self.start_service(name)
             self._write_state()
             if "api" in self.services:
                 self._wait_api()
@@ -227,7 +227,8 @@ class LocalStack:
         command = ["api"] if name == "api" else ["worker", name]
         return [sys.executable, "-m", "services.cli", *command]
 
-    def _start_service(self, name: str) -> None:
+    def start_service(self, name: str) -> None:
+        """Start (or start again) one service process."""
         proc = ManagedProcess(
             name,
             self._service_argv(name),
@@ -290,7 +291,7 @@ class LocalStack:
             )
             proc.close_log()
             self._restarts[name] = count + 1
-            self._start_service(name)
+            self.start_service(name)
             self._write_state()
         for proc in self.components:
             if not proc.running and not getattr(proc, "_reported", False):

@@ -1,0 +1,317 @@
+"""Pipeline benchmark: turn events through Pub/Sub to one summary worker process.
+
+Starts a local stack (PostgreSQL, Valkey, the Pub/Sub emulator, the API and ONE
+summary worker process, as `agent-memory up` does) in a temporary folder, then:
+
+  1. lag at a fixed rate (default 200 events/s), straight to Pub/Sub and through the
+     API (`POST /v1/sessions/{id}/turns`): publish-to-applied p50/p99;
+  2. throughput: with the worker stopped, queues a backlog straight into Pub/Sub,
+     starts the worker and measures how fast it applies the backlog (events/s over
+     the window from its first to its last applied event).
+
+"Applied" is the moment the worker logged the message as handled, which it does
+after the Valkey effect and the ack: the timestamp of its log line. Publish time is
+taken just before the publish call (or the HTTP request). Both clocks are this
+machine's.
+
+    .venv/bin/python bench/pipeline.py [--burst 10000] [--rate 200] [--seconds 10]
+"""
+
+from __future__ import annotations
+
+import argparse
+import http.client
+import json
+import shutil
+import statistics
+import sys
+import tempfile
+import threading
+import time
+import uuid
+from concurrent.futures import ThreadPoolExecutor
+from datetime import UTC, datetime
+from pathlib import Path
+
+import psutil
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from shared.bus.publisher import EventPublisher  # noqa: E402
+from shared.config import load_settings  # noqa: E402
+from shared.events import TurnRecorded, derived_event_id  # noqa: E402
+from shared.localstack.process import free_port  # noqa: E402
+from shared.localstack.stack import LocalStack  # noqa: E402
+from shared.logging import configure_logging  # noqa: E402
+
+APP = "default"  # the API's tenant until API keys exist
+SESSIONS = 100
+
+
+class AppliedLog:
+    """Reads the worker's log incrementally: event_id -> epoch seconds of its first
+    "message handled ... acked" line. (Re-reading the whole file on every poll
+    would take CPU from the worker under test.)"""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.offset = 0
+        self.applied: dict[str, float] = {}
+
+    def poll(self) -> dict[str, float]:
+        with open(self.path, "rb") as f:
+            f.seek(self.offset)
+            chunk = f.read()
+        end = chunk.rfind(b"\n") + 1  # a partly written last line waits for the next poll
+        self.offset += end
+        for line in chunk[:end].splitlines():
+            if b'"message handled"' not in line:
+                continue
+            record = json.loads(line)
+            if record.get("outcome") != "acked":
+                continue
+            stamp = datetime.fromisoformat(record["timestamp"].replace("Z", "+00:00"))
+            self.applied.setdefault(record["event_id"], stamp.timestamp())
+        return self.applied
+
+
+def wait_applied(log: AppliedLog, event_ids: list[str], timeout: float) -> dict[str, float]:
+    deadline = time.monotonic() + timeout
+    while True:
+        seen = log.poll()
+        if all(e in seen for e in event_ids):
+            return seen
+        if time.monotonic() > deadline:
+            missing = sum(1 for e in event_ids if e not in seen)
+            raise SystemExit(f"{missing} of {len(event_ids)} events not applied in {timeout} s")
+        time.sleep(0.2)
+
+
+def cpu_seconds(stack: LocalStack) -> dict[str, float]:
+    """CPU time used so far by each process of the stack, and by this benchmark."""
+    found = {"bench (this process)": sum(psutil.Process().cpu_times()[:2])}
+    for proc in [*stack.components, *stack.service_procs.values()]:
+        try:
+            group = [psutil.Process(pid) for pid in proc.group_pids()]
+            found[proc.name] = sum(sum(p.cpu_times()[:2]) for p in group)
+        except psutil.Error:
+            continue
+    return found
+
+
+def percentile(values: list[float], p: float) -> float:
+    ordered = sorted(values)
+    index = min(len(ordered) - 1, max(0, round(p / 100 * (len(ordered) - 1))))
+    return ordered[index]
+
+
+def turn(run: str, n: int) -> TurnRecorded:
+    session = f"bench-{run}-{n % SESSIONS}"
+    turn_id = f"t{n}"
+    return TurnRecorded(
+        event_id=derived_event_id(APP, "bench-user", session, turn_id),
+        app=APP,
+        user_id="bench-user",
+        session_id=session,
+        turn_id=turn_id,
+        created_at=datetime.now(UTC),
+        user=f"question number {n} about the build",
+        assistant=f"answer number {n}: the build is green",
+    )
+
+
+def publish_all(publisher: EventPublisher, events: list[TurnRecorded]) -> None:
+    for start in range(0, len(events), 1000):
+        futures = [publisher.publish(e) for e in events[start : start + 1000]]
+        for f in futures:
+            f.result(timeout=120)
+
+
+def backlog_drain(
+    stack: LocalStack, publisher: EventPublisher, log: AppliedLog, count: int
+) -> dict:
+    """Stop the worker, queue `count` events, start it, time the drain."""
+    worker = stack.service_procs["summary"]
+    worker.request_stop()
+    worker.wait(30)
+    run = uuid.uuid4().hex[:6]
+    events = [turn(run, n) for n in range(count)]
+    publish_all(publisher, events)
+    before = cpu_seconds(stack)
+    stack.start_service("summary")
+    seen = wait_applied(log, [e.event_id for e in events], timeout=600)
+    after = cpu_seconds(stack)
+    times = sorted(seen[e.event_id] for e in events)
+    window = times[-1] - times[0]
+    return {
+        "events": count,
+        "drain_seconds": round(window, 3),
+        "applied_per_second": round(count / window, 1),
+        "cpu_seconds_by_process": {
+            name: round(value - before.get(name, 0.0), 2) for name, value in after.items()
+        },
+    }
+
+
+def warm_up(publisher: EventPublisher, log: AppliedLog) -> None:
+    run = uuid.uuid4().hex[:6]
+    events = [turn(run, n) for n in range(500)]
+    publish_all(publisher, events)
+    wait_applied(log, [e.event_id for e in events], timeout=120)
+
+
+def paced(send, count: int, rate: float) -> dict[str, float]:
+    """Open-loop: the n-th send starts at t0 + n/rate, whatever earlier sends took."""
+    sent: dict[str, float] = {}
+    lock = threading.Lock()
+    t0 = time.monotonic() + 0.2
+    wall0 = time.time() + 0.2
+
+    def one(n: int) -> None:
+        delay = t0 + n / rate - time.monotonic()
+        if delay > 0:
+            time.sleep(delay)
+        at = wall0 + (time.monotonic() - t0)
+        event_id = send(n)
+        with lock:
+            sent[event_id] = at
+
+    with ThreadPoolExecutor(max_workers=32) as pool:
+        list(pool.map(one, range(count)))
+    return sent
+
+
+def paced_http(
+    api_url: str, run: str, count: int, rate: float, response_ms: list[float]
+) -> dict[str, float]:
+    """Open-loop HTTP load: the n-th request starts at t0 + n/rate. Plain
+    `http.client` keep-alive connections, one per thread: the client must not tax
+    the 2 cores the stack under test runs on (httpx costs several times more)."""
+    host, port = api_url.removeprefix("http://").split(":")
+    sent: dict[str, float] = {}
+    lock = threading.Lock()
+    t0 = time.monotonic() + 0.2
+    wall0 = time.time() + 0.2
+    next_n = iter(range(count))
+
+    def client() -> None:
+        conn = http.client.HTTPConnection(host, int(port), timeout=30)
+        while True:
+            with lock:
+                n = next(next_n, None)
+            if n is None:
+                break
+            time.sleep(max(0.0, t0 + n / rate - time.monotonic()))
+            session = f"bench-api-{run}-{n % SESSIONS}"
+            body = json.dumps(
+                {"user_id": "bench-user", "turn_id": f"t{n}", "user": "q", "assistant": "a"}
+            )
+            at = wall0 + (time.monotonic() - t0)
+            started = time.perf_counter()
+            conn.request(
+                "POST",
+                f"/v1/sessions/{session}/turns",
+                body=body,
+                headers={"content-type": "application/json"},
+            )
+            response = conn.getresponse()
+            payload = response.read()
+            elapsed = (time.perf_counter() - started) * 1000
+            if response.status != 202:
+                raise SystemExit(f"record-turn answered {response.status}: {payload[:200]!r}")
+            with lock:
+                response_ms.append(elapsed)
+                sent[json.loads(payload)["event_id"]] = at
+        conn.close()
+
+    threads = [threading.Thread(target=client) for _ in range(16)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    return sent
+
+
+def lag(label: str, sent: dict[str, float], log: AppliedLog) -> dict:
+    seen = wait_applied(log, list(sent), timeout=300)
+    lags = [(seen[e] - t) * 1000 for e, t in sent.items()]
+    return {
+        "path": label,
+        "events": len(lags),
+        "lag_ms_p50": round(statistics.median(lags), 1),
+        "lag_ms_p99": round(percentile(lags, 99), 1),
+        "lag_ms_max": round(max(lags), 1),
+    }
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--burst", type=int, default=10_000)
+    parser.add_argument("--rate", type=float, default=200.0)
+    parser.add_argument("--seconds", type=float, default=10.0)
+    parser.add_argument("--skip-burst", action="store_true")
+    args = parser.parse_args()
+    configure_logging("console", "WARNING")
+
+    data_dir = Path(tempfile.mkdtemp(prefix="agent-memory-bench-"))
+    settings = load_settings(api_port=free_port(), database_url=None, valkey_url=None)
+    stack = LocalStack(settings, data_dir, services=("api", "summary"))
+    endpoints = stack.start()
+    log = AppliedLog(stack.log_dir / "summary.log")
+    run_settings = settings.model_copy(
+        update={"pubsub_emulator_host": endpoints.pubsub_emulator_host}
+    )
+    publisher = EventPublisher(run_settings)
+    results: dict = {"machine": "this machine", "worker_processes": 1}
+    try:
+        # Warm up the path (connections, JIT of the emulator) before measuring.
+        warm_up(publisher, log)
+        count = int(args.rate * args.seconds)
+        direct_run = uuid.uuid4().hex[:6]
+
+        def send_direct(n: int) -> str:
+            event = turn(direct_run, n)
+            publisher.publish(event).result(timeout=30)
+            return event.event_id
+
+        results["lag_direct"] = lag("Pub/Sub publish", paced(send_direct, count, args.rate), log)
+
+        api_run = uuid.uuid4().hex[:6]
+        response_ms: list[float] = []
+        cpu_before = cpu_seconds(stack)
+        sent = paced_http(endpoints.api_url, api_run, count, args.rate, response_ms)
+        results["lag_api"] = lag("HTTP API", sent, log)
+        results["lag_api"]["cpu_seconds_by_process"] = {
+            name: round(after - cpu_before.get(name, 0.0), 2)
+            for name, after in cpu_seconds(stack).items()
+        }
+        results["lag_api"]["response_ms_p50"] = round(statistics.median(response_ms), 1)
+        results["lag_api"]["response_ms_p99"] = round(percentile(response_ms, 99), 1)
+        if not args.skip_burst:
+            results["throughput"] = backlog_drain(stack, publisher, log, args.burst)
+
+    finally:
+        publisher.stop()
+        stack.stop()
+        shutil.rmtree(data_dir, ignore_errors=True)
+
+    t = results.get("throughput")
+    if t:
+        print(
+            f"\nthroughput, one summary worker process: {t['applied_per_second']} events/s "
+            f"applied ({t['events']} queued events drained in {t['drain_seconds']} s)"
+            "  target >= 1000"
+        )
+    for key in ("lag_direct", "lag_api"):
+        r = results[key]
+        print(
+            f"lag at {args.rate:.0f} events/s via {r['path']}: p50 {r['lag_ms_p50']} ms, "
+            f"p99 {r['lag_ms_p99']} ms, max {r['lag_ms_max']} ms ({r['events']} events)"
+            f"  target p99 < 150 ms"
+        )
+    print(json.dumps(results, indent=2))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -23,6 +23,7 @@ import argparse
 import http.client
 import json
 import shutil
+import signal
 import statistics
 import sys
 import tempfile
@@ -256,6 +257,7 @@ def main() -> int:
     data_dir = Path(tempfile.mkdtemp(prefix="agent-memory-bench-"))
     settings = load_settings(api_port=free_port(), database_url=None, valkey_url=None)
     stack = LocalStack(settings, data_dir, services=("api", "summary"))
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # unwind: stop the stack
     endpoints = stack.start()
     log = AppliedLog(stack.log_dir / "summary.log")
     run_settings = settings.model_copy(

@@ -10,6 +10,8 @@ comes with the long-term memory issues.)
 from __future__ import annotations
 
 import shutil
+import signal
+import sys
 import tempfile
 import time
 import uuid
@@ -65,6 +67,8 @@ def run_demo(settings: Settings, keep: bool = False) -> int:
         }
     )
     stack = LocalStack(demo_settings, data_dir, fast=not keep)
+    # SIGTERM (a CI timeout, `kill`) must still stop the stack: make it unwind.
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     print(f"starting a fresh local stack in {data_dir} ...", flush=True)
     try:
         endpoints = stack.start()

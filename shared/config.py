@@ -35,6 +35,10 @@ class Settings(BaseSettings):
         validation_alias=AliasChoices("GOOGLE_CLOUD_PROJECT", "google_cloud_project"),
     )
 
+    # `emulator`: use PUBSUB_EMULATOR_HOST, or let `up` start one. `gcp`: real
+    # Pub/Sub in GOOGLE_CLOUD_PROJECT with Application Default Credentials.
+    pubsub_backend: Literal["emulator", "gcp"] = "emulator"
+
     # Pub/Sub topology.
     topic_prefix: str = "agent-memory-"
     max_delivery_attempts: int = Field(default=5, ge=5, le=100)

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import signal
 import tempfile
 import uuid
 from collections.abc import Iterator
@@ -43,9 +44,15 @@ class Stack:
     processes: list[ManagedProcess]
 
 
+def _interrupt(*_: object) -> None:
+    raise KeyboardInterrupt
+
+
 @pytest.fixture(scope="session")
 def stack() -> Iterator[Stack]:
     configure_logging("console", "WARNING")
+    # A SIGTERM (a CI timeout) unwinds like Ctrl-C, so the components below are stopped.
+    signal.signal(signal.SIGTERM, _interrupt)
     data_dir = Path(tempfile.mkdtemp(prefix="agent-memory-tests-"))
     logs = data_dir / "logs"
     postgres = LocalPostgres(data_dir, free_port(), logs, fast=True)

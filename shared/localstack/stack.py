@@ -170,7 +170,7 @@ class LocalStack:
             self.components.append(valkey.process)
             valkey_url = valkey.start()
         emulator_host = s.pubsub_emulator_host or ""
-        if not emulator_host and not os.environ.get("GOOGLE_APPLICATION_CREDENTIALS"):
+        if not emulator_host and s.pubsub_backend == "emulator":
             emulator = LocalPubSubEmulator(
                 find_emulator(s.pubsub_emulator_bin), self._port(s.pubsub_port), self.log_dir
             )

@@ -68,13 +68,16 @@ def run_topology(args: argparse.Namespace, settings: Settings) -> int:
 
 
 def run_dlq(args: argparse.Namespace, settings: Settings) -> int:
-    from shared.bus.dlq import DeadLetterQueues, ReplayFilter, parse_age
+    from google.api_core import exceptions as gexc
+
+    from shared.bus.dlq import COUNT_CAP, DeadLetterQueues, ReplayFilter, parse_age
 
     queues = DeadLetterQueues(settings)
     try:
         if args.dlq_command == "list":
             for spec, path, count in queues.counts():
-                print(f"{spec.name:<28} {path.rsplit('/', 1)[1]:<40} {count}")
+                shown = f"{count}+" if count >= COUNT_CAP else str(count)
+                print(f"{spec.name:<28} {path.rsplit('/', 1)[1]:<40} {shown}")
             return 0
         if args.dlq_command == "show":
             letters = queues.peek(args.subscription, args.limit)
@@ -104,6 +107,9 @@ def run_dlq(args: argparse.Namespace, settings: Settings) -> int:
         return 1 if result.failed else 0
     except (KeyError, ValueError) as exc:
         return _fail(str(exc).strip("'\""))
+    except gexc.GoogleAPICallError as exc:
+        hint = " (run `agent-memory topology apply`?)" if isinstance(exc, gexc.NotFound) else ""
+        return _fail(f"Pub/Sub refused the request: {exc.message}{hint}")
     finally:
         if queues._publisher is not None:
             queues._publisher.stop()
@@ -114,10 +120,13 @@ def run_up(args: argparse.Namespace, settings: Settings) -> int:
     from shared.localstack.stack import LocalStack, StackError, describe
 
     stack = LocalStack(settings, args.data_dir)
+    stack.install_signal_handlers()
     try:
         stack.start()
     except (StackError, ComponentError) as exc:
         return _fail(str(exc))
+    except KeyboardInterrupt:
+        return _fail("stopped during start-up", 130)
     print(describe(stack), flush=True)
     return stack.run_until_signal()
 

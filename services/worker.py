@@ -8,7 +8,9 @@ deadline does not ack: its message is redelivered and the ledger makes that safe
 
 from __future__ import annotations
 
+import os
 import signal
+import sys
 import threading
 import time
 from collections.abc import Callable
@@ -86,6 +88,12 @@ def run_worker(kind: str, settings: Settings) -> int:
                 break
         drained = stop_all(runtimes, settings.worker_shutdown_seconds)
         log.info("worker exiting", kind=kind, drained=drained, exit_code=exit_code)
+        if not drained:
+            # Handlers still running hold pool connections and non-daemon threads that
+            # would keep the process alive past its bound; their messages were not
+            # acknowledged and come back when their lease ends.
+            sys.stderr.flush()
+            os._exit(exit_code or 1)
     finally:
         resources.close()
     return exit_code

@@ -56,6 +56,7 @@ def bootstrap(
     use_valkey: bool = False,
     publisher: bool = False,
     pool_size: int | None = None,
+    block_when_full: bool = True,
     **overrides: Any,
 ) -> Resources:
     """Open what a process needs. A process that uses Postgres checks the
@@ -63,7 +64,9 @@ def bootstrap(
     resources = Resources(settings=settings)
     try:
         if publisher:
-            resources.publisher = overrides.get("publisher") or EventPublisher(settings)
+            resources.publisher = overrides.get("publisher") or EventPublisher(
+                settings, block_when_full=block_when_full
+            )
             if "publisher" not in overrides:
                 resources._owned.append(resources.publisher)
         if postgres:

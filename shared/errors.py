@@ -17,3 +17,13 @@ class InvalidEvent(PermanentError):
 
 class UnknownEventType(InvalidEvent):
     """The message's `event_type` attribute names no event this service knows."""
+
+
+def is_permanent(exc: BaseException) -> bool:
+    """Would retrying `exc` fail the same way? Ours say so by type; a database
+    `DataError` (a value Postgres cannot store, such as a NUL in text) always does."""
+    if isinstance(exc, PermanentError):
+        return True
+    import psycopg  # here, so that shared.errors stays importable without a driver
+
+    return isinstance(exc, psycopg.DataError)

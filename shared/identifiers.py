@@ -11,6 +11,16 @@ import unicodedata
 MAX_IDENTIFIER_LENGTH = 256
 
 
+def _encoding_problem(value: str) -> str | None:
+    # A lone surrogate (JSON "\ud800") is valid JSON but not UTF-8: nothing
+    # downstream (Pub/Sub, Postgres, Valkey) can store it.
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        return "must be valid Unicode (it contains a lone surrogate)"
+    return None
+
+
 def identifier_problem(value: object) -> str | None:
     """Why `value` is not a valid identifier, or None if it is."""
     if not isinstance(value, str):
@@ -21,12 +31,18 @@ def identifier_problem(value: object) -> str | None:
         return f"must be at most {MAX_IDENTIFIER_LENGTH} characters"
     if any(unicodedata.category(ch) == "Cc" for ch in value):
         return "must not contain control characters"
-    return None
+    return _encoding_problem(value)
 
 
-def text_problem(value: str, max_bytes: int) -> str | None:
-    """Why `value` is too large a message text, or None if it fits."""
-    size = len(value.encode("utf-8"))
-    if size > max_bytes:
-        return f"is {size} bytes, over the limit of {max_bytes} bytes"
+def text_problem(value: str, max_bytes: int | None = None) -> str | None:
+    """Why `value` cannot be stored as a message text (or is over `max_bytes`), or None."""
+    problem = _encoding_problem(value)
+    if problem:
+        return problem
+    if "\x00" in value:
+        return "must not contain NUL characters"
+    if max_bytes is not None:
+        size = len(value.encode("utf-8"))
+        if size > max_bytes:
+            return f"is {size} bytes, over the limit of {max_bytes} bytes"
     return None

@@ -34,11 +34,14 @@ class Recorder:
 
     def __init__(self) -> None:
         self.calls: list[tuple[str, int, str]] = []  # (turn_id or event_id, attempt, outcome)
+        self.deliveries: list[Delivery] = []
         self._lock = threading.Lock()
 
     def wrap(self, handler: Handler) -> Handler:
         def recorded(event: Event, delivery: Delivery) -> Outcome | None:
             label = getattr(event, "turn_id", event.event_id)
+            with self._lock:
+                self.deliveries.append(delivery)
             try:
                 outcome = handler(event, delivery)
             except Exception as exc:

@@ -31,6 +31,15 @@ def wait_for(condition: Callable[[], T], timeout: float, what: str, interval: fl
     return last
 
 
+def stays(condition: Callable[[], object], seconds: float, what: str) -> None:
+    """Assert `condition` holds for the whole of `seconds` (checking that something
+    does NOT happen, such as a retry of a dead-lettered message, takes a window)."""
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        assert condition(), f"{what} stopped holding"
+        time.sleep(0.2)
+
+
 def settings_env(settings: Settings, **extra: str) -> dict[str, str]:
     """The environment a child `agent-memory` process needs to use `settings`."""
     env = dict(os.environ)

@@ -14,18 +14,33 @@ log = structlog.get_logger("agent_memory.api")
 class ApiError(Exception):
     """An error with an HTTP status, a code and a message for the client."""
 
-    def __init__(self, status: int, code: str, message: str, field: str | None = None) -> None:
+    def __init__(
+        self,
+        status: int,
+        code: str,
+        message: str,
+        field: str | None = None,
+        details: dict[str, str] | None = None,
+    ) -> None:
         super().__init__(message)
         self.status = status
         self.code = code
         self.message = message
         self.field = field
+        self.details = details
 
 
-def error_body(code: str, message: str, fields: list[dict[str, str]] | None = None) -> dict:
+def error_body(
+    code: str,
+    message: str,
+    fields: list[dict[str, str]] | None = None,
+    details: dict[str, str] | None = None,
+) -> dict:
     body: dict = {"error": {"code": code, "message": message}}
     if fields:
         body["error"]["fields"] = fields
+    if details:
+        body["error"].update(details)
     return body
 
 
@@ -59,7 +74,8 @@ def install_error_handlers(app: FastAPI) -> None:
     async def _api_error(_request: Request, exc: ApiError) -> JSONResponse:
         fields = [{"field": exc.field, "message": exc.message}] if exc.field else None
         return JSONResponse(
-            status_code=exc.status, content=error_body(exc.code, exc.message, fields)
+            status_code=exc.status,
+            content=error_body(exc.code, exc.message, fields, exc.details),
         )
 
     @app.exception_handler(StarletteHTTPException)

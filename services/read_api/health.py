@@ -3,27 +3,30 @@
 from __future__ import annotations
 
 import asyncio
-import time
 from collections.abc import Callable
 from typing import Any
+
+import structlog
 
 from shared.bootstrap import Resources
 
 CHECK_TIMEOUT_SECONDS = 2.0
+log = structlog.get_logger("agent_memory.api")
 
 
-async def _timed(fn: Callable[[], Any]) -> dict[str, Any]:
-    started = time.perf_counter()
+async def _check(name: str, fn: Callable[[], Any]) -> bool:
     try:
         await asyncio.wait_for(asyncio.to_thread(fn), CHECK_TIMEOUT_SECONDS)
-    except Exception as exc:  # any failure means "not ready"; the reason is reported
+    except Exception as exc:  # any failure means "not ready"
+        # The reason (hosts, ports, driver messages) goes to the log, not to callers.
         reason = "timed out" if isinstance(exc, TimeoutError) else f"{type(exc).__name__}: {exc}"
-        return {"ok": False, "error": reason[:300]}
-    return {"ok": True, "latency_ms": round((time.perf_counter() - started) * 1000, 2)}
+        log.warning("dependency not ready", dependency=name, reason=reason[:500])
+        return False
+    return True
 
 
-async def readiness(resources: Resources) -> dict[str, dict[str, Any]]:
-    """Check Postgres, Valkey and Pub/Sub concurrently."""
+async def readiness(resources: Resources) -> dict[str, bool]:
+    """Check Postgres, Valkey and Pub/Sub concurrently: name -> reachable."""
 
     def postgres() -> None:
         assert resources.pool is not None
@@ -41,6 +44,6 @@ async def readiness(resources: Resources) -> dict[str, dict[str, Any]]:
             request={"topic": publisher.topic_path("turns")}, timeout=CHECK_TIMEOUT_SECONDS
         )
 
-    names = ("postgres", "valkey", "pubsub")
-    results = await asyncio.gather(_timed(postgres), _timed(valkey), _timed(pubsub))
-    return dict(zip(names, results, strict=True))
+    checks = {"postgres": postgres, "valkey": valkey, "pubsub": pubsub}
+    results = await asyncio.gather(*(_check(name, fn) for name, fn in checks.items()))
+    return dict(zip(checks, results, strict=True))

@@ -37,6 +37,7 @@ from shared.errors import InvalidEvent
 from shared.events import decode
 
 PULL_BATCH = 100
+COUNT_CAP = 10_000
 PULL_TIMEOUT_SECONDS = 3.0
 _PUBSUB_PREFIX = "CloudPubSubDeadLetterSource"
 _OUR_ATTRIBUTES = {
@@ -200,9 +201,6 @@ class DeadLetterQueues:
                 )
             yield batch
 
-    def _pull(self, path: str, limit: int | None) -> list[DeadLetter]:
-        return [letter for batch in self._batches(path, limit) for letter in batch]
-
     def _release(self, path: str, letters: list[DeadLetter]) -> None:
         """Hand messages back to the subscription unacknowledged."""
         ack_ids = [letter.ack_id for letter in letters]
@@ -215,21 +213,26 @@ class DeadLetterQueues:
                 }
             )
 
-    def peek(self, name: str, limit: int | None = None) -> list[DeadLetter]:
-        """Read messages without consuming them."""
-        path = self.dead_letter_path(self.spec(name))
-        letters = self._pull(path, limit)
-        self._release(path, letters)
+    def _read_and_release(self, path: str, limit: int | None) -> list[DeadLetter]:
+        letters: list[DeadLetter] = []
+        try:
+            for batch in self._batches(path, limit):
+                letters.extend(batch)
+        finally:
+            self._release(path, letters)
         return letters
 
-    def counts(self, cap: int = 10_000) -> list[tuple[SubscriptionSpec, str, int]]:
-        """Per subscription: its dead-letter subscription and how many messages wait there."""
+    def peek(self, name: str, limit: int | None = None) -> list[DeadLetter]:
+        """Read messages without consuming them."""
+        return self._read_and_release(self.dead_letter_path(self.spec(name)), limit)
+
+    def counts(self, cap: int = COUNT_CAP) -> list[tuple[SubscriptionSpec, str, int]]:
+        """Per subscription: its dead-letter subscription and how many messages wait
+        there (read, then handed back; at most `cap` are counted)."""
         found = []
         for spec in SUBSCRIPTIONS:
             path = self.dead_letter_path(spec)
-            letters = self._pull(path, cap)
-            self._release(path, letters)
-            found.append((spec, path, len(letters)))
+            found.append((spec, path, len(self._read_and_release(path, cap))))
         return found
 
     # -- replay ------------------------------------------------------------------
@@ -243,59 +246,75 @@ class DeadLetterQueues:
     ) -> ReplayResult:
         """Re-publish matching dead letters to their original topic, then ack each one."""
         spec = self.spec(name)
-        path = self.dead_letter_path(spec)
-        topic_path = self.publisher.topic_path(spec.topic)
-        flt = flt or ReplayFilter()
-        say = progress or (lambda _line: None)
-        result = ReplayResult()
-        held: list[DeadLetter] = []
-        now = datetime.now(UTC)
+        run = _ReplayRun(
+            queues=self,
+            path=self.dead_letter_path(spec),
+            topic_path=self.publisher.topic_path(spec.topic),
+            flt=flt or ReplayFilter(),
+            dry_run=dry_run,
+            say=progress or (lambda _line: None),
+        )
         try:
-            for batch in self._batches(path, None):
+            for batch in self._batches(run.path, None):
                 for letter in batch:
-                    if limit is not None and result.replayed >= limit:
-                        held.append(letter)  # read but not considered: handed back untouched
-                        continue
-                    self._replay_one(letter, flt, now, topic_path, path, dry_run, result, held, say)
-                if limit is not None and result.replayed >= limit:
+                    if limit is not None and run.result.replayed >= limit:
+                        run.held.append(letter)  # read but not considered: handed back untouched
+                    else:
+                        run.consider(letter)
+                if limit is not None and run.result.replayed >= limit:
                     break
         finally:
-            self._release(path, held)
-        return result
+            self._release(run.path, run.held)
+        return run.result
 
-    def _replay_one(
-        self,
-        letter: DeadLetter,
-        flt: ReplayFilter,
-        now: datetime,
-        topic_path: str,
-        path: str,
-        dry_run: bool,
-        result: ReplayResult,
-        held: list[DeadLetter],
-        say: Callable[[str], None],
-    ) -> None:
-        if not flt.matches(letter, now):
-            result.skipped += 1
-            held.append(letter)
+
+@dataclass
+class _ReplayRun:
+    """One `dlq replay`: what it has decided so far and what it must hand back."""
+
+    queues: DeadLetterQueues
+    path: str
+    topic_path: str
+    flt: ReplayFilter
+    dry_run: bool
+    say: Callable[[str], None]
+    now: datetime = field(default_factory=lambda: datetime.now(UTC))
+    result: ReplayResult = field(default_factory=ReplayResult)
+    held: list[DeadLetter] = field(default_factory=list)
+
+    def consider(self, letter: DeadLetter) -> None:
+        if not self.flt.matches(letter, self.now):
+            self.result.skipped += 1
+            self.held.append(letter)
             return
         label = f"{letter.event_id or letter.message_id} ({letter.event_type or '?'})"
-        topic = topic_path.rsplit("/", 1)[1]
-        if dry_run:
-            result.replayed += 1
-            held.append(letter)
-            say(f"would replay {label} to {topic}")
+        topic = self.topic_path.rsplit("/", 1)[1]
+        if self.dry_run:
+            self.result.replayed += 1
+            self.held.append(letter)
+            self.say(f"would replay {label} to {topic}")
             return
         try:
-            self.publisher.publish_raw(
-                topic_path, letter.data, letter.original_attributes(), letter.ordering_key()
-            ).result(timeout=self.settings.publish_timeout_seconds)
+            self.queues.publisher.publish_raw(
+                self.topic_path, letter.data, letter.original_attributes(), letter.ordering_key()
+            ).result(timeout=self.queues.settings.publish_timeout_seconds)
         except Exception as exc:
-            result.failed += 1
-            result.failures.append(f"{label}: {exc!r}")
-            held.append(letter)
-            say(f"failed {label}: {exc!r}")
+            self.result.failed += 1
+            self.result.failures.append(f"{label}: {exc!r}")
+            self.held.append(letter)
+            self.say(f"failed {label}: {exc!r}")
             return
-        self.subscriber.acknowledge(request={"subscription": path, "ack_ids": [letter.ack_id]})
-        result.replayed += 1
-        say(f"replayed {label} to {topic}")
+        # Only now, with the publish confirmed, may the dead letter go.
+        try:
+            self.queues.subscriber.acknowledge(
+                request={"subscription": self.path, "ack_ids": [letter.ack_id]}
+            )
+        except gexc.GoogleAPICallError as exc:
+            # Replayed, but still in the dead letters: a later replay sends it again,
+            # which the consumers' ledgers make harmless.
+            self.result.failed += 1
+            self.result.failures.append(f"{label}: republished, not acknowledged: {exc!r}")
+            self.say(f"republished {label} but could not acknowledge it: {exc!r}")
+            return
+        self.result.replayed += 1
+        self.say(f"replayed {label} to {topic}")

@@ -21,9 +21,11 @@ from shared.events import Event, Limits, encode
 log = structlog.get_logger(__name__)
 
 
-def make_publisher_client() -> pubsub_v1.PublisherClient:
-    """A client tuned for low latency: small batches sent within 5 ms, ordering on,
-    and flow control that makes a caller wait rather than drop a message."""
+def make_publisher_client(block_when_full: bool = True) -> pubsub_v1.PublisherClient:
+    """A client tuned for low latency: small batches sent within 5 ms, ordering on.
+
+    When 10,000 messages wait unconfirmed, a worker's publish waits (never drops);
+    the API's raises at once instead, because a wait would stall its event loop."""
     return pubsub_v1.PublisherClient(
         batch_settings=BatchSettings(max_messages=100, max_bytes=1024 * 1024, max_latency=0.005),
         publisher_options=PublisherOptions(
@@ -31,10 +33,22 @@ def make_publisher_client() -> pubsub_v1.PublisherClient:
             flow_control=PublishFlowControl(
                 message_limit=10_000,
                 byte_limit=64 * 1024 * 1024,
-                limit_exceeded_behavior=LimitExceededBehavior.BLOCK,
+                limit_exceeded_behavior=(
+                    LimitExceededBehavior.BLOCK if block_when_full else LimitExceededBehavior.ERROR
+                ),
             ),
         ),
     )
+
+
+# The client library takes attributes as keyword arguments next to its own
+# parameters; a producer's attribute with one of these names would be taken as
+# the parameter. Such attributes travel renamed.
+_CLIENT_PARAMETERS = frozenset({"ordering_key", "retry", "timeout"})
+
+
+def safe_attributes(attributes: Mapping[str, str]) -> dict[str, str]:
+    return {(f"attr_{k}" if k in _CLIENT_PARAMETERS else k): v for k, v in attributes.items()}
 
 
 class EventPublisher:
@@ -45,8 +59,9 @@ class EventPublisher:
         settings: Settings,
         client: pubsub_v1.PublisherClient | None = None,
         limits: Limits | None = None,
+        block_when_full: bool = True,
     ) -> None:
-        self.client = client or make_publisher_client()
+        self.client = client or make_publisher_client(block_when_full)
         self.project = settings.google_cloud_project
         self.prefix = settings.topic_prefix
         self.limits = limits or Limits(settings.max_message_bytes, settings.max_tool_events_bytes)
@@ -69,7 +84,9 @@ class EventPublisher:
         ordering_key: str = "",
     ) -> Future:
         """Publish bytes as they are (dead-lettering and replay keep the original body)."""
-        future = self.client.publish(topic_path, data, ordering_key=ordering_key, **attributes)
+        future = self.client.publish(
+            topic_path, data, ordering_key=ordering_key, **safe_attributes(attributes)
+        )
         future.add_done_callback(
             lambda f: self._after_publish(f, topic_path, ordering_key, attributes)
         )

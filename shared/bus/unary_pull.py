@@ -34,6 +34,7 @@ PULL_TIMEOUT_SECONDS = 2.5  # the emulator answers an empty pull about 1 s befor
 ACK_FLUSH_SECONDS = 0.05  # acks wait at most this long, to go in batches
 MAX_IDS_PER_REQUEST = 1000
 PREFETCH_FACTOR = 4  # messages leased ahead of the handlers, so pulls come in batches
+MAX_LEASE_SECONDS = 3600  # a handler stuck longer loses its lease: the message is redelivered
 
 
 class PulledMessage:
@@ -52,12 +53,15 @@ class PulledMessage:
         self.ordering_key: str = message.ordering_key
         self.message_id: str = message.message_id
         self.publish_time: datetime | None = message.publish_time.ToDatetime(tzinfo=UTC)
+        self.settled = False
         self._delivery = delivery
 
     def ack(self) -> None:
+        self.settled = True
         self._delivery.settle(self.ack_id, ack=True)
 
     def nack(self) -> None:
+        self.settled = True
         self._delivery.settle(self.ack_id, ack=False)
 
 
@@ -84,7 +88,11 @@ class UnaryPullDelivery:
         self._done = threading.Event()
         self._error: BaseException | None = None
         self._cond = threading.Condition()
-        self._leased: set[str] = set()  # ack ids handed to a handler and not yet settled
+        # ack id -> when it was pulled, for every message not yet settled
+        self._leased: dict[str, float] = {}
+        # Lease extensions and nacks go out in the order they were decided, so an
+        # extension can never overtake (and undo) a nack.
+        self._rpc_lock = threading.Lock()
         self._to_ack: list[str] = []
         self._to_nack: list[str] = []
         self._threads: list[threading.Thread] = []
@@ -142,14 +150,18 @@ class UnaryPullDelivery:
     # -- settling --------------------------------------------------------------------
     def settle(self, ack_id: str, ack: bool) -> None:
         with self._cond:
-            self._leased.discard(ack_id)
+            self._leased.pop(ack_id, None)
             (self._to_ack if ack else self._to_nack).append(ack_id)
             self._cond.notify_all()
 
     def _flush(self) -> None:
-        with self._cond:
-            acks, self._to_ack = self._to_ack, []
-            nacks, self._to_nack = self._to_nack, []
+        with self._rpc_lock:
+            with self._cond:
+                acks, self._to_ack = self._to_ack, []
+                nacks, self._to_nack = self._to_nack, []
+            self._send(acks, nacks)
+
+    def _send(self, acks: list[str], nacks: list[str]) -> None:
         for start in range(0, len(acks), MAX_IDS_PER_REQUEST):
             self._call(
                 self.subscriber.acknowledge,
@@ -176,10 +188,14 @@ class UnaryPullDelivery:
             log.warning("ack or lease request failed", error=repr(exc), ids=len(request["ack_ids"]))
 
     def _run(self, message: PulledMessage) -> None:
-        if self._stopping.is_set():
-            message.nack()  # leased ahead but not started: hand it back
-            return
-        self.callback(message)
+        try:
+            if self._stopping.is_set():
+                message.nack()  # leased ahead but not started: hand it back
+                return
+            self.callback(message)
+        finally:
+            if not message.settled:  # the callback escaped without deciding
+                message.nack()
 
     # -- threads ---------------------------------------------------------------------
     def _settle_loop(self) -> None:
@@ -188,12 +204,14 @@ class UnaryPullDelivery:
             self._flush()
 
     def _lease_loop(self) -> None:
-        # Extend every lease well before it ends.
+        # Extend every lease well before it ends, up to MAX_LEASE_SECONDS.
         interval = max(1.0, self.lease_seconds / 3)
         while not self._done.wait(interval):
-            with self._cond:
-                leased = list(self._leased)
-            self._modack(leased, self.lease_seconds)
+            oldest = time.monotonic() - MAX_LEASE_SECONDS
+            with self._rpc_lock:
+                with self._cond:
+                    leased = [a for a, pulled in self._leased.items() if pulled > oldest]
+                self._modack(leased, self.lease_seconds)
 
     def _pull_loop(self) -> None:
         try:
@@ -218,11 +236,13 @@ class UnaryPullDelivery:
                     # Pulled as we were stopping: hand them straight back.
                     self._modack([r.ack_id for r in received], 0)
                     return
+                now = time.monotonic()
                 with self._cond:
-                    self._leased.update(r.ack_id for r in received)
+                    self._leased.update((r.ack_id, now) for r in received)
                 # Shorten the first lease from the subscription's ack deadline to ours,
                 # so a worker killed now has its messages redelivered within seconds.
-                self._modack([r.ack_id for r in received], self.lease_seconds)
+                with self._rpc_lock:
+                    self._modack([r.ack_id for r in received], self.lease_seconds)
                 for r in received:
                     try:
                         self.executor.submit(self._run, PulledMessage(r, self))

@@ -17,7 +17,7 @@ import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
 from enum import StrEnum
 
@@ -31,7 +31,7 @@ from shared.bus.publisher import EventPublisher
 from shared.bus.topology import dead_letter_name, full_name
 from shared.bus.unary_pull import PREFETCH_FACTOR, PulledMessage, UnaryPullDelivery
 from shared.config import Settings
-from shared.errors import PermanentError
+from shared.errors import PermanentError, is_permanent
 from shared.events import Event, Limits, decode
 
 log = structlog.get_logger("agent_memory.worker")
@@ -41,7 +41,12 @@ DEAD_LETTER_REASON = "dead_letter_reason"
 DEAD_LETTER_SUBSCRIPTION = "dead_letter_subscription"
 DEAD_LETTER_ATTEMPT = "dead_letter_delivery_attempt"
 DEAD_LETTER_ORDERING_KEY = "dead_letter_ordering_key"
-MAX_ATTRIBUTE_CHARS = 1000  # Pub/Sub allows 1024 bytes per attribute value
+MAX_ATTRIBUTE_BYTES = 1000  # Pub/Sub allows 1024 bytes per attribute value
+
+
+def truncate_utf8(text: str, max_bytes: int) -> str:
+    """At most `max_bytes` of UTF-8, cut on a character boundary."""
+    return text.encode("utf-8")[:max_bytes].decode("utf-8", errors="ignore")
 
 
 def publishable(attributes: dict[str, str]) -> dict[str, str]:
@@ -65,6 +70,8 @@ class Delivery:
     message_id: str
     delivery_attempt: int
     publish_time: datetime | None
+    ordering_key: str = ""
+    attributes: Mapping[str, str] = field(default_factory=dict)
 
 
 Handler = Callable[[Event, Delivery], Outcome | None]
@@ -244,12 +251,17 @@ class SubscriberRuntime:
                 if key:
                     structlog.contextvars.bind_contextvars(session=key)
             delivery = Delivery(
-                self.subscription, message.message_id, attempt, message.publish_time
+                self.subscription,
+                message.message_id,
+                attempt,
+                message.publish_time,
+                message.ordering_key,
+                attributes,
             )
             outcomes = [handler(event, delivery) or Outcome.APPLIED for handler in handlers]
-        except PermanentError as exc:
-            return self._dead_letter(message, attributes, attempt, str(exc))
         except Exception as exc:
+            if is_permanent(exc):
+                return self._dead_letter(message, attributes, attempt, str(exc))
             reason = f"{type(exc).__name__}: {exc}"
             if attempt >= self.settings.max_delivery_attempts:
                 return self._dead_letter(
@@ -275,7 +287,7 @@ class SubscriberRuntime:
         so it is never lost between the two topics.
         """
         dead = publishable(attributes)
-        dead[DEAD_LETTER_REASON] = reason[:MAX_ATTRIBUTE_CHARS]
+        dead[DEAD_LETTER_REASON] = truncate_utf8(reason, MAX_ATTRIBUTE_BYTES)
         dead[DEAD_LETTER_SUBSCRIPTION] = self.subscription
         dead[DEAD_LETTER_ATTEMPT] = str(attempt)
         if message.ordering_key:

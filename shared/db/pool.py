@@ -15,6 +15,11 @@ from psycopg_pool import ConnectionPool
 
 from shared.config import Settings
 
+# Bound how long one statement or lock wait can hold a handler, its pool
+# connection and its message's lease.
+STATEMENT_TIMEOUT_MS = 30_000
+LOCK_TIMEOUT_MS = 10_000
+
 
 def _configure(conn: psycopg.Connection) -> None:
     register_vector(conn)
@@ -31,7 +36,11 @@ def make_pool(settings: Settings, max_size: int, name: str) -> ConnectionPool:
         max_size=max_size,
         name=name,
         configure=_configure,
-        kwargs={"connect_timeout": max(1, int(settings.db_connect_timeout_seconds))},
+        kwargs={
+            "connect_timeout": max(1, int(settings.db_connect_timeout_seconds)),
+            "options": f"-c statement_timeout={STATEMENT_TIMEOUT_MS} "
+            f"-c lock_timeout={LOCK_TIMEOUT_MS}",
+        },
         timeout=settings.db_connect_timeout_seconds,
         open=False,
     )

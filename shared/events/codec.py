@@ -75,9 +75,12 @@ def decode(data: bytes, attributes: Mapping[str, str], limits: Limits | None = N
         record = json.loads(data.decode("utf-8"))
     except (UnicodeDecodeError, json.JSONDecodeError) as exc:
         raise InvalidEvent(f"body is not JSON: {exc}") from None
-    problem = schema_problem(event_type, record) or _rules_problem(
-        event_type, record, limits or Limits()
-    )
+    try:
+        problem = schema_problem(event_type, record) or _rules_problem(
+            event_type, record, limits or Limits()
+        )
+    except Exception as exc:  # validation must never fail as "transient"
+        raise InvalidEvent(f"body cannot be validated: {type(exc).__name__}: {exc}") from None
     if problem:
         raise InvalidEvent(problem)
     for name in ("event_id", "app"):
@@ -125,6 +128,11 @@ def _turn_problem(record: dict[str, Any], limits: Limits) -> str | None:
         problem = text_problem(record[name], limits.max_message_bytes)
         if problem:
             return f"{name}: {problem}"
+    for i, tool in enumerate(record["tool_events"]):
+        for name in ("name", "arguments", "output"):
+            problem = text_problem(tool[name])
+            if problem:
+                return f"tool_events[{i}].{name}: {problem}"
     size = sum(
         len(t["name"].encode()) + len(t["arguments"].encode()) + len(t["output"].encode())
         for t in record["tool_events"]

@@ -6,10 +6,12 @@ operation's name. Absent optional values are empty strings, as in the schemas.
 
 from __future__ import annotations
 
+import hashlib
 import uuid
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields, is_dataclass
 from datetime import UTC, datetime
-from typing import Any, ClassVar
+from functools import cache
+from typing import Any, ClassVar, get_args, get_origin, get_type_hints
 
 # Deterministic event ids: a retried API call with the same turn_id gets the
 # same event_id, so every consumer's ledger treats it as the same event.
@@ -19,6 +21,18 @@ _EVENT_NAMESPACE = uuid.UUID("5d1c2f6e-8a4b-4e55-9a60-2f7b9c1d0e11")
 def derived_event_id(*parts: str) -> str:
     """A stable event id for the given identifying parts."""
     return str(uuid.uuid5(_EVENT_NAMESPACE, "\x1f".join(parts)))
+
+
+MAX_ORDERING_KEY_BYTES = 1024  # Pub/Sub's limit
+
+
+def ordering_key(*parts: str) -> str:
+    """The parts joined by `/`; hashed when longer than Pub/Sub allows (identifiers of
+    256 multi-byte characters each can exceed it). Equal parts give equal keys."""
+    key = "/".join(parts)
+    if len(key.encode("utf-8")) <= MAX_ORDERING_KEY_BYTES:
+        return key
+    return "sha256:" + hashlib.sha256(key.encode("utf-8")).hexdigest()
 
 
 def utcnow() -> datetime:
@@ -38,6 +52,43 @@ def parse_time(value: str) -> datetime:
     return parsed.astimezone(UTC)
 
 
+class _Record:
+    """Conversion between an event dataclass and its schema's record (JSON object):
+    times as RFC 3339 strings, nested tuples of records as lists of objects."""
+
+    def to_record(self) -> dict[str, Any]:
+        return {f.name: _to_json(getattr(self, f.name)) for f in fields(self)}  # type: ignore[arg-type]
+
+    @classmethod
+    def from_record(cls, record: dict[str, Any]) -> Any:
+        hints = _hints(cls)
+        return cls(**{f.name: _from_json(hints[f.name], record[f.name]) for f in fields(cls)})  # type: ignore[arg-type]
+
+
+@cache
+def _hints(cls: type) -> dict[str, Any]:
+    return get_type_hints(cls)
+
+
+def _to_json(value: Any) -> Any:
+    if isinstance(value, datetime):
+        return format_time(value)
+    if isinstance(value, tuple):
+        return [_to_json(v) for v in value]
+    if is_dataclass(value):
+        return {f.name: _to_json(getattr(value, f.name)) for f in fields(value)}
+    return value
+
+
+def _from_json(hint: Any, value: Any) -> Any:
+    if hint is datetime:
+        return parse_time(value)
+    if get_origin(hint) is tuple:
+        (item, _ellipsis) = get_args(hint)
+        return tuple(item(**v) for v in value)
+    return value
+
+
 @dataclass(frozen=True)
 class ToolEvent:
     name: str
@@ -46,7 +97,7 @@ class ToolEvent:
 
 
 @dataclass(frozen=True)
-class TurnRecorded:
+class TurnRecorded(_Record):
     """A finished turn of a session (`turn.recorded.v1`)."""
 
     EVENT_TYPE: ClassVar[str] = "turn.recorded.v1"
@@ -67,41 +118,7 @@ class TurnRecorded:
     @property
     def ordering_key(self) -> str:
         """Turns of one session share an ordering key (their delivery order is a hint only)."""
-        return f"{self.app}/{self.user_id}/{self.session_id}"
-
-    def to_record(self) -> dict[str, Any]:
-        return {
-            "event_id": self.event_id,
-            "app": self.app,
-            "user_id": self.user_id,
-            "session_id": self.session_id,
-            "project_id": self.project_id,
-            "prev_session_id": self.prev_session_id,
-            "turn_id": self.turn_id,
-            "created_at": format_time(self.created_at),
-            "user": self.user,
-            "assistant": self.assistant,
-            "tool_events": [
-                {"name": t.name, "arguments": t.arguments, "output": t.output}
-                for t in self.tool_events
-            ],
-        }
-
-    @classmethod
-    def from_record(cls, record: dict[str, Any]) -> TurnRecorded:
-        return cls(
-            event_id=record["event_id"],
-            app=record["app"],
-            user_id=record["user_id"],
-            session_id=record["session_id"],
-            project_id=record["project_id"],
-            prev_session_id=record["prev_session_id"],
-            turn_id=record["turn_id"],
-            created_at=parse_time(record["created_at"]),
-            user=record["user"],
-            assistant=record["assistant"],
-            tool_events=tuple(ToolEvent(**t) for t in record["tool_events"]),
-        )
+        return ordering_key(self.app, self.user_id, self.session_id)
 
 
 @dataclass(frozen=True)
@@ -111,7 +128,7 @@ class ContentEvent:
 
 
 @dataclass(frozen=True)
-class MemoriesGenerate:
+class MemoriesGenerate(_Record):
     """Generate memories from direct contents (`memories.generate.v1`)."""
 
     EVENT_TYPE: ClassVar[str] = "memories.generate.v1"
@@ -130,34 +147,9 @@ class MemoriesGenerate:
     def ordering_key(self) -> str:
         return ""
 
-    def to_record(self) -> dict[str, Any]:
-        return {
-            "event_id": self.event_id,
-            "app": self.app,
-            "user_id": self.user_id,
-            "project_id": self.project_id,
-            "session_id": self.session_id,
-            "operation": self.operation,
-            "created_at": format_time(self.created_at),
-            "events": [{"role": e.role, "text": e.text} for e in self.events],
-        }
-
-    @classmethod
-    def from_record(cls, record: dict[str, Any]) -> MemoriesGenerate:
-        return cls(
-            event_id=record["event_id"],
-            app=record["app"],
-            user_id=record["user_id"],
-            project_id=record["project_id"],
-            session_id=record["session_id"],
-            operation=record["operation"],
-            created_at=parse_time(record["created_at"]),
-            events=tuple(ContentEvent(**e) for e in record["events"]),
-        )
-
 
 @dataclass(frozen=True)
-class CompactionRequested:
+class CompactionRequested(_Record):
     """Fold a user's old episodes into a summary (`compaction.requested.v1`)."""
 
     EVENT_TYPE: ClassVar[str] = "compaction.requested.v1"
@@ -174,29 +166,6 @@ class CompactionRequested:
     @property
     def ordering_key(self) -> str:
         return ""
-
-    def to_record(self) -> dict[str, Any]:
-        return {
-            "event_id": self.event_id,
-            "app": self.app,
-            "user_id": self.user_id,
-            "project_id": self.project_id,
-            "retention_days": self.retention_days,
-            "batch_limit": self.batch_limit,
-            "created_at": format_time(self.created_at),
-        }
-
-    @classmethod
-    def from_record(cls, record: dict[str, Any]) -> CompactionRequested:
-        return cls(
-            event_id=record["event_id"],
-            app=record["app"],
-            user_id=record["user_id"],
-            project_id=record["project_id"],
-            retention_days=record["retention_days"],
-            batch_limit=record["batch_limit"],
-            created_at=parse_time(record["created_at"]),
-        )
 
 
 Event = TurnRecorded | MemoriesGenerate | CompactionRequested

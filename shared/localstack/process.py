@@ -9,7 +9,7 @@ import signal
 import socket
 import subprocess
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import IO
 
@@ -69,6 +69,7 @@ class ManagedProcess:
         self.proc: subprocess.Popen | None = None
         self._log: IO[bytes] | None = None
         self.started_at = 0.0
+        self.on_start: Callable[[ManagedProcess], None] | None = None
 
     def start(self) -> None:
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
@@ -84,6 +85,8 @@ class ManagedProcess:
             **run_as(self.user),
         )
         self.started_at = time.monotonic()
+        if self.on_start is not None:
+            self.on_start(self)
 
     @property
     def pid(self) -> int | None:

@@ -17,6 +17,7 @@ import signal
 import sys
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import IO
@@ -41,8 +42,10 @@ from shared.localstack.process import ManagedProcess, free_port, port_is_open, t
 log = structlog.get_logger("agent_memory.up")
 
 SERVICES = ("api", "summary", "extraction")
-STOP_SERVICES_SECONDS = 6.0
+# Within 10 s: services drain, components shut down, stragglers are killed.
+STOP_SERVICES_SECONDS = 5.5
 STOP_COMPONENTS_SECONDS = 3.0
+KILL_WAIT_SECONDS = 1.0
 SERVICE_SHUTDOWN_SECONDS = 5.0  # what a worker child gets to drain, inside STOP_SERVICES_SECONDS
 
 
@@ -95,6 +98,8 @@ class LocalStack:
         self._lock_file: IO[str] | None = None
         self._restarts: dict[str, int] = {}
         self._stopping = threading.Event()
+        self._stop_requested = threading.Event()
+        self._running = False
 
     # -- start ---------------------------------------------------------------
     def start(self) -> Endpoints:
@@ -106,7 +111,7 @@ class LocalStack:
             self._prepare()
             for name in self.services:
                 self.start_service(name)
-            self._write_state()
+            self._write_endpoints()
             if "api" in self.services:
                 self._wait_api()
         except BaseException:
@@ -161,21 +166,21 @@ class LocalStack:
                 self.data_dir, self._port(s.postgres_port), self.log_dir, fast=self.fast
             )
             self.components.append(postgres.process)
-            database_url = postgres.start()
+            database_url = self._recorded(postgres.start, postgres.process)
         valkey_url = s.valkey_url
         if not valkey_url:
             valkey = LocalValkey(
                 self.data_dir, self._port(s.valkey_port), self.log_dir, fast=self.fast
             )
             self.components.append(valkey.process)
-            valkey_url = valkey.start()
+            valkey_url = self._recorded(valkey.start, valkey.process)
         emulator_host = s.pubsub_emulator_host or ""
         if not emulator_host and s.pubsub_backend == "emulator":
             emulator = LocalPubSubEmulator(
                 find_emulator(s.pubsub_emulator_bin), self._port(s.pubsub_port), self.log_dir
             )
             self.components.append(emulator.process)
-            emulator_host = emulator.start()
+            emulator_host = self._recorded(emulator.start, emulator.process)
         if "api" in self.services and port_is_open(s.api_port, s.api_host):
             raise StackError(
                 f"port {s.api_port} is in use; set AM_API_PORT to a free port for this stack"
@@ -237,6 +242,7 @@ class LocalStack:
         )
         proc.start()
         self.service_procs[name] = proc
+        self._write_pids()
 
     def _wait_api(self, timeout: float = 60.0) -> None:
         assert self.endpoints is not None
@@ -254,15 +260,23 @@ class LocalStack:
             time.sleep(0.1)
         raise StackError(f"the API did not answer within {timeout:.0f} s")
 
-    def _write_state(self) -> None:
+    def _recorded(self, start: Callable[[], str], proc: ManagedProcess) -> str:
+        """Run a component's start with its pid recorded the moment the process exists,
+        so a supervisor killed during start-up leaves nothing the next `up` cannot stop."""
+        proc.on_start = lambda _proc: self._write_pids()
+        return start()
+
+    def _write_endpoints(self) -> None:
         assert self.endpoints is not None
         (self.data_dir / "endpoints.json").write_text(
             json.dumps(asdict(self.endpoints), indent=2) + "\n"
         )
+
+    def _write_pids(self) -> None:
         entries = []
         for proc in [*self.components, *self.service_procs.values()]:
             with contextlib.suppress(psutil.Error):
-                if proc.pid:
+                if proc.pid and proc.running:
                     entries.append(
                         {
                             "name": proc.name,
@@ -292,7 +306,6 @@ class LocalStack:
             proc.close_log()
             self._restarts[name] = count + 1
             self.start_service(name)
-            self._write_state()
         for proc in self.components:
             if not proc.running and not getattr(proc, "_reported", False):
                 proc._reported = True  # type: ignore[attr-defined]
@@ -302,12 +315,25 @@ class LocalStack:
                     exit_code=proc.exit_code(),
                 )
 
+    def install_signal_handlers(self) -> None:
+        """SIGINT/SIGTERM: during start-up, unwind (start() stops what it started);
+        afterwards, end `run_until_signal`; while stopping, ignored (stop is bounded)."""
+
+        def on_signal(signum: int, _frame: object) -> None:
+            if self._stopping.is_set():
+                return
+            if self._running:
+                self._stop_requested.set()
+            else:
+                raise KeyboardInterrupt
+
+        for signum in (signal.SIGINT, signal.SIGTERM):
+            signal.signal(signum, on_signal)
+
     def run_until_signal(self) -> int:
         """Block until SIGINT or SIGTERM, watching the children; then stop everything."""
-        stop = threading.Event()
-        for signum in (signal.SIGINT, signal.SIGTERM):
-            signal.signal(signum, lambda *_: stop.set())
-        while not stop.wait(0.5):
+        self._running = True
+        while not self._stop_requested.wait(0.5):
             self.watch_once()
         self.stop()
         return 0
@@ -327,16 +353,20 @@ class LocalStack:
 
     @staticmethod
     def _stop_group(procs: list[ManagedProcess], timeout: float) -> None:
+        """Ask each to stop; at the deadline kill every straggler at once (with its
+        process group: postgres backends go with their postmaster)."""
         for proc in procs:
             proc.request_stop()
         deadline = time.monotonic() + timeout
+        stragglers = [p for p in procs if not p.wait(deadline - time.monotonic())]
+        for proc in stragglers:
+            log.warning("killing a process that did not stop in time", name=proc.name)
         for proc in procs:
-            if not proc.wait(deadline - time.monotonic()):
-                log.warning("killing a process that did not stop in time", name=proc.name)
-                proc.kill()
-            # Descendants in the group (postgres backends) go with their leader.
-            if proc.group_pids():
-                proc.kill()
+            if proc in stragglers or proc.group_pids():
+                proc.send(signal.SIGKILL)
+        kill_deadline = time.monotonic() + KILL_WAIT_SECONDS
+        for proc in procs:
+            proc.wait(kill_deadline - time.monotonic())
             proc.close_log()
 
 

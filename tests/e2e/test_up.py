@@ -32,14 +32,14 @@ def _clean_env(**extra: str) -> dict[str, str]:
 
 
 class Up:
-    def __init__(self, data_dir: Path, api_port: int) -> None:
+    def __init__(self, data_dir: Path, api_port: int, **env: str) -> None:
         self.data_dir = data_dir
         self.api_url = f"http://127.0.0.1:{api_port}"
         self.out = data_dir.parent / f"up-{data_dir.name}-{api_port}.out"
         self._out = open(self.out, "ab")  # noqa: SIM115 - closed in stop()
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "services.cli", "up", "--data-dir", str(data_dir)],
-            env=_clean_env(AM_API_PORT=str(api_port)),
+            env=_clean_env(AM_API_PORT=str(api_port), **env),
             cwd=REPO,
             stdout=self._out,
             stderr=subprocess.STDOUT,
@@ -61,9 +61,9 @@ class Up:
     def descendants(self) -> list[psutil.Process]:
         return psutil.Process(self.proc.pid).children(recursive=True)
 
-    def stop(self) -> tuple[int, float]:
+    def stop(self, signum: int = signal.SIGINT) -> tuple[int, float]:
         started = time.monotonic()
-        self.proc.send_signal(signal.SIGINT)
+        self.proc.send_signal(signum)
         code = self.proc.wait(timeout=30)
         self._out.close()
         return code, time.monotonic() - started
@@ -156,15 +156,74 @@ def test_up_runs_the_stack_and_stops_it_cleanly(tmp_path):
     assert alive == [], [" ".join(p.cmdline()) for p in alive]
     assert not (data_dir / "pids.json").exists()
 
-    # A restart keeps the memories (Postgres data under the data dir).
+    # A restart keeps the memories (Postgres data under the data dir); meanwhile a
+    # second stack in another data dir runs side by side. SIGTERM stops both.
     again = Up(data_dir, free_port())
+    beside = Up(tmp_path / "beside", free_port())
     try:
         endpoints = again.wait_ready()
         assert _episodes(endpoints["database_url"], "u-up") == 1
+        other = beside.wait_ready()
+        assert other["database_url"] != endpoints["database_url"]
+        assert httpx.get(f"{beside.api_url}/readyz", timeout=10).status_code == 200
+        assert httpx.get(f"{again.api_url}/readyz", timeout=10).status_code == 200
     finally:
-        children = again.descendants()
-        code, took = again.stop()
-    assert code == 0 and took < 10.0
+        children = again.descendants() + beside.descendants()
+        results = [again.stop(signal.SIGTERM), beside.stop(signal.SIGTERM)]
+    assert all(code == 0 and took < 10.0 for code, took in results), results
+    assert psutil.wait_procs(children, timeout=1)[1] == []
+
+
+@pytest.mark.slow
+def test_a_signal_during_start_up_stops_what_was_started(tmp_path):
+    data_dir = tmp_path / "early"
+    up = Up(data_dir, free_port())
+    # Interrupt once PostgreSQL runs and before the rest of the stack is up.
+    wait_for(
+        lambda: any("postgres" in " ".join(p.cmdline()) for p in up.descendants()),
+        60,
+        "PostgreSQL to start",
+        interval=0.05,
+    )
+    children = up.descendants()
+    code, took = up.stop(signal.SIGTERM)
+    assert code == 130 and "stopped during start-up" in up.output()
+    assert took < 10.0
+    assert psutil.wait_procs(children, timeout=2)[1] == []
+    assert not (data_dir / "pids.json").exists()
+
+
+@pytest.mark.slow
+def test_up_uses_the_services_it_is_given_instead_of_starting_its_own(stack, tmp_path):
+    up = Up(
+        tmp_path / "external",
+        free_port(),
+        AM_DATABASE_URL=stack.database_url,
+        AM_VALKEY_URL=stack.valkey_url,
+        PUBSUB_EMULATOR_HOST=stack.pubsub_host,
+        GOOGLE_CLOUD_PROJECT="agent-memory-external",
+    )
+    try:
+        endpoints = up.wait_ready()
+        assert (endpoints["database_url"], endpoints["valkey_url"]) == (
+            stack.database_url,
+            stack.valkey_url,
+        )
+        assert endpoints["pubsub_emulator_host"] == stack.pubsub_host
+        commands = [" ".join(p.cmdline()) for p in up.descendants()]
+        assert not any(
+            name in c for c in commands for name in ("bin/postgres", "valkey-server", "pubsub")
+        )
+        assert sorted(c.split("services.cli ")[1] for c in commands if "services.cli" in c) == [
+            "api",
+            "worker extraction",
+            "worker summary",
+        ]
+        assert httpx.get(f"{up.api_url}/readyz", timeout=10).status_code == 200
+    finally:
+        children = up.descendants()
+        code, _took = up.stop(signal.SIGTERM)
+    assert code == 0
     assert psutil.wait_procs(children, timeout=1)[1] == []
 
 

@@ -68,6 +68,7 @@ def test_derived_event_ids_are_stable_and_distinct():
 
 
 def _message(record: dict, **attributes: str) -> tuple[bytes, dict[str, str]]:
+    # ensure_ascii: a lone surrogate travels as the JSON escape "\\ud800"
     attrs = {
         "event_id": record.get("event_id", ""),
         "event_type": "turn.recorded.v1",
@@ -112,6 +113,14 @@ def _record(**changes: object) -> dict:
             "created_at: not an RFC 3339 time with an offset",
         ),
         (_record(), {"app": "other-app"}, "attribute app does not match the body's app"),
+        (_record(user="a\ud800"), {}, "user: must be valid Unicode (it contains a lone surrogate)"),
+        (_record(session_id="s\udfff"), {}, "session_id: must be valid Unicode"),
+        (_record(assistant="a\x00b"), {}, "assistant: must not contain NUL characters"),
+        (
+            _record(tool_events=[{"name": "t", "arguments": "{}", "output": "x\x00"}]),
+            {},
+            "tool_events[0].output: must not contain NUL characters",
+        ),
     ],
 )
 def test_a_bad_message_is_refused_with_its_reason(record, attributes, reason):
@@ -187,3 +196,30 @@ def test_reserved_attributes_are_not_carried_into_a_new_publish():
     assert letter.ordering_key() == "a/u/s"
     assert letter.attempts == 5
     assert letter.reason == "r"
+
+
+def test_an_ordering_key_longer_than_pubsub_allows_is_hashed():
+    short = make_turn()
+    assert short.ordering_key == "app1/user_dev_42/sess_2026_01"
+    long = make_turn(user_id="é" * 256, session_id="ü" * 256)
+    key = long.ordering_key
+    assert key.startswith("sha256:") and len(key.encode()) <= 1024
+    assert key == make_turn(user_id="é" * 256, session_id="ü" * 256).ordering_key
+
+
+def test_dead_letter_reasons_are_cut_by_bytes_on_a_character_boundary():
+    from shared.bus.worker import truncate_utf8
+
+    cut = truncate_utf8("é" * 600, 1000)
+    assert cut == "é" * 500 and len(cut.encode()) == 1000
+    assert truncate_utf8("aé", 2) == "a"
+
+
+def test_attributes_named_like_client_parameters_travel_renamed():
+    from shared.bus.publisher import safe_attributes
+
+    assert safe_attributes({"timeout": "5", "ordering_key": "k", "app": "a"}) == {
+        "attr_timeout": "5",
+        "attr_ordering_key": "k",
+        "app": "a",
+    }

@@ -122,3 +122,14 @@ def test_a_missing_emulator_says_how_to_install_it(tmp_path):
     script.parent.mkdir(parents=True)
     script.write_text("#!/bin/sh\n")
     assert find_emulator(None, roots=[tmp_path]) == script
+
+
+def test_what_counts_as_permanent():
+    import psycopg
+
+    from shared.errors import InvalidEvent, PermanentError, is_permanent
+
+    assert is_permanent(InvalidEvent("bad")) and is_permanent(PermanentError("x"))
+    assert is_permanent(psycopg.DataError("cannot store NUL"))
+    assert not is_permanent(psycopg.OperationalError("server closed the connection"))
+    assert not is_permanent(ConnectionError("valkey down"))

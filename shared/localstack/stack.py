@@ -46,6 +46,7 @@ SERVICES = ("api", "summary", "extraction")
 STOP_SERVICES_SECONDS = 5.5
 STOP_COMPONENTS_SECONDS = 3.0
 KILL_WAIT_SECONDS = 1.0
+HEALTHY_AFTER_SECONDS = 60.0
 SERVICE_SHUTDOWN_SECONDS = 5.0  # what a worker child gets to drain, inside STOP_SERVICES_SECONDS
 
 
@@ -290,6 +291,8 @@ class LocalStack:
     def watch_once(self) -> None:
         """Restart a service that died (with backoff); report a component that died."""
         for name, proc in list(self.service_procs.items()):
+            if proc.running and time.monotonic() - proc.started_at > HEALTHY_AFTER_SECONDS:
+                self._restarts[name] = 0  # it has recovered: the backoff starts over
             if proc.running or self._stopping.is_set():
                 continue
             count = self._restarts.get(name, 0)

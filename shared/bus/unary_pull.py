@@ -91,8 +91,9 @@ class UnaryPullDelivery:
         # ack id -> when it was pulled, for every message not yet settled
         self._leased: dict[str, float] = {}
         # Lease extensions and nacks go out in the order they were decided, so an
-        # extension can never overtake (and undo) a nack.
-        self._rpc_lock = threading.Lock()
+        # extension can never overtake (and undo) a nack. (Acks need no order: an
+        # extension of an acknowledged message is ignored.)
+        self._nack_lock = threading.Lock()
         self._to_ack: list[str] = []
         self._to_nack: list[str] = []
         self._threads: list[threading.Thread] = []
@@ -155,19 +156,17 @@ class UnaryPullDelivery:
             self._cond.notify_all()
 
     def _flush(self) -> None:
-        with self._rpc_lock:
-            with self._cond:
-                acks, self._to_ack = self._to_ack, []
-                nacks, self._to_nack = self._to_nack, []
-            self._send(acks, nacks)
-
-    def _send(self, acks: list[str], nacks: list[str]) -> None:
+        with self._cond:
+            acks, self._to_ack = self._to_ack, []
         for start in range(0, len(acks), MAX_IDS_PER_REQUEST):
             self._call(
                 self.subscriber.acknowledge,
                 {"subscription": self.path, "ack_ids": acks[start : start + MAX_IDS_PER_REQUEST]},
             )
-        self._modack(nacks, 0)
+        with self._nack_lock:
+            with self._cond:
+                nacks, self._to_nack = self._to_nack, []
+            self._modack(nacks, 0)
 
     def _modack(self, ack_ids: list[str], seconds: int) -> None:
         for start in range(0, len(ack_ids), MAX_IDS_PER_REQUEST):
@@ -208,7 +207,7 @@ class UnaryPullDelivery:
         interval = max(1.0, self.lease_seconds / 3)
         while not self._done.wait(interval):
             oldest = time.monotonic() - MAX_LEASE_SECONDS
-            with self._rpc_lock:
+            with self._nack_lock:
                 with self._cond:
                     leased = [a for a, pulled in self._leased.items() if pulled > oldest]
                 self._modack(leased, self.lease_seconds)
@@ -241,8 +240,8 @@ class UnaryPullDelivery:
                     self._leased.update((r.ack_id, now) for r in received)
                 # Shorten the first lease from the subscription's ack deadline to ours,
                 # so a worker killed now has its messages redelivered within seconds.
-                with self._rpc_lock:
-                    self._modack([r.ack_id for r in received], self.lease_seconds)
+                # (No handler has these yet, so no nack can race this.)
+                self._modack([r.ack_id for r in received], self.lease_seconds)
                 for r in received:
                     try:
                         self.executor.submit(self._run, PulledMessage(r, self))

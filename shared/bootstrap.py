@@ -13,6 +13,7 @@ import valkey
 from psycopg_pool import ConnectionPool
 
 from shared.bus.publisher import EventPublisher
+from shared.bus.worker import DEFAULT_CONCURRENCY
 from shared.config import Settings
 from shared.db.migrate import check_embedding_dimension
 from shared.db.pool import make_pool
@@ -71,7 +72,9 @@ def bootstrap(
                 resources._owned.append(resources.publisher)
         if postgres:
             resources.pool = overrides.get("pool") or make_pool(
-                settings, max_size=pool_size or settings.worker_concurrency, name="agent-memory"
+                settings,
+                max_size=pool_size or settings.worker_concurrency or DEFAULT_CONCURRENCY,
+                name="agent-memory",
             )
             if "pool" not in overrides:
                 resources._owned.append(resources.pool)

@@ -50,7 +50,9 @@ class Settings(BaseSettings):
     # never releases a closed stream; see shared/bus/unary_pull.py) and with
     # streaming pull on Pub/Sub.
     pull_mode: Literal["auto", "streaming", "unary"] = "auto"
-    worker_concurrency: int = Field(default=16, ge=1, le=1000)
+    # Unset: the worker kind's own default (summary 64: Valkey only; extraction 16:
+    # the size of its Postgres pool). Each worker kind is its own deployment.
+    worker_concurrency: int | None = Field(default=None, ge=1, le=1000)
     worker_shutdown_seconds: float = Field(default=8.0, gt=0, le=600)
     lease_extension_seconds: int = Field(default=10, ge=10, le=600)
     publish_timeout_seconds: float = Field(default=10.0, gt=0)

@@ -34,6 +34,7 @@ PULL_TIMEOUT_SECONDS = 2.5  # the emulator answers an empty pull about 1 s befor
 ACK_FLUSH_SECONDS = 0.05  # acks wait at most this long, to go in batches
 MAX_IDS_PER_REQUEST = 1000
 PREFETCH_FACTOR = 4  # messages leased ahead of the handlers, so pulls come in batches
+PULL_LOOPS = 1  # pulls in flight at once (measured: a second one does not help)
 MAX_LEASE_SECONDS = 3600  # a handler stuck longer loses its lease: the message is redelivered
 
 
@@ -96,15 +97,14 @@ class UnaryPullDelivery:
         self._nack_lock = threading.Lock()
         self._to_ack: list[str] = []
         self._to_nack: list[str] = []
+        self._to_extend: list[str] = []  # first leases of fresh pulls
+        self._reserved = 0  # room asked for by pulls in flight
         self._threads: list[threading.Thread] = []
 
     # -- lifecycle -----------------------------------------------------------------
     def start(self) -> None:
-        for target, name in (
-            (self._pull_loop, "pull"),
-            (self._lease_loop, "lease"),
-            (self._settle_loop, "settle"),
-        ):
+        loops = [(self._pull_loop, f"pull{n}") for n in range(PULL_LOOPS)]
+        for target, name in [*loops, (self._lease_loop, "lease"), (self._settle_loop, "settle")]:
             thread = threading.Thread(target=target, name=f"{name}-{self.path}", daemon=True)
             thread.start()
             self._threads.append(thread)
@@ -124,10 +124,10 @@ class UnaryPullDelivery:
         unacknowledged, and Pub/Sub redelivers it when its lease ends."""
         deadline = time.monotonic() + timeout
         self.request_stop()
-        puller = self._threads[0] if self._threads else None
+        pullers = self._threads[:PULL_LOOPS]
         with self._cond:
             while time.monotonic() < deadline and (
-                self._leased or (puller is not None and puller.is_alive())
+                self._leased or any(p.is_alive() for p in pullers)
             ):
                 self._cond.wait(timeout=max(0.0, min(0.05, deadline - time.monotonic())))
             drained = not self._leased
@@ -166,6 +166,10 @@ class UnaryPullDelivery:
         with self._nack_lock:
             with self._cond:
                 nacks, self._to_nack = self._to_nack, []
+                # Only what is still leased: a first lease must not revive a nack.
+                fresh = [a for a in self._to_extend if a in self._leased]
+                self._to_extend = []
+            self._modack(fresh, self.lease_seconds)
             self._modack(nacks, 0)
 
     def _modack(self, ack_ids: list[str], seconds: int) -> None:
@@ -216,32 +220,39 @@ class UnaryPullDelivery:
         try:
             while not self._stopping.is_set():
                 with self._cond:
-                    while len(self._leased) >= self.max_outstanding and not self._stopping.is_set():
+                    while (
+                        len(self._leased) + self._reserved >= self.max_outstanding
+                        and not self._stopping.is_set()
+                    ):
                         self._cond.wait(timeout=0.5)
-                    free = self.max_outstanding - len(self._leased)
+                    # Reserve the room this pull asks for, so the other pull loop
+                    # cannot ask for it too.
+                    want = self.max_outstanding - len(self._leased) - self._reserved
+                    self._reserved += want
                 if self._stopping.is_set():
+                    self._release_reservation(want)
                     return
                 try:
                     response = self.subscriber.pull(
-                        request={"subscription": self.path, "max_messages": free},
+                        request={"subscription": self.path, "max_messages": want},
                         timeout=PULL_TIMEOUT_SECONDS,
                     )
+                    received = list(type(response).pb(response).received_messages)
                 except (gexc.DeadlineExceeded, gexc.ServiceUnavailable, gexc.RetryError):
-                    continue
-                received = list(type(response).pb(response).received_messages)
-                if not received:
-                    continue
-                if self._stopping.is_set():
+                    received = []
+                if received and self._stopping.is_set():
                     # Pulled as we were stopping: hand them straight back.
                     self._modack([r.ack_id for r in received], 0)
-                    return
+                    received = []
                 now = time.monotonic()
                 with self._cond:
+                    self._reserved -= want
                     self._leased.update((r.ack_id, now) for r in received)
-                # Shorten the first lease from the subscription's ack deadline to ours,
-                # so a worker killed now has its messages redelivered within seconds.
-                # (No handler has these yet, so no nack can race this.)
-                self._modack([r.ack_id for r in received], self.lease_seconds)
+                    # Shorten the first lease from the subscription's ack deadline to
+                    # ours (sent with the next settle flush, before any nack), so a
+                    # worker killed now has its messages back within seconds.
+                    self._to_extend.extend(r.ack_id for r in received)
+                    self._cond.notify_all()
                 for r in received:
                     try:
                         self.executor.submit(self._run, PulledMessage(r, self))
@@ -251,3 +262,8 @@ class UnaryPullDelivery:
             self._error = exc
             log.error("pull loop failed", subscription=self.path, error=repr(exc))
             self._done.set()
+
+    def _release_reservation(self, want: int) -> None:
+        with self._cond:
+            self._reserved -= want
+            self._cond.notify_all()

@@ -35,7 +35,7 @@ import tempfile
 import threading
 import time
 import uuid
-from concurrent.futures import ThreadPoolExecutor
+from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -49,6 +49,7 @@ from shared.events import TurnRecorded, derived_event_id  # noqa: E402
 from shared.localstack.process import free_port  # noqa: E402
 from shared.localstack.stack import LocalStack  # noqa: E402
 from shared.logging import configure_logging  # noqa: E402
+from shared.waiting import poll  # noqa: E402
 
 APP = "default"  # the API's tenant until API keys exist
 SESSIONS = 100
@@ -82,15 +83,17 @@ class AppliedLog:
 
 
 def wait_applied(log: AppliedLog, event_ids: list[str], timeout: float) -> dict[str, float]:
-    deadline = time.monotonic() + timeout
-    while True:
+    def all_applied() -> dict[str, float] | None:
         seen = log.poll()
-        if all(e in seen for e in event_ids):
-            return seen
-        if time.monotonic() > deadline:
-            missing = sum(1 for e in event_ids if e not in seen)
-            raise SystemExit(f"{missing} of {len(event_ids)} events not applied in {timeout} s")
-        time.sleep(0.2)
+        return seen if all(e in seen for e in event_ids) else None
+
+    try:
+        return poll(all_applied, timeout, f"{len(event_ids)} events applied", interval=0.2)
+    except TimeoutError:
+        missing = sum(1 for e in event_ids if e not in log.applied)
+        raise SystemExit(
+            f"{missing} of {len(event_ids)} events not applied in {timeout} s"
+        ) from None
 
 
 def cpu_seconds(stack: LocalStack) -> dict[str, float]:
@@ -166,76 +169,61 @@ def warm_up(publisher: EventPublisher, log: AppliedLog) -> None:
     wait_applied(log, [e.event_id for e in events], timeout=120)
 
 
-def paced(send, count: int, rate: float) -> dict[str, float]:
-    """Open-loop: the n-th send starts at t0 + n/rate, whatever earlier sends took."""
-    sent: dict[str, float] = {}
-    lock = threading.Lock()
-    t0 = time.monotonic() + 0.2
-    wall0 = time.time() + 0.2
-
-    def one(n: int) -> None:
-        delay = t0 + n / rate - time.monotonic()
-        if delay > 0:
-            time.sleep(delay)
-        at = wall0 + (time.monotonic() - t0)
-        event_id = send(n)
-        with lock:
-            sent[event_id] = at
-
-    with ThreadPoolExecutor(max_workers=32) as pool:
-        list(pool.map(one, range(count)))
-    return sent
-
-
-def paced_http(
-    api_url: str, run: str, count: int, rate: float, response_ms: list[float]
-) -> dict[str, float]:
-    """Open-loop HTTP load: the n-th request starts at t0 + n/rate. Plain
-    `http.client` keep-alive connections, one per thread: the client must not tax
-    the 2 cores the stack under test runs on (httpx costs several times more)."""
-    host, port = api_url.removeprefix("http://").split(":")
+def paced(send: Callable[[int], str], count: int, rate: float) -> dict[str, float]:
+    """Open-loop load: the n-th `send(n)` starts at t0 + n/rate, whatever earlier sends
+    took (16 threads take the sends in order). Returns event_id -> start time."""
     sent: dict[str, float] = {}
     lock = threading.Lock()
     t0 = time.monotonic() + 0.2
     wall0 = time.time() + 0.2
     next_n = iter(range(count))
 
-    def client() -> None:
-        conn = http.client.HTTPConnection(host, int(port), timeout=30)
+    def sender() -> None:
         while True:
             with lock:
                 n = next(next_n, None)
             if n is None:
-                break
+                return
             time.sleep(max(0.0, t0 + n / rate - time.monotonic()))
-            session = f"bench-session-{n % SESSIONS}"
-            body = json.dumps(
-                {"user_id": "bench-user", "turn_id": f"{run}-t{n}", "user": "q", "assistant": "a"}
-            )
             at = wall0 + (time.monotonic() - t0)
-            started = time.perf_counter()
-            conn.request(
-                "POST",
-                f"/v1/sessions/{session}/turns",
-                body=body,
-                headers={"content-type": "application/json"},
-            )
-            response = conn.getresponse()
-            payload = response.read()
-            elapsed = (time.perf_counter() - started) * 1000
-            if response.status != 202:
-                raise SystemExit(f"record-turn answered {response.status}: {payload[:200]!r}")
+            event_id = send(n)
             with lock:
-                response_ms.append(elapsed)
-                sent[json.loads(payload)["event_id"]] = at
-        conn.close()
+                sent[event_id] = at
 
-    threads = [threading.Thread(target=client) for _ in range(16)]
+    threads = [threading.Thread(target=sender) for _ in range(16)]
     for t in threads:
         t.start()
     for t in threads:
         t.join()
     return sent
+
+
+def http_sender(api_url: str, run: str, response_ms: list[float]) -> Callable[[int], str]:
+    """record-turn over plain `http.client` keep-alive connections, one per thread: the
+    client must not tax the 2 cores the stack under test runs on (httpx costs
+    several times more CPU per request)."""
+    host, port = api_url.removeprefix("http://").split(":")
+    local = threading.local()
+
+    def send(n: int) -> str:
+        if not hasattr(local, "conn"):
+            local.conn = http.client.HTTPConnection(host, int(port), timeout=30)
+        body = {"user_id": "bench-user", "turn_id": f"{run}-t{n}", "user": "q", "assistant": "a"}
+        started = time.perf_counter()
+        local.conn.request(
+            "POST",
+            f"/v1/sessions/bench-session-{n % SESSIONS}/turns",
+            body=json.dumps(body),
+            headers={"content-type": "application/json"},
+        )
+        response = local.conn.getresponse()
+        payload = response.read()
+        response_ms.append((time.perf_counter() - started) * 1000)
+        if response.status != 202:
+            raise SystemExit(f"record-turn answered {response.status}: {payload[:200]!r}")
+        return json.loads(payload)["event_id"]
+
+    return send
 
 
 def lag(label: str, sent: dict[str, float], log: AppliedLog) -> dict:
@@ -290,7 +278,7 @@ def main() -> int:
         api_run = uuid.uuid4().hex[:6]
         response_ms: list[float] = []
         cpu_before = cpu_seconds(stack)
-        sent = paced_http(endpoints.api_url, api_run, count, args.rate, response_ms)
+        sent = paced(http_sender(endpoints.api_url, api_run, response_ms), count, args.rate)
         results["lag_api"] = lag("HTTP API", sent, log)
         results["lag_api"]["cpu_seconds_by_process"] = {
             name: round(after - cpu_before.get(name, 0.0), 2)

@@ -111,8 +111,7 @@ def run_dlq(args: argparse.Namespace, settings: Settings) -> int:
         hint = " (run `agent-memory topology apply`?)" if isinstance(exc, gexc.NotFound) else ""
         return _fail(f"Pub/Sub refused the request: {exc.message}{hint}")
     finally:
-        if queues._publisher is not None:
-            queues._publisher.stop()
+        queues.close()
 
 
 def run_up(args: argparse.Namespace, settings: Settings) -> int:

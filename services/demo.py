@@ -26,6 +26,7 @@ from shared.config import Settings
 from shared.localstack.components import ComponentError
 from shared.localstack.process import free_port
 from shared.localstack.stack import LocalStack, StackError
+from shared.waiting import poll
 
 T = TypeVar("T")
 PIPELINE_DEADLINE_SECONDS = 60.0
@@ -45,15 +46,11 @@ TURNS = [
 ]
 
 
-def _poll(what: str, probe: Callable[[], T | None], deadline: float) -> tuple[T, float]:
-    """Call `probe` until it returns a value; return it and the seconds it took."""
+def _timed_poll(what: str, probe: Callable[[], T | None], deadline: float) -> tuple[T, float]:
+    """Poll `probe` until it returns a value; return it and the seconds it took."""
     started = time.monotonic()
-    while time.monotonic() < started + deadline:
-        value = probe()
-        if value is not None:
-            return value, time.monotonic() - started
-        time.sleep(0.05)
-    raise TimeoutError(f"{what} did not happen within {deadline:.0f} s")
+    value = poll(probe, deadline, what)
+    return value, time.monotonic() - started
 
 
 def run_demo(settings: Settings, keep: bool = False) -> int:
@@ -111,7 +108,7 @@ def _play(api_url: str, database_url: str) -> int:
             return view["turns"] if view["turn_count"] == len(TURNS) else None
 
         try:
-            turns, waited = _poll(
+            turns, waited = _timed_poll(
                 "the summary worker's buffer", buffered, PIPELINE_DEADLINE_SECONDS
             )
             order_ok = [t["turn_id"] for t in turns] == recorded
@@ -136,7 +133,7 @@ def _play(api_url: str, database_url: str) -> int:
         return count if count == len(TURNS) else None
 
     try:
-        count, waited = _poll(
+        count, waited = _timed_poll(
             "the extraction worker's archive", archived, PIPELINE_DEADLINE_SECONDS
         )
         print(f"extraction worker: {count} episodes archived in Postgres after {waited:.2f} s")

@@ -12,23 +12,15 @@ from pathlib import Path
 from typing import TypeVar
 
 from shared.config import Settings, env_name
+from shared.waiting import poll
 
 T = TypeVar("T")
 REPO = Path(__file__).resolve().parents[1]
 
 
 def wait_for(condition: Callable[[], T], timeout: float, what: str, interval: float = 0.05) -> T:
-    """Poll `condition` until it returns a truthy value; fail naming `what` at the deadline."""
-    deadline = time.monotonic() + timeout
-    last: T = condition()
-    while not last:
-        if time.monotonic() > deadline:
-            raise AssertionError(
-                f"timed out after {timeout:.0f} s waiting for {what} (last: {last!r})"
-            )
-        time.sleep(interval)
-        last = condition()
-    return last
+    """Poll `condition` until it returns a truthy value (the project's one polling loop)."""
+    return poll(condition, timeout, what, interval)
 
 
 def stays(condition: Callable[[], object], seconds: float, what: str) -> None:
@@ -37,7 +29,8 @@ def stays(condition: Callable[[], object], seconds: float, what: str) -> None:
     deadline = time.monotonic() + seconds
     while time.monotonic() < deadline:
         assert condition(), f"{what} stopped holding"
-        time.sleep(0.2)
+        # The observation window of an absence check, not a wait for a condition.
+        time.sleep(0.2)  # noqa: sleep-ok
 
 
 def settings_env(settings: Settings, **extra: str) -> dict[str, str]:

@@ -135,7 +135,6 @@ class ReplayResult:
     replayed: int = 0
     skipped: int = 0
     failed: int = 0
-    failures: list[str] = field(default_factory=list)
 
     def summary(self, dry_run: bool = False) -> str:
         verb = "would replay" if dry_run else "replayed"
@@ -160,6 +159,12 @@ class DeadLetterQueues:
         if self._publisher is None:
             self._publisher = EventPublisher(self.settings)
         return self._publisher
+
+    def close(self) -> None:
+        """Flush and stop the publisher, if a replay created one."""
+        if self._publisher is not None:
+            self._publisher.stop()
+            self._publisher = None
 
     def dead_letter_path(self, spec: SubscriptionSpec) -> str:
         return self.subscriber.subscription_path(
@@ -300,7 +305,6 @@ class _ReplayRun:
             ).result(timeout=self.queues.settings.publish_timeout_seconds)
         except Exception as exc:
             self.result.failed += 1
-            self.result.failures.append(f"{label}: {exc!r}")
             self.held.append(letter)
             self.say(f"failed {label}: {exc!r}")
             return
@@ -313,7 +317,6 @@ class _ReplayRun:
             # Replayed, but still in the dead letters: a later replay sends it again,
             # which the consumers' ledgers make harmless.
             self.result.failed += 1
-            self.result.failures.append(f"{label}: republished, not acknowledged: {exc!r}")
             self.say(f"republished {label} but could not acknowledge it: {exc!r}")
             return
         self.result.replayed += 1

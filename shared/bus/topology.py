@@ -70,14 +70,3 @@ def subscription_spec(name: str, prefix: str) -> SubscriptionSpec:
             return spec
     known = ", ".join(s.name for s in SUBSCRIPTIONS)
     raise KeyError(f"unknown subscription {name!r}; known: {known}")
-
-
-def subscriptions_for(consumer: str) -> tuple[SubscriptionSpec, ...]:
-    return tuple(s for s in SUBSCRIPTIONS if s.consumer == consumer)
-
-
-def topic_spec(short: str) -> TopicSpec:
-    for spec in TOPICS:
-        if spec.name == short:
-            return spec
-    raise KeyError(short)

@@ -34,7 +34,6 @@ PULL_TIMEOUT_SECONDS = 2.5  # the emulator answers an empty pull about 1 s befor
 ACK_FLUSH_SECONDS = 0.05  # acks wait at most this long, to go in batches
 MAX_IDS_PER_REQUEST = 1000
 PREFETCH_FACTOR = 4  # messages leased ahead of the handlers, so pulls come in batches
-PULL_LOOPS = 1  # pulls in flight at once (measured: a second one does not help)
 MAX_LEASE_SECONDS = 3600  # a handler stuck longer loses its lease: the message is redelivered
 
 
@@ -98,13 +97,15 @@ class UnaryPullDelivery:
         self._to_ack: list[str] = []
         self._to_nack: list[str] = []
         self._to_extend: list[str] = []  # first leases of fresh pulls
-        self._reserved = 0  # room asked for by pulls in flight
         self._threads: list[threading.Thread] = []
 
     # -- lifecycle -----------------------------------------------------------------
     def start(self) -> None:
-        loops = [(self._pull_loop, f"pull{n}") for n in range(PULL_LOOPS)]
-        for target, name in [*loops, (self._lease_loop, "lease"), (self._settle_loop, "settle")]:
+        for target, name in (
+            (self._pull_loop, "pull"),
+            (self._lease_loop, "lease"),
+            (self._settle_loop, "settle"),
+        ):
             thread = threading.Thread(target=target, name=f"{name}-{self.path}", daemon=True)
             thread.start()
             self._threads.append(thread)
@@ -124,10 +125,10 @@ class UnaryPullDelivery:
         unacknowledged, and Pub/Sub redelivers it when its lease ends."""
         deadline = time.monotonic() + timeout
         self.request_stop()
-        pullers = self._threads[:PULL_LOOPS]
+        puller = self._threads[0] if self._threads else None
         with self._cond:
             while time.monotonic() < deadline and (
-                self._leased or any(p.is_alive() for p in pullers)
+                self._leased or (puller is not None and puller.is_alive())
             ):
                 self._cond.wait(timeout=max(0.0, min(0.05, deadline - time.monotonic())))
             drained = not self._leased
@@ -220,17 +221,10 @@ class UnaryPullDelivery:
         try:
             while not self._stopping.is_set():
                 with self._cond:
-                    while (
-                        len(self._leased) + self._reserved >= self.max_outstanding
-                        and not self._stopping.is_set()
-                    ):
+                    while len(self._leased) >= self.max_outstanding and not self._stopping.is_set():
                         self._cond.wait(timeout=0.5)
-                    # Reserve the room this pull asks for, so the other pull loop
-                    # cannot ask for it too.
-                    want = self.max_outstanding - len(self._leased) - self._reserved
-                    self._reserved += want
+                    want = self.max_outstanding - len(self._leased)
                 if self._stopping.is_set():
-                    self._release_reservation(want)
                     return
                 try:
                     response = self.subscriber.pull(
@@ -246,13 +240,11 @@ class UnaryPullDelivery:
                     received = []
                 now = time.monotonic()
                 with self._cond:
-                    self._reserved -= want
                     self._leased.update((r.ack_id, now) for r in received)
                     # Shorten the first lease from the subscription's ack deadline to
                     # ours (sent with the next settle flush, before any nack), so a
                     # worker killed now has its messages back within seconds.
                     self._to_extend.extend(r.ack_id for r in received)
-                    self._cond.notify_all()
                 for r in received:
                     try:
                         self.executor.submit(self._run, PulledMessage(r, self))
@@ -262,8 +254,3 @@ class UnaryPullDelivery:
             self._error = exc
             log.error("pull loop failed", subscription=self.path, error=repr(exc))
             self._done.set()
-
-    def _release_reservation(self, want: int) -> None:
-        with self._cond:
-            self._reserved -= want
-            self._cond.notify_all()

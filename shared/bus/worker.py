@@ -13,7 +13,6 @@ it, so the runtime never leaves that step to Pub/Sub.) One log line per message.
 
 from __future__ import annotations
 
-import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -115,12 +114,9 @@ class SubscriberRuntime:
         self._future: pubsub_v1.subscriber.futures.StreamingPullFuture | None = None
         self._executor: ThreadPoolExecutor | None = None
         self._unary: UnaryPullDelivery | None = None
-        self._in_flight = 0
-        self._lock = threading.Lock()
 
     # -- lifecycle -----------------------------------------------------------
     def start(self) -> None:
-        self.mode = resolve_pull_mode(self.settings)
         threads = f"handler-{self.subscription}"
         if self.mode == "unary":
             self._unary = UnaryPullDelivery(
@@ -185,7 +181,7 @@ class SubscriberRuntime:
             log.warning(
                 "worker stop deadline passed with handlers running",
                 subscription=self.subscription,
-                in_flight=self._in_flight,
+                in_flight=self._unary.in_flight() if self._unary else None,
                 timeout_s=timeout,
             )
         log.info("worker stopped", subscription=self.subscription, drained=drained)
@@ -220,13 +216,7 @@ class SubscriberRuntime:
             delivery_attempt=attempt,
             message_id=message.message_id,
         )
-        with self._lock:
-            self._in_flight += 1
-        try:
-            outcome, error = self._handle(message, attributes, attempt)
-        finally:
-            with self._lock:
-                self._in_flight -= 1
+        outcome, error = self._handle(message, attributes, attempt)
         fields = {
             "outcome": outcome,
             "duration_ms": round((time.perf_counter() - started) * 1000, 3),

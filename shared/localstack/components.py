@@ -14,7 +14,7 @@ import shutil
 import signal
 import stat
 import subprocess
-import time
+from collections.abc import Callable
 from pathlib import Path
 from urllib.parse import quote
 
@@ -23,6 +23,7 @@ import structlog
 import valkey
 
 from shared.localstack.process import ManagedProcess, port_is_open, run_as, tail
+from shared.waiting import poll
 
 log = structlog.get_logger("agent_memory.up")
 
@@ -37,25 +38,30 @@ class ComponentError(RuntimeError):
     """A component could not be started; the message says why and where its log is."""
 
 
-def _wait(check: object, proc: ManagedProcess, what: str, timeout: float) -> None:
-    deadline = time.monotonic() + timeout
-    last_error: Exception | None = None
-    while time.monotonic() < deadline:
+def _wait(check: Callable[[], bool], proc: ManagedProcess, what: str, timeout: float) -> None:
+    """Wait until `check` succeeds; fail at once if the process exits meanwhile."""
+    last_error: list[Exception] = []
+
+    def ready() -> bool:
         if not proc.running:
             raise ComponentError(
                 f"{what} exited with code {proc.exit_code()} while starting; "
                 f"log {proc.log_path}:\n{tail(proc.log_path)}"
             )
         try:
-            if check():  # type: ignore[operator]
-                return
+            return bool(check())
         except Exception as exc:  # not ready yet; keep the reason for the error message
-            last_error = exc
-        time.sleep(0.1)
-    raise ComponentError(
-        f"{what} did not become ready within {timeout:.0f} s ({last_error!r}); "
-        f"log {proc.log_path}:\n{tail(proc.log_path)}"
-    )
+            last_error[:] = [exc]
+            return False
+
+    try:
+        poll(ready, timeout, f"{what} to become ready", interval=0.1)
+    except TimeoutError:
+        reason = repr(last_error[0]) if last_error else "no answer"
+        raise ComponentError(
+            f"{what} did not become ready within {timeout:.0f} s ({reason}); "
+            f"log {proc.log_path}:\n{tail(proc.log_path)}"
+        ) from None
 
 
 # -- PostgreSQL -----------------------------------------------------------------

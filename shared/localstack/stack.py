@@ -38,6 +38,7 @@ from shared.localstack.components import (
     find_emulator,
 )
 from shared.localstack.process import ManagedProcess, free_port, port_is_open, tail
+from shared.waiting import poll
 
 log = structlog.get_logger("agent_memory.up")
 
@@ -248,18 +249,23 @@ class LocalStack:
     def _wait_api(self, timeout: float = 60.0) -> None:
         assert self.endpoints is not None
         proc = self.service_procs["api"]
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
+        health = f"{self.endpoints.api_url}/healthz"
+
+        def answers() -> bool:
             if not proc.running:
                 raise StackError(
                     f"the API exited with code {proc.exit_code()}; log {proc.log_path}:\n"
                     f"{tail(proc.log_path)}"
                 )
-            with contextlib.suppress(httpx.HTTPError):
-                if httpx.get(f"{self.endpoints.api_url}/healthz", timeout=1).status_code == 200:
-                    return
-            time.sleep(0.1)
-        raise StackError(f"the API did not answer within {timeout:.0f} s")
+            try:
+                return httpx.get(health, timeout=1).status_code == 200
+            except httpx.HTTPError:
+                return False
+
+        try:
+            poll(answers, timeout, "the API to answer", interval=0.1)
+        except TimeoutError as exc:
+            raise StackError(str(exc)) from None
 
     def _recorded(self, start: Callable[[], str], proc: ManagedProcess) -> str:
         """Run a component's start with its pid recorded the moment the process exists,

@@ -1,10 +1,13 @@
-"""`agent-memory demo` (what `make demo` runs): a fresh local stack, a few turns
-recorded through the HTTP API, and each one followed through the pipeline —
-the summary worker's Valkey buffer and the extraction worker's episode archive.
+"""`agent-memory demo` (what `make demo` runs): a fresh local stack, a session of
+twelve turns recorded through the HTTP API, and what the pipeline makes of them:
+each turn readable at once (read-your-writes), the summary worker folding the
+oldest turns into the rolling summary once the buffer holds more than ten, the
+extraction worker's episode archive, and a next session that carries the
+summary over.
 
 It waits by polling with a deadline, never by fixed sleeps, and exits non-zero
-if a turn does not arrive. (The full demo, with memories and the token report,
-comes with the long-term memory issues.)
+if something does not arrive. (The full demo, with memories and the token
+report, comes with the long-term memory issues.)
 """
 
 from __future__ import annotations
@@ -32,6 +35,7 @@ T = TypeVar("T")
 PIPELINE_DEADLINE_SECONDS = 60.0
 
 TURNS = [
+    ("Hi! Can you help me set up the new billing service?", "Of course. What stack?"),
     (
         "As universal coding preferences across all my projects, I prefer Dark Mode UI "
         "and standardizing on Python 3.11 with PostgreSQL.",
@@ -43,6 +47,14 @@ TURNS = [
         "Understood: FastAPI on AlloyDB, tool timeouts capped at 30 s for CloudRetail.",
     ),
     ("Run the unit tests, please.", "All 42 tests passed."),
+    ("Never deploy to production on Fridays.", "Got it: no Friday deploys."),
+    ("What does the invoice table look like?", "It has id, customer_id, total and status."),
+    ("We decided to use Stripe for payments.", "Stripe it is."),
+    ("Thanks, that looks right.", "Glad to help."),
+    ("Our goal is to launch billing by March.", "I will plan the milestones around March."),
+    ("Show me the failing test.", "test_refund_rounding fails on negative totals."),
+    ("Fix it by rounding half to even.", "Done: refunds round half to even now."),
+    ("Let's call it a day.", "See you next session."),
 ]
 
 
@@ -86,8 +98,13 @@ def run_demo(settings: Settings, keep: bool = False) -> int:
 def _play(api_url: str, database_url: str) -> int:
     user_id = "user_dev_42"
     session_id = f"sess_demo_{uuid.uuid4().hex[:6]}"
+    params = {"user_id": user_id}
     failures = 0
     with httpx.Client(base_url=api_url, timeout=10) as http:
+
+        def session(sid: str) -> dict:
+            return http.get(f"/v1/sessions/{sid}", params=params).json()
+
         recorded = []
         for i, (user, assistant) in enumerate(TURNS, start=1):
             started = time.monotonic()
@@ -101,27 +118,60 @@ def _play(api_url: str, database_url: str) -> int:
                 return 1
             body = response.json()
             recorded.append(body["turn_id"])
-            print(f"turn {i} recorded: 202 in {took:.1f} ms, event {body['event_id']}")
+            # Read-your-writes: the next read already holds the turn (or its fold).
+            view = session(session_id)
+            seen = view["turns_total"] == i
+            failures += 0 if seen and body["buffered"] else 1
+            print(
+                f"turn {i:2d} recorded: 202 in {took:5.1f} ms, buffered: {body['buffered']}, "
+                f"readable at once: {'yes' if seen else 'NO'}"
+            )
 
-        def buffered() -> list | None:
-            view = http.get(f"/v1/sessions/{session_id}", params={"user_id": user_id}).json()
-            return view["turns"] if view["turn_count"] == len(TURNS) else None
+        def folded() -> dict | None:
+            view = session(session_id)
+            # Done when the worker has handled every turn: nothing over the trigger.
+            if view["summary"]["version"] >= 1 and view["turn_count"] <= 10:
+                return view
+            return None
 
         try:
-            turns, waited = _timed_poll(
-                "the summary worker's buffer", buffered, PIPELINE_DEADLINE_SECONDS
+            view, waited = _timed_poll(
+                "the summary worker's fold", folded, PIPELINE_DEADLINE_SECONDS
             )
-            order_ok = [t["turn_id"] for t in turns] == recorded
+            placed = [turn_id for fold in view["folds"] for turn_id in fold["turn_ids"]]
+            placed += [t["turn_id"] for t in view["turns"]]
+            every_turn_once = placed == recorded
             print(
-                f"\nsummary worker: {len(turns)} turns in the Valkey buffer after {waited:.2f} s, "
-                f"in order: {'yes' if order_ok else 'NO'}"
+                f"\nsummary worker: after {waited:.2f} s the rolling summary is at version "
+                f"{view['summary']['version']}; {view['folded_turn_count']} turns folded into it, "
+                f"{view['turn_count']} newest kept in the buffer; every turn in exactly one place, "
+                f"in order: {'yes' if every_turn_once else 'NO'}"
             )
-            for t in turns:
-                print(f"  {t['created_at']}  {t['user'][:70]}")
-            failures += 0 if order_ok else 1
+            print(f"  summary ({view['summary']['tokens']} tokens): {view['summary']['text']}")
+            for t in view["turns"]:
+                print(f"  buffer: {t['created_at']}  {t['user'][:70]}")
+            failures += 0 if every_turn_once else 1
         except TimeoutError as exc:
             print(f"FAIL: {exc}")
             failures += 1
+
+        next_session = session_id + "_next"
+        http.post(
+            f"/v1/sessions/{next_session}/turns",
+            json={
+                "user_id": user_id,
+                "prev_session_id": session_id,
+                "user": "Where were we?",
+                "assistant": "Continuing from last session.",
+            },
+        )
+        carried = session(next_session)["carried_summary"]
+        carried_ok = bool(carried) and carried["session_id"] == session_id
+        print(
+            f"\nnext session {next_session} carries the previous summary "
+            f"(version {carried['version'] if carried else '-'}): {'yes' if carried_ok else 'NO'}"
+        )
+        failures += 0 if carried_ok else 1
 
     def archived() -> int | None:
         with psycopg.connect(database_url) as conn:

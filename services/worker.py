@@ -31,6 +31,7 @@ log = structlog.get_logger("agent_memory.worker")
 class WorkerKind:
     postgres: bool
     valkey: bool
+    llm: bool
     handlers: Callable[[Resources], dict[str, HandlerTable]]
     # Handlers at once when AM_WORKER_CONCURRENCY is unset. Measured on 2 cores with
     # an in-process drain of 8,000 turns: the summary handler applied about 1,050
@@ -41,10 +42,10 @@ class WorkerKind:
 
 WORKERS: dict[str, WorkerKind] = {
     "summary": WorkerKind(
-        postgres=False, valkey=True, handlers=summary.handlers, default_concurrency=64
+        postgres=False, valkey=True, llm=True, handlers=summary.handlers, default_concurrency=64
     ),
     "extraction": WorkerKind(
-        postgres=True, valkey=False, handlers=extraction.handlers, default_concurrency=16
+        postgres=True, valkey=False, llm=False, handlers=extraction.handlers, default_concurrency=16
     ),
 }
 
@@ -69,6 +70,7 @@ def run_worker(kind: str, settings: Settings) -> int:
         settings,
         postgres=spec.postgres,
         use_valkey=spec.valkey,
+        llm=spec.llm,
         publisher=True,
         pool_size=concurrency,
     )

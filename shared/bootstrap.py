@@ -10,6 +10,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import valkey
+from valkey.backoff import NoBackoff
+from valkey.retry import Retry
 from psycopg_pool import ConnectionPool
 
 from shared.bus.publisher import EventPublisher
@@ -17,6 +19,7 @@ from shared.bus.worker import DEFAULT_CONCURRENCY
 from shared.config import Settings
 from shared.db.migrate import check_embedding_dimension
 from shared.db.pool import make_pool
+from shared.llm import LLM, make_llm
 from shared.session_buffer import SessionBuffer
 
 
@@ -27,6 +30,7 @@ class Resources:
     pool: ConnectionPool | None = None
     valkey: valkey.Valkey | None = None
     buffer: SessionBuffer | None = None
+    llm: LLM | None = None
     _owned: list[Any] = field(default_factory=list)
 
     def close(self) -> None:
@@ -41,12 +45,16 @@ class Resources:
 def make_valkey(settings: Settings) -> valkey.Valkey:
     if not settings.valkey_url:
         raise RuntimeError("AM_VALKEY_URL is not set")
-    # Short timeouts: a Valkey outage must degrade a request, not hang it.
+    # Short timeouts: a Valkey outage must degrade a request, not hang it. One
+    # immediate retry on a connection error: after a Valkey restart, the pool's
+    # idle connections are dead, and the retry opens a fresh one.
     return valkey.Valkey.from_url(
         settings.valkey_url,
         socket_timeout=2.0,
         socket_connect_timeout=2.0,
         health_check_interval=30,
+        retry=Retry(NoBackoff(), 1),
+        retry_on_error=[valkey.ConnectionError],
     )
 
 
@@ -56,6 +64,7 @@ def bootstrap(
     postgres: bool = False,
     use_valkey: bool = False,
     publisher: bool = False,
+    llm: bool = False,
     pool_size: int | None = None,
     block_when_full: bool = True,
     **overrides: Any,
@@ -85,6 +94,8 @@ def bootstrap(
             if "valkey" not in overrides:
                 resources._owned.append(resources.valkey)
             resources.buffer = SessionBuffer(resources.valkey, settings.session_ttl_seconds)
+        if llm:
+            resources.llm = overrides.get("llm") or make_llm(settings)
     except BaseException:
         resources.close()
         raise

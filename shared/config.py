@@ -10,7 +10,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Literal
 
-from pydantic import AliasChoices, Field, ValidationError, field_validator
+from pydantic import AliasChoices, Field, SecretStr, ValidationError, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 
@@ -63,6 +63,27 @@ class Settings(BaseSettings):
     default_app: str = "default"
     max_message_bytes: int = Field(default=32 * 1024, ge=1)
     max_tool_events_bytes: int = Field(default=256 * 1024, ge=1)
+
+    # Short-term memory (the summary worker's summarize-before-trim).
+    summary_trigger_turns: int = Field(default=10, ge=1)
+    summary_trigger_tokens: int = Field(default=4000, ge=1)
+    summary_window_turns: int = Field(default=4, ge=0)
+    summary_max_tokens: int = Field(default=600, ge=20)
+    # Cap on the attempts to store one fold when other writers keep winning.
+    summary_max_conflicts: int = Field(default=20, ge=1)
+
+    # LLM. `rules` is deterministic and offline; `gemini` uses google-genai with
+    # an API key when one is set, else Vertex AI with Application Default Credentials.
+    llm_provider: Literal["rules", "gemini"] = "rules"
+    llm_model: str = "gemini-3.5-flash"
+    gemini_api_key: SecretStr | None = None
+    gemini_base_url: str | None = None  # another endpoint (tests: the fake Gemini server)
+    gemini_location: str = "global"  # Vertex AI location
+    llm_timeout_seconds: float = Field(default=30.0, gt=0)
+    # Retries on 429, 5xx, timeouts and malformed replies stop once this much time
+    # has gone, counted from the first attempt.
+    llm_retry_seconds: float = Field(default=60.0, ge=0)
+    llm_retry_initial_seconds: float = Field(default=0.5, gt=0)
 
     # Storage.
     embedding_dim: int = Field(default=768, ge=1, le=2000)

@@ -12,7 +12,7 @@ after its turn has been folded into the summary and trimmed.
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
 from functools import cached_property
 from typing import Any
@@ -23,29 +23,71 @@ import valkey
 from shared.events import TurnRecorded, format_time, parse_time
 from shared.tokens import estimate_tokens
 
+# Keys of a session, in the order every script takes them.
+_SUFFIXES = ("turns", "data", "seen", "meta", "folds", "fold-lock")
+
 _APPEND = """
--- KEYS: turns (zset), data (hash), seen (set), meta (hash)
--- ARGV: turn_id, score, turn json, tokens, ttl seconds
+-- KEYS: turns (zset), data (hash), seen (set), meta (hash), folds, fold-lock
+-- ARGV: turn_id, score, turn json, tokens, ttl seconds, prev_session_id
+-- Returns {added 0|1, turns in the buffer, tokens in the buffer}
 local ttl = tonumber(ARGV[5])
-if redis.call('SADD', KEYS[3], ARGV[1]) == 0 then
-  for i = 1, 4 do redis.call('EXPIRE', KEYS[i], ttl) end
-  return 0
+local added = 0
+if redis.call('SADD', KEYS[3], ARGV[1]) == 1 then
+  redis.call('ZADD', KEYS[1], ARGV[2], ARGV[1])
+  redis.call('HSET', KEYS[2], ARGV[1], ARGV[3])
+  redis.call('HINCRBY', KEYS[4], 'turns_total', 1)
+  redis.call('HINCRBY', KEYS[4], 'tokens', tonumber(ARGV[4]))
+  if ARGV[6] ~= '' then redis.call('HSETNX', KEYS[4], 'prev_session_id', ARGV[6]) end
+  added = 1
 end
-redis.call('ZADD', KEYS[1], ARGV[2], ARGV[1])
-redis.call('HSET', KEYS[2], ARGV[1], ARGV[3])
-redis.call('HINCRBY', KEYS[4], 'turns_total', 1)
-redis.call('HINCRBY', KEYS[4], 'tokens', tonumber(ARGV[4]))
-for i = 1, 4 do redis.call('EXPIRE', KEYS[i], ttl) end
-return 1
+for i = 1, 5 do redis.call('EXPIRE', KEYS[i], ttl) end
+return {added, redis.call('ZCARD', KEYS[1]), tonumber(redis.call('HGET', KEYS[4], 'tokens') or '0')}
 """
 
 _READ = """
--- KEYS: turns, data, meta. Returns {ids, data values, meta flat list}
+-- KEYS: turns, data, meta, folds. ARGV: 1 to include the folds.
+-- Returns {ids, data values, meta flat list, folds flat list}
 local ids = redis.call('ZRANGE', KEYS[1], 0, -1)
 local data = {}
 for i, id in ipairs(ids) do data[i] = redis.call('HGET', KEYS[2], id) end
-return {ids, data, redis.call('HGETALL', KEYS[3])}
+local folds = {}
+if ARGV[1] == '1' then folds = redis.call('HGETALL', KEYS[4]) end
+return {ids, data, redis.call('HGETALL', KEYS[3]), folds}
 """
+
+_FOLD = """
+-- KEYS: turns, data, seen, meta, folds, fold-lock
+-- ARGV: expected summary version, summary, summary tokens, updated_at, ttl,
+--       folded tokens, folded ids as a JSON list, then the folded turn ids.
+-- Stores the new summary and removes exactly the folded turns, or nothing:
+-- returns the new version, -1 if the version moved, -2 if a turn is gone.
+local version = tonumber(redis.call('HGET', KEYS[4], 'summary_version') or '0')
+if version ~= tonumber(ARGV[1]) then return -1 end
+for i = 8, #ARGV do
+  if not redis.call('ZSCORE', KEYS[1], ARGV[i]) then return -2 end
+end
+for i = 8, #ARGV do
+  redis.call('ZREM', KEYS[1], ARGV[i])
+  redis.call('HDEL', KEYS[2], ARGV[i])
+end
+version = version + 1
+redis.call('HSET', KEYS[4], 'summary', ARGV[2], 'summary_version', version,
+           'summary_tokens', ARGV[3], 'summary_updated_at', ARGV[4])
+redis.call('HINCRBY', KEYS[4], 'tokens', -tonumber(ARGV[6]))
+redis.call('HINCRBY', KEYS[4], 'folded_total', #ARGV - 7)
+redis.call('HSET', KEYS[5], version, ARGV[7])
+local ttl = tonumber(ARGV[5])
+for i = 1, 5 do redis.call('EXPIRE', KEYS[i], ttl) end
+return version
+"""
+
+_UNLOCK = """
+if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end
+return 0
+"""
+
+FOLD_VERSION_MOVED = -1
+FOLD_TURN_GONE = -2
 
 
 def _part(value: str) -> str:
@@ -69,7 +111,7 @@ class SessionKey:
     @cached_property
     def keys(self) -> list[str]:
         """Every key of the session, in the order the scripts expect."""
-        return [self.key(s) for s in ("turns", "data", "seen", "meta")]
+        return [self.key(s) for s in _SUFFIXES]
 
 
 @dataclass(frozen=True)
@@ -124,15 +166,47 @@ class BufferedTurn:
 
 
 @dataclass(frozen=True)
+class Summary:
+    """The session's rolling summary; version 0 means none yet."""
+
+    text: str = ""
+    version: int = 0
+    tokens: int = 0
+    updated_at: datetime | None = None
+
+
+@dataclass(frozen=True)
 class SessionView:
     turns: list[BufferedTurn]
-    tokens: int
-    turns_total: int  # every turn ever appended, trimmed ones included
+    tokens: int  # of the turns in the buffer
+    turns_total: int  # every turn ever appended, folded ones included
+    summary: Summary
+    prev_session_id: str = ""
+    folded_total: int = 0
+    # Summary version -> the turn_ids folded into that version (read on request).
+    folds: dict[int, list[str]] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class AppendResult:
+    added: bool  # False: this turn_id was appended before (now in the buffer or folded)
+    turn_count: int  # turns in the buffer after the append
+    tokens: int  # their tokens
 
 
 def _score(created_at: datetime) -> float:
     # Microseconds since the epoch: exact in a double until the year 2255.
     return created_at.timestamp() * 1_000_000
+
+
+def _text(value: bytes | str | None) -> str:
+    if value is None:
+        return ""
+    return value.decode() if isinstance(value, bytes) else value
+
+
+def _flat_to_dict(flat: list) -> dict[str, bytes | str]:
+    return {_text(k): v for k, v in zip(flat[::2], flat[1::2], strict=True)}
 
 
 class SessionBuffer:
@@ -143,10 +217,14 @@ class SessionBuffer:
         self.ttl_seconds = ttl_seconds
         self._append = client.register_script(_APPEND)
         self._read = client.register_script(_READ)
+        self._fold = client.register_script(_FOLD)
+        self._unlock = client.register_script(_UNLOCK)
 
-    def append(self, key: SessionKey, turn: BufferedTurn) -> bool:
-        """Put the turn in its place by time; False if this turn_id was seen before."""
-        added = self._append(
+    def append(
+        self, key: SessionKey, turn: BufferedTurn, prev_session_id: str = ""
+    ) -> AppendResult:
+        """Put the turn in its place by time, unless this turn_id was seen before."""
+        added, count, tokens = self._append(
             keys=key.keys,
             args=[
                 turn.turn_id,
@@ -154,27 +232,89 @@ class SessionBuffer:
                 turn.to_json(),
                 turn.tokens,
                 self.ttl_seconds,
+                prev_session_id,
             ],
         )
-        return bool(added)
+        return AppendResult(bool(added), int(count), int(tokens))
 
-    def read(self, key: SessionKey) -> SessionView:
-        turns_key, data_key, _seen, meta_key = key.keys
-        ids, data, meta_flat = self._read(keys=[turns_key, data_key, meta_key])
-        meta = {
-            (k.decode() if isinstance(k, bytes) else k): v
-            for k, v in zip(meta_flat[::2], meta_flat[1::2], strict=True)
+    def read(self, key: SessionKey, with_folds: bool = False) -> SessionView:
+        turns_key, data_key, _seen, meta_key, folds_key, _lock = key.keys
+        ids, data, meta_flat, folds_flat = self._read(
+            keys=[turns_key, data_key, meta_key, folds_key], args=["1" if with_folds else "0"]
+        )
+        meta = _flat_to_dict(meta_flat)
+        updated = _text(meta.get("summary_updated_at"))
+        summary = Summary(
+            text=_text(meta.get("summary")),
+            version=int(meta.get("summary_version", 0)),
+            tokens=int(meta.get("summary_tokens", 0)),
+            updated_at=parse_time(updated) if updated else None,
+        )
+        folds = {
+            int(version): json.loads(turn_ids)
+            for version, turn_ids in _flat_to_dict(folds_flat).items()
         }
-        turns = [BufferedTurn.from_json(raw) for raw in data if raw is not None]
         return SessionView(
-            turns=turns,
+            turns=[BufferedTurn.from_json(raw) for raw in data if raw is not None],
             tokens=int(meta.get("tokens", 0)),
             turns_total=int(meta.get("turns_total", 0)),
+            summary=summary,
+            prev_session_id=_text(meta.get("prev_session_id")),
+            folded_total=int(meta.get("folded_total", 0)),
+            folds=dict(sorted(folds.items())),
         )
 
+    def read_summary(self, key: SessionKey) -> Summary:
+        text, version, tokens, updated = self.client.hmget(
+            key.key("meta"), ["summary", "summary_version", "summary_tokens", "summary_updated_at"]
+        )
+        return Summary(
+            text=_text(text),
+            version=int(version or 0),
+            tokens=int(tokens or 0),
+            updated_at=parse_time(_text(updated)) if updated else None,
+        )
+
+    def store_fold(
+        self,
+        key: SessionKey,
+        expected_version: int,
+        summary: str,
+        folded: list[BufferedTurn],
+        updated_at: datetime,
+    ) -> int:
+        """Store `summary` as the next version and remove exactly the `folded` turns, in
+        one step, if the summary is still at `expected_version` and every folded turn
+        is still in the buffer. Returns the new version or a FOLD_* conflict code."""
+        return int(
+            self._fold(
+                keys=key.keys,
+                args=[
+                    expected_version,
+                    summary,
+                    estimate_tokens(summary),
+                    format_time(updated_at),
+                    self.ttl_seconds,
+                    sum(t.tokens for t in folded),
+                    json.dumps([t.turn_id for t in folded]),
+                    *(t.turn_id for t in folded),
+                ],
+            )
+        )
+
+    def lock_folding(self, key: SessionKey, token: str, seconds: float) -> bool:
+        """Take the session's fold lock: an optimisation that spares duplicate LLM calls
+        by concurrent handlers. Correctness rests on `store_fold`'s version check."""
+        return bool(self.client.set(key.key("fold-lock"), token, nx=True, px=int(seconds * 1000)))
+
+    def unlock_folding(self, key: SessionKey, token: str) -> None:
+        self._unlock(keys=[key.key("fold-lock")], args=[token])
+
     def delete(self, key: SessionKey) -> int:
+        """Remove the session's short-term memory: every key. Returns keys removed."""
         return int(self.client.delete(*key.keys))
 
     def ttl(self, key: SessionKey) -> dict[str, int]:
-        """Seconds to live of each key (for tests and operators)."""
-        return {k: int(self.client.ttl(k)) for k in key.keys}
+        """Seconds to live of each existing key (for tests and operators)."""
+        ttls = {k: int(self.client.ttl(k)) for k in key.keys}
+        return {k: ttl for k, ttl in ttls.items() if ttl != -2}

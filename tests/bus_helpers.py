@@ -7,11 +7,17 @@ import uuid
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from datetime import UTC, datetime, timedelta
+from functools import partial
+from typing import Any
 
+from services.summary_worker.folding import Folder, FoldPolicy
+from services.summary_worker.handlers import record_turn
 from shared.bus.publisher import EventPublisher
 from shared.bus.worker import Delivery, Handler, HandlerTable, Outcome, SubscriberRuntime
 from shared.config import Settings
 from shared.events import Event, TurnRecorded
+from shared.llm import LLM, RulesLLM
+from shared.session_buffer import SessionBuffer
 
 
 def make_turn(ids: dict[str, str], n: int, **overrides: object) -> TurnRecorded:
@@ -93,3 +99,9 @@ def failing(times: int | None, handler: Handler, only: Callable[[Event], bool]) 
         return handler(event, delivery)
 
     return flaky
+
+
+def summary_handler(buffer: SessionBuffer, llm: LLM | None = None, **policy: Any) -> Handler:
+    """The summary worker's real handler, with the offline `rules` LLM by default."""
+    folder = Folder(buffer, llm or RulesLLM(), FoldPolicy(**policy))
+    return partial(record_turn, buffer=buffer, folder=folder)

@@ -10,29 +10,47 @@ from __future__ import annotations
 import asyncio
 import time
 import uuid
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
-from typing import Annotated, Any
+from datetime import timedelta
+from typing import Annotated, Any, TypeVar
 
 import structlog
+import valkey
 from fastapi import Depends, FastAPI, Query, Request
 from fastapi.responses import JSONResponse
 
 from services.read_api.errors import ApiError, install_error_handlers
 from services.read_api.health import readiness
 from services.read_api.models import (
+    CarriedSummary,
+    DeleteSessionResponse,
+    FoldView,
     RecordTurnRequest,
     RecordTurnResponse,
     SessionResponse,
+    SummaryView,
     TurnView,
 )
 from shared.bootstrap import Resources, bootstrap
 from shared.config import Settings, load_settings
-from shared.events import TurnRecorded, derived_event_id, format_time, utcnow
+from shared.events import (
+    Limits,
+    ToolEvent,
+    TurnRecorded,
+    derived_event_id,
+    event_problem,
+    format_time,
+    utcnow,
+)
 from shared.identifiers import identifier_problem, text_problem
-from shared.session_buffer import SessionKey
+from shared.session_buffer import BufferedTurn, SessionKey, SessionView, Summary
 
 log = structlog.get_logger("agent_memory.api")
+
+T = TypeVar("T")
+
+MAX_FUTURE = timedelta(days=1)  # how far ahead a turn's created_at may be (clock skew)
 
 
 def create_app(settings: Settings | None = None, **overrides: Any) -> FastAPI:
@@ -135,26 +153,8 @@ def _routes(app: FastAPI) -> None:
     async def record_turn(
         session_id: str, body: RecordTurnRequest, resources: Res, app_id: AppId
     ) -> RecordTurnResponse:
-        _require_identifier("session_id", session_id)
-        limit = resources.settings.max_message_bytes
-        for field in ("user", "assistant"):
-            problem = text_problem(getattr(body, field), limit)
-            if problem:
-                raise ApiError(422, "invalid_request", f"{field}: {problem}", field=field)
-        turn_id = body.turn_id or str(uuid.uuid4())
-        event = TurnRecorded(
-            # The same turn_id always yields the same event_id, so a client's retry
-            # is one event for every consumer.
-            event_id=derived_event_id(app_id, body.user_id, session_id, turn_id),
-            app=app_id,
-            user_id=body.user_id,
-            session_id=session_id,
-            project_id=body.project_id or "",
-            turn_id=turn_id,
-            created_at=utcnow(),
-            user=body.user,
-            assistant=body.assistant,
-        )
+        event = _turn_event(app_id, session_id, body, resources.settings)
+        buffered = await _buffer_turn(resources, event)
         assert resources.publisher is not None
         try:
             future = resources.publisher.publish(event)
@@ -169,9 +169,9 @@ def _routes(app: FastAPI) -> None:
                 503,
                 "publish_failed",
                 "the turn could not be published; retry with the same turn_id",
-                details={"turn_id": turn_id, "event_id": event.event_id},
+                details={"turn_id": event.turn_id, "event_id": event.event_id},
             ) from None
-        return RecordTurnResponse(event_id=event.event_id, turn_id=turn_id)
+        return RecordTurnResponse(event_id=event.event_id, turn_id=event.turn_id, buffered=buffered)
 
     @app.get("/v1/sessions/{session_id}")
     async def get_session(
@@ -180,19 +180,35 @@ def _routes(app: FastAPI) -> None:
         app_id: AppId,
         user_id: Annotated[str, Query()],
     ) -> SessionResponse:
-        _require_identifier("session_id", session_id)
-        _require_identifier("user_id", user_id)
+        key = _session_key(app_id, user_id, session_id)
         assert resources.buffer is not None
-        try:
-            view = await asyncio.to_thread(
-                resources.buffer.read, SessionKey(app_id, user_id, session_id)
-            )
-        except Exception as exc:
-            log.warning("session read failed", error=repr(exc))
-            raise ApiError(503, "valkey_unavailable", "the session store is unavailable") from None
+        buffer = resources.buffer
+
+        def read() -> tuple[SessionView, Summary | None]:
+            view = buffer.read(key, with_folds=True)
+            carried = None
+            if view.prev_session_id:
+                carried = buffer.read_summary(SessionKey(app_id, user_id, view.prev_session_id))
+            return view, carried
+
+        view, carried = await _valkey(read)
         return SessionResponse(
             session_id=session_id,
             user_id=user_id,
+            prev_session_id=view.prev_session_id or None,
+            summary=SummaryView(
+                text=view.summary.text,
+                version=view.summary.version,
+                tokens=view.summary.tokens,
+                updated_at=format_time(view.summary.updated_at)
+                if view.summary.updated_at
+                else None,
+            ),
+            carried_summary=CarriedSummary(
+                session_id=view.prev_session_id, text=carried.text, version=carried.version
+            )
+            if carried and carried.version
+            else None,
             turns=[
                 TurnView(
                     turn_id=t.turn_id,
@@ -207,4 +223,99 @@ def _routes(app: FastAPI) -> None:
             ],
             turn_count=len(view.turns),
             tokens=view.tokens,
+            turns_total=view.turns_total,
+            folded_turn_count=view.folded_total,
+            folds=[FoldView(version=v, turn_ids=ids) for v, ids in view.folds.items()],
         )
+
+    @app.delete("/v1/sessions/{session_id}")
+    async def delete_session(
+        session_id: str,
+        resources: Res,
+        app_id: AppId,
+        user_id: Annotated[str, Query()],
+    ) -> DeleteSessionResponse:
+        key = _session_key(app_id, user_id, session_id)
+        assert resources.buffer is not None
+        deleted = await _valkey(resources.buffer.delete, key)
+        log.info("session deleted", session=session_id, keys=deleted)
+        return DeleteSessionResponse(session_id=session_id, deleted_keys=deleted)
+
+
+def _session_key(app_id: str, user_id: str, session_id: str) -> SessionKey:
+    _require_identifier("session_id", session_id)
+    _require_identifier("user_id", user_id)
+    return SessionKey(app_id, user_id, session_id)
+
+
+async def _valkey(call: Callable[..., T], *args: Any) -> T:
+    """Run a blocking Valkey call off the event loop; an outage is a 503."""
+    try:
+        return await asyncio.to_thread(call, *args)
+    except valkey.ValkeyError as exc:
+        log.warning("session store call failed", error=repr(exc))
+        raise ApiError(503, "valkey_unavailable", "the session store is unavailable") from None
+
+
+def _turn_event(
+    app_id: str, session_id: str, body: RecordTurnRequest, settings: Settings
+) -> TurnRecorded:
+    """The turn's event, or a 422 naming the first field that is wrong."""
+    _require_identifier("session_id", session_id)
+    limit = settings.max_message_bytes
+    for field in ("user", "assistant"):
+        problem = text_problem(getattr(body, field), limit)
+        if problem:
+            raise ApiError(422, "invalid_request", f"{field}: {problem}", field=field)
+    if not body.user.strip() and not body.assistant.strip():
+        raise ApiError(
+            422,
+            "invalid_request",
+            "user: empty, and so is assistant; a turn needs at least one of them",
+            field="user",
+        )
+    now = utcnow()
+    created_at = body.created_at or now
+    if created_at - now > MAX_FUTURE:
+        raise ApiError(
+            422,
+            "invalid_request",
+            f"created_at: {format_time(created_at)} is more than a day in the future",
+            field="created_at",
+        )
+    turn_id = body.turn_id or str(uuid.uuid4())
+    event = TurnRecorded(
+        # The same turn_id always yields the same event_id, so a client's retry is
+        # one event for every consumer.
+        event_id=derived_event_id(app_id, body.user_id, session_id, turn_id),
+        app=app_id,
+        user_id=body.user_id,
+        session_id=session_id,
+        project_id=body.project_id or "",
+        prev_session_id=body.prev_session_id or "",
+        turn_id=turn_id,
+        created_at=created_at,
+        user=body.user,
+        assistant=body.assistant,
+        tool_events=tuple(ToolEvent(*t.as_texts()) for t in body.tool_events),
+    )
+    problem = event_problem(event, Limits(limit, settings.max_tool_events_bytes))
+    if problem:
+        field = problem.split(":", 1)[0]
+        raise ApiError(422, "invalid_request", problem, field=field)
+    return event
+
+
+async def _buffer_turn(resources: Resources, event: TurnRecorded) -> bool:
+    """Append the turn to the session buffer (read-your-writes). False if Valkey is
+    unreachable: the event is the durable record and the summary worker buffers it."""
+    assert resources.buffer is not None
+    key = SessionKey(event.app, event.user_id, event.session_id)
+    try:
+        await asyncio.to_thread(
+            resources.buffer.append, key, BufferedTurn.from_event(event), event.prev_session_id
+        )
+    except valkey.ValkeyError as exc:
+        log.warning("turn not buffered", event_id=event.event_id, error=repr(exc))
+        return False
+    return True

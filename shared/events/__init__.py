@@ -1,6 +1,13 @@
 """Events: models mirroring `schemas/events/*.avsc`, and their message codec."""
 
-from shared.events.codec import SCHEMA_VERSION, Limits, OutgoingMessage, decode, encode
+from shared.events.codec import (
+    SCHEMA_VERSION,
+    Limits,
+    OutgoingMessage,
+    decode,
+    encode,
+    event_problem,
+)
 from shared.events.models import (
     EVENT_TYPES,
     CompactionRequested,
@@ -29,6 +36,7 @@ __all__ = [
     "decode",
     "derived_event_id",
     "encode",
+    "event_problem",
     "format_time",
     "parse_time",
     "utcnow",

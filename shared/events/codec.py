@@ -44,12 +44,19 @@ class OutgoingMessage:
     ordering_key: str
 
 
+def event_problem(event: Event, limits: Limits | None = None) -> str | None:
+    """What is wrong with `event` by its schema and rules, as `field: problem`; or None."""
+    return _record_problem(event.EVENT_TYPE, event.to_record(), limits or Limits())
+
+
+def _record_problem(event_type: str, record: dict[str, Any], limits: Limits) -> str | None:
+    return schema_problem(event_type, record) or _rules_problem(event_type, record, limits)
+
+
 def encode(event: Event, limits: Limits | None = None) -> OutgoingMessage:
     """Validate `event` against its schema and rules and build its message."""
     record = event.to_record()
-    problem = schema_problem(event.EVENT_TYPE, record) or _rules_problem(
-        event.EVENT_TYPE, record, limits or Limits()
-    )
+    problem = _record_problem(event.EVENT_TYPE, record, limits or Limits())
     if problem:
         raise InvalidEvent(f"{event.EVENT_TYPE}: {problem}")
     data = json.dumps(record, ensure_ascii=False, separators=(",", ":")).encode("utf-8")
@@ -76,9 +83,7 @@ def decode(data: bytes, attributes: Mapping[str, str], limits: Limits | None = N
     except (UnicodeDecodeError, json.JSONDecodeError) as exc:
         raise InvalidEvent(f"body is not JSON: {exc}") from None
     try:
-        problem = schema_problem(event_type, record) or _rules_problem(
-            event_type, record, limits or Limits()
-        )
+        problem = _record_problem(event_type, record, limits or Limits())
     except Exception as exc:  # validation must never fail as "transient"
         raise InvalidEvent(f"body cannot be validated: {type(exc).__name__}: {exc}") from None
     if problem:

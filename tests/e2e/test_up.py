@@ -101,21 +101,23 @@ def test_up_runs_the_stack_and_stops_it_cleanly(tmp_path):
         ready = httpx.get(f"{up.api_url}/readyz", timeout=10)
         assert ready.status_code == 200, ready.text
 
-        # The real path through the processes: API -> Pub/Sub -> both workers.
-        body = {"user_id": "u-up", "user": "I prefer Dark Mode.", "assistant": "Noted."}
-        posted = httpx.post(f"{up.api_url}/v1/sessions/s-up/turns", json=body, timeout=10)
-        assert posted.status_code == 202, posted.text
+        # The real path through the processes: API -> Pub/Sub -> both workers. Eleven
+        # turns: the summary worker folds once the buffer holds more than ten.
+        for n in range(11):
+            body = {"user_id": "u-up", "user": f"I prefer option {n}.", "assistant": "Noted."}
+            posted = httpx.post(f"{up.api_url}/v1/sessions/s-up/turns", json=body, timeout=10)
+            assert posted.status_code == 202, posted.text
         wait_for(
             lambda: (
                 httpx.get(
                     f"{up.api_url}/v1/sessions/s-up", params={"user_id": "u-up"}, timeout=5
-                ).json()["turn_count"]
+                ).json()["summary"]["version"]
                 == 1
             ),
             60,
-            "the summary worker to buffer the turn",
+            "the summary worker to fold the buffer",
         )
-        wait_for(lambda: _episodes(endpoints["database_url"], "u-up") == 1, 60, "the archive")
+        wait_for(lambda: _episodes(endpoints["database_url"], "u-up") == 11, 60, "the archive")
 
         # Another `agent-memory` command reaches the running stack with its endpoints.
         env = _clean_env(
@@ -162,7 +164,7 @@ def test_up_runs_the_stack_and_stops_it_cleanly(tmp_path):
     beside = Up(tmp_path / "beside", free_port())
     try:
         endpoints = again.wait_ready()
-        assert _episodes(endpoints["database_url"], "u-up") == 1
+        assert _episodes(endpoints["database_url"], "u-up") == 11
         other = beside.wait_ready()
         assert other["database_url"] != endpoints["database_url"]
         assert httpx.get(f"{beside.api_url}/readyz", timeout=10).status_code == 200

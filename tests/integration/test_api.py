@@ -110,6 +110,7 @@ def test_a_turn_is_published_with_its_attributes_and_ordering_key(client, topolo
     assert body == {
         "event_id": derived_event_id(app, "user_dev_42", "sess_2026_01", "turn-1"),
         "turn_id": "turn-1",
+        "buffered": True,
     }
     (received,) = _pull_all(topology)
     message = received.message
@@ -149,9 +150,15 @@ def test_an_unknown_session_reads_empty(client):
     assert response.json() == {
         "session_id": "nobody-here",
         "user_id": "u1",
+        "prev_session_id": None,
+        "summary": {"text": "", "version": 0, "tokens": 0, "updated_at": None},
+        "carried_summary": None,
         "turns": [],
         "turn_count": 0,
         "tokens": 0,
+        "turns_total": 0,
+        "folded_turn_count": 0,
+        "folds": [],
     }
 
 

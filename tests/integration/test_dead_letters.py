@@ -1,12 +1,10 @@
 import json
 import uuid
-from functools import partial
 
-from services.summary_worker.handlers import append_turn_to_buffer
 from shared.bus.dlq import DeadLetterQueues
 from shared.events import TurnRecorded, encode
 from shared.session_buffer import SessionBuffer, SessionKey
-from tests.bus_helpers import Recorder, failing, make_turn, running
+from tests.bus_helpers import Recorder, failing, make_turn, running, summary_handler
 from tests.conftest import both_pull_modes
 from tests.support import run_cli, stays, wait_for
 
@@ -43,7 +41,7 @@ def test_invalid_messages_are_dead_lettered_once_with_a_reason_and_never_handled
     ]
     for data, attributes in cases:
         publisher.publish_raw(topic, data, attributes, good.ordering_key).result(timeout=10)
-    table = {TurnRecorded: [recorder.wrap(partial(append_turn_to_buffer, buffer=buffer))]}
+    table = {TurnRecorded: [recorder.wrap(summary_handler(buffer))]}
     with running(settings, "turns-summary", table, publisher):
         letters = _dead_letters(settings, "turns-summary", len(cases))
         # A wrong retry would show within the retry backoff (0-1 s here): watch for 3 s.
@@ -84,7 +82,7 @@ def test_a_transient_failure_twice_then_success_applies_once(
     buffer = SessionBuffer(valkey_client, 3600)
     recorder = Recorder()
     turn = make_turn(ids, 1)
-    handler = failing(2, partial(append_turn_to_buffer, buffer=buffer), lambda e: True)
+    handler = failing(2, summary_handler(buffer), lambda e: True)
     with running(settings, "turns-summary", {TurnRecorded: [recorder.wrap(handler)]}, publisher):
         publisher.publish(turn).result(timeout=10)
         wait_for(lambda: "applied" in recorder.outcomes("turn-0001"), 60, "the third attempt")
@@ -105,7 +103,7 @@ def test_a_handler_that_always_fails_ends_in_the_dead_letters_and_replay_applies
     recorder = Recorder()
     broken = {"on": True}
     turn = make_turn(ids, 1)
-    real = partial(append_turn_to_buffer, buffer=buffer)
+    real = summary_handler(buffer)
 
     def handler(event, delivery):
         if broken["on"]:

@@ -1,10 +1,9 @@
 from functools import partial
 
 from services.extraction_worker.handlers import TURNS_CONSUMER, archive_turn
-from services.summary_worker.handlers import append_turn_to_buffer
 from shared.events import TurnRecorded
 from shared.session_buffer import SessionBuffer, SessionKey
-from tests.bus_helpers import Recorder, make_turn, running
+from tests.bus_helpers import Recorder, make_turn, running, summary_handler
 from tests.conftest import both_pull_modes
 from tests.support import wait_for
 
@@ -18,7 +17,7 @@ def test_the_same_event_published_three_times_is_applied_once(
     turn = make_turn(ids, 1)
     for _ in range(3):
         publisher.publish(turn).result(timeout=10)
-    summary_table = {TurnRecorded: [summary.wrap(partial(append_turn_to_buffer, buffer=buffer))]}
+    summary_table = {TurnRecorded: [summary.wrap(summary_handler(buffer))]}
     extraction_table = {TurnRecorded: [extraction.wrap(partial(archive_turn, pool=pool))]}
     with (
         running(settings, "turns-summary", summary_table, publisher),
@@ -49,20 +48,9 @@ def test_a_turn_sent_again_under_a_new_event_id_is_still_one_turn(valkey_client,
     first, again = make_turn(ids, 7), make_turn(ids, 7)
     assert first.event_id != again.event_id
     key = SessionKey(ids["app"], ids["user_id"], ids["session_id"])
-    assert buffer.append(key, _buffered(first)) is True
-    assert buffer.append(key, _buffered(again)) is False
+    assert buffer.append(key, _buffered(first)).added is True
+    assert buffer.append(key, _buffered(again)).added is False
     assert len(buffer.read(key).turns) == 1
-
-
-def test_session_keys_carry_the_idle_ttl(valkey_client, ids):
-    buffer = SessionBuffer(valkey_client, 3600)
-    key = SessionKey(ids["app"], ids["user_id"], ids["session_id"])
-    buffer.append(key, _buffered(make_turn(ids, 1)))
-    ttls = buffer.ttl(key)
-    assert set(ttls) == set(key.keys)
-    assert all(3590 <= ttl <= 3600 for ttl in ttls.values()), ttls
-    assert buffer.delete(key) == 4
-    assert valkey_client.exists(*key.keys) == 0
 
 
 def _buffered(turn):

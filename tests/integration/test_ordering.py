@@ -1,12 +1,10 @@
 import random
 import threading
-from functools import partial
 
-from services.summary_worker.handlers import append_turn_to_buffer
 from shared.errors import PermanentError
 from shared.events import TurnRecorded
 from shared.session_buffer import SessionBuffer, SessionKey
-from tests.bus_helpers import Recorder, make_turn, running
+from tests.bus_helpers import Recorder, make_turn, running, summary_handler
 from tests.support import run_cli, wait_for
 
 TURNS = 8
@@ -24,7 +22,7 @@ def test_turns_land_in_created_at_order_despite_redelivery_and_replay(
     nacked: set[str] = set()
     dead = {"on": True}
     lock = threading.Lock()
-    real = partial(append_turn_to_buffer, buffer=buffer)
+    real = summary_handler(buffer)
 
     def disorderly(event, delivery):
         if event.turn_id == "turn-0003":

@@ -98,6 +98,8 @@ def test_session_keys_share_one_hash_tag_and_escape_separators():
         "am:{app:user:sess}:data",
         "am:{app:user:sess}:seen",
         "am:{app:user:sess}:meta",
+        "am:{app:user:sess}:folds",
+        "am:{app:user:sess}:fold-lock",
     ]
     assert SessionKey("a:b", "c", "d").tag != SessionKey("a", "b:c", "d").tag
     assert SessionKey("a}", "b", "c").tag == "{a%7D:b:c}"

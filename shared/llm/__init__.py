@@ -1,0 +1,17 @@
+"""LLM providers, chosen by `AM_LLM_PROVIDER`."""
+
+from __future__ import annotations
+
+from shared.config import Settings
+from shared.llm.base import LLM, Completion, DialogueTurn, LLMError, Usage
+from shared.llm.rules import RulesLLM
+
+__all__ = ["LLM", "Completion", "DialogueTurn", "LLMError", "RulesLLM", "Usage", "make_llm"]
+
+
+def make_llm(settings: Settings) -> LLM:
+    if settings.llm_provider == "gemini":
+        from shared.llm.gemini import GeminiLLM  # google-genai loads only when chosen
+
+        return GeminiLLM(settings)
+    return RulesLLM()

@@ -1,0 +1,195 @@
+"""`gemini`: Gemini through google-genai, with an API key or on Vertex AI (ADC).
+
+Structured tasks use JSON mode with a response schema. One task may take several
+HTTP calls: 429, 408, 5xx, timeouts, connection errors and unusable replies
+(empty, not JSON, not the schema) are retried with jittered exponential backoff
+until `AM_LLM_RETRY_SECONDS` have gone since the first attempt. Other 4xx are
+not retried. Every call's tokens go into the metrics and into the task's usage.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import time
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+import httpx
+import structlog
+from google import genai
+from google.genai import errors as genai_errors
+from google.genai import types
+
+from shared.config import Settings
+from shared.llm.base import (
+    SUMMARY_INSTRUCTION,
+    Completion,
+    DialogueTurn,
+    LLMError,
+    Usage,
+    render_turns,
+)
+from shared.metrics import LLM_CALLS, count_llm_tokens
+from shared.tokens import clip_to_tokens
+
+log = structlog.get_logger("agent_memory.llm")
+
+T = TypeVar("T")
+
+_TRANSIENT: tuple[type[BaseException], ...] = (httpx.TimeoutException, httpx.TransportError)
+try:  # google-genai may speak through httpx2 instead
+    import httpx2
+
+    _TRANSIENT += (httpx2.TimeoutException, httpx2.TransportError)
+except ImportError:  # pragma: no cover - depends on the installed google-genai
+    pass
+
+_RETRIED_STATUS = {408, 429}
+_BACKOFF_CAP_SECONDS = 8.0
+
+_SUMMARY_SCHEMA = {
+    "type": "object",
+    "properties": {"summary": {"type": "string"}},
+    "required": ["summary"],
+}
+
+
+class MalformedReply(Exception):
+    """The model answered, but not with what the task needs."""
+
+
+def make_client(settings: Settings) -> genai.Client:
+    http_options = types.HttpOptions(
+        base_url=settings.gemini_base_url,
+        timeout=int(settings.llm_timeout_seconds * 1000),  # milliseconds
+    )
+    if settings.gemini_api_key is not None:
+        return genai.Client(
+            api_key=settings.gemini_api_key.get_secret_value(), http_options=http_options
+        )
+    return genai.Client(
+        vertexai=True,
+        project=settings.google_cloud_project,
+        location=settings.gemini_location,
+        http_options=http_options,
+    )
+
+
+class GeminiLLM:
+    name = "gemini"
+
+    def __init__(self, settings: Settings, client: genai.Client | None = None) -> None:
+        self.settings = settings
+        self.model = settings.llm_model
+        self.client = client or make_client(settings)
+
+    def summarize(
+        self, previous: str, turns: list[DialogueTurn], max_tokens: int
+    ) -> Completion[str]:
+        prompt = (
+            f"Previous summary:\n{previous or '(none)'}\n\n"
+            f"New turns, oldest first:\n{render_turns(turns)}\n\n"
+            'Answer with JSON: {"summary": "<the new rolling summary>"}.'
+        )
+
+        def parse(value: Any) -> str:
+            summary = value.get("summary") if isinstance(value, dict) else None
+            if not isinstance(summary, str) or not summary.strip():
+                raise MalformedReply("no non-empty 'summary' string")
+            # The bound holds whatever the model wrote.
+            return clip_to_tokens(summary.strip(), max_tokens)
+
+        return self.generate_json(
+            task="summarize",
+            system=SUMMARY_INSTRUCTION.format(max_tokens=max_tokens),
+            prompt=prompt,
+            schema=_SUMMARY_SCHEMA,
+            parse=parse,
+            max_output_tokens=max_tokens * 2,
+        )
+
+    def generate_json(
+        self,
+        *,
+        task: str,
+        system: str,
+        prompt: str,
+        schema: dict[str, Any],
+        parse: Callable[[Any], T],
+        max_output_tokens: int,
+    ) -> Completion[T]:
+        """One structured task, retried as the module says."""
+        config = types.GenerateContentConfig(
+            system_instruction=system,
+            response_mime_type="application/json",
+            response_json_schema=schema,
+            max_output_tokens=max_output_tokens,
+            temperature=0.2,
+        )
+        started = time.monotonic()
+        usage = Usage()
+        attempt = 0
+        while True:
+            attempt += 1
+            try:
+                response = self.client.models.generate_content(
+                    model=self.model, contents=prompt, config=config
+                )
+                call_usage = _usage(response)
+                usage += call_usage
+                count_llm_tokens(self.name, task, call_usage.input_tokens, call_usage.output_tokens)
+                text = response.text
+                if not text:
+                    raise MalformedReply("empty reply")
+                try:
+                    value = json.loads(text)
+                except json.JSONDecodeError as exc:
+                    raise MalformedReply(f"not JSON ({exc.msg})") from None
+                result = parse(value)
+            except Exception as exc:
+                if not _retryable(exc):
+                    LLM_CALLS.labels(self.name, task, "failed").inc()
+                    raise LLMError(f"{task}: {_describe(exc)}") from exc
+                delay = _backoff(self.settings.llm_retry_initial_seconds, attempt)
+                elapsed = time.monotonic() - started
+                if elapsed + delay > self.settings.llm_retry_seconds:
+                    LLM_CALLS.labels(self.name, task, "failed").inc()
+                    raise LLMError(
+                        f"{task}: no usable reply after {attempt} attempts in {elapsed:.1f} s; "
+                        f"last: {_describe(exc)}"
+                    ) from exc
+                LLM_CALLS.labels(self.name, task, "retried").inc()
+                log.info("llm retry", task=task, attempt=attempt, error=_describe(exc))
+                time.sleep(delay)
+                continue
+            LLM_CALLS.labels(self.name, task, "ok").inc()
+            return Completion(result, usage, attempts=attempt)
+
+
+def _usage(response: types.GenerateContentResponse) -> Usage:
+    meta = response.usage_metadata
+    if meta is None:
+        return Usage()
+    output = (meta.candidates_token_count or 0) + (meta.thoughts_token_count or 0)
+    return Usage(meta.prompt_token_count or 0, output)
+
+
+def _retryable(exc: BaseException) -> bool:
+    if isinstance(exc, (MalformedReply, *_TRANSIENT)):
+        return True
+    if isinstance(exc, genai_errors.APIError):
+        return exc.code in _RETRIED_STATUS or exc.code >= 500
+    return False
+
+
+def _describe(exc: BaseException) -> str:
+    if isinstance(exc, genai_errors.APIError):
+        return f"HTTP {exc.code} {exc.status or ''}".strip()
+    return f"{type(exc).__name__}: {exc}"
+
+
+def _backoff(initial: float, attempt: int) -> float:
+    """Full jitter: uniform in [0, min(cap, initial * 2^(attempt-1))], at least 10 ms."""
+    ceiling = min(_BACKOFF_CAP_SECONDS, initial * 2 ** (attempt - 1))
+    return max(0.01, random.uniform(0, ceiling))  # noqa: S311 - jitter, not security

@@ -1,0 +1,214 @@
+"""A fake Gemini HTTP endpoint for tests: the real google-genai client talks to it
+through `HttpOptions(base_url=...)` (or `AM_GEMINI_BASE_URL`).
+
+It speaks the JSON of `models/{model}:generateContent`, `:embedContent` and
+`:batchEmbedContents`. Replies are scripted per method (a queue of `Reply`s,
+each with a status, a body and a latency); when a method's queue is empty its
+`default` function answers. Every request is recorded.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import threading
+import time
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+from shared.tokens import estimate_tokens
+
+_STATUS_NAMES = {
+    400: "INVALID_ARGUMENT",
+    403: "PERMISSION_DENIED",
+    404: "NOT_FOUND",
+    429: "RESOURCE_EXHAUSTED",
+    500: "INTERNAL",
+    503: "UNAVAILABLE",
+}
+
+
+@dataclass
+class Reply:
+    status: int = 200
+    body: Any = None  # JSON-able; for 200 on generateContent see `text_reply`
+    delay: float = 0.0  # seconds before answering
+    raw: bytes | None = None  # sent as is instead of `body`
+
+
+@dataclass
+class Request:
+    method: str  # generateContent, embedContent, batchEmbedContents
+    model: str
+    body: dict[str, Any]
+    api_key: str | None
+
+    def prompt_text(self) -> str:
+        """Every text part of the request's contents, joined."""
+        texts = []
+        for content in self.body.get("contents", []):
+            for part in content.get("parts", []):
+                if "text" in part:
+                    texts.append(part["text"])
+        return "\n".join(texts)
+
+
+def text_reply(text: str, prompt_tokens: int = 10) -> Reply:
+    return Reply(body=generate_body([{"text": text}], prompt_tokens, estimate_tokens(text)))
+
+
+def json_reply(value: Any, prompt_tokens: int = 10) -> Reply:
+    return text_reply(json.dumps(value), prompt_tokens)
+
+
+def error_reply(status: int, message: str = "scripted error", delay: float = 0.0) -> Reply:
+    return Reply(
+        status=status,
+        body={
+            "error": {
+                "code": status,
+                "message": message,
+                "status": _STATUS_NAMES.get(status, "UNKNOWN"),
+            }
+        },
+        delay=delay,
+    )
+
+
+def generate_body(parts: list[dict[str, Any]], prompt_tokens: int, output_tokens: int) -> dict:
+    return {
+        "candidates": [
+            {"content": {"role": "model", "parts": parts}, "finishReason": "STOP", "index": 0}
+        ],
+        "usageMetadata": {
+            "promptTokenCount": prompt_tokens,
+            "candidatesTokenCount": output_tokens,
+            "totalTokenCount": prompt_tokens + output_tokens,
+        },
+        "modelVersion": "fake-gemini",
+    }
+
+
+def fake_embedding(text: str, dimension: int) -> list[float]:
+    """A deterministic unit vector for `text` (tests compare them, nothing more)."""
+    values = []
+    counter = 0
+    while len(values) < dimension:
+        digest = hashlib.sha256(f"{counter}:{text}".encode()).digest()
+        values.extend((b - 127.5) / 127.5 for b in digest)
+        counter += 1
+    values = values[:dimension]
+    norm = math.sqrt(sum(v * v for v in values)) or 1.0
+    return [v / norm for v in values]
+
+
+def _default_generate(request: Request) -> Reply:
+    return error_reply(500, "fake gemini: no scripted reply for generateContent")
+
+
+def _default_embed(request: Request) -> Reply:
+    dimension = request.body.get("outputDimensionality") or 768
+    text = " ".join(p.get("text", "") for p in request.body.get("content", {}).get("parts", []))
+    return Reply(body={"embedding": {"values": fake_embedding(text, dimension)}})
+
+
+def _default_batch_embed(request: Request) -> Reply:
+    embeddings = []
+    for item in request.body.get("requests", []):
+        dimension = item.get("outputDimensionality") or 768
+        text = " ".join(p.get("text", "") for p in item.get("content", {}).get("parts", []))
+        embeddings.append({"values": fake_embedding(text, dimension)})
+    return Reply(body={"embeddings": embeddings})
+
+
+@dataclass
+class FakeGemini:
+    """Start with `start()` (or as a context manager); `url` is the base URL."""
+
+    defaults: dict[str, Callable[[Request], Reply]] = field(
+        default_factory=lambda: {
+            "generateContent": _default_generate,
+            "embedContent": _default_embed,
+            "batchEmbedContents": _default_batch_embed,
+        }
+    )
+    requests: list[Request] = field(default_factory=list)
+    _scripts: dict[str, deque[Reply]] = field(default_factory=dict)
+    _lock: threading.Lock = field(default_factory=threading.Lock)
+    _server: ThreadingHTTPServer | None = None
+
+    @property
+    def url(self) -> str:
+        assert self._server is not None
+        host, port = self._server.server_address[:2]
+        return f"http://{host}:{port}"
+
+    def script(self, method: str, *replies: Reply) -> None:
+        """Queue replies for `method`, answered in order before the default."""
+        with self._lock:
+            self._scripts.setdefault(method, deque()).extend(replies)
+
+    def calls(self, method: str) -> list[Request]:
+        with self._lock:
+            return [r for r in self.requests if r.method == method]
+
+    def _next(self, request: Request) -> Reply:
+        with self._lock:
+            self.requests.append(request)
+            queue = self._scripts.get(request.method)
+            if queue:
+                return queue.popleft()
+        return self.defaults[request.method](request)
+
+    def start(self) -> FakeGemini:
+        fake = self
+
+        class Handler(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def do_POST(self) -> None:  # noqa: N802 - the stdlib's name
+                length = int(self.headers.get("content-length") or 0)
+                body = json.loads(self.rfile.read(length) or b"{}")
+                path = self.path.split("?", 1)[0]
+                model, _, method = path.rsplit("/", 1)[-1].partition(":")
+                if method not in fake.defaults:
+                    self._send(error_reply(404, f"fake gemini: unknown method {path}"))
+                    return
+                request = Request(method, model, body, self.headers.get("x-goog-api-key"))
+                self._send(fake._next(request))
+
+            def _send(self, reply: Reply) -> None:
+                if reply.delay:
+                    time.sleep(reply.delay)  # noqa: sleep-ok - a scripted latency
+                data = reply.raw if reply.raw is not None else json.dumps(reply.body).encode()
+                try:
+                    self.send_response(reply.status)
+                    self.send_header("content-type", "application/json")
+                    self.send_header("content-length", str(len(data)))
+                    self.end_headers()
+                    self.wfile.write(data)
+                except (BrokenPipeError, ConnectionResetError):
+                    pass  # the client gave up (a timeout test)
+
+            def log_message(self, format: str, *args: Any) -> None:  # noqa: A002
+                pass
+
+        self._server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self._server.daemon_threads = True
+        threading.Thread(target=self._server.serve_forever, daemon=True).start()
+        return self
+
+    def stop(self) -> None:
+        if self._server is not None:
+            self._server.shutdown()
+            self._server.server_close()
+
+    def __enter__(self) -> FakeGemini:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()

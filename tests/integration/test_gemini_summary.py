@@ -1,0 +1,148 @@
+"""The `gemini` provider through the real google-genai client against the fake Gemini
+endpoint, inside the summary worker on the real Valkey and Pub/Sub emulator."""
+
+from datetime import UTC, datetime
+
+import pytest
+from pydantic import SecretStr
+
+from shared.bus.dlq import DeadLetterQueues
+from shared.events import ToolEvent, TurnRecorded
+from shared.llm import DialogueTurn, LLMError
+from shared.llm.gemini import GeminiLLM
+from shared.metrics import LLM_TOKENS
+from shared.session_buffer import SessionBuffer, SessionKey
+from tests.bus_helpers import Recorder, make_turn, running, summary_handler
+from tests.fake_gemini import FakeGemini, Reply, error_reply, json_reply
+from tests.support import stays, wait_for
+
+
+@pytest.fixture
+def fake():
+    with FakeGemini() as server:
+        yield server
+
+
+@pytest.fixture
+def gemini_settings(settings, fake):
+    return settings.model_copy(
+        update={
+            "llm_provider": "gemini",
+            "gemini_api_key": SecretStr("test-key"),
+            "gemini_base_url": fake.url,
+            "llm_retry_initial_seconds": 0.01,
+            "llm_retry_seconds": 5.0,
+            "llm_timeout_seconds": 1.0,
+        }
+    )
+
+
+def _publish_turns(publisher, ids, count):
+    turns = [
+        make_turn(
+            ids,
+            n,
+            user=f"I prefer option {n}.",
+            tool_events=(ToolEvent("shell", '{"cmd": "ls"}', f"secret tool output {n}"),),
+        )
+        for n in range(1, count + 1)
+    ]
+    for turn in turns:
+        publisher.publish(turn).result(timeout=10)
+    return turns
+
+
+def _tokens(task="summarize"):
+    return sum(
+        LLM_TOKENS.labels("gemini", task, direction)._value.get()
+        for direction in ("input", "output")
+    )
+
+
+@pytest.mark.parametrize(
+    "failures",
+    [
+        [error_reply(429), error_reply(429)],
+        [Reply(raw=b'{"candidates": [{"content": {"parts": [{"text": "{oops"}]}}]}')],
+        [json_reply({"summary": ""})],
+    ],
+    ids=["429-twice", "malformed", "empty"],
+)
+def test_a_fold_survives_retryable_replies_and_stores_one_summary(
+    gemini_settings, topology, publisher, valkey_client, fake, ids, failures
+):
+    good = json_reply({"summary": "The user prefers option 7."})
+    fake.script("generateContent", *failures, good)
+    buffer = SessionBuffer(valkey_client, 3600)
+    handler = summary_handler(buffer, GeminiLLM(gemini_settings))
+    tokens_before = _tokens()
+    turns = _publish_turns(publisher, ids, 11)
+    with running(gemini_settings, "turns-summary", {TurnRecorded: [handler]}, publisher):
+        key = SessionKey(ids["app"], ids["user_id"], ids["session_id"])
+        wait_for(lambda: buffer.read(key).summary.version == 1, 30, "the summary")
+        stays(lambda: buffer.read(key).summary.version == 1, 1.0, "one summary version")
+    view = buffer.read(key, with_folds=True)
+    assert view.summary.text == "The user prefers option 7."
+    assert view.folds == {1: [t.turn_id for t in turns[:7]]}
+    calls = fake.calls("generateContent")
+    assert len(calls) == len(failures) + 1
+    prompt = calls[-1].prompt_text()
+    # The turns' texts, oldest first; never tool calls or their outputs.
+    assert prompt.index("I prefer option 1.") < prompt.index("I prefer option 7.")
+    assert "option 8." not in prompt and "secret tool output" not in prompt
+    system = calls[-1].body["systemInstruction"]["parts"][0]["text"]
+    assert "Retain key constraints, user choices, technical decisions and ongoing goals" in system
+    assert calls[-1].body["generationConfig"]["responseMimeType"] == "application/json"
+    assert calls[-1].api_key == "test-key"
+    # Every call that answered counted its tokens, as the reply reported them.
+    assert _tokens() - tokens_before == sum(_reported(r) for r in [*failures, good])
+
+
+def _reported(reply):
+    usage = (reply.body or {}).get("usageMetadata", {}) if reply.raw is None else {}
+    return usage.get("promptTokenCount", 0) + usage.get("candidatesTokenCount", 0)
+
+
+def test_a_summary_that_keeps_failing_leaves_the_buffer_and_dead_letters_the_event(
+    gemini_settings, topology, publisher, valkey_client, fake, ids
+):
+    failing = gemini_settings.model_copy(update={"llm_retry_seconds": 0.3})
+    fake.defaults["generateContent"] = lambda request: error_reply(503, "overloaded")
+    buffer = SessionBuffer(valkey_client, 3600)
+    recorder = Recorder()
+    handler = recorder.wrap(summary_handler(buffer, GeminiLLM(failing)))
+    turns = _publish_turns(publisher, ids, 11)
+    key = SessionKey(ids["app"], ids["user_id"], ids["session_id"])
+    with running(failing, "turns-summary", {TurnRecorded: [handler]}, publisher):
+        letters = wait_for(
+            lambda: DeadLetterQueues(failing).peek("turns-summary") or None,
+            120,
+            "the failing event in the dead letters",
+            interval=0.3,
+        )
+    (letter,) = letters
+    # The event whose append crossed the trigger: attempted 5 times, then dead-lettered.
+    failed = [label for (label, _a, outcome) in recorder.calls if outcome.startswith("error")]
+    assert failed == [failed[0]] * 5
+    assert letter.event_id == next(t.event_id for t in turns if t.turn_id == failed[0])
+    assert letter.reason.startswith("failed 5 attempts; last error LLMError: summarize: no usable")
+    assert "HTTP 503 UNAVAILABLE" in letter.reason
+    view = buffer.read(key, with_folds=True)
+    assert [t.turn_id for t in view.turns] == [t.turn_id for t in turns]
+    assert (view.summary.version, view.folds) == (0, {})
+
+
+def test_a_timeout_is_retried_and_a_refused_request_is_not(gemini_settings, fake):
+    llm = GeminiLLM(gemini_settings)
+    turn = DialogueTurn("t1", datetime(2026, 1, 1, tzinfo=UTC), "I prefer tea.", "Noted.")
+    fake.script(
+        "generateContent",
+        Reply(body=json_reply({"summary": "late"}).body, delay=2.0),  # past the 1 s timeout
+        json_reply({"summary": "The user prefers tea."}),
+    )
+    completion = llm.summarize("", [turn], 600)
+    assert (completion.value, completion.attempts) == ("The user prefers tea.", 2)
+    fake.script("generateContent", error_reply(400, "bad request"))
+    with pytest.raises(LLMError, match="HTTP 400"):
+        llm.summarize("", [turn], 600)
+    assert len(fake.calls("generateContent")) == 3

@@ -10,9 +10,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import valkey
+from psycopg_pool import ConnectionPool
 from valkey.backoff import NoBackoff
 from valkey.retry import Retry
-from psycopg_pool import ConnectionPool
 
 from shared.bus.publisher import EventPublisher
 from shared.bus.worker import DEFAULT_CONCURRENCY

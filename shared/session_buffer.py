@@ -86,6 +86,11 @@ if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) 
 return 0
 """
 
+_RENEW = """
+if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('PEXPIRE', KEYS[1], ARGV[2]) end
+return 0
+"""
+
 FOLD_VERSION_MOVED = -1
 FOLD_TURN_GONE = -2
 
@@ -219,6 +224,7 @@ class SessionBuffer:
         self._read = client.register_script(_READ)
         self._fold = client.register_script(_FOLD)
         self._unlock = client.register_script(_UNLOCK)
+        self._renew = client.register_script(_RENEW)
 
     def append(
         self, key: SessionKey, turn: BufferedTurn, prev_session_id: str = ""
@@ -306,6 +312,10 @@ class SessionBuffer:
         """Take the session's fold lock: an optimisation that spares duplicate LLM calls
         by concurrent handlers. Correctness rests on `store_fold`'s version check."""
         return bool(self.client.set(key.key("fold-lock"), token, nx=True, px=int(seconds * 1000)))
+
+    def renew_folding(self, key: SessionKey, token: str, seconds: float) -> bool:
+        """Extend the fold lock if `token` still holds it."""
+        return bool(self._renew(keys=[key.key("fold-lock")], args=[token, int(seconds * 1000)]))
 
     def unlock_folding(self, key: SessionKey, token: str) -> None:
         self._unlock(keys=[key.key("fold-lock")], args=[token])

@@ -9,13 +9,18 @@ another writer won, the fold starts again from a fresh read. So a turn leaves
 the buffer only inside a stored summary version, and never in two.
 
 A per-session lock keeps concurrent handlers of one session from paying for the
-same LLM call twice; it is an optimisation only (it expires, and the version
-check above is what makes folding safe).
+same LLM call twice. It is an optimisation only: the version check above is what
+makes folding safe. It lives `lock_seconds` and its holder renews it while the
+LLM works, so a crashed holder delays that session's folds by seconds, not by
+the length of an LLM call.
 """
 
 from __future__ import annotations
 
+import threading
 import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 
 import structlog
@@ -46,7 +51,7 @@ class FoldPolicy:
     window_turns: int = 4
     max_tokens: int = 600
     max_conflicts: int = 20
-    lock_seconds: float = 120.0
+    lock_seconds: float = 10.0
 
     @classmethod
     def from_settings(cls, settings: Settings) -> FoldPolicy:
@@ -56,8 +61,6 @@ class FoldPolicy:
             window_turns=settings.summary_window_turns,
             max_tokens=settings.summary_max_tokens,
             max_conflicts=settings.summary_max_conflicts,
-            # Longer than one LLM task may take, so a live fold keeps its lock.
-            lock_seconds=settings.llm_retry_seconds + settings.llm_timeout_seconds + 10,
         )
 
     def due(self, turn_count: int, tokens: int) -> bool:
@@ -81,20 +84,44 @@ class Folder:
         if not self.policy.due(appended.turn_count, appended.tokens):
             return stored
         while True:
-            token = uuid.uuid4().hex
-            if not self.buffer.lock_folding(key, token, self.policy.lock_seconds):
-                # Another handler is folding this session; it checks again after
-                # releasing the lock, so turns appended meanwhile are not left over.
-                return stored
-            try:
+            with self._fold_lock(key) as held:
+                if not held:
+                    # Another handler is folding this session; it checks again after
+                    # releasing the lock, so turns appended meanwhile are not left over.
+                    return stored
                 stored += self._fold_while_due(key)
-            finally:
-                self.buffer.unlock_folding(key, token)
             view = self.buffer.read(key)
             if not self.policy.due(len(view.turns), view.tokens) or not self.policy.to_fold(
                 view.turns
             ):
                 return stored
+
+    @contextmanager
+    def _fold_lock(self, key: SessionKey) -> Iterator[bool]:
+        """The session's fold lock, renewed every third of its life while held."""
+        token = uuid.uuid4().hex
+        seconds = self.policy.lock_seconds
+        if not self.buffer.lock_folding(key, token, seconds):
+            yield False
+            return
+        released = threading.Event()
+
+        def renew() -> None:
+            while not released.wait(seconds / 3):
+                try:
+                    if not self.buffer.renew_folding(key, token, seconds):
+                        return
+                except Exception as exc:  # the lock only saves work; folding goes on
+                    log.warning("fold lock renewal failed", error=repr(exc))
+
+        renewer = threading.Thread(target=renew, name="fold-lock", daemon=True)
+        renewer.start()
+        try:
+            yield True
+        finally:
+            released.set()
+            renewer.join()
+            self.buffer.unlock_folding(key, token)
 
     def _fold_while_due(self, key: SessionKey) -> list[int]:
         stored: list[int] = []

@@ -105,6 +105,12 @@ def test_a_worker_stopped_mid_burst_applies_every_event_exactly_once(
     assert _ledger(pool, [e.event_id for e in events]) == EVENTS
     buffer = SessionBuffer(valkey_client, 3600)
     for s in range(SESSIONS):
-        view = buffer.read(SessionKey(ids["app"], ids["user_id"], f"{ids['session_id']}-{s}"))
-        assert len(view.turns) == EVENTS // SESSIONS
+        view = buffer.read(
+            SessionKey(ids["app"], ids["user_id"], f"{ids['session_id']}-{s}"), with_folds=True
+        )
+        # Each turn in exactly one place, the summary worker's folds included.
+        placed = [turn_id for fold in view.folds.values() for turn_id in fold]
+        placed += [t.turn_id for t in view.turns]
+        assert sorted(placed) == sorted(e.turn_id for e in events[s::SESSIONS])
+        assert list(view.folds) == list(range(1, view.summary.version + 1))
         assert [t.created_at for t in view.turns] == sorted(t.created_at for t in view.turns)

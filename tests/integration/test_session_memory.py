@@ -342,3 +342,20 @@ def test_a_turn_recorded_while_valkey_is_down_is_buffered_in_order_when_it_is_ba
         if not own.process.wait(5):
             own.process.kill()
         own.process.close_log()
+
+
+def test_a_dead_folders_lock_only_delays_the_fold_until_it_expires(valkey_client, ids):
+    buffer = SessionBuffer(valkey_client, 3600)
+    folder = Folder(buffer, RulesLLM(), FoldPolicy(lock_seconds=1.0))
+    key = SessionKey(ids["app"], ids["user_id"], ids["session_id"])
+    # A worker that took the lock and was killed before releasing it.
+    assert buffer.lock_folding(key, "dead-worker", 1.0)
+    for n in range(1, 12):
+        appended = buffer.append(key, BufferedTurn.from_event(make_turn(ids, n)))
+    assert folder.fold_if_due(key, appended) == []
+    assert buffer.read(key).summary.version == 0
+    versions = wait_for(
+        lambda: folder.fold_if_due(key, appended) or None, 10, "the fold after the lock expires"
+    )
+    assert versions == [1]
+    assert [t.turn_id for t in buffer.read(key).turns] == [f"turn-{n:04d}" for n in range(8, 12)]

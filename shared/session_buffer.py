@@ -45,26 +45,37 @@ return {added, redis.call('ZCARD', KEYS[1]), tonumber(redis.call('HGET', KEYS[4]
 """
 
 _READ = """
--- KEYS: turns, data, meta, folds. ARGV: 1 to include the folds.
--- Returns {ids, data values, meta flat list, folds flat list}
+-- KEYS: turns, data, meta, folds, fold-lock
+-- ARGV: 1 to include the folds; a fold-lock token to take the lock first ('' for
+--       none); the lock's life in ms.
+-- Returns {0} if the lock is taken by another, else {1, ids, data values, meta
+-- flat list, folds flat list}
+if ARGV[2] ~= '' then
+  if not redis.call('SET', KEYS[5], ARGV[2], 'NX', 'PX', ARGV[3]) then return {0} end
+end
 local ids = redis.call('ZRANGE', KEYS[1], 0, -1)
 local data = {}
 for i, id in ipairs(ids) do data[i] = redis.call('HGET', KEYS[2], id) end
 local folds = {}
 if ARGV[1] == '1' then folds = redis.call('HGETALL', KEYS[4]) end
-return {ids, data, redis.call('HGETALL', KEYS[3]), folds}
+return {1, ids, data, redis.call('HGETALL', KEYS[3]), folds}
 """
 
 _FOLD = """
 -- KEYS: turns, data, seen, meta, folds, fold-lock
 -- ARGV: expected summary version, summary, summary tokens, updated_at, ttl,
 --       folded tokens, folded ids as a JSON list, then the folded turn ids.
--- Stores the new summary and removes exactly the folded turns, or nothing:
--- returns the new version, -1 if the version moved, -2 if a turn is gone.
+-- Stores the new summary and removes exactly the folded turns, or nothing.
+-- Returns {new version, or -1 if the version moved, -2 if a turn is gone;
+--          turns in the buffer; their tokens}
+local function state(code)
+  local tokens = tonumber(redis.call('HGET', KEYS[4], 'tokens') or '0')
+  return {code, redis.call('ZCARD', KEYS[1]), tokens}
+end
 local version = tonumber(redis.call('HGET', KEYS[4], 'summary_version') or '0')
-if version ~= tonumber(ARGV[1]) then return -1 end
+if version ~= tonumber(ARGV[1]) then return state(-1) end
 for i = 8, #ARGV do
-  if not redis.call('ZSCORE', KEYS[1], ARGV[i]) then return -2 end
+  if not redis.call('ZSCORE', KEYS[1], ARGV[i]) then return state(-2) end
 end
 for i = 8, #ARGV do
   redis.call('ZREM', KEYS[1], ARGV[i])
@@ -78,12 +89,14 @@ redis.call('HINCRBY', KEYS[4], 'folded_total', #ARGV - 7)
 redis.call('HSET', KEYS[5], version, ARGV[7])
 local ttl = tonumber(ARGV[5])
 for i = 1, 5 do redis.call('EXPIRE', KEYS[i], ttl) end
-return version
+return state(version)
 """
 
 _UNLOCK = """
-if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end
-return 0
+-- KEYS: fold-lock, turns, meta. ARGV: token. Releases the lock if the token holds
+-- it; returns {turns in the buffer, their tokens}.
+if redis.call('GET', KEYS[1]) == ARGV[1] then redis.call('DEL', KEYS[1]) end
+return {redis.call('ZCARD', KEYS[2]), tonumber(redis.call('HGET', KEYS[3], 'tokens') or '0')}
 """
 
 _RENEW = """
@@ -193,6 +206,13 @@ class SessionView:
 
 
 @dataclass(frozen=True)
+class FoldResult:
+    version: int  # the new summary version, or FOLD_VERSION_MOVED / FOLD_TURN_GONE
+    turn_count: int  # turns in the buffer after the attempt
+    tokens: int  # their tokens
+
+
+@dataclass(frozen=True)
 class AppendResult:
     added: bool  # False: this turn_id was appended before (now in the buffer or folded)
     turn_count: int  # turns in the buffer after the append
@@ -244,10 +264,27 @@ class SessionBuffer:
         return AppendResult(bool(added), int(count), int(tokens))
 
     def read(self, key: SessionKey, with_folds: bool = False) -> SessionView:
-        turns_key, data_key, _seen, meta_key, folds_key, _lock = key.keys
-        ids, data, meta_flat, folds_flat = self._read(
-            keys=[turns_key, data_key, meta_key, folds_key], args=["1" if with_folds else "0"]
+        view = self._read_view(key, with_folds, "", 0)
+        assert view is not None
+        return view
+
+    def lock_and_read(self, key: SessionKey, token: str, seconds: float) -> SessionView | None:
+        """Take the session's fold lock and read the session in one step; None if
+        another holds the lock. The lock is an optimisation that spares duplicate
+        LLM calls by concurrent handlers: correctness rests on `store_fold`."""
+        return self._read_view(key, False, token, int(seconds * 1000))
+
+    def _read_view(
+        self, key: SessionKey, with_folds: bool, lock_token: str, lock_ms: int
+    ) -> SessionView | None:
+        turns_key, data_key, _seen, meta_key, folds_key, lock_key = key.keys
+        found = self._read(
+            keys=[turns_key, data_key, meta_key, folds_key, lock_key],
+            args=["1" if with_folds else "0", lock_token, lock_ms],
         )
+        if not found[0]:
+            return None
+        _ok, ids, data, meta_flat, folds_flat = found
         meta = _flat_to_dict(meta_flat)
         updated = _text(meta.get("summary_updated_at"))
         summary = Summary(
@@ -288,37 +325,35 @@ class SessionBuffer:
         summary: str,
         folded: list[BufferedTurn],
         updated_at: datetime,
-    ) -> int:
+    ) -> FoldResult:
         """Store `summary` as the next version and remove exactly the `folded` turns, in
         one step, if the summary is still at `expected_version` and every folded turn
-        is still in the buffer. Returns the new version or a FOLD_* conflict code."""
-        return int(
-            self._fold(
-                keys=key.keys,
-                args=[
-                    expected_version,
-                    summary,
-                    estimate_tokens(summary),
-                    format_time(updated_at),
-                    self.ttl_seconds,
-                    sum(t.tokens for t in folded),
-                    json.dumps([t.turn_id for t in folded]),
-                    *(t.turn_id for t in folded),
-                ],
-            )
+        is still in the buffer. The result's version is the new one or a FOLD_* code."""
+        version, count, tokens = self._fold(
+            keys=key.keys,
+            args=[
+                expected_version,
+                summary,
+                estimate_tokens(summary),
+                format_time(updated_at),
+                self.ttl_seconds,
+                sum(t.tokens for t in folded),
+                json.dumps([t.turn_id for t in folded]),
+                *(t.turn_id for t in folded),
+            ],
         )
-
-    def lock_folding(self, key: SessionKey, token: str, seconds: float) -> bool:
-        """Take the session's fold lock: an optimisation that spares duplicate LLM calls
-        by concurrent handlers. Correctness rests on `store_fold`'s version check."""
-        return bool(self.client.set(key.key("fold-lock"), token, nx=True, px=int(seconds * 1000)))
+        return FoldResult(int(version), int(count), int(tokens))
 
     def renew_folding(self, key: SessionKey, token: str, seconds: float) -> bool:
         """Extend the fold lock if `token` still holds it."""
         return bool(self._renew(keys=[key.key("fold-lock")], args=[token, int(seconds * 1000)]))
 
-    def unlock_folding(self, key: SessionKey, token: str) -> None:
-        self._unlock(keys=[key.key("fold-lock")], args=[token])
+    def unlock_folding(self, key: SessionKey, token: str) -> tuple[int, int]:
+        """Release the fold lock if `token` holds it; returns (turns, tokens) now."""
+        count, tokens = self._unlock(
+            keys=[key.key("fold-lock"), key.key("turns"), key.key("meta")], args=[token]
+        )
+        return int(count), int(tokens)
 
     def delete(self, key: SessionKey) -> int:
         """Remove the session's short-term memory: every key. Returns keys removed."""

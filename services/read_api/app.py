@@ -17,7 +17,7 @@ from typing import Annotated, Any, TypeVar
 
 import structlog
 import valkey
-from fastapi import Depends, FastAPI, Query, Request
+from fastapi import Depends, FastAPI, Query, Request, Response
 from fastapi.responses import JSONResponse
 
 from services.read_api.errors import ApiError, install_error_handlers
@@ -151,10 +151,16 @@ def _routes(app: FastAPI) -> None:
 
     @app.post("/v1/sessions/{session_id}/turns", status_code=202)
     async def record_turn(
-        session_id: str, body: RecordTurnRequest, resources: Res, app_id: AppId
+        session_id: str,
+        body: RecordTurnRequest,
+        resources: Res,
+        app_id: AppId,
+        response: Response,
     ) -> RecordTurnResponse:
         event = _turn_event(app_id, session_id, body, resources.settings)
+        started = time.perf_counter()
         buffered = await _buffer_turn(resources, event)
+        buffered_at = time.perf_counter()
         assert resources.publisher is not None
         try:
             future = resources.publisher.publish(event)
@@ -171,6 +177,12 @@ def _routes(app: FastAPI) -> None:
                 "the turn could not be published; retry with the same turn_id",
                 details={"turn_id": event.turn_id, "event_id": event.event_id},
             ) from None
+        # How long the buffer append and the wait for Pub/Sub's confirmation took
+        # (the W3C Server-Timing header; bench/buffer.py reads it).
+        response.headers["server-timing"] = (
+            f"buffer;dur={(buffered_at - started) * 1000:.3f}, "
+            f"publish;dur={(time.perf_counter() - buffered_at) * 1000:.3f}"
+        )
         return RecordTurnResponse(event_id=event.event_id, turn_id=event.turn_id, buffered=buffered)
 
     @app.get("/v1/sessions/{session_id}")

@@ -12,15 +12,14 @@ A per-session lock keeps concurrent handlers of one session from paying for the
 same LLM call twice. It is an optimisation only: the version check above is what
 makes folding safe. It lives `lock_seconds` and its holder renews it while the
 LLM works, so a crashed holder delays that session's folds by seconds, not by
-the length of an LLM call.
+the length of an LLM call. One thread per process does the renewing.
 """
 
 from __future__ import annotations
 
 import threading
+import time
 import uuid
-from collections.abc import Iterator
-from contextlib import contextmanager
 from dataclasses import dataclass
 
 import structlog
@@ -35,6 +34,7 @@ from shared.session_buffer import (
     BufferedTurn,
     SessionBuffer,
     SessionKey,
+    SessionView,
 )
 
 log = structlog.get_logger("agent_memory.summary")
@@ -66,6 +66,10 @@ class FoldPolicy:
     def due(self, turn_count: int, tokens: int) -> bool:
         return turn_count > self.trigger_turns or tokens > self.trigger_tokens
 
+    def foldable(self, turn_count: int, tokens: int) -> bool:
+        """Over a trigger, with turns beyond the window to fold."""
+        return self.due(turn_count, tokens) and turn_count > self.window_turns
+
     def to_fold(self, turns: list[BufferedTurn]) -> list[BufferedTurn]:
         """The oldest turns beyond the newest `window_turns`."""
         return turns[: max(0, len(turns) - self.window_turns)]
@@ -76,84 +80,91 @@ class Folder:
         self.buffer = buffer
         self.llm = llm
         self.policy = policy
+        self._held: set[tuple[SessionKey, str]] = set()  # fold locks this process holds
+        self._held_lock = threading.Lock()
+        self._renewer: threading.Thread | None = None
 
     def fold_if_due(self, key: SessionKey, appended: AppendResult) -> list[int]:
         """Fold until the buffer is within its triggers; returns the versions stored.
         Raises (leaving the buffer as it was) if the LLM gives no usable summary."""
         stored: list[int] = []
-        if not self.policy.due(appended.turn_count, appended.tokens):
-            return stored
-        while True:
-            with self._fold_lock(key) as held:
-                if not held:
-                    # Another handler is folding this session; it checks again after
-                    # releasing the lock, so turns appended meanwhile are not left over.
-                    return stored
-                stored += self._fold_while_due(key)
-            view = self.buffer.read(key)
-            if not self.policy.due(len(view.turns), view.tokens) or not self.policy.to_fold(
-                view.turns
-            ):
+        count, tokens = appended.turn_count, appended.tokens
+        while self.policy.foldable(count, tokens):
+            token = uuid.uuid4().hex
+            view = self.buffer.lock_and_read(key, token, self.policy.lock_seconds)
+            if view is None:
+                # Another handler is folding this session; it checks again after
+                # releasing the lock, so turns appended meanwhile are not left over.
                 return stored
+            self._hold(key, token)
+            try:
+                stored += self._fold_while_due(key, view)
+            finally:
+                self._release(key, token)
+                count, tokens = self.buffer.unlock_folding(key, token)
+        return stored
 
-    @contextmanager
-    def _fold_lock(self, key: SessionKey) -> Iterator[bool]:
-        """The session's fold lock, renewed every third of its life while held."""
-        token = uuid.uuid4().hex
-        seconds = self.policy.lock_seconds
-        if not self.buffer.lock_folding(key, token, seconds):
-            yield False
-            return
-        released = threading.Event()
-
-        def renew() -> None:
-            while not released.wait(seconds / 3):
-                try:
-                    if not self.buffer.renew_folding(key, token, seconds):
-                        return
-                except Exception as exc:  # the lock only saves work; folding goes on
-                    log.warning("fold lock renewal failed", error=repr(exc))
-
-        renewer = threading.Thread(target=renew, name="fold-lock", daemon=True)
-        renewer.start()
-        try:
-            yield True
-        finally:
-            released.set()
-            renewer.join()
-            self.buffer.unlock_folding(key, token)
-
-    def _fold_while_due(self, key: SessionKey) -> list[int]:
+    def _fold_while_due(self, key: SessionKey, view: SessionView) -> list[int]:
         stored: list[int] = []
         conflicts = 0
-        while True:
-            view = self.buffer.read(key)
+        while self.policy.foldable(len(view.turns), view.tokens):
             folded = self.policy.to_fold(view.turns)
-            if not self.policy.due(len(view.turns), view.tokens) or not folded:
-                return stored
             completion = self.llm.summarize(
                 view.summary.text,
                 [DialogueTurn(t.turn_id, t.created_at, t.user, t.assistant) for t in folded],
                 self.policy.max_tokens,
             )
-            version = self.buffer.store_fold(
+            result = self.buffer.store_fold(
                 key, view.summary.version, completion.value, folded, utcnow()
             )
-            if version > 0:
+            if result.version > 0:
                 SUMMARY_FOLDS.labels("stored").inc()
                 log.info(
                     "summary folded",
                     session=key.session_id,
-                    version=version,
+                    version=result.version,
                     turns=len(folded),
                     input_tokens=completion.usage.input_tokens,
                     output_tokens=completion.usage.output_tokens,
                 )
-                stored.append(version)
-                continue
-            SUMMARY_FOLDS.labels("conflict").inc()
-            conflicts += 1
-            reason = "version moved" if version == FOLD_VERSION_MOVED else "a turn was removed"
-            log.info("summary fold lost a race", session=key.session_id, reason=reason)
-            if conflicts >= self.policy.max_conflicts:
-                raise FoldConflict(f"{conflicts} folds lost to other writers ({reason})")
+                stored.append(result.version)
+                if not self.policy.foldable(result.turn_count, result.tokens):
+                    return stored
+            else:
+                SUMMARY_FOLDS.labels("conflict").inc()
+                conflicts += 1
+                reason = (
+                    "version moved"
+                    if result.version == FOLD_VERSION_MOVED
+                    else "a turn was removed"
+                )
+                log.info("summary fold lost a race", session=key.session_id, reason=reason)
+                if conflicts >= self.policy.max_conflicts:
+                    raise FoldConflict(f"{conflicts} folds lost to other writers ({reason})")
+            view = self.buffer.read(key)
+        return stored
+
+    def _hold(self, key: SessionKey, token: str) -> None:
+        with self._held_lock:
+            self._held.add((key, token))
+            if self._renewer is None:
+                self._renewer = threading.Thread(
+                    target=self._renew_forever, name="fold-lock-renewer", daemon=True
+                )
+                self._renewer.start()
+
+    def _release(self, key: SessionKey, token: str) -> None:
+        with self._held_lock:
+            self._held.discard((key, token))
+
+    def _renew_forever(self) -> None:
+        """One thread per process renews every held fold lock each third of its life."""
+        while True:
+            time.sleep(self.policy.lock_seconds / 3)
+            with self._held_lock:
+                held = list(self._held)
+            for key, token in held:
+                try:
+                    self.buffer.renew_folding(key, token, self.policy.lock_seconds)
+                except Exception as exc:  # the lock only saves work; folding goes on
+                    log.warning("fold lock renewal failed", error=repr(exc))

@@ -37,8 +37,8 @@ def gemini_settings(settings, fake):
     )
 
 
-def _publish_turns(publisher, ids, count):
-    turns = [
+def _turns(ids, count):
+    return [
         make_turn(
             ids,
             n,
@@ -47,9 +47,15 @@ def _publish_turns(publisher, ids, count):
         )
         for n in range(1, count + 1)
     ]
-    for turn in turns:
+
+
+def _fill_then_cross(publisher, buffer, key, turns):
+    """Ten turns fill the buffer to its trigger, then the eleventh crosses it. (Sent
+    together, several handlers running at once could each see eleven turns.)"""
+    for turn in turns[:10]:
         publisher.publish(turn).result(timeout=10)
-    return turns
+    wait_for(lambda: len(buffer.read(key).turns) == 10, 30, "ten turns buffered")
+    publisher.publish(turns[10]).result(timeout=10)
 
 
 def _tokens(task="summarize"):
@@ -76,9 +82,10 @@ def test_a_fold_survives_retryable_replies_and_stores_one_summary(
     buffer = SessionBuffer(valkey_client, 3600)
     handler = summary_handler(buffer, GeminiLLM(gemini_settings))
     tokens_before = _tokens()
-    turns = _publish_turns(publisher, ids, 11)
+    turns = _turns(ids, 11)
+    key = SessionKey(ids["app"], ids["user_id"], ids["session_id"])
     with running(gemini_settings, "turns-summary", {TurnRecorded: [handler]}, publisher):
-        key = SessionKey(ids["app"], ids["user_id"], ids["session_id"])
+        _fill_then_cross(publisher, buffer, key, turns)
         wait_for(lambda: buffer.read(key).summary.version == 1, 30, "the summary")
         stays(lambda: buffer.read(key).summary.version == 1, 1.0, "one summary version")
     view = buffer.read(key, with_folds=True)
@@ -111,9 +118,10 @@ def test_a_summary_that_keeps_failing_leaves_the_buffer_and_dead_letters_the_eve
     buffer = SessionBuffer(valkey_client, 3600)
     recorder = Recorder()
     handler = recorder.wrap(summary_handler(buffer, GeminiLLM(failing)))
-    turns = _publish_turns(publisher, ids, 11)
     key = SessionKey(ids["app"], ids["user_id"], ids["session_id"])
     with running(failing, "turns-summary", {TurnRecorded: [handler]}, publisher):
+        turns = _turns(ids, 11)
+        _fill_then_cross(publisher, buffer, key, turns)
         letters = wait_for(
             lambda: DeadLetterQueues(failing).peek("turns-summary") or None,
             120,
@@ -121,10 +129,10 @@ def test_a_summary_that_keeps_failing_leaves_the_buffer_and_dead_letters_the_eve
             interval=0.3,
         )
     (letter,) = letters
-    # The event whose append crossed the trigger: attempted 5 times, then dead-lettered.
+    # The event that crossed the trigger: attempted 5 times, then dead-lettered.
     failed = [label for (label, _a, outcome) in recorder.calls if outcome.startswith("error")]
-    assert failed == [failed[0]] * 5
-    assert letter.event_id == next(t.event_id for t in turns if t.turn_id == failed[0])
+    assert failed == ["turn-0011"] * 5
+    assert letter.event_id == turns[10].event_id
     assert letter.reason.startswith("failed 5 attempts; last error LLMError: summarize: no usable")
     assert "HTTP 503 UNAVAILABLE" in letter.reason
     view = buffer.read(key, with_folds=True)

@@ -19,6 +19,7 @@ from shared.session_buffer import (
     FOLD_TURN_GONE,
     FOLD_VERSION_MOVED,
     BufferedTurn,
+    FoldResult,
     SessionBuffer,
     SessionKey,
 )
@@ -191,11 +192,13 @@ def test_a_fold_is_stored_only_against_the_version_and_turns_it_read(valkey_clie
     for turn in turns:
         buffer.append(key, turn)
     now = datetime.now(UTC)
-    assert buffer.store_fold(key, 0, "first", turns[:1], now) == 1
+    assert buffer.store_fold(key, 0, "first", turns[:1], now) == FoldResult(
+        1, 2, turns[1].tokens + turns[2].tokens
+    )
     # A writer that read version 0 lost: nothing of its fold is stored.
-    assert buffer.store_fold(key, 0, "stale", turns[1:2], now) == FOLD_VERSION_MOVED
+    assert buffer.store_fold(key, 0, "stale", turns[1:2], now).version == FOLD_VERSION_MOVED
     # A turn already folded cannot be folded (or removed) twice.
-    assert buffer.store_fold(key, 1, "again", turns[:2], now) == FOLD_TURN_GONE
+    assert buffer.store_fold(key, 1, "again", turns[:2], now).version == FOLD_TURN_GONE
     view = buffer.read(key, with_folds=True)
     assert (view.summary.text, view.summary.version) == ("first", 1)
     assert [t.turn_id for t in view.turns] == [t.turn_id for t in turns[1:]]
@@ -349,7 +352,8 @@ def test_a_dead_folders_lock_only_delays_the_fold_until_it_expires(valkey_client
     folder = Folder(buffer, RulesLLM(), FoldPolicy(lock_seconds=1.0))
     key = SessionKey(ids["app"], ids["user_id"], ids["session_id"])
     # A worker that took the lock and was killed before releasing it.
-    assert buffer.lock_folding(key, "dead-worker", 1.0)
+    assert buffer.lock_and_read(key, "dead-worker", 1.0) is not None
+    assert buffer.lock_and_read(key, "another", 1.0) is None
     for n in range(1, 12):
         appended = buffer.append(key, BufferedTurn.from_event(make_turn(ids, n)))
     assert folder.fold_if_due(key, appended) == []

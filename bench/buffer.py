@@ -1,0 +1,213 @@
+"""Session buffer benchmark: the record-turn and session-view latency of the read API
+at 50 concurrent sessions, and the Valkey operations per turn.
+
+Starts a local stack (Valkey, the Pub/Sub emulator, Postgres, the API and the
+summary worker, as `agent-memory up` does) in a temporary folder. Then 50
+sessions, one thread and one keep-alive connection each, each record a turn and
+read their session view, one turn every `--interval` seconds per session
+(staggered, open loop: a slow answer does not lower the offered load). Sessions
+grow past the trigger, so the summary worker folds while the API serves.
+
+Record-turn latency is measured by the client and reported twice: in full, and
+without the wait for Pub/Sub's publish confirmation, which the API reports in
+its `Server-Timing` header (`publish;dur=`). Valkey operations come from
+`INFO commandstats` before and after, divided by the turns recorded; they
+include the summary worker's (its append, its fold checks and folds).
+
+    .venv/bin/python bench/buffer.py [--sessions 50] [--interval 0.25] [--seconds 20]
+"""
+
+from __future__ import annotations
+
+import argparse
+import http.client
+import json
+import shutil
+import signal
+import statistics
+import sys
+import tempfile
+import threading
+import time
+import uuid
+from pathlib import Path
+
+import valkey
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from bench.common import cpu_seconds, percentile  # noqa: E402
+from shared.config import load_settings  # noqa: E402
+from shared.localstack.process import free_port  # noqa: E402
+from shared.localstack.stack import LocalStack  # noqa: E402
+from shared.logging import configure_logging  # noqa: E402
+from shared.waiting import poll  # noqa: E402
+
+# Commands a client sends itself; the rest run inside the Lua scripts.
+ROUND_TRIP_COMMANDS = {"evalsha", "eval", "hmget", "set", "get", "del", "ping"}
+
+
+class Session(threading.Thread):
+    """One agent session: record a turn, read the view, every `interval` seconds."""
+
+    def __init__(self, api_url: str, index: int, run: str, interval: float, until: float):
+        super().__init__(daemon=True)
+        host, port = api_url.removeprefix("http://").split(":")
+        self.conn = http.client.HTTPConnection(host, int(port), timeout=30)
+        self.session_id = f"bench-{run}-{index}"
+        self.index = index
+        self.interval = interval
+        self.until = until
+        self.start_at = 0.0
+        self.record_ms: list[float] = []
+        self.record_without_publish_ms: list[float] = []
+        self.view_ms: list[float] = []
+        self.errors: list[str] = []
+
+    def _call(self, method: str, path: str, body: dict | None = None) -> tuple[float, dict, dict]:
+        started = time.perf_counter()
+        payload = json.dumps(body) if body is not None else None
+        headers = {"content-type": "application/json"} if body is not None else {}
+        self.conn.request(method, path, body=payload, headers=headers)
+        response = self.conn.getresponse()
+        data = response.read()
+        took = (time.perf_counter() - started) * 1000
+        if response.status >= 300:
+            self.errors.append(f"{method} {path}: {response.status} {data[:200]!r}")
+        return took, dict(response.getheaders()), json.loads(data)
+
+    def run(self) -> None:
+        n = 0
+        while True:
+            due = self.start_at + n * self.interval
+            if due >= self.until:
+                return
+            time.sleep(max(0.0, due - time.monotonic()))
+            body = {
+                "user_id": "bench-user",
+                "user": f"In step {n} I prefer option {n % 7}; the build must stay green.",
+                "assistant": f"Noted for step {n}: option {n % 7}.",
+            }
+            took, headers, _ = self._call("POST", f"/v1/sessions/{self.session_id}/turns", body)
+            self.record_ms.append(took)
+            self.record_without_publish_ms.append(took - _publish_ms(headers))
+            took, _, _ = self._call("GET", f"/v1/sessions/{self.session_id}?user_id=bench-user")
+            self.view_ms.append(took)
+            n += 1
+
+
+def _publish_ms(headers: dict) -> float:
+    timing = headers.get("server-timing") or headers.get("Server-Timing") or ""
+    for part in timing.split(","):
+        name, _, dur = part.strip().partition(";dur=")
+        if name == "publish":
+            return float(dur)
+    raise SystemExit(f"no publish timing in the response: {headers}")
+
+
+def wait_handled(worker_log: Path, count: int) -> None:
+    """Until the summary worker has logged `count` messages handled."""
+
+    def handled() -> bool:
+        return worker_log.read_bytes().count(b'"message handled"') >= count
+
+    poll(handled, 120, f"the summary worker to handle {count} turns", interval=0.2)
+
+
+def commandstats(client: valkey.Valkey) -> dict[str, int]:
+    stats = client.info("commandstats")
+    return {name.removeprefix("cmdstat_"): int(v["calls"]) for name, v in stats.items()}
+
+
+def run_sessions(api_url: str, count: int, interval: float, seconds: float) -> list[Session]:
+    run = uuid.uuid4().hex[:6]
+    t0 = time.monotonic() + 0.5
+    sessions = [Session(api_url, i, run, interval, t0 + seconds) for i in range(count)]
+    for s in sessions:
+        s.start_at = t0 + s.index * interval / count  # staggered over one interval
+        s.start()
+    for s in sessions:
+        s.join()
+    return sessions
+
+
+def summarize(values: list[float]) -> dict[str, float]:
+    return {
+        "p50": round(statistics.median(values), 2),
+        "p99": round(percentile(values, 99), 2),
+        "max": round(max(values), 2),
+    }
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--sessions", type=int, default=50)
+    parser.add_argument("--interval", type=float, default=0.25)
+    parser.add_argument("--seconds", type=float, default=20.0)
+    args = parser.parse_args()
+    configure_logging("console", "WARNING")
+
+    data_dir = Path(tempfile.mkdtemp(prefix="agent-memory-bench-"))
+    settings = load_settings(api_port=free_port(), database_url=None, valkey_url=None)
+    stack = LocalStack(settings, data_dir, services=("api", "summary"))
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # unwind: stop the stack
+    endpoints = stack.start()
+    client = valkey.Valkey.from_url(endpoints.valkey_url)
+    try:
+        worker_log = stack.log_dir / "summary.log"
+        warm = run_sessions(endpoints.api_url, args.sessions, args.interval, 3.0)
+        recorded = sum(len(s.record_ms) for s in warm)
+        wait_handled(worker_log, recorded)
+        before, cpu_before = commandstats(client), cpu_seconds(stack)
+        sessions = run_sessions(endpoints.api_url, args.sessions, args.interval, args.seconds)
+        # Count the worker's operations for these turns too: wait until it handled them.
+        wait_handled(worker_log, recorded + sum(len(s.record_ms) for s in sessions))
+        after, cpu_after = commandstats(client), cpu_seconds(stack)
+    finally:
+        client.close()
+        stack.stop()
+        shutil.rmtree(data_dir, ignore_errors=True)
+
+    errors = [e for s in sessions for e in s.errors]
+    if errors:
+        print(f"{len(errors)} requests failed, first: {errors[0]}")
+        return 1
+    turns = sum(len(s.record_ms) for s in sessions)
+    delta = {name: after.get(name, 0) - before.get(name, 0) for name in after}
+    delta = {name: calls for name, calls in delta.items() if calls > 0 and name != "info"}
+    round_trips = sum(calls for name, calls in delta.items() if name in ROUND_TRIP_COMMANDS)
+    results = {
+        "sessions": args.sessions,
+        "turns": turns,
+        "turns_per_second": round(turns / args.seconds, 1),
+        "record_turn_ms": summarize([v for s in sessions for v in s.record_ms]),
+        "record_turn_without_publish_wait_ms": summarize(
+            [v for s in sessions for v in s.record_without_publish_ms]
+        ),
+        "session_view_ms": summarize([v for s in sessions for v in s.view_ms]),
+        "valkey_round_trips_per_turn": round(round_trips / turns, 2),
+        "valkey_commands_per_turn": round(sum(delta.values()) / turns, 2),
+        "valkey_commands_by_name": dict(sorted(delta.items(), key=lambda kv: -kv[1])),
+        "cpu_seconds_by_process": {
+            name: round(value - cpu_before.get(name, 0.0), 2) for name, value in cpu_after.items()
+        },
+    }
+    record = results["record_turn_without_publish_wait_ms"]
+    view = results["session_view_ms"]
+    print(
+        f"\nrecord-turn at {args.sessions} concurrent sessions ({results['turns_per_second']} "
+        f"turns/s): p50 {record['p50']} ms, p99 {record['p99']} ms without the publish wait "
+        f"(target p99 < 10 ms); with it p50 {results['record_turn_ms']['p50']} ms, "
+        f"p99 {results['record_turn_ms']['p99']} ms"
+    )
+    print(
+        f"session view: p50 {view['p50']} ms, p99 {view['p99']} ms (target p99 < 5 ms)\n"
+        f"Valkey per turn: {results['valkey_round_trips_per_turn']} round trips, "
+        f"{results['valkey_commands_per_turn']} commands (API and summary worker)"
+    )
+    print(json.dumps(results, indent=2))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

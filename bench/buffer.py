@@ -146,6 +146,9 @@ def main() -> int:
     parser.add_argument("--seconds", type=float, default=20.0)
     args = parser.parse_args()
     configure_logging("console", "WARNING")
+    # 50 client threads share this process's GIL: with the default 5 ms switch
+    # interval, a thread whose answer has arrived could wait that long to read it.
+    sys.setswitchinterval(0.0005)
 
     data_dir = Path(tempfile.mkdtemp(prefix="agent-memory-bench-"))
     settings = load_settings(api_port=free_port(), database_url=None, valkey_url=None)

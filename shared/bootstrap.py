@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import valkey
+import valkey.asyncio
 from psycopg_pool import ConnectionPool
 from valkey.backoff import NoBackoff
 from valkey.retry import Retry
@@ -54,6 +55,22 @@ def make_valkey(settings: Settings) -> valkey.Valkey:
         socket_connect_timeout=2.0,
         health_check_interval=30,
         retry=Retry(NoBackoff(), 1),
+        retry_on_error=[valkey.ConnectionError],
+    )
+
+
+def make_async_valkey(settings: Settings) -> valkey.asyncio.Valkey:
+    """The asyncio client of the read API, with the same timeouts and retry."""
+    from valkey.asyncio.retry import Retry as AsyncRetry
+
+    if not settings.valkey_url:
+        raise RuntimeError("AM_VALKEY_URL is not set")
+    return valkey.asyncio.Valkey.from_url(
+        settings.valkey_url,
+        socket_timeout=2.0,
+        socket_connect_timeout=2.0,
+        health_check_interval=30,
+        retry=AsyncRetry(NoBackoff(), 1),
         retry_on_error=[valkey.ConnectionError],
     )
 

@@ -19,6 +19,7 @@ from typing import Any
 from urllib.parse import quote
 
 import valkey
+import valkey.asyncio
 
 from shared.events import TurnRecorded, format_time, parse_time
 from shared.tokens import estimate_tokens
@@ -234,6 +235,54 @@ def _flat_to_dict(flat: list) -> dict[str, bytes | str]:
     return {_text(k): v for k, v in zip(flat[::2], flat[1::2], strict=True)}
 
 
+_SUMMARY_FIELDS = ["summary", "summary_version", "summary_tokens", "summary_updated_at"]
+
+
+def _append_call(
+    key: SessionKey, turn: BufferedTurn, prev_session_id: str, ttl: int
+) -> tuple[list[str], list[object]]:
+    args = [turn.turn_id, _score(turn.created_at), turn.to_json(), turn.tokens, ttl]
+    return key.keys, [*args, prev_session_id]
+
+
+def _read_call(
+    key: SessionKey, with_folds: bool, lock_token: str, lock_ms: int
+) -> tuple[list[str], list[object]]:
+    turns_key, data_key, _seen, meta_key, folds_key, lock_key = key.keys
+    keys = [turns_key, data_key, meta_key, folds_key, lock_key]
+    return keys, ["1" if with_folds else "0", lock_token, lock_ms]
+
+
+def _view(found: list) -> SessionView | None:
+    if not found[0]:
+        return None
+    _ok, ids, data, meta_flat, folds_flat = found
+    meta = _flat_to_dict(meta_flat)
+    folds = {
+        int(version): json.loads(turn_ids)
+        for version, turn_ids in _flat_to_dict(folds_flat).items()
+    }
+    return SessionView(
+        turns=[BufferedTurn.from_json(raw) for raw in data if raw is not None],
+        tokens=int(meta.get("tokens", 0)),
+        turns_total=int(meta.get("turns_total", 0)),
+        summary=_summary([meta.get(name) for name in _SUMMARY_FIELDS]),
+        prev_session_id=_text(meta.get("prev_session_id")),
+        folded_total=int(meta.get("folded_total", 0)),
+        folds=dict(sorted(folds.items())),
+    )
+
+
+def _summary(values: list) -> Summary:
+    text, version, tokens, updated = values
+    return Summary(
+        text=_text(text),
+        version=int(version or 0),
+        tokens=int(tokens or 0),
+        updated_at=parse_time(_text(updated)) if updated else None,
+    )
+
+
 class SessionBuffer:
     """Reads and writes session buffers through atomic scripts."""
 
@@ -250,21 +299,13 @@ class SessionBuffer:
         self, key: SessionKey, turn: BufferedTurn, prev_session_id: str = ""
     ) -> AppendResult:
         """Put the turn in its place by time, unless this turn_id was seen before."""
-        added, count, tokens = self._append(
-            keys=key.keys,
-            args=[
-                turn.turn_id,
-                _score(turn.created_at),
-                turn.to_json(),
-                turn.tokens,
-                self.ttl_seconds,
-                prev_session_id,
-            ],
-        )
+        keys, args = _append_call(key, turn, prev_session_id, self.ttl_seconds)
+        added, count, tokens = self._append(keys=keys, args=args)
         return AppendResult(bool(added), int(count), int(tokens))
 
     def read(self, key: SessionKey, with_folds: bool = False) -> SessionView:
-        view = self._read_view(key, with_folds, "", 0)
+        keys, args = _read_call(key, with_folds, "", 0)
+        view = _view(self._read(keys=keys, args=args))
         assert view is not None
         return view
 
@@ -272,51 +313,11 @@ class SessionBuffer:
         """Take the session's fold lock and read the session in one step; None if
         another holds the lock. The lock is an optimisation that spares duplicate
         LLM calls by concurrent handlers: correctness rests on `store_fold`."""
-        return self._read_view(key, False, token, int(seconds * 1000))
-
-    def _read_view(
-        self, key: SessionKey, with_folds: bool, lock_token: str, lock_ms: int
-    ) -> SessionView | None:
-        turns_key, data_key, _seen, meta_key, folds_key, lock_key = key.keys
-        found = self._read(
-            keys=[turns_key, data_key, meta_key, folds_key, lock_key],
-            args=["1" if with_folds else "0", lock_token, lock_ms],
-        )
-        if not found[0]:
-            return None
-        _ok, ids, data, meta_flat, folds_flat = found
-        meta = _flat_to_dict(meta_flat)
-        updated = _text(meta.get("summary_updated_at"))
-        summary = Summary(
-            text=_text(meta.get("summary")),
-            version=int(meta.get("summary_version", 0)),
-            tokens=int(meta.get("summary_tokens", 0)),
-            updated_at=parse_time(updated) if updated else None,
-        )
-        folds = {
-            int(version): json.loads(turn_ids)
-            for version, turn_ids in _flat_to_dict(folds_flat).items()
-        }
-        return SessionView(
-            turns=[BufferedTurn.from_json(raw) for raw in data if raw is not None],
-            tokens=int(meta.get("tokens", 0)),
-            turns_total=int(meta.get("turns_total", 0)),
-            summary=summary,
-            prev_session_id=_text(meta.get("prev_session_id")),
-            folded_total=int(meta.get("folded_total", 0)),
-            folds=dict(sorted(folds.items())),
-        )
+        keys, args = _read_call(key, False, token, int(seconds * 1000))
+        return _view(self._read(keys=keys, args=args))
 
     def read_summary(self, key: SessionKey) -> Summary:
-        text, version, tokens, updated = self.client.hmget(
-            key.key("meta"), ["summary", "summary_version", "summary_tokens", "summary_updated_at"]
-        )
-        return Summary(
-            text=_text(text),
-            version=int(version or 0),
-            tokens=int(tokens or 0),
-            updated_at=parse_time(_text(updated)) if updated else None,
-        )
+        return _summary(self.client.hmget(key.key("meta"), _SUMMARY_FIELDS))
 
     def store_fold(
         self,
@@ -363,3 +364,33 @@ class SessionBuffer:
         """Seconds to live of each existing key (for tests and operators)."""
         ttls = {k: int(self.client.ttl(k)) for k in key.keys}
         return {k: ttl for k, ttl in ttls.items() if ttl != -2}
+
+
+class AsyncSessionBuffer:
+    """The read API's side of the buffer on an asyncio client: appends and reads run
+    on the event loop, with no thread hop. Same scripts, same results."""
+
+    def __init__(self, client: valkey.asyncio.Valkey, ttl_seconds: int) -> None:
+        self.client = client
+        self.ttl_seconds = ttl_seconds
+        self._append = client.register_script(_APPEND)
+        self._read = client.register_script(_READ)
+
+    async def append(
+        self, key: SessionKey, turn: BufferedTurn, prev_session_id: str = ""
+    ) -> AppendResult:
+        keys, args = _append_call(key, turn, prev_session_id, self.ttl_seconds)
+        added, count, tokens = await self._append(keys=keys, args=args)
+        return AppendResult(bool(added), int(count), int(tokens))
+
+    async def read(self, key: SessionKey, with_folds: bool = False) -> SessionView:
+        keys, args = _read_call(key, with_folds, "", 0)
+        view = _view(await self._read(keys=keys, args=args))
+        assert view is not None
+        return view
+
+    async def read_summary(self, key: SessionKey) -> Summary:
+        return _summary(await self.client.hmget(key.key("meta"), _SUMMARY_FIELDS))
+
+    async def delete(self, key: SessionKey) -> int:
+        return int(await self.client.delete(*key.keys))

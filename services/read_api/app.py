@@ -8,9 +8,11 @@ every request belongs to `AM_DEFAULT_APP`.
 from __future__ import annotations
 
 import asyncio
+import gc
+import sys
 import time
 import uuid
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Awaitable
 from contextlib import asynccontextmanager
 from datetime import timedelta
 from typing import Annotated, Any, TypeVar
@@ -19,6 +21,7 @@ import structlog
 import valkey
 from fastapi import Depends, FastAPI, Query, Request, Response
 from fastapi.responses import JSONResponse
+from pydantic import BaseModel
 
 from services.read_api.errors import ApiError, install_error_handlers
 from services.read_api.health import readiness
@@ -32,23 +35,36 @@ from services.read_api.models import (
     SummaryView,
     TurnView,
 )
-from shared.bootstrap import Resources, bootstrap
+from shared.bootstrap import Resources, bootstrap, make_async_valkey
 from shared.config import Settings, load_settings
+from shared.errors import InvalidEvent
 from shared.events import (
     Limits,
+    OutgoingMessage,
     ToolEvent,
     TurnRecorded,
     derived_event_id,
-    event_problem,
+    encode,
     format_time,
     utcnow,
 )
 from shared.identifiers import identifier_problem, text_problem
-from shared.session_buffer import BufferedTurn, SessionKey, SessionView, Summary
+from shared.session_buffer import (
+    AsyncSessionBuffer,
+    BufferedTurn,
+    SessionKey,
+    SessionView,
+    Summary,
+)
 
 log = structlog.get_logger("agent_memory.api")
 
 T = TypeVar("T")
+
+# The publisher's threads (batching, gRPC callbacks) share the GIL with the event
+# loop; Python's default 5 ms switch interval let them hold it long enough to show
+# in the response time of unrelated requests.
+SWITCH_INTERVAL_SECONDS = 0.0005
 
 MAX_FUTURE = timedelta(days=1)  # how far ahead a turn's created_at may be (clock skew)
 
@@ -69,10 +85,18 @@ def create_app(settings: Settings | None = None, **overrides: Any) -> FastAPI:
             **overrides,
         )
         app.state.resources = resources
+        # Appends and reads of the session buffer run on the event loop.
+        async_client = make_async_valkey(resolved)
+        app.state.buffer = AsyncSessionBuffer(async_client, resolved.session_ttl_seconds)
+        # Start-up objects (the Pub/Sub, gRPC and pydantic machinery) move out of the
+        # collector's reach: a full collection then scans only request garbage.
+        gc.freeze()
+        sys.setswitchinterval(SWITCH_INTERVAL_SECONDS)
         log.info("api started", app=resolved.default_app)
         try:
             yield
         finally:
+            await async_client.aclose()
             resources.close()
 
     app = FastAPI(title="agent-memory", version="0.1.0", lifespan=lifespan)
@@ -120,12 +144,17 @@ async def get_resources(request: Request) -> Resources:
     return request.app.state.resources
 
 
+async def get_buffer(request: Request) -> AsyncSessionBuffer:
+    return request.app.state.buffer
+
+
 async def get_app_id(request: Request) -> str:
     """The tenant of this request."""
     return request.app.state.resources.settings.default_app
 
 
 Res = Annotated[Resources, Depends(get_resources)]
+Buffer = Annotated[AsyncSessionBuffer, Depends(get_buffer)]
 AppId = Annotated[str, Depends(get_app_id)]
 
 
@@ -154,16 +183,17 @@ def _routes(app: FastAPI) -> None:
         session_id: str,
         body: RecordTurnRequest,
         resources: Res,
+        buffer: Buffer,
         app_id: AppId,
         response: Response,
     ) -> RecordTurnResponse:
-        event = _turn_event(app_id, session_id, body, resources.settings)
+        event, message = _turn_event(app_id, session_id, body, resources.settings)
         started = time.perf_counter()
-        buffered = await _buffer_turn(resources, event)
+        buffered = await _buffer_turn(buffer, event)
         buffered_at = time.perf_counter()
         assert resources.publisher is not None
         try:
-            future = resources.publisher.publish(event)
+            future = resources.publisher.publish_message(message)
             await asyncio.wait_for(
                 asyncio.wrap_future(future), resources.settings.publish_timeout_seconds
             )
@@ -185,73 +215,86 @@ def _routes(app: FastAPI) -> None:
         )
         return RecordTurnResponse(event_id=event.event_id, turn_id=event.turn_id, buffered=buffered)
 
-    @app.get("/v1/sessions/{session_id}")
+    @app.get("/v1/sessions/{session_id}", response_model=SessionResponse)
     async def get_session(
         session_id: str,
-        resources: Res,
+        buffer: Buffer,
         app_id: AppId,
         user_id: Annotated[str, Query()],
-    ) -> SessionResponse:
+    ) -> Response:
         key = _session_key(app_id, user_id, session_id)
-        assert resources.buffer is not None
-        buffer = resources.buffer
 
-        def read() -> tuple[SessionView, Summary | None]:
-            view = buffer.read(key, with_folds=True)
+        async def read() -> tuple[SessionView, Summary | None]:
+            view = await buffer.read(key, with_folds=True)
             carried = None
             if view.prev_session_id:
-                carried = buffer.read_summary(SessionKey(app_id, user_id, view.prev_session_id))
+                previous = SessionKey(app_id, user_id, view.prev_session_id)
+                carried = await buffer.read_summary(previous)
             return view, carried
 
-        view, carried = await _valkey(read)
-        return SessionResponse(
-            session_id=session_id,
-            user_id=user_id,
-            prev_session_id=view.prev_session_id or None,
-            summary=SummaryView(
-                text=view.summary.text,
-                version=view.summary.version,
-                tokens=view.summary.tokens,
-                updated_at=format_time(view.summary.updated_at)
-                if view.summary.updated_at
-                else None,
-            ),
-            carried_summary=CarriedSummary(
-                session_id=view.prev_session_id, text=carried.text, version=carried.version
-            )
-            if carried and carried.version
-            else None,
-            turns=[
-                TurnView(
-                    turn_id=t.turn_id,
-                    event_id=t.event_id,
-                    created_at=format_time(t.created_at),
-                    project_id=t.project_id or None,
-                    user=t.user,
-                    assistant=t.assistant,
-                    tokens=t.tokens,
+        view, carried = await _valkey(read())
+        return _json(
+            SessionResponse(
+                session_id=session_id,
+                user_id=user_id,
+                prev_session_id=view.prev_session_id or None,
+                summary=SummaryView(
+                    text=view.summary.text,
+                    version=view.summary.version,
+                    tokens=view.summary.tokens,
+                    updated_at=format_time(view.summary.updated_at)
+                    if view.summary.updated_at
+                    else None,
+                ),
+                carried_summary=CarriedSummary(
+                    session_id=view.prev_session_id, text=carried.text, version=carried.version
                 )
-                for t in view.turns
-            ],
-            turn_count=len(view.turns),
-            tokens=view.tokens,
-            turns_total=view.turns_total,
-            folded_turn_count=view.folded_total,
-            folds=[FoldView(version=v, turn_ids=ids) for v, ids in view.folds.items()],
+                if carried and carried.version
+                else None,
+                turns=[
+                    TurnView(
+                        turn_id=t.turn_id,
+                        event_id=t.event_id,
+                        created_at=format_time(t.created_at),
+                        project_id=t.project_id or None,
+                        user=t.user,
+                        assistant=t.assistant,
+                        tokens=t.tokens,
+                    )
+                    for t in view.turns
+                ],
+                turn_count=len(view.turns),
+                tokens=view.tokens,
+                turns_total=view.turns_total,
+                folded_turn_count=view.folded_total,
+                folds=[FoldView(version=v, turn_ids=ids) for v, ids in view.folds.items()],
+            )
         )
 
     @app.delete("/v1/sessions/{session_id}")
     async def delete_session(
         session_id: str,
-        resources: Res,
+        buffer: Buffer,
         app_id: AppId,
         user_id: Annotated[str, Query()],
     ) -> DeleteSessionResponse:
         key = _session_key(app_id, user_id, session_id)
-        assert resources.buffer is not None
-        deleted = await _valkey(resources.buffer.delete, key)
+        deleted = await _valkey(buffer.delete(key))
         log.info("session deleted", session=session_id, keys=deleted)
         return DeleteSessionResponse(session_id=session_id, deleted_keys=deleted)
+
+
+def _json(
+    model: BaseModel, status_code: int = 200, headers: dict[str, str] | None = None
+) -> Response:
+    """The model as a JSON response, serialised once: FastAPI would validate a
+    returned model again against the route's response model."""
+    return Response(
+        model.model_dump_json(),
+        status_code=status_code,
+        headers=headers,
+        media_type="application/json",
+    )
 
 
 def _session_key(app_id: str, user_id: str, session_id: str) -> SessionKey:
@@ -260,10 +303,10 @@ def _session_key(app_id: str, user_id: str, session_id: str) -> SessionKey:
     return SessionKey(app_id, user_id, session_id)
 
 
-async def _valkey(call: Callable[..., T], *args: Any) -> T:
-    """Run a blocking Valkey call off the event loop; an outage is a 503."""
+async def _valkey(call: Awaitable[T]) -> T:
+    """Await a session store call; an outage is a 503."""
     try:
-        return await asyncio.to_thread(call, *args)
+        return await call
     except valkey.ValkeyError as exc:
         log.warning("session store call failed", error=repr(exc))
         raise ApiError(503, "valkey_unavailable", "the session store is unavailable") from None
@@ -271,8 +314,9 @@ async def _valkey(call: Callable[..., T], *args: Any) -> T:
 
 def _turn_event(
     app_id: str, session_id: str, body: RecordTurnRequest, settings: Settings
-) -> TurnRecorded:
-    """The turn's event, or a 422 naming the first field that is wrong."""
+) -> tuple[TurnRecorded, OutgoingMessage]:
+    """The turn's event and its encoded message, or a 422 naming the first field
+    that is wrong (the encoder applies the schema and the size rules)."""
     _require_identifier("session_id", session_id)
     limit = settings.max_message_bytes
     for field in ("user", "assistant"):
@@ -311,22 +355,20 @@ def _turn_event(
         assistant=body.assistant,
         tool_events=tuple(ToolEvent(*t.as_texts()) for t in body.tool_events),
     )
-    problem = event_problem(event, Limits(limit, settings.max_tool_events_bytes))
-    if problem:
-        field = problem.split(":", 1)[0]
-        raise ApiError(422, "invalid_request", problem, field=field)
-    return event
+    try:
+        message = encode(event, Limits(limit, settings.max_tool_events_bytes))
+    except InvalidEvent as exc:
+        problem = str(exc).removeprefix(f"{TurnRecorded.EVENT_TYPE}: ")
+        raise ApiError(422, "invalid_request", problem, field=problem.split(":", 1)[0]) from None
+    return event, message
 
 
-async def _buffer_turn(resources: Resources, event: TurnRecorded) -> bool:
+async def _buffer_turn(buffer: AsyncSessionBuffer, event: TurnRecorded) -> bool:
     """Append the turn to the session buffer (read-your-writes). False if Valkey is
     unreachable: the event is the durable record and the summary worker buffers it."""
-    assert resources.buffer is not None
     key = SessionKey(event.app, event.user_id, event.session_id)
     try:
-        await asyncio.to_thread(
-            resources.buffer.append, key, BufferedTurn.from_event(event), event.prev_session_id
-        )
+        await buffer.append(key, BufferedTurn.from_event(event), event.prev_session_id)
     except valkey.ValkeyError as exc:
         log.warning("turn not buffered", event_id=event.event_id, error=repr(exc))
         return False

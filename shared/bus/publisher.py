@@ -16,7 +16,7 @@ from google.cloud.pubsub_v1.types import (
 
 from shared.bus.topology import full_name
 from shared.config import Settings
-from shared.events import Event, Limits, encode
+from shared.events import Event, Limits, OutgoingMessage, encode
 
 log = structlog.get_logger(__name__)
 
@@ -71,7 +71,10 @@ class EventPublisher:
 
     def publish(self, event: Event) -> Future:
         """Publish an event to its topic; the future resolves to the message id."""
-        message = encode(event, self.limits)
+        return self.publish_message(encode(event, self.limits))
+
+    def publish_message(self, message: OutgoingMessage) -> Future:
+        """Publish an event already encoded (and so validated) by `encode`."""
         return self.publish_raw(
             self.topic_path(message.topic), message.data, message.attributes, message.ordering_key
         )

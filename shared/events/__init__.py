@@ -6,7 +6,6 @@ from shared.events.codec import (
     OutgoingMessage,
     decode,
     encode,
-    event_problem,
 )
 from shared.events.models import (
     EVENT_TYPES,
@@ -36,7 +35,6 @@ __all__ = [
     "decode",
     "derived_event_id",
     "encode",
-    "event_problem",
     "format_time",
     "parse_time",
     "utcnow",

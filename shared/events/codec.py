@@ -44,11 +44,6 @@ class OutgoingMessage:
     ordering_key: str
 
 
-def event_problem(event: Event, limits: Limits | None = None) -> str | None:
-    """What is wrong with `event` by its schema and rules, as `field: problem`; or None."""
-    return _record_problem(event.EVENT_TYPE, event.to_record(), limits or Limits())
-
-
 def _record_problem(event_type: str, record: dict[str, Any], limits: Limits) -> str | None:
     return schema_problem(event_type, record) or _rules_problem(event_type, record, limits)
 

@@ -18,35 +18,72 @@ from shared.tokens import clip_to_tokens, estimate_tokens
 
 _SENTENCE_END = re.compile(r"(?<=[.!?])\s+|\n+")
 
+_WORD = re.compile(r"[a-z0-9']+")
+
+
+def _words(text: str) -> frozenset[str]:
+    return frozenset(text.split())
+
+
 # Importance by the words a sentence uses; the highest class that matches wins.
-# Questions state nothing and are never kept.
-_CLASSES: list[tuple[int, re.Pattern[str]]] = [
-    (
-        3,  # constraints and vetoes
-        re.compile(
-            r"\b(must|mustn't|never|always|do not|don't|cannot|can't|not allowed|"
-            r"forbidden|required?|only|limits?|limited|caps?|capped|at most|at least|"
-            r"no more than|maximum|minimum|deadline|budget|constraint|veto|remember)\b",
-            re.IGNORECASE,
+# Word and phrase sets, not one large regex: this runs on every sentence of every
+# fold. Questions state nothing and are never kept.
+_CLASSES: list[tuple[int, frozenset[str], frozenset[tuple[str, ...]]]] = [
+    (  # constraints and vetoes
+        3,
+        _words(
+            "must mustn't never always don't cannot can't forbidden require required only "
+            "limit limits limited cap caps capped maximum minimum deadline budget "
+            "constraint veto remember"
+        ),
+        frozenset(
+            {
+                ("do", "not"),
+                ("not", "allowed"),
+                ("at", "most"),
+                ("at", "least"),
+                ("no", "more", "than"),
+            }
         ),
     ),
-    (
-        2,  # choices and technical decisions
-        re.compile(
-            r"\b(prefer|prefers|preferred|(i|we) (really )?(like|love|hate|dislike)|"
-            r"favou?rite|rather|decided?|decision|chose|choose|chosen|picked|go with|"
-            r"going with|switch(ed)? to|settled on|agreed|standardi[sz]\w*|"
-            r"(will|we'll|i'll|let's) use|backend|frontend|database|stack|framework|"
-            r"architecture)\b",
-            re.IGNORECASE,
+    (  # choices and technical decisions
+        2,
+        _words(
+            "prefer prefers preferred favourite favorite rather decide decided decision "
+            "chose choose chosen picked agreed backend frontend database stack framework "
+            "architecture standardise standardize standardised standardized standardising "
+            "standardizing"
+        ),
+        frozenset(
+            {(who, verb) for who in ("i", "we") for verb in ("like", "love", "hate", "dislike")}
+            | {(who, "really", verb) for who in ("i", "we") for verb in ("like", "love")}
+            | {
+                ("go", "with"),
+                ("going", "with"),
+                ("switch", "to"),
+                ("switched", "to"),
+                ("settled", "on"),
+            }
+            | {(who, "use") for who in ("will", "we'll", "i'll", "let's")}
         ),
     ),
-    (
-        1,  # ongoing goals
-        re.compile(
-            r"\b(goal|aim|plan|planning|trying to|need to|needs to|want to|wants to|"
-            r"working on|building|migrat\w*|next step|todo|to do|launch)\b",
-            re.IGNORECASE,
+    (  # ongoing goals
+        1,
+        _words(
+            "goal aim plan planning building todo launch migrate migrates migrated "
+            "migrating migration migrations"
+        ),
+        frozenset(
+            {
+                ("trying", "to"),
+                ("need", "to"),
+                ("needs", "to"),
+                ("want", "to"),
+                ("wants", "to"),
+                ("working", "on"),
+                ("next", "step"),
+                ("to", "do"),
+            }
         ),
     ),
 ]
@@ -59,8 +96,13 @@ def sentences(text: str) -> list[str]:
 def importance(sentence: str) -> int:
     if sentence.endswith("?"):
         return 0
-    for level, pattern in _CLASSES:
-        if pattern.search(sentence):
+    words = _WORD.findall(sentence.lower())
+    present = set(words)
+    phrases = set(zip(words, words[1:], strict=False)) | set(
+        zip(words, words[1:], words[2:], strict=False)
+    )
+    for level, keywords, keyphrases in _CLASSES:
+        if not present.isdisjoint(keywords) or not phrases.isdisjoint(keyphrases):
             return level
     return 0
 
@@ -75,9 +117,10 @@ class RulesLLM:
     def summarize(
         self, previous: str, turns: list[DialogueTurn], max_tokens: int
     ) -> Completion[str]:
-        # (importance, sentence); previous sentences keep their own importance but at
-        # least 1, so an earlier fallback gist is not the first thing dropped.
-        kept: list[tuple[int, str]] = [(max(1, importance(s)), s) for s in sentences(previous)]
+        # (importance, sentence). The previous summary's sentences are classed only
+        # if something must be dropped, and at least 1, so an earlier fallback gist
+        # is not the first thing to go.
+        kept: list[tuple[int, str]] = [(_UNCLASSED, s) for s in sentences(previous)]
         seen = {_key(s) for _level, s in kept}
         added = 0
         for turn in turns:
@@ -102,9 +145,15 @@ class RulesLLM:
         return Completion(summary, usage)
 
 
+_UNCLASSED = -1
+
+
 def _fit(kept: list[tuple[int, str]], max_tokens: int) -> str:
     budget = max_tokens * 4  # characters, by the one estimator
     size = sum(len(s) + 1 for _level, s in kept) - 1
+    if size <= budget:
+        return " ".join(s for _level, s in kept)
+    kept = [(max(1, importance(s)) if lvl == _UNCLASSED else lvl, s) for lvl, s in kept]
     dropped: set[int] = set()
     for level in range(4):
         for index, (sentence_level, sentence) in enumerate(kept):

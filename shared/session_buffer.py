@@ -1,4 +1,5 @@
-"""The session buffer in Valkey: a session's recent turns, ordered by their time.
+"""The session buffer in Valkey: a session's recent turns, ordered by their time,
+and its rolling summary.
 
 Keys of one session share a hash tag (`am:{app:user:session}:…`), so they live
 in one cluster slot and one script can touch them all atomically. Every write
@@ -6,7 +7,13 @@ refreshes an idle TTL on every key of the session.
 
 Appending is idempotent by `turn_id`: the `seen` set remembers every turn ever
 appended to the session, so a redelivered or replayed event is a no-op even
-after its turn has been folded into the summary and trimmed.
+after its turn has been folded into the summary and trimmed. A fold (the
+summary worker's summarize-before-trim) is stored by one script that checks the
+summary's version and the folded turns first, so a turn leaves the buffer only
+inside exactly one summary version; `folds` records which.
+
+`SessionBuffer` is the blocking client of the workers; `AsyncSessionBuffer` the
+read API's, on the event loop. Both run the same scripts.
 """
 
 from __future__ import annotations

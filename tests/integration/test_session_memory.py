@@ -65,6 +65,8 @@ def test_a_recorded_turn_is_readable_at_once_and_a_retry_is_one_turn(
     body = _turn_body(ids, 1, project_id="CloudRetail")
     first = client.post(f"/v1/sessions/{ids['session_id']}/turns", json=body)
     assert first.status_code == 202, first.text
+    timing = dict(part.strip().split(";dur=") for part in first.headers["server-timing"].split(","))
+    assert sorted(timing) == ["buffer", "publish"] and float(timing["publish"]) > 0
     # Read-your-writes: the API buffered it before answering.
     view = _view(client, ids)
     assert [t["turn_id"] for t in view["turns"]] == ["turn-0001"]

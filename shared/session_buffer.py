@@ -59,7 +59,11 @@ _READ = """
 -- Returns {0} if the lock is taken by another, else {1, ids, data values, meta
 -- flat list, folds flat list}
 if ARGV[2] ~= '' then
-  if not redis.call('SET', KEYS[5], ARGV[2], 'NX', 'PX', ARGV[3]) then return {0} end
+  -- Already ours: the client retried this call after a dropped connection.
+  if not redis.call('SET', KEYS[5], ARGV[2], 'NX', 'PX', ARGV[3])
+     and redis.call('GET', KEYS[5]) ~= ARGV[2] then
+    return {0}
+  end
 end
 local ids = redis.call('ZRANGE', KEYS[1], 0, -1)
 local data = {}

@@ -85,8 +85,12 @@ def create_app(settings: Settings | None = None, **overrides: Any) -> FastAPI:
             **overrides,
         )
         app.state.resources = resources
-        # Appends and reads of the session buffer run on the event loop.
-        async_client = make_async_valkey(resolved)
+        try:
+            # Appends and reads of the session buffer run on the event loop.
+            async_client = make_async_valkey(resolved)
+        except BaseException:
+            resources.close()
+            raise
         app.state.buffer = AsyncSessionBuffer(async_client, resolved.session_ttl_seconds)
         # Start-up objects (the Pub/Sub, gRPC and pydantic machinery) move out of the
         # collector's reach: a full collection then scans only request garbage.
@@ -353,7 +357,7 @@ def _turn_event(
         created_at=created_at,
         user=body.user,
         assistant=body.assistant,
-        tool_events=tuple(ToolEvent(*t.as_texts()) for t in body.tool_events),
+        tool_events=_tool_events(body),
     )
     try:
         message = encode(event, Limits(limit, settings.max_tool_events_bytes))
@@ -361,6 +365,14 @@ def _turn_event(
         problem = str(exc).removeprefix(f"{TurnRecorded.EVENT_TYPE}: ")
         raise ApiError(422, "invalid_request", problem, field=problem.split(":", 1)[0]) from None
     return event, message
+
+
+def _tool_events(body: RecordTurnRequest) -> tuple[ToolEvent, ...]:
+    try:
+        return tuple(ToolEvent(*t.as_texts()) for t in body.tool_events)
+    except (RecursionError, ValueError, TypeError):
+        message = "tool_events: arguments or output cannot be stored as JSON text (too deep?)"
+        raise ApiError(422, "invalid_request", message, field="tool_events") from None
 
 
 async def _buffer_turn(buffer: AsyncSessionBuffer, event: TurnRecorded) -> bool:

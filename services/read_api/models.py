@@ -68,9 +68,14 @@ class RecordTurnRequest(BaseModel):
     @field_validator("created_at")
     @classmethod
     def _aware(cls, value: datetime | None) -> datetime | None:
-        if value is not None and value.tzinfo is None:
-            return value.replace(tzinfo=UTC)
-        return value
+        if value is None:
+            return None
+        if value.tzinfo is None:
+            value = value.replace(tzinfo=UTC)
+        try:
+            return value.astimezone(UTC)
+        except OverflowError:
+            raise ValueError("is out of range once converted to UTC") from None
 
 
 class RecordTurnResponse(BaseModel):

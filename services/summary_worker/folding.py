@@ -98,10 +98,13 @@ class Folder:
                 return stored
             self._hold(key, token)
             try:
-                stored += self._fold_while_due(key, view)
+                folded = self._fold_while_due(key, view)
             finally:
                 self._release(key, token)
                 count, tokens = self.buffer.unlock_folding(key, token)
+            stored += folded
+            if not folded:
+                return stored  # nothing to do after all: never spin
         return stored
 
     def _fold_while_due(self, key: SessionKey, view: SessionView) -> list[int]:

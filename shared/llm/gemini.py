@@ -2,8 +2,9 @@
 
 Structured tasks use JSON mode with a response schema. One task may take several
 HTTP calls: 429, 408, 5xx, timeouts, connection errors and unusable replies
-(empty, not JSON, not the schema) are retried with jittered exponential backoff
-until `AM_LLM_RETRY_SECONDS` have gone since the first attempt. Other 4xx are
+(empty, not JSON, not the schema) are retried with jittered exponential backoff;
+no attempt starts after `AM_LLM_RETRY_SECONDS` from the first, so a task takes
+at most that plus one call's timeout (`AM_LLM_TIMEOUT_SECONDS`). Other 4xx are
 not retried. Every call's tokens go into the metrics and into the task's usage.
 """
 

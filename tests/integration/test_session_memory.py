@@ -105,6 +105,7 @@ BAD_TURNS = [
     ({"user": "", "assistant": "  "}, "user", "a turn needs at least one of them"),
     ({"created_at": "2999-01-01T00:00:00Z"}, "created_at", "more than a day in the future"),
     ({"created_at": "yesterday"}, "created_at", "valid datetime"),
+    ({"created_at": "0001-01-01T00:00:00+01:00"}, "created_at", "out of range"),
     (
         {"tool_events": [{"name": "shell", "arguments": {"cmd": "ls"}, "output": "x" * 300}]},
         "tool_events",

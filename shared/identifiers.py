@@ -6,9 +6,12 @@ decoder (a dead-lettered message with the reason).
 
 from __future__ import annotations
 
-import unicodedata
+import re
 
 MAX_IDENTIFIER_LENGTH = 256
+
+# Exactly Unicode's category Cc (control characters): U+0000-U+001F, U+007F-U+009F.
+_CONTROL = re.compile("[\x00-\x1f\x7f-\x9f]")
 
 
 def _encoding_problem(value: str) -> str | None:
@@ -29,7 +32,7 @@ def identifier_problem(value: object) -> str | None:
         return "must not be empty"
     if len(value) > MAX_IDENTIFIER_LENGTH:
         return f"must be at most {MAX_IDENTIFIER_LENGTH} characters"
-    if any(unicodedata.category(ch) == "Cc" for ch in value):
+    if _CONTROL.search(value):
         return "must not contain control characters"
     return _encoding_problem(value)
 

@@ -61,13 +61,27 @@ class _Record:
 
     @classmethod
     def from_record(cls, record: dict[str, Any]) -> Any:
-        hints = _hints(cls)
-        return cls(**{f.name: _from_json(hints[f.name], record[f.name]) for f in fields(cls)})  # type: ignore[arg-type]
+        return cls(**{name: convert(record[name]) for name, convert in _converters(cls)})
 
 
 @cache
-def _hints(cls: type) -> dict[str, Any]:
-    return get_type_hints(cls)
+def _converters(cls: type) -> list[tuple[str, Any]]:
+    """(field name, function from its JSON value) for each field, built once per class."""
+    hints = get_type_hints(cls)
+    return [(f.name, _from_json_for(hints[f.name])) for f in fields(cls)]  # type: ignore[arg-type]
+
+
+def _from_json_for(hint: Any) -> Any:
+    if hint is datetime:
+        return parse_time
+    if get_origin(hint) is tuple:
+        (item, _ellipsis) = get_args(hint)
+        return lambda value: tuple(item(**v) for v in value)
+    return _same
+
+
+def _same(value: Any) -> Any:
+    return value
 
 
 def _to_json(value: Any) -> Any:
@@ -77,15 +91,6 @@ def _to_json(value: Any) -> Any:
         return [_to_json(v) for v in value]
     if is_dataclass(value):
         return {f.name: _to_json(getattr(value, f.name)) for f in fields(value)}
-    return value
-
-
-def _from_json(hint: Any, value: Any) -> Any:
-    if hint is datetime:
-        return parse_time(value)
-    if get_origin(hint) is tuple:
-        (item, _ellipsis) = get_args(hint)
-        return tuple(item(**v) for v in value)
     return value
 
 

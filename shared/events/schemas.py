@@ -7,6 +7,7 @@ refuses a bad publish, and validate here before publishing and on receipt.
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from functools import cache
 from pathlib import Path
 from typing import Any
@@ -54,23 +55,49 @@ def schema_problem(event_type: str, record: Any) -> str | None:
         fastavro.validation.validate(record, _parsed(event_type), raise_errors=True)
     except ValidationError as exc:
         return "schema: " + "; ".join(str(e) for e in exc.errors)
-    extra = _unknown_fields(_schema_json(event_type), record, "")
+    extra = _field_checker(event_type)(record, "")
     if extra:
         return "schema: unknown field(s) " + ", ".join(extra)
     return None
 
 
-def _unknown_fields(schema: Any, value: Any, path: str) -> list[str]:
-    if isinstance(schema, dict) and schema.get("type") == "record" and isinstance(value, dict):
-        fields = {f["name"]: f["type"] for f in schema["fields"]}
-        found = [f"{path}{k}" for k in value if k not in fields]
-        for name, sub in fields.items():
-            if name in value:
-                found += _unknown_fields(sub, value[name], f"{path}{name}.")
-        return found
-    if isinstance(schema, dict) and schema.get("type") == "array" and isinstance(value, list):
-        found = []
-        for i, item in enumerate(value):
-            found += _unknown_fields(schema["items"], item, f"{path.rstrip('.')}[{i}].")
-        return found
+@cache
+def _field_checker(event_type: str) -> Callable[[Any, str], list[str]]:
+    """A function listing the fields of a record that its schema does not name,
+    built once per event type (this runs on every message)."""
+    return _checker(_schema_json(event_type))
+
+
+def _checker(schema: Any) -> Callable[[Any, str], list[str]]:
+    if isinstance(schema, dict) and schema.get("type") == "record":
+        fields = {f["name"]: _checker(f["type"]) for f in schema["fields"]}
+
+        def record(value: Any, path: str) -> list[str]:
+            if not isinstance(value, dict):
+                return []
+            found = [f"{path}{k}" for k in value if k not in fields]
+            for name, check in fields.items():
+                if name in value and check is not _nothing:
+                    found += check(value[name], f"{path}{name}.")
+            return found
+
+        return record
+    if isinstance(schema, dict) and schema.get("type") == "array":
+        item = _checker(schema["items"])
+        if item is _nothing:
+            return _nothing
+
+        def array(value: Any, path: str) -> list[str]:
+            if not isinstance(value, list):
+                return []
+            found: list[str] = []
+            for i, element in enumerate(value):
+                found += item(element, f"{path.rstrip('.')}[{i}].")
+            return found
+
+        return array
+    return _nothing
+
+
+def _nothing(value: Any, path: str) -> list[str]:
     return []

@@ -93,18 +93,31 @@ def sentences(text: str) -> list[str]:
     return [s.strip() for s in _SENTENCE_END.split(text) if s.strip()]
 
 
+# One pass over a sentence's words: each word's class, and the phrases that start
+# with it (higher classes overwrite lower ones).
+_WORD_LEVEL: dict[str, int] = {}
+_PHRASES_BY_FIRST: dict[str, list[tuple[list[str], int]]] = {}
+for _level, _keywords, _phrases in sorted(_CLASSES, key=lambda c: c[0]):
+    _WORD_LEVEL.update(dict.fromkeys(_keywords, _level))
+    for _phrase in _phrases:
+        _PHRASES_BY_FIRST.setdefault(_phrase[0], []).append((list(_phrase), _level))
+
+
 def importance(sentence: str) -> int:
     if sentence.endswith("?"):
         return 0
     words = _WORD.findall(sentence.lower())
-    present = set(words)
-    phrases = set(zip(words, words[1:], strict=False)) | set(
-        zip(words, words[1:], words[2:], strict=False)
-    )
-    for level, keywords, keyphrases in _CLASSES:
-        if not present.isdisjoint(keywords) or not phrases.isdisjoint(keyphrases):
-            return level
-    return 0
+    best = 0
+    for i, word in enumerate(words):
+        level = _WORD_LEVEL.get(word, 0)
+        for phrase, phrase_level in _PHRASES_BY_FIRST.get(word, ()):
+            if phrase_level > level and words[i : i + len(phrase)] == phrase:
+                level = phrase_level
+        if level > best:
+            best = level
+            if best == 3:
+                break
+    return best
 
 
 def _key(sentence: str) -> str:
@@ -117,27 +130,24 @@ class RulesLLM:
     def summarize(
         self, previous: str, turns: list[DialogueTurn], max_tokens: int
     ) -> Completion[str]:
-        # (importance, sentence). The previous summary's sentences are classed only
-        # if something must be dropped, and at least 1, so an earlier fallback gist
-        # is not the first thing to go.
-        kept: list[tuple[int, str]] = [(_UNCLASSED, s) for s in sentences(previous)]
-        seen = {_key(s) for _level, s in kept}
-        added = 0
+        # New lines, as (importance, line). A line the previous summary already holds
+        # is not added again (checked on the normalised text: no need to split it).
+        held = _key(previous)
+        new: list[tuple[int, str]] = []
         for turn in turns:
             for speaker, text in (("User", turn.user), ("Assistant", turn.assistant)):
                 for sentence in sentences(text):
                     level = importance(sentence)
                     line = f"{speaker}: {sentence}"
-                    if level and _key(line) not in seen:
-                        seen.add(_key(line))
-                        kept.append((level, line))
-                        added += 1
-        if not added:
+                    if level and _key(line) not in held:
+                        held += " " + _key(line)
+                        new.append((level, line))
+        if not new:
             # Nothing stated a choice or a goal: note what was discussed.
             gist = next((s for t in turns for s in sentences(t.user)), "")
-            if gist and _key(f"User asked: {gist}") not in seen:
-                kept.append((0, f"User asked: {gist}"))
-        summary = _fit(kept, max_tokens)
+            if gist and _key(f"User asked: {gist}") not in held:
+                new.append((0, f"User asked: {gist}"))
+        summary = _fit(previous, new, max_tokens)
         usage = Usage(
             input_tokens=estimate_tokens(previous) + estimate_tokens(render_turns(turns)),
             output_tokens=estimate_tokens(summary),
@@ -145,15 +155,18 @@ class RulesLLM:
         return Completion(summary, usage)
 
 
-_UNCLASSED = -1
-
-
-def _fit(kept: list[tuple[int, str]], max_tokens: int) -> str:
+def _fit(previous: str, new: list[tuple[int, str]], max_tokens: int) -> str:
+    """The previous summary and the new lines within the bound. Only when over it
+    are the previous summary's sentences split and classed (at least 1, so an
+    earlier fallback gist is not the first thing to go)."""
     budget = max_tokens * 4  # characters, by the one estimator
+    text = " ".join(
+        [previous, *(line for _level, line in new)] if previous else [line for _level, line in new]
+    )
+    if len(text) <= budget:
+        return text
+    kept = [(max(1, importance(s)), s) for s in sentences(previous)] + new
     size = sum(len(s) + 1 for _level, s in kept) - 1
-    if size <= budget:
-        return " ".join(s for _level, s in kept)
-    kept = [(max(1, importance(s)) if lvl == _UNCLASSED else lvl, s) for lvl, s in kept]
     dropped: set[int] = set()
     for level in range(4):
         for index, (sentence_level, sentence) in enumerate(kept):

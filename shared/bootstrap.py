@@ -43,36 +43,32 @@ class Resources:
                 resource.close()
 
 
-def make_valkey(settings: Settings) -> valkey.Valkey:
+def _valkey_options(settings: Settings, retry: object) -> dict[str, Any]:
     if not settings.valkey_url:
         raise RuntimeError("AM_VALKEY_URL is not set")
     # Short timeouts: a Valkey outage must degrade a request, not hang it. One
     # immediate retry on a connection error: after a Valkey restart, the pool's
     # idle connections are dead, and the retry opens a fresh one.
-    return valkey.Valkey.from_url(
-        settings.valkey_url,
-        socket_timeout=2.0,
-        socket_connect_timeout=2.0,
-        health_check_interval=30,
-        retry=Retry(NoBackoff(), 1),
-        retry_on_error=[valkey.ConnectionError],
-    )
+    return {
+        "socket_timeout": 2.0,
+        "socket_connect_timeout": 2.0,
+        "health_check_interval": 30,
+        "retry": retry,
+        "retry_on_error": [valkey.ConnectionError],
+    }
+
+
+def make_valkey(settings: Settings) -> valkey.Valkey:
+    options = _valkey_options(settings, Retry(NoBackoff(), 1))
+    return valkey.Valkey.from_url(settings.valkey_url, **options)
 
 
 def make_async_valkey(settings: Settings) -> valkey.asyncio.Valkey:
     """The asyncio client of the read API, with the same timeouts and retry."""
     from valkey.asyncio.retry import Retry as AsyncRetry
 
-    if not settings.valkey_url:
-        raise RuntimeError("AM_VALKEY_URL is not set")
-    return valkey.asyncio.Valkey.from_url(
-        settings.valkey_url,
-        socket_timeout=2.0,
-        socket_connect_timeout=2.0,
-        health_check_interval=30,
-        retry=AsyncRetry(NoBackoff(), 1),
-        retry_on_error=[valkey.ConnectionError],
-    )
+    options = _valkey_options(settings, AsyncRetry(NoBackoff(), 1))
+    return valkey.asyncio.Valkey.from_url(settings.valkey_url, **options)
 
 
 def bootstrap(

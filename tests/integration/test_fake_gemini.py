@@ -1,0 +1,47 @@
+"""The fake Gemini endpoint speaks what the real google-genai client sends."""
+
+from google import genai
+from google.genai import types
+
+from tests.fake_gemini import FakeGemini, error_reply, fake_embedding, json_reply
+
+
+def _client(fake):
+    return genai.Client(api_key="k", http_options=types.HttpOptions(base_url=fake.url))
+
+
+def test_embeddings_through_the_real_client_are_the_fakes_vectors():
+    with FakeGemini() as fake:
+        client = _client(fake)  # held: a collected Client closes its HTTP client
+        result = client.models.embed_content(
+            model="text-embedding-005",
+            contents=["alpha", "beta"],
+            config=types.EmbedContentConfig(output_dimensionality=8),
+        )
+        assert [e.values for e in result.embeddings] == [
+            fake_embedding("alpha", 8),
+            fake_embedding("beta", 8),
+        ]
+        (call,) = fake.requests
+        assert call.method in ("batchEmbedContents", "embedContent")
+        assert call.model == "text-embedding-005"
+
+
+def test_scripted_replies_come_in_order_then_the_default():
+    with FakeGemini() as fake:
+        fake.script("generateContent", error_reply(503), json_reply({"x": 1}))
+        client = _client(fake)
+        try:
+            client.models.generate_content(model="m", contents="hi")
+            raise AssertionError("the scripted 503 did not arrive")
+        except genai.errors.ServerError as exc:
+            assert exc.code == 503
+        reply = client.models.generate_content(model="m", contents="hi")
+        assert reply.text == '{"x": 1}' and reply.usage_metadata.prompt_token_count == 10
+        # Nothing scripted any more: the default answers 500 and says why.
+        try:
+            client.models.generate_content(model="m", contents="hi")
+            raise AssertionError("the default reply did not arrive")
+        except genai.errors.ServerError as exc:
+            assert exc.code == 500 and "no scripted reply" in str(exc)
+        assert [r.prompt_text() for r in fake.calls("generateContent")] == ["hi"] * 3

@@ -34,7 +34,16 @@ from shared.tokens import estimate_tokens
 # Keys of a session, in the order every script takes them.
 _SUFFIXES = ("turns", "data", "seen", "meta", "folds", "fold-lock")
 
-_APPEND = """
+# How full the buffer is: {turns in it, their tokens}. Shared by the scripts below.
+_FILL = """
+local function fill(turns_key, meta_key)
+  return {redis.call('ZCARD', turns_key), tonumber(redis.call('HGET', meta_key, 'tokens') or '0')}
+end
+"""
+
+_APPEND = (
+    _FILL
+    + """
 -- KEYS: turns (zset), data (hash), seen (set), meta (hash), folds, fold-lock
 -- ARGV: turn_id, score, turn json, tokens, ttl seconds, prev_session_id
 -- Returns {added 0|1, turns in the buffer, tokens in the buffer}
@@ -43,73 +52,80 @@ local added = 0
 if redis.call('SADD', KEYS[3], ARGV[1]) == 1 then
   redis.call('ZADD', KEYS[1], ARGV[2], ARGV[1])
   redis.call('HSET', KEYS[2], ARGV[1], ARGV[3])
-  redis.call('HINCRBY', KEYS[4], 'turns_total', 1)
   redis.call('HINCRBY', KEYS[4], 'tokens', tonumber(ARGV[4]))
   if ARGV[6] ~= '' then redis.call('HSETNX', KEYS[4], 'prev_session_id', ARGV[6]) end
   added = 1
 end
 for i = 1, 5 do redis.call('EXPIRE', KEYS[i], ttl) end
-return {added, redis.call('ZCARD', KEYS[1]), tonumber(redis.call('HGET', KEYS[4], 'tokens') or '0')}
+local now = fill(KEYS[1], KEYS[4])
+return {added, now[1], now[2]}
 """
+)
 
 _READ = """
--- KEYS: turns, data, meta, folds, fold-lock
+-- KEYS: turns, data, seen, meta, folds, fold-lock
 -- ARGV: 1 to include the folds; a fold-lock token to take the lock first ('' for
 --       none); the lock's life in ms.
--- Returns {0} if the lock is taken by another, else {1, ids, data values, meta
--- flat list, folds flat list}
+-- Returns {0} if the lock is taken by another, else {1, the turns in order, turns
+-- ever appended, meta flat list, folds flat list}
 if ARGV[2] ~= '' then
   -- Already ours: the client retried this call after a dropped connection.
-  if not redis.call('SET', KEYS[5], ARGV[2], 'NX', 'PX', ARGV[3])
-     and redis.call('GET', KEYS[5]) ~= ARGV[2] then
+  if not redis.call('SET', KEYS[6], ARGV[2], 'NX', 'PX', ARGV[3])
+     and redis.call('GET', KEYS[6]) ~= ARGV[2] then
     return {0}
   end
 end
-local ids = redis.call('ZRANGE', KEYS[1], 0, -1)
-local data = {}
-for i, id in ipairs(ids) do data[i] = redis.call('HGET', KEYS[2], id) end
+local turns = {}
+for i, id in ipairs(redis.call('ZRANGE', KEYS[1], 0, -1)) do
+  turns[i] = redis.call('HGET', KEYS[2], id)
+end
 local folds = {}
-if ARGV[1] == '1' then folds = redis.call('HGETALL', KEYS[4]) end
-return {1, ids, data, redis.call('HGETALL', KEYS[3]), folds}
+if ARGV[1] == '1' then folds = redis.call('HGETALL', KEYS[5]) end
+return {1, turns, redis.call('SCARD', KEYS[3]), redis.call('HGETALL', KEYS[4]), folds}
 """
 
-_FOLD = """
+_FOLD = (
+    _FILL
+    + """
 -- KEYS: turns, data, seen, meta, folds, fold-lock
--- ARGV: expected summary version, summary, summary tokens, updated_at, ttl,
---       folded tokens, folded ids as a JSON list, then the folded turn ids.
+-- ARGV: expected summary version, summary, updated_at, ttl, folded tokens, then
+--       the folded turn ids.
 -- Stores the new summary and removes exactly the folded turns, or nothing.
 -- Returns {new version, or -1 if the version moved, -2 if a turn is gone;
 --          turns in the buffer; their tokens}
-local function state(code)
-  local tokens = tonumber(redis.call('HGET', KEYS[4], 'tokens') or '0')
-  return {code, redis.call('ZCARD', KEYS[1]), tokens}
+local function result(code)
+  local now = fill(KEYS[1], KEYS[4])
+  return {code, now[1], now[2]}
 end
 local version = tonumber(redis.call('HGET', KEYS[4], 'summary_version') or '0')
-if version ~= tonumber(ARGV[1]) then return state(-1) end
-for i = 8, #ARGV do
-  if not redis.call('ZSCORE', KEYS[1], ARGV[i]) then return state(-2) end
+if version ~= tonumber(ARGV[1]) then return result(-1) end
+local folded = {}
+for i = 6, #ARGV do
+  if not redis.call('ZSCORE', KEYS[1], ARGV[i]) then return result(-2) end
+  folded[#folded + 1] = ARGV[i]
 end
-for i = 8, #ARGV do
-  redis.call('ZREM', KEYS[1], ARGV[i])
-  redis.call('HDEL', KEYS[2], ARGV[i])
-end
+redis.call('ZREM', KEYS[1], unpack(folded))
+redis.call('HDEL', KEYS[2], unpack(folded))
 version = version + 1
 redis.call('HSET', KEYS[4], 'summary', ARGV[2], 'summary_version', version,
-           'summary_tokens', ARGV[3], 'summary_updated_at', ARGV[4])
-redis.call('HINCRBY', KEYS[4], 'tokens', -tonumber(ARGV[6]))
-redis.call('HINCRBY', KEYS[4], 'folded_total', #ARGV - 7)
-redis.call('HSET', KEYS[5], version, ARGV[7])
-local ttl = tonumber(ARGV[5])
+           'summary_updated_at', ARGV[3])
+redis.call('HINCRBY', KEYS[4], 'tokens', -tonumber(ARGV[5]))
+redis.call('HSET', KEYS[5], version, cjson.encode(folded))
+local ttl = tonumber(ARGV[4])
 for i = 1, 5 do redis.call('EXPIRE', KEYS[i], ttl) end
-return state(version)
+return result(version)
 """
+)
 
-_UNLOCK = """
+_UNLOCK = (
+    _FILL
+    + """
 -- KEYS: fold-lock, turns, meta. ARGV: token. Releases the lock if the token holds
 -- it; returns {turns in the buffer, their tokens}.
 if redis.call('GET', KEYS[1]) == ARGV[1] then redis.call('DEL', KEYS[1]) end
-return {redis.call('ZCARD', KEYS[2]), tonumber(redis.call('HGET', KEYS[3], 'tokens') or '0')}
+return fill(KEYS[2], KEYS[3])
 """
+)
 
 _RENEW = """
 if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('PEXPIRE', KEYS[1], ARGV[2]) end
@@ -201,20 +217,27 @@ class Summary:
 
     text: str = ""
     version: int = 0
-    tokens: int = 0
     updated_at: datetime | None = None
+
+    @property
+    def tokens(self) -> int:
+        return estimate_tokens(self.text)
 
 
 @dataclass(frozen=True)
 class SessionView:
     turns: list[BufferedTurn]
     tokens: int  # of the turns in the buffer
-    turns_total: int  # every turn ever appended, folded ones included
+    turns_total: int  # every turn ever appended (the `seen` set), folded ones included
     summary: Summary
     prev_session_id: str = ""
-    folded_total: int = 0
     # Summary version -> the turn_ids folded into that version (read on request).
     folds: dict[int, list[str]] = field(default_factory=dict)
+
+    @property
+    def folded_total(self) -> int:
+        """Turns folded into the summary: every turn leaves the buffer only by a fold."""
+        return self.turns_total - len(self.turns)
 
 
 @dataclass(frozen=True)
@@ -246,28 +269,28 @@ def _flat_to_dict(flat: list) -> dict[str, bytes | str]:
     return {_text(k): v for k, v in zip(flat[::2], flat[1::2], strict=True)}
 
 
-_SUMMARY_FIELDS = ["summary", "summary_version", "summary_tokens", "summary_updated_at"]
+_SUMMARY_FIELDS = ["summary", "summary_version", "summary_updated_at"]
 
 
-def _append_call(
-    key: SessionKey, turn: BufferedTurn, prev_session_id: str, ttl: int
-) -> tuple[list[str], list[object]]:
-    args = [turn.turn_id, _score(turn.created_at), turn.to_json(), turn.tokens, ttl]
-    return key.keys, [*args, prev_session_id]
+def _append_args(turn: BufferedTurn, prev_session_id: str, ttl: int) -> list[object]:
+    return [
+        turn.turn_id,
+        _score(turn.created_at),
+        turn.to_json(),
+        turn.tokens,
+        ttl,
+        prev_session_id,
+    ]
 
 
-def _read_call(
-    key: SessionKey, with_folds: bool, lock_token: str, lock_ms: int
-) -> tuple[list[str], list[object]]:
-    turns_key, data_key, _seen, meta_key, folds_key, lock_key = key.keys
-    keys = [turns_key, data_key, meta_key, folds_key, lock_key]
-    return keys, ["1" if with_folds else "0", lock_token, lock_ms]
+def _read_args(with_folds: bool, lock_token: str = "", lock_ms: int = 0) -> list[object]:
+    return ["1" if with_folds else "0", lock_token, lock_ms]
 
 
 def _view(found: list) -> SessionView | None:
     if not found[0]:
         return None
-    _ok, ids, data, meta_flat, folds_flat = found
+    _ok, data, turns_total, meta_flat, folds_flat = found
     meta = _flat_to_dict(meta_flat)
     folds = {
         int(version): json.loads(turn_ids)
@@ -276,20 +299,18 @@ def _view(found: list) -> SessionView | None:
     return SessionView(
         turns=[BufferedTurn.from_json(raw) for raw in data if raw is not None],
         tokens=int(meta.get("tokens", 0)),
-        turns_total=int(meta.get("turns_total", 0)),
+        turns_total=int(turns_total),
         summary=_summary([meta.get(name) for name in _SUMMARY_FIELDS]),
         prev_session_id=_text(meta.get("prev_session_id")),
-        folded_total=int(meta.get("folded_total", 0)),
         folds=dict(sorted(folds.items())),
     )
 
 
 def _summary(values: list) -> Summary:
-    text, version, tokens, updated = values
+    text, version, updated = values
     return Summary(
         text=_text(text),
         version=int(version or 0),
-        tokens=int(tokens or 0),
         updated_at=parse_time(_text(updated)) if updated else None,
     )
 
@@ -310,13 +331,12 @@ class SessionBuffer:
         self, key: SessionKey, turn: BufferedTurn, prev_session_id: str = ""
     ) -> AppendResult:
         """Put the turn in its place by time, unless this turn_id was seen before."""
-        keys, args = _append_call(key, turn, prev_session_id, self.ttl_seconds)
-        added, count, tokens = self._append(keys=keys, args=args)
+        args = _append_args(turn, prev_session_id, self.ttl_seconds)
+        added, count, tokens = self._append(keys=key.keys, args=args)
         return AppendResult(bool(added), int(count), int(tokens))
 
     def read(self, key: SessionKey, with_folds: bool = False) -> SessionView:
-        keys, args = _read_call(key, with_folds, "", 0)
-        view = _view(self._read(keys=keys, args=args))
+        view = _view(self._read(keys=key.keys, args=_read_args(with_folds)))
         assert view is not None
         return view
 
@@ -324,11 +344,8 @@ class SessionBuffer:
         """Take the session's fold lock and read the session in one step; None if
         another holds the lock. The lock is an optimisation that spares duplicate
         LLM calls by concurrent handlers: correctness rests on `store_fold`."""
-        keys, args = _read_call(key, False, token, int(seconds * 1000))
-        return _view(self._read(keys=keys, args=args))
-
-    def read_summary(self, key: SessionKey) -> Summary:
-        return _summary(self.client.hmget(key.key("meta"), _SUMMARY_FIELDS))
+        args = _read_args(False, token, int(seconds * 1000))
+        return _view(self._read(keys=key.keys, args=args))
 
     def store_fold(
         self,
@@ -346,11 +363,9 @@ class SessionBuffer:
             args=[
                 expected_version,
                 summary,
-                estimate_tokens(summary),
                 format_time(updated_at),
                 self.ttl_seconds,
                 sum(t.tokens for t in folded),
-                json.dumps([t.turn_id for t in folded]),
                 *(t.turn_id for t in folded),
             ],
         )
@@ -366,10 +381,6 @@ class SessionBuffer:
             keys=[key.key("fold-lock"), key.key("turns"), key.key("meta")], args=[token]
         )
         return int(count), int(tokens)
-
-    def delete(self, key: SessionKey) -> int:
-        """Remove the session's short-term memory: every key. Returns keys removed."""
-        return int(self.client.delete(*key.keys))
 
     def ttl(self, key: SessionKey) -> dict[str, int]:
         """Seconds to live of each existing key (for tests and operators)."""
@@ -390,13 +401,12 @@ class AsyncSessionBuffer:
     async def append(
         self, key: SessionKey, turn: BufferedTurn, prev_session_id: str = ""
     ) -> AppendResult:
-        keys, args = _append_call(key, turn, prev_session_id, self.ttl_seconds)
-        added, count, tokens = await self._append(keys=keys, args=args)
+        args = _append_args(turn, prev_session_id, self.ttl_seconds)
+        added, count, tokens = await self._append(keys=key.keys, args=args)
         return AppendResult(bool(added), int(count), int(tokens))
 
     async def read(self, key: SessionKey, with_folds: bool = False) -> SessionView:
-        keys, args = _read_call(key, with_folds, "", 0)
-        view = _view(await self._read(keys=keys, args=args))
+        view = _view(await self._read(keys=key.keys, args=_read_args(with_folds)))
         assert view is not None
         return view
 
@@ -404,4 +414,5 @@ class AsyncSessionBuffer:
         return _summary(await self.client.hmget(key.key("meta"), _SUMMARY_FIELDS))
 
     async def delete(self, key: SessionKey) -> int:
+        """Remove the session's short-term memory: every key. Returns keys removed."""
         return int(await self.client.delete(*key.keys))

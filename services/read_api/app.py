@@ -8,7 +8,6 @@ every request belongs to `AM_DEFAULT_APP`.
 from __future__ import annotations
 
 import asyncio
-import gc
 import sys
 import time
 import uuid
@@ -48,7 +47,7 @@ from shared.events import (
     format_time,
     utcnow,
 )
-from shared.identifiers import identifier_problem, text_problem
+from shared.identifiers import identifier_problem
 from shared.session_buffer import (
     AsyncSessionBuffer,
     BufferedTurn,
@@ -75,26 +74,23 @@ def create_app(settings: Settings | None = None, **overrides: Any) -> FastAPI:
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         resolved = settings or load_settings()
-        resources = bootstrap(
-            resolved,
-            postgres=True,
-            use_valkey=True,
-            publisher=True,
-            pool_size=8,
-            block_when_full=False,  # a full publisher answers 503, never stalls the loop
-            **overrides,
-        )
-        app.state.resources = resources
+        # The session buffer is reached on the event loop (an asyncio client), so
+        # `bootstrap` opens no blocking Valkey client for the API.
+        async_client = make_async_valkey(resolved)
         try:
-            # Appends and reads of the session buffer run on the event loop.
-            async_client = make_async_valkey(resolved)
+            resources = bootstrap(
+                resolved,
+                postgres=True,
+                publisher=True,
+                pool_size=8,
+                block_when_full=False,  # a full publisher answers 503, never stalls the loop
+                **overrides,
+            )
         except BaseException:
-            resources.close()
+            await async_client.aclose()
             raise
+        app.state.resources = resources
         app.state.buffer = AsyncSessionBuffer(async_client, resolved.session_ttl_seconds)
-        # Start-up objects (the Pub/Sub, gRPC and pydantic machinery) move out of the
-        # collector's reach: a full collection then scans only request garbage.
-        gc.freeze()
         sys.setswitchinterval(SWITCH_INTERVAL_SECONDS)
         log.info("api started", app=resolved.default_app)
         try:
@@ -175,8 +171,8 @@ def _routes(app: FastAPI) -> None:
         return {"status": "ok"}
 
     @app.get("/readyz")
-    async def readyz(resources: Res) -> JSONResponse:
-        checks = await readiness(resources)
+    async def readyz(resources: Res, request: Request) -> JSONResponse:
+        checks = await readiness(resources, request.app.state.buffer.client)
         down = sorted(name for name, ok in checks.items() if not ok)
         status = 503 if down else 200
         body = {"status": "unavailable" if down else "ready", "down": down}
@@ -288,17 +284,10 @@ def _routes(app: FastAPI) -> None:
         return DeleteSessionResponse(session_id=session_id, deleted_keys=deleted)
 
 
-def _json(
-    model: BaseModel, status_code: int = 200, headers: dict[str, str] | None = None
-) -> Response:
+def _json(model: BaseModel) -> Response:
     """The model as a JSON response, serialised once: FastAPI would validate a
     returned model again against the route's response model."""
-    return Response(
-        model.model_dump_json(),
-        status_code=status_code,
-        headers=headers,
-        media_type="application/json",
-    )
+    return Response(model.model_dump_json(), media_type="application/json")
 
 
 def _session_key(app_id: str, user_id: str, session_id: str) -> SessionKey:
@@ -320,13 +309,9 @@ def _turn_event(
     app_id: str, session_id: str, body: RecordTurnRequest, settings: Settings
 ) -> tuple[TurnRecorded, OutgoingMessage]:
     """The turn's event and its encoded message, or a 422 naming the first field
-    that is wrong (the encoder applies the schema and the size rules)."""
+    that is wrong (the encoder applies the schema, the text and the size rules: the
+    same ones the workers apply when they decode)."""
     _require_identifier("session_id", session_id)
-    limit = settings.max_message_bytes
-    for field in ("user", "assistant"):
-        problem = text_problem(getattr(body, field), limit)
-        if problem:
-            raise ApiError(422, "invalid_request", f"{field}: {problem}", field=field)
     if not body.user.strip() and not body.assistant.strip():
         raise ApiError(
             422,
@@ -360,7 +345,7 @@ def _turn_event(
         tool_events=_tool_events(body),
     )
     try:
-        message = encode(event, Limits(limit, settings.max_tool_events_bytes))
+        message = encode(event, Limits(settings.max_message_bytes, settings.max_tool_events_bytes))
     except InvalidEvent as exc:
         problem = str(exc).removeprefix(f"{TurnRecorded.EVENT_TYPE}: ")
         raise ApiError(422, "invalid_request", problem, field=problem.split(":", 1)[0]) from None

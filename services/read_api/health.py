@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable
+from collections.abc import Awaitable
 from typing import Any
 
 import structlog
+import valkey.asyncio
 
 from shared.bootstrap import Resources
 
@@ -14,9 +15,9 @@ CHECK_TIMEOUT_SECONDS = 2.0
 log = structlog.get_logger("agent_memory.api")
 
 
-async def _check(name: str, fn: Callable[[], Any]) -> bool:
+async def _check(name: str, call: Awaitable[Any]) -> bool:
     try:
-        await asyncio.wait_for(asyncio.to_thread(fn), CHECK_TIMEOUT_SECONDS)
+        await asyncio.wait_for(call, CHECK_TIMEOUT_SECONDS)
     except Exception as exc:  # any failure means "not ready"
         # The reason (hosts, ports, driver messages) goes to the log, not to callers.
         reason = "timed out" if isinstance(exc, TimeoutError) else f"{type(exc).__name__}: {exc}"
@@ -25,17 +26,13 @@ async def _check(name: str, fn: Callable[[], Any]) -> bool:
     return True
 
 
-async def readiness(resources: Resources) -> dict[str, bool]:
+async def readiness(resources: Resources, valkey_client: valkey.asyncio.Valkey) -> dict[str, bool]:
     """Check Postgres, Valkey and Pub/Sub concurrently: name -> reachable."""
 
     def postgres() -> None:
         assert resources.pool is not None
         with resources.pool.connection(timeout=CHECK_TIMEOUT_SECONDS) as conn:
             conn.execute("SELECT 1")
-
-    def valkey() -> None:
-        assert resources.valkey is not None
-        resources.valkey.ping()
 
     def pubsub() -> None:
         assert resources.publisher is not None
@@ -44,6 +41,10 @@ async def readiness(resources: Resources) -> dict[str, bool]:
             request={"topic": publisher.topic_path("turns")}, timeout=CHECK_TIMEOUT_SECONDS
         )
 
-    checks = {"postgres": postgres, "valkey": valkey, "pubsub": pubsub}
-    results = await asyncio.gather(*(_check(name, fn) for name, fn in checks.items()))
+    checks = {
+        "postgres": asyncio.to_thread(postgres),
+        "valkey": valkey_client.ping(),
+        "pubsub": asyncio.to_thread(pubsub),
+    }
+    results = await asyncio.gather(*(_check(name, call) for name, call in checks.items()))
     return dict(zip(checks, results, strict=True))

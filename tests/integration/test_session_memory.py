@@ -249,13 +249,12 @@ def test_eight_concurrent_writers_while_the_worker_folds_lose_and_double_nothing
     assert "error" not in " ".join(o for (_t, _a, o) in recorder.calls)
 
 
-def test_a_new_session_carries_the_previous_sessions_summary(client, ids):
+def test_a_new_session_carries_the_previous_sessions_summary(client, settings, valkey_client, ids):
     previous = ids["session_id"]
     for n in range(1, 12):  # 11 turns: the API buffers them, the fold needs the worker
         client.post(f"/v1/sessions/{previous}/turns", json=_turn_body(ids, n))
     assert _view(client, ids, previous)["summary"]["version"] == 0
-    settings = client.app.state.resources.settings
-    buffer = client.app.state.resources.buffer
+    buffer = SessionBuffer(valkey_client, settings.session_ttl_seconds)
     key = SessionKey(settings.default_app, ids["user_id"], previous)
     Folder(buffer, RulesLLM(), FoldPolicy()).fold_if_due(key, buffer.append(key, _noop(ids)))
     summary = _view(client, ids, previous)["summary"]

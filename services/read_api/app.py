@@ -8,7 +8,6 @@ every request belongs to `AM_DEFAULT_APP`.
 from __future__ import annotations
 
 import asyncio
-import sys
 import time
 import uuid
 from collections.abc import AsyncIterator, Awaitable
@@ -60,11 +59,6 @@ log = structlog.get_logger("agent_memory.api")
 
 T = TypeVar("T")
 
-# The publisher's threads (batching, gRPC callbacks) share the GIL with the event
-# loop; Python's default 5 ms switch interval let them hold it long enough to show
-# in the response time of unrelated requests.
-SWITCH_INTERVAL_SECONDS = 0.0005
-
 MAX_FUTURE = timedelta(days=1)  # how far ahead a turn's created_at may be (clock skew)
 
 
@@ -91,7 +85,6 @@ def create_app(settings: Settings | None = None, **overrides: Any) -> FastAPI:
             raise
         app.state.resources = resources
         app.state.buffer = AsyncSessionBuffer(async_client, resolved.session_ttl_seconds)
-        sys.setswitchinterval(SWITCH_INTERVAL_SECONDS)
         log.info("api started", app=resolved.default_app)
         try:
             yield

@@ -27,11 +27,8 @@ from __future__ import annotations
 import argparse
 import http.client
 import json
-import shutil
-import signal
 import statistics
 import sys
-import tempfile
 import threading
 import time
 import uuid
@@ -41,12 +38,14 @@ import valkey
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from bench.common import cpu_seconds, percentile  # noqa: E402
-from shared.config import load_settings  # noqa: E402
-from shared.localstack.process import free_port  # noqa: E402
-from shared.localstack.stack import LocalStack  # noqa: E402
-from shared.logging import configure_logging  # noqa: E402
-from shared.waiting import poll  # noqa: E402
+from bench.common import (  # noqa: E402
+    AppliedLog,
+    bench_stack,
+    cpu_seconds,
+    cpu_used,
+    percentile,
+    wait_applied,
+)
 
 # Commands a client sends itself; the rest run inside the Lua scripts.
 ROUND_TRIP_COMMANDS = {"evalsha", "eval", "hmget", "set", "get", "del", "ping"}
@@ -55,18 +54,20 @@ ROUND_TRIP_COMMANDS = {"evalsha", "eval", "hmget", "set", "get", "del", "ping"}
 class Session(threading.Thread):
     """One agent session: record a turn, read the view, every `interval` seconds."""
 
-    def __init__(self, api_url: str, index: int, run: str, interval: float, until: float):
+    def __init__(
+        self, api_url: str, session_id: str, start_at: float, interval: float, until: float
+    ):
         super().__init__(daemon=True)
         host, port = api_url.removeprefix("http://").split(":")
         self.conn = http.client.HTTPConnection(host, int(port), timeout=30)
-        self.session_id = f"bench-{run}-{index}"
-        self.index = index
+        self.session_id = session_id
+        self.start_at = start_at
         self.interval = interval
         self.until = until
-        self.start_at = 0.0
         self.record_ms: list[float] = []
         self.record_without_publish_ms: list[float] = []
         self.view_ms: list[float] = []
+        self.event_ids: list[str] = []
         self.errors: list[str] = []
 
     def _call(self, method: str, path: str, body: dict | None = None) -> tuple[float, dict, dict]:
@@ -93,7 +94,10 @@ class Session(threading.Thread):
                 "user": f"In step {n} I prefer option {n % 7}; the build must stay green.",
                 "assistant": f"Noted for step {n}: option {n % 7}.",
             }
-            took, headers, _ = self._call("POST", f"/v1/sessions/{self.session_id}/turns", body)
+            took, headers, answer = self._call(
+                "POST", f"/v1/sessions/{self.session_id}/turns", body
+            )
+            self.event_ids.append(answer.get("event_id", ""))
             self.record_ms.append(took)
             self.record_without_publish_ms.append(took - _publish_ms(headers))
             took, _, _ = self._call("GET", f"/v1/sessions/{self.session_id}?user_id=bench-user")
@@ -110,15 +114,6 @@ def _publish_ms(headers: dict) -> float:
     raise SystemExit(f"no publish timing in the response: {headers}")
 
 
-def wait_handled(worker_log: Path, count: int) -> None:
-    """Until the summary worker has logged `count` messages handled."""
-
-    def handled() -> bool:
-        return worker_log.read_bytes().count(b'"message handled"') >= count
-
-    poll(handled, 120, f"the summary worker to handle {count} turns", interval=0.2)
-
-
 def commandstats(client: valkey.Valkey) -> dict[str, int]:
     stats = client.info("commandstats")
     return {name.removeprefix("cmdstat_"): int(v["calls"]) for name, v in stats.items()}
@@ -127,9 +122,12 @@ def commandstats(client: valkey.Valkey) -> dict[str, int]:
 def run_sessions(api_url: str, count: int, interval: float, seconds: float) -> list[Session]:
     run = uuid.uuid4().hex[:6]
     t0 = time.monotonic() + 0.5
-    sessions = [Session(api_url, i, run, interval, t0 + seconds) for i in range(count)]
+    # Staggered over one interval.
+    sessions = [
+        Session(api_url, f"bench-{run}-{i}", t0 + i * interval / count, interval, t0 + seconds)
+        for i in range(count)
+    ]
     for s in sessions:
-        s.start_at = t0 + s.index * interval / count  # staggered over one interval
         s.start()
     for s in sessions:
         s.join()
@@ -150,31 +148,22 @@ def main() -> int:
     parser.add_argument("--interval", type=float, default=1.0)
     parser.add_argument("--seconds", type=float, default=20.0)
     args = parser.parse_args()
-    configure_logging("console", "WARNING")
     # 50 client threads share this process's GIL: with the default 5 ms switch
     # interval, a thread whose answer has arrived could wait that long to read it.
     sys.setswitchinterval(0.0005)
-
-    data_dir = Path(tempfile.mkdtemp(prefix="agent-memory-bench-"))
-    settings = load_settings(api_port=free_port(), database_url=None, valkey_url=None)
-    stack = LocalStack(settings, data_dir, services=("api", "summary"))
-    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # unwind: stop the stack
-    endpoints = stack.start()
-    client = valkey.Valkey.from_url(endpoints.valkey_url)
-    try:
-        worker_log = stack.log_dir / "summary.log"
-        warm = run_sessions(endpoints.api_url, args.sessions, args.interval, 3.0)
-        recorded = sum(len(s.record_ms) for s in warm)
-        wait_handled(worker_log, recorded)
-        before, cpu_before = commandstats(client), cpu_seconds(stack)
-        sessions = run_sessions(endpoints.api_url, args.sessions, args.interval, args.seconds)
-        # Count the worker's operations for these turns too: wait until it handled them.
-        wait_handled(worker_log, recorded + sum(len(s.record_ms) for s in sessions))
-        after, cpu_after = commandstats(client), cpu_seconds(stack)
-    finally:
-        client.close()
-        stack.stop()
-        shutil.rmtree(data_dir, ignore_errors=True)
+    with bench_stack() as (stack, endpoints, _settings):
+        client = valkey.Valkey.from_url(endpoints.valkey_url)
+        try:
+            log = AppliedLog(stack.log_dir / "summary.log")
+            warm = run_sessions(endpoints.api_url, args.sessions, args.interval, 3.0)
+            wait_applied(log, [e for s in warm for e in s.event_ids], timeout=120)
+            before, cpu_before = commandstats(client), cpu_seconds(stack)
+            sessions = run_sessions(endpoints.api_url, args.sessions, args.interval, args.seconds)
+            # Count the worker's operations for these turns too: wait until it handled them.
+            wait_applied(log, [e for s in sessions for e in s.event_ids], timeout=120)
+            after, cpu = commandstats(client), cpu_used(stack, cpu_before)
+        finally:
+            client.close()
 
     errors = [e for s in sessions for e in s.errors]
     if errors:
@@ -196,9 +185,7 @@ def main() -> int:
         "valkey_round_trips_per_turn": round(round_trips / turns, 2),
         "valkey_commands_per_turn": round(sum(delta.values()) / turns, 2),
         "valkey_commands_by_name": dict(sorted(delta.items(), key=lambda kv: -kv[1])),
-        "cpu_seconds_by_process": {
-            name: round(value - cpu_before.get(name, 0.0), 2) for name, value in cpu_after.items()
-        },
+        "cpu_seconds_by_process": cpu,
     }
     record = results["record_turn_without_publish_wait_ms"]
     view = results["session_view_ms"]

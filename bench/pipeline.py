@@ -30,11 +30,8 @@ from __future__ import annotations
 import argparse
 import http.client
 import json
-import shutil
-import signal
 import statistics
 import sys
-import tempfile
 import threading
 import time
 import uuid
@@ -44,60 +41,21 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from bench.common import cpu_seconds, percentile  # noqa: E402
+from bench.common import (  # noqa: E402
+    AppliedLog,
+    bench_stack,
+    cpu_seconds,
+    cpu_used,
+    percentile,
+    wait_applied,
+)
 from shared.bus.publisher import EventPublisher  # noqa: E402
-from shared.config import load_settings  # noqa: E402
+from shared.config import Settings  # noqa: E402
 from shared.events import TurnRecorded, derived_event_id  # noqa: E402
-from shared.localstack.process import free_port  # noqa: E402
-from shared.localstack.stack import LocalStack  # noqa: E402
-from shared.logging import configure_logging  # noqa: E402
-from shared.waiting import poll  # noqa: E402
+from shared.localstack.stack import Endpoints, LocalStack  # noqa: E402
 
 APP = "default"  # the API's tenant until API keys exist
 SESSIONS = 100
-
-
-class AppliedLog:
-    """Reads the worker's log incrementally: event_id -> epoch seconds of its first
-    "message handled" line, acked or duplicate. (Re-reading the whole file on every poll
-    would take CPU from the worker under test.)"""
-
-    def __init__(self, path: Path) -> None:
-        self.path = path
-        self.offset = 0
-        self.applied: dict[str, float] = {}
-
-    def poll(self) -> dict[str, float]:
-        with open(self.path, "rb") as f:
-            f.seek(self.offset)
-            chunk = f.read()
-        end = chunk.rfind(b"\n") + 1  # a partly written last line waits for the next poll
-        self.offset += end
-        for line in chunk[:end].splitlines():
-            if b'"message handled"' not in line:
-                continue
-            record = json.loads(line)
-            # "duplicate": the API had buffered the turn already; the worker's
-            # handling (the fold check) is what the lag measures then.
-            if record.get("outcome") not in ("acked", "duplicate"):
-                continue
-            stamp = datetime.fromisoformat(record["timestamp"].replace("Z", "+00:00"))
-            self.applied.setdefault(record["event_id"], stamp.timestamp())
-        return self.applied
-
-
-def wait_applied(log: AppliedLog, event_ids: list[str], timeout: float) -> dict[str, float]:
-    def all_applied() -> dict[str, float] | None:
-        seen = log.poll()
-        return seen if all(e in seen for e in event_ids) else None
-
-    try:
-        return poll(all_applied, timeout, f"{len(event_ids)} events applied", interval=0.2)
-    except TimeoutError:
-        missing = sum(1 for e in event_ids if e not in log.applied)
-        raise SystemExit(
-            f"{missing} of {len(event_ids)} events not applied in {timeout} s"
-        ) from None
 
 
 def turn(run: str, n: int) -> TurnRecorded:
@@ -135,16 +93,14 @@ def backlog_drain(
     before = cpu_seconds(stack)
     stack.start_service("summary")
     seen = wait_applied(log, [e.event_id for e in events], timeout=600)
-    after = cpu_seconds(stack)
+    cpu = cpu_used(stack, before)
     times = sorted(seen[e.event_id] for e in events)
     window = times[-1] - times[0]
     return {
         "events": count,
         "drain_seconds": round(window, 3),
         "applied_per_second": round(count / window, 1),
-        "cpu_seconds_by_process": {
-            name: round(value - before.get(name, 0.0), 2) for name, value in after.items()
-        },
+        "cpu_seconds_by_process": cpu,
     }
 
 
@@ -235,19 +191,20 @@ def main() -> int:
     parser.add_argument("--seconds", type=float, default=10.0)
     parser.add_argument("--skip-burst", action="store_true")
     args = parser.parse_args()
-    configure_logging("console", "WARNING")
+    with bench_stack() as (stack, endpoints, settings):
+        run(args, stack, endpoints, settings)
+    return 0
 
-    data_dir = Path(tempfile.mkdtemp(prefix="agent-memory-bench-"))
-    settings = load_settings(api_port=free_port(), database_url=None, valkey_url=None)
-    stack = LocalStack(settings, data_dir, services=("api", "summary"))
-    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # unwind: stop the stack
-    endpoints = stack.start()
+
+def run(
+    args: argparse.Namespace, stack: LocalStack, endpoints: Endpoints, settings: Settings
+) -> None:
     log = AppliedLog(stack.log_dir / "summary.log")
     run_settings = settings.model_copy(
         update={"pubsub_emulator_host": endpoints.pubsub_emulator_host}
     )
     publisher = EventPublisher(run_settings)
-    results: dict = {"machine": "this machine", "worker_processes": 1}
+    results: dict = {"worker_processes": 1}
     try:
         # Warm up the path (connections, JIT of the emulator) before measuring.
         warm_up(publisher, log)
@@ -266,10 +223,7 @@ def main() -> int:
         cpu_before = cpu_seconds(stack)
         sent = paced(http_sender(endpoints.api_url, api_run, response_ms), count, args.rate)
         results["lag_api"] = lag("HTTP API", sent, log)
-        results["lag_api"]["cpu_seconds_by_process"] = {
-            name: round(after - cpu_before.get(name, 0.0), 2)
-            for name, after in cpu_seconds(stack).items()
-        }
+        results["lag_api"]["cpu_seconds_by_process"] = cpu_used(stack, cpu_before)
         results["lag_api"]["response_ms_p50"] = round(statistics.median(response_ms), 1)
         results["lag_api"]["response_ms_p99"] = round(percentile(response_ms, 99), 1)
         if not args.skip_burst:
@@ -277,8 +231,6 @@ def main() -> int:
 
     finally:
         publisher.stop()
-        stack.stop()
-        shutil.rmtree(data_dir, ignore_errors=True)
 
     t = results.get("throughput")
     if t:
@@ -295,7 +247,6 @@ def main() -> int:
             f"  target p99 < 150 ms"
         )
     print(json.dumps(results, indent=2))
-    return 0
 
 
 if __name__ == "__main__":

@@ -129,7 +129,7 @@ def _play(api_url: str, database_url: str) -> int:
 
         def folded() -> dict | None:
             view = session(session_id)
-            # Done when the worker has handled every turn: nothing over the trigger.
+            # Done once the worker has folded and the buffer is back within its trigger.
             if view["summary"]["version"] >= 1 and view["turn_count"] <= 10:
                 return view
             return None
@@ -156,7 +156,7 @@ def _play(api_url: str, database_url: str) -> int:
             failures += 1
 
         next_session = session_id + "_next"
-        http.post(
+        response = http.post(
             f"/v1/sessions/{next_session}/turns",
             json={
                 "user_id": user_id,
@@ -165,6 +165,9 @@ def _play(api_url: str, database_url: str) -> int:
                 "assistant": "Continuing from last session.",
             },
         )
+        if response.status_code != 202:
+            print(f"next session: expected 202, got {response.status_code} {response.text}")
+            return 1
         carried = session(next_session)["carried_summary"]
         carried_ok = bool(carried) and carried["session_id"] == session_id
         print(

@@ -8,7 +8,6 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from datetime import UTC, datetime, timedelta
 from functools import partial
-from typing import Any
 
 from services.summary_worker.folding import Folder, FoldPolicy
 from services.summary_worker.handlers import record_turn
@@ -101,7 +100,7 @@ def failing(times: int | None, handler: Handler, only: Callable[[Event], bool]) 
     return flaky
 
 
-def summary_handler(buffer: SessionBuffer, llm: LLM | None = None, **policy: Any) -> Handler:
+def summary_handler(buffer: SessionBuffer, llm: LLM | None = None) -> Handler:
     """The summary worker's real handler, with the offline `rules` LLM by default."""
-    folder = Folder(buffer, llm or RulesLLM(), FoldPolicy(**policy))
+    folder = Folder(buffer, llm or RulesLLM(), FoldPolicy())
     return partial(record_turn, buffer=buffer, folder=folder)

@@ -70,10 +70,7 @@ def stack() -> Iterator[Stack]:
         yield Stack(postgres.url, valkey_server.url, emulator.host, data_dir, started)
     finally:
         for proc in reversed(started):
-            proc.request_stop()
-            if not proc.wait(5):
-                proc.kill()
-            proc.close_log()
+            proc.stop(5)
         if saved is None:
             os.environ.pop("PUBSUB_EMULATOR_HOST", None)
         else:

@@ -110,19 +110,21 @@ def _default_generate(request: Request) -> Reply:
     return error_reply(500, "fake gemini: no scripted reply for generateContent")
 
 
+def _embedding(item: dict[str, Any]) -> dict[str, list[float]]:
+    """One `embedContent` request body's embedding."""
+    dimension = item.get("outputDimensionality") or 768
+    text = " ".join(p.get("text", "") for p in item.get("content", {}).get("parts", []))
+    return {"values": fake_embedding(text, dimension)}
+
+
 def _default_embed(request: Request) -> Reply:
-    dimension = request.body.get("outputDimensionality") or 768
-    text = " ".join(p.get("text", "") for p in request.body.get("content", {}).get("parts", []))
-    return Reply(body={"embedding": {"values": fake_embedding(text, dimension)}})
+    return Reply(body={"embedding": _embedding(request.body)})
 
 
 def _default_batch_embed(request: Request) -> Reply:
-    embeddings = []
-    for item in request.body.get("requests", []):
-        dimension = item.get("outputDimensionality") or 768
-        text = " ".join(p.get("text", "") for p in item.get("content", {}).get("parts", []))
-        embeddings.append({"values": fake_embedding(text, dimension)})
-    return Reply(body={"embeddings": embeddings})
+    return Reply(
+        body={"embeddings": [_embedding(item) for item in request.body.get("requests", [])]}
+    )
 
 
 @dataclass

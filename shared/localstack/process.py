@@ -137,6 +137,13 @@ class ManagedProcess:
             with contextlib.suppress(subprocess.TimeoutExpired):
                 self.proc.wait(timeout=2)
 
+    def stop(self, timeout: float) -> None:
+        """Ask the child to stop; kill it (and its group) if it has not within `timeout`."""
+        self.request_stop()
+        if not self.wait(timeout):
+            self.kill()
+        self.close_log()
+
     def close_log(self) -> None:
         if self._log is not None:
             self._log.close()

@@ -371,8 +371,9 @@ class LocalStack:
         for proc in stragglers:
             log.warning("killing a process that did not stop in time", name=proc.name)
         for proc in procs:
-            if proc in stragglers or proc.group_pids():
-                proc.send(signal.SIGKILL)
+            # Also when the leader is gone: what is left of its group goes with it
+            # (killing an empty group does nothing).
+            proc.send(signal.SIGKILL)
         kill_deadline = time.monotonic() + KILL_WAIT_SECONDS
         for proc in procs:
             proc.wait(kill_deadline - time.monotonic())

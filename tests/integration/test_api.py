@@ -190,6 +190,7 @@ def test_a_publish_failure_is_503_and_says_to_retry(settings, topology):
     assert response.status_code == 503
     error = response.json()["error"]
     # The generated turn_id comes back, so the client can retry as the same turn.
+    assert len(error["turn_id"]) == 36
     assert error == {
         "code": "publish_failed",
         "message": "the turn could not be published; retry with the same turn_id",

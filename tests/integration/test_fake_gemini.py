@@ -1,5 +1,6 @@
 """The fake Gemini endpoint speaks what the real google-genai client sends."""
 
+import pytest
 from google import genai
 from google.genai import types
 
@@ -31,17 +32,13 @@ def test_scripted_replies_come_in_order_then_the_default():
     with FakeGemini() as fake:
         fake.script("generateContent", error_reply(503), json_reply({"x": 1}))
         client = _client(fake)
-        try:
+        with pytest.raises(genai.errors.ServerError) as first:
             client.models.generate_content(model="m", contents="hi")
-            raise AssertionError("the scripted 503 did not arrive")
-        except genai.errors.ServerError as exc:
-            assert exc.code == 503
+        assert first.value.code == 503
         reply = client.models.generate_content(model="m", contents="hi")
         assert reply.text == '{"x": 1}' and reply.usage_metadata.prompt_token_count == 10
         # Nothing scripted any more: the default answers 500 and says why.
-        try:
+        with pytest.raises(genai.errors.ServerError) as last:
             client.models.generate_content(model="m", contents="hi")
-            raise AssertionError("the default reply did not arrive")
-        except genai.errors.ServerError as exc:
-            assert exc.code == 500 and "no scripted reply" in str(exc)
+        assert last.value.code == 500 and "no scripted reply" in str(last.value)
         assert [r.prompt_text() for r in fake.calls("generateContent")] == ["hi"] * 3

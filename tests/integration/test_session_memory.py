@@ -35,10 +35,6 @@ def client(settings, topology):
         yield c
 
 
-def _key(settings, ids):
-    return SessionKey(settings.default_app, ids["user_id"], ids["session_id"])
-
-
 def _turn_body(ids, n, **extra):
     body = {
         "user_id": ids["user_id"],
@@ -251,12 +247,7 @@ def test_eight_concurrent_writers_while_the_worker_folds_lose_and_double_nothing
 
 def test_a_new_session_carries_the_previous_sessions_summary(client, settings, valkey_client, ids):
     previous = ids["session_id"]
-    for n in range(1, 12):  # 11 turns: the API buffers them, the fold needs the worker
-        client.post(f"/v1/sessions/{previous}/turns", json=_turn_body(ids, n))
-    assert _view(client, ids, previous)["summary"]["version"] == 0
-    buffer = SessionBuffer(valkey_client, settings.session_ttl_seconds)
-    key = SessionKey(settings.default_app, ids["user_id"], previous)
-    Folder(buffer, RulesLLM(), FoldPolicy()).fold_if_due(key, buffer.append(key, _noop(ids)))
+    _record_and_fold(client, settings, valkey_client, ids)
     summary = _view(client, ids, previous)["summary"]
     assert summary["version"] == 1 and "I prefer option 1." in summary["text"]
 
@@ -275,20 +266,27 @@ def test_a_new_session_carries_the_previous_sessions_summary(client, settings, v
     assert _view(client, ids, previous)["carried_summary"] is None
 
 
-def _noop(ids):
-    # A turn already in the buffer: appending it again only reports the counts.
-    return BufferedTurn.from_event(make_turn(ids, 1, turn_id="turn-0001"))
+def _record_and_fold(client, settings, valkey_client, ids):
+    """Eleven turns through the API (which only buffers), then the summary worker's
+    fold, as its handler would run it for the eleventh. Returns the session's key."""
+    for n in range(1, 12):
+        response = client.post(f"/v1/sessions/{ids['session_id']}/turns", json=_turn_body(ids, n))
+        assert response.status_code == 202, response.text
+    assert _view(client, ids)["summary"]["version"] == 0
+    buffer = SessionBuffer(valkey_client, settings.session_ttl_seconds)
+    key = SessionKey(settings.default_app, ids["user_id"], ids["session_id"])
+    # Appending a turn already there only reports how full the buffer is.
+    again = buffer.append(key, BufferedTurn.from_event(make_turn(ids, 1, turn_id="turn-0001")))
+    assert again.added is False
+    assert Folder(buffer, RulesLLM(), FoldPolicy()).fold_if_due(key, again) == [1]
+    return key
 
 
 def test_keys_carry_the_ttl_and_a_deleted_session_leaves_no_key(
     client, settings, valkey_client, ids
 ):
-    for n in range(1, 12):
-        client.post(f"/v1/sessions/{ids['session_id']}/turns", json=_turn_body(ids, n))
-    key = _key(settings, ids)
-    buffer = SessionBuffer(valkey_client, settings.session_ttl_seconds)
-    Folder(buffer, RulesLLM(), FoldPolicy()).fold_if_due(key, buffer.append(key, _noop(ids)))
-    ttls = buffer.ttl(key)
+    key = _record_and_fold(client, settings, valkey_client, ids)
+    ttls = SessionBuffer(valkey_client, settings.session_ttl_seconds).ttl(key)
     # turns, data, seen, meta and folds exist (the fold lock is released).
     assert sorted(ttls) == sorted(key.keys[:5])
     ttl = settings.session_ttl_seconds
@@ -303,7 +301,7 @@ def test_keys_carry_the_ttl_and_a_deleted_session_leaves_no_key(
 
 
 def test_a_turn_recorded_while_valkey_is_down_is_buffered_in_order_when_it_is_back(
-    stack, settings, topology, publisher, tmp_path, ids
+    settings, topology, publisher, tmp_path, ids
 ):
     own = LocalValkey(tmp_path, free_port(), tmp_path / "logs")  # append-only: survives restart
     own.start()
@@ -330,9 +328,14 @@ def test_a_turn_recorded_while_valkey_is_down_is_buffered_in_order_when_it_is_ba
                 "turn-0001",
                 "turn-0003",
             ]
-            buffer = SessionBuffer(valkey.Valkey.from_url(own.url), 3600)
-            with running(
-                local, "turns-summary", {TurnRecorded: [summary_handler(buffer)]}, publisher
+            with (
+                valkey.Valkey.from_url(own.url) as own_client,
+                running(
+                    local,
+                    "turns-summary",
+                    {TurnRecorded: [summary_handler(SessionBuffer(own_client, 3600))]},
+                    publisher,
+                ),
             ):
                 wait_for(
                     lambda: len(_view(client, ids)["turns"]) == 3, 60, "the worker to buffer it"
@@ -343,10 +346,7 @@ def test_a_turn_recorded_while_valkey_is_down_is_buffered_in_order_when_it_is_ba
                 "turn-0003",
             ]
     finally:
-        own.process.request_stop()
-        if not own.process.wait(5):
-            own.process.kill()
-        own.process.close_log()
+        own.process.stop(5)
 
 
 def test_a_dead_folders_lock_only_delays_the_fold_until_it_expires(valkey_client, ids):

@@ -62,6 +62,10 @@ def test_the_bound_drops_goals_first_then_choices_and_keeps_constraints():
 def test_the_summary_is_deterministic():
     turns = _turns(("I prefer dark mode and I always use vim.", "Noted."))
     assert RulesLLM().summarize("x.", turns, 50) == RulesLLM().summarize("x.", turns, 50)
+    # The same text every time, in any process: nothing but the input decides it.
+    assert RulesLLM().summarize("x.", turns, 50).value == (
+        "x. User: I prefer dark mode and I always use vim."
+    )
 
 
 def test_clip_to_tokens_cuts_at_a_sentence_end_within_the_bound():

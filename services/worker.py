@@ -65,7 +65,6 @@ def run_worker(kind: str, settings: Settings) -> int:
     """Run until SIGTERM/SIGINT (exit 0) or until a stream fails (exit 1)."""
     spec = WORKERS[kind]
     concurrency = settings.worker_concurrency or spec.default_concurrency
-    settings = settings.model_copy(update={"worker_concurrency": concurrency})
     resources = bootstrap(
         settings,
         postgres=spec.postgres,
@@ -78,7 +77,9 @@ def run_worker(kind: str, settings: Settings) -> int:
     for signum in (signal.SIGTERM, signal.SIGINT):
         signal.signal(signum, lambda *_: stop.set())
     runtimes = [
-        SubscriberRuntime(settings, subscription, table, resources.publisher)
+        SubscriberRuntime(
+            settings, subscription, table, resources.publisher, concurrency=concurrency
+        )
         for subscription, table in spec.handlers(resources).items()
     ]
     exit_code = 0

@@ -16,7 +16,6 @@ from valkey.backoff import NoBackoff
 from valkey.retry import Retry
 
 from shared.bus.publisher import EventPublisher
-from shared.bus.worker import DEFAULT_CONCURRENCY
 from shared.config import Settings
 from shared.db.migrate import check_embedding_dimension
 from shared.db.pool import make_pool
@@ -78,7 +77,7 @@ def bootstrap(
     use_valkey: bool = False,
     publisher: bool = False,
     llm: bool = False,
-    pool_size: int | None = None,
+    pool_size: int = 8,
     block_when_full: bool = True,
     **overrides: Any,
 ) -> Resources:
@@ -95,7 +94,7 @@ def bootstrap(
         if postgres:
             resources.pool = overrides.get("pool") or make_pool(
                 settings,
-                max_size=pool_size or settings.worker_concurrency or DEFAULT_CONCURRENCY,
+                max_size=pool_size,
                 name="agent-memory",
             )
             if "pool" not in overrides:

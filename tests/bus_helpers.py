@@ -75,7 +75,9 @@ def running(
     table: HandlerTable,
     publisher: EventPublisher,
 ) -> Iterator[SubscriberRuntime]:
-    runtime = SubscriberRuntime(settings, subscription, table, publisher)
+    runtime = SubscriberRuntime(
+        settings, subscription, table, publisher, concurrency=settings.worker_concurrency or 8
+    )
     runtime.start()
     try:
         yield runtime

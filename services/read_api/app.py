@@ -76,7 +76,6 @@ def create_app(settings: Settings | None = None, **overrides: Any) -> FastAPI:
                 resolved,
                 postgres=True,
                 publisher=True,
-                pool_size=8,
                 block_when_full=False,  # a full publisher answers 503, never stalls the loop
                 **overrides,
             )

@@ -40,7 +40,6 @@ DEAD_LETTER_REASON = "dead_letter_reason"
 DEAD_LETTER_SUBSCRIPTION = "dead_letter_subscription"
 DEAD_LETTER_ATTEMPT = "dead_letter_delivery_attempt"
 DEAD_LETTER_ORDERING_KEY = "dead_letter_ordering_key"
-DEFAULT_CONCURRENCY = 16  # when neither the caller nor AM_WORKER_CONCURRENCY says
 MAX_ATTRIBUTE_BYTES = 1000  # Pub/Sub allows 1024 bytes per attribute value
 
 
@@ -93,15 +92,16 @@ class SubscriberRuntime:
         subscription: str,
         handlers: HandlerTable,
         publisher: EventPublisher,
+        *,
+        concurrency: int,
         subscriber: pubsub_v1.SubscriberClient | None = None,
-        concurrency: int | None = None,
     ) -> None:
         self.settings = settings
         self.subscription = subscription
         self.handlers = handlers
         self.publisher = publisher
         self.subscriber = subscriber or pubsub_v1.SubscriberClient()
-        self.concurrency = concurrency or settings.worker_concurrency or DEFAULT_CONCURRENCY
+        self.concurrency = concurrency
         self.limits = Limits(settings.max_message_bytes, settings.max_tool_events_bytes)
         project = settings.google_cloud_project
         self.subscription_path = self.subscriber.subscription_path(

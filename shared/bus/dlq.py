@@ -17,7 +17,7 @@ from datetime import UTC, datetime, timedelta
 from google.api_core import exceptions as gexc
 from google.cloud import pubsub_v1
 
-from shared.bus.publisher import EventPublisher
+from shared.bus.publisher import EventPublisher, publishable
 from shared.bus.topology import (
     SUBSCRIPTIONS,
     SubscriptionSpec,
@@ -30,7 +30,6 @@ from shared.bus.worker import (
     DEAD_LETTER_ORDERING_KEY,
     DEAD_LETTER_REASON,
     DEAD_LETTER_SUBSCRIPTION,
-    publishable,
 )
 from shared.config import Settings
 from shared.errors import InvalidEvent

@@ -51,6 +51,12 @@ def safe_attributes(attributes: Mapping[str, str]) -> dict[str, str]:
     return {(f"attr_{k}" if k in _CLIENT_PARAMETERS else k): v for k, v in attributes.items()}
 
 
+def publishable(attributes: Mapping[str, str]) -> dict[str, str]:
+    """Drop the attributes Pub/Sub adds itself (`googclient_schema…`): keys starting
+    with `goog` are reserved and a publish that carries them is refused."""
+    return {k: v for k, v in attributes.items() if not k.lower().startswith("goog")}
+
+
 class EventPublisher:
     """Publishes events (validated against their schemas) and raw messages."""
 
@@ -88,7 +94,7 @@ class EventPublisher:
     ) -> Future:
         """Publish bytes as they are (dead-lettering and replay keep the original body)."""
         future = self.client.publish(
-            topic_path, data, ordering_key=ordering_key, **safe_attributes(attributes)
+            topic_path, data, ordering_key=ordering_key, **safe_attributes(publishable(attributes))
         )
         future.add_done_callback(
             lambda f: self._after_publish(f, topic_path, ordering_key, attributes)

@@ -48,12 +48,6 @@ def truncate_utf8(text: str, max_bytes: int) -> str:
     return text.encode("utf-8")[:max_bytes].decode("utf-8", errors="ignore")
 
 
-def publishable(attributes: dict[str, str]) -> dict[str, str]:
-    """Drop the attributes Pub/Sub adds itself (`googclient_schema…`): keys starting
-    with `goog` are reserved and a publish that carries them is refused."""
-    return {k: v for k, v in attributes.items() if not k.lower().startswith("goog")}
-
-
 class Outcome(StrEnum):
     """What a handler did with an event."""
 
@@ -277,7 +271,7 @@ class SubscriberRuntime:
         If the dead-letter publish is not confirmed the message is nacked instead,
         so it is never lost between the two topics.
         """
-        dead = publishable(attributes)
+        dead = dict(attributes)
         dead[DEAD_LETTER_REASON] = truncate_utf8(reason, MAX_ATTRIBUTE_BYTES)
         dead[DEAD_LETTER_SUBSCRIPTION] = self.subscription
         dead[DEAD_LETTER_ATTEMPT] = str(attempt)

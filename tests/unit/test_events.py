@@ -175,7 +175,7 @@ def test_schema_check_names_nested_unknown_fields():
 
 def test_reserved_attributes_are_not_carried_into_a_new_publish():
     from shared.bus.dlq import DeadLetter
-    from shared.bus.worker import publishable
+    from shared.bus.publisher import publishable
 
     attrs = {"event_id": "e", "googclient_schemaname": "x", "GOOG_x": "y", "app": "a"}
     assert publishable(attrs) == {"event_id": "e", "app": "a"}

@@ -3,7 +3,8 @@
 Our own log calls render straight to stderr (no trip through the stdlib logging
 machinery: a worker writes one line per message, so this is on the hot path).
 Standard-library loggers (google-cloud, grpc, psycopg, uvicorn) are rendered by
-the same processors, so every line of a process has one format.
+the same processors, so every line of a process is rendered the same way (theirs
+also carry the `logger` name).
 """
 
 from __future__ import annotations

@@ -230,13 +230,13 @@ class DeadLetterQueues:
         """Read messages without consuming them."""
         return self._read_and_release(self.dead_letter_path(self.spec(name)), limit)
 
-    def counts(self, cap: int = COUNT_CAP) -> list[tuple[SubscriptionSpec, str, int]]:
+    def counts(self) -> list[tuple[SubscriptionSpec, str, int]]:
         """Per subscription: its dead-letter subscription and how many messages wait
-        there (read, then handed back; at most `cap` are counted)."""
+        there (read, then handed back; at most COUNT_CAP are counted)."""
         found = []
         for spec in SUBSCRIPTIONS:
             path = self.dead_letter_path(spec)
-            found.append((spec, path, len(self._read_and_release(path, cap))))
+            found.append((spec, path, len(self._read_and_release(path, COUNT_CAP))))
         return found
 
     # -- replay ------------------------------------------------------------------
@@ -313,8 +313,9 @@ class _ReplayRun:
                 request={"subscription": self.path, "ack_ids": [letter.ack_id]}
             )
         except gexc.GoogleAPICallError as exc:
-            # Replayed, but still in the dead letters: a later replay sends it again,
-            # which the consumers' ledgers make harmless.
+            # Replayed, but still in the dead letters, leased to this run: it becomes
+            # visible again when that lease ends, and a later replay then sends it
+            # again, which the consumers' ledgers make harmless.
             self.result.failed += 1
             self.say(f"republished {label} but could not acknowledge it: {exc!r}")
             return

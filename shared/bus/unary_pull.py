@@ -11,7 +11,8 @@ uses this delivery against the emulator and streaming pull against Pub/Sub.
 
 Flow control is explicit: at most `concurrency` handlers run at once and at most
 PREFETCH_FACTOR times as many messages are leased (a pull asks only for the free
-room); on stop, leased messages that have not started are nacked. A lease thread extends
+room); on stop, leased messages that have not started are nacked (any still queued
+behind busy handlers at the stop deadline are left to their lease). A lease thread extends
 the deadline of every message in flight; acks and nacks are sent in batches.
 """
 

@@ -43,10 +43,11 @@ from shared.waiting import poll
 log = structlog.get_logger("agent_memory.up")
 
 SERVICES = ("api", "summary", "extraction")
-# Within 10 s: services drain, components shut down, stragglers are killed.
+# Within 10 s: services drain, components shut down, stragglers are killed. Worst
+# case 5.5 + 0.5 + 2.5 + 0.5 = 9 s (a SIGKILLed process is gone at once).
 STOP_SERVICES_SECONDS = 5.5
-STOP_COMPONENTS_SECONDS = 3.0
-KILL_WAIT_SECONDS = 1.0
+STOP_COMPONENTS_SECONDS = 2.5
+KILL_WAIT_SECONDS = 0.5
 HEALTHY_AFTER_SECONDS = 60.0
 SERVICE_SHUTDOWN_SECONDS = 5.0  # what a worker child gets to drain, inside STOP_SERVICES_SECONDS
 

@@ -25,6 +25,7 @@ from shared.bus.topology import (
     full_name,
     subscription_spec,
 )
+from shared.bus.unary_pull import ack_id_chunks
 from shared.bus.worker import (
     DEAD_LETTER_ATTEMPT,
     DEAD_LETTER_ORDERING_KEY,
@@ -207,14 +208,9 @@ class DeadLetterQueues:
 
     def _release(self, path: str, letters: list[DeadLetter]) -> None:
         """Hand messages back to the subscription unacknowledged."""
-        ack_ids = [letter.ack_id for letter in letters]
-        for start in range(0, len(ack_ids), 1000):
+        for chunk in ack_id_chunks([letter.ack_id for letter in letters]):
             self.subscriber.modify_ack_deadline(
-                request={
-                    "subscription": path,
-                    "ack_ids": ack_ids[start : start + 1000],
-                    "ack_deadline_seconds": 0,
-                }
+                request={"subscription": path, "ack_ids": chunk, "ack_deadline_seconds": 0}
             )
 
     def _read_and_release(self, path: str, limit: int | None) -> list[DeadLetter]:

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime
 from typing import Any
@@ -34,6 +34,14 @@ log = structlog.get_logger("agent_memory.worker")
 PULL_TIMEOUT_SECONDS = 2.5  # the emulator answers an empty pull about 1 s before this
 ACK_FLUSH_SECONDS = 0.05  # acks wait at most this long, to go in batches
 MAX_IDS_PER_REQUEST = 1000
+
+
+def ack_id_chunks(ack_ids: list[str]) -> Iterator[list[str]]:
+    """`ack_ids` in slices that one acknowledge or modifyAckDeadline request accepts."""
+    for start in range(0, len(ack_ids), MAX_IDS_PER_REQUEST):
+        yield ack_ids[start : start + MAX_IDS_PER_REQUEST]
+
+
 PREFETCH_FACTOR = 4  # messages leased ahead of the handlers, so pulls come in batches
 MAX_LEASE_SECONDS = 3600  # a handler stuck longer loses its lease: the message is redelivered
 
@@ -160,11 +168,8 @@ class UnaryPullDelivery:
     def _flush(self) -> None:
         with self._cond:
             acks, self._to_ack = self._to_ack, []
-        for start in range(0, len(acks), MAX_IDS_PER_REQUEST):
-            self._call(
-                self.subscriber.acknowledge,
-                {"subscription": self.path, "ack_ids": acks[start : start + MAX_IDS_PER_REQUEST]},
-            )
+        for chunk in ack_id_chunks(acks):
+            self._call(self.subscriber.acknowledge, {"subscription": self.path, "ack_ids": chunk})
         with self._nack_lock:
             with self._cond:
                 nacks, self._to_nack = self._to_nack, []
@@ -175,14 +180,10 @@ class UnaryPullDelivery:
             self._modack(nacks, 0)
 
     def _modack(self, ack_ids: list[str], seconds: int) -> None:
-        for start in range(0, len(ack_ids), MAX_IDS_PER_REQUEST):
+        for chunk in ack_id_chunks(ack_ids):
             self._call(
                 self.subscriber.modify_ack_deadline,
-                {
-                    "subscription": self.path,
-                    "ack_ids": ack_ids[start : start + MAX_IDS_PER_REQUEST],
-                    "ack_deadline_seconds": seconds,
-                },
+                {"subscription": self.path, "ack_ids": chunk, "ack_deadline_seconds": seconds},
             )
 
     def _call(self, rpc: Callable, request: dict) -> None:

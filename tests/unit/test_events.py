@@ -215,11 +215,26 @@ def test_dead_letter_reasons_are_cut_by_bytes_on_a_character_boundary():
     assert truncate_utf8("aé", 2) == "a"
 
 
-def test_attributes_named_like_client_parameters_travel_renamed():
-    from shared.bus.publisher import safe_attributes
+def test_publish_batches_keep_order_per_topic_within_the_request_limits():
+    from concurrent.futures import Future
 
-    assert safe_attributes({"timeout": "5", "ordering_key": "k", "app": "a"}) == {
-        "attr_timeout": "5",
-        "attr_ordering_key": "k",
-        "app": "a",
-    }
+    from google.pubsub_v1.types import PubsubMessage
+
+    from shared.bus.publisher import MAX_BATCH_BYTES, MAX_BATCH_MESSAGES, _batches, _Pending
+
+    def pending(topic: str, i: int, size: int = 10) -> _Pending:
+        return _Pending(topic, PubsubMessage(data=str(i).encode()), size, Future())
+
+    queued = [pending("a", i) for i in range(MAX_BATCH_MESSAGES + 5)]
+    queued.insert(3, pending("b", -1))
+    batches = _batches(queued)
+    assert [(b[0].topic, len(b)) for b in batches] == [
+        ("a", MAX_BATCH_MESSAGES),
+        ("a", 5),
+        ("b", 1),
+    ]
+    assert [p.message.data for b in batches[:2] for p in b] == [
+        str(i).encode() for i in range(MAX_BATCH_MESSAGES + 5)
+    ]
+    big = [pending("a", i, MAX_BATCH_BYTES // 2) for i in range(3)]
+    assert [len(b) for b in _batches(big)] == [2, 1]

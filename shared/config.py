@@ -85,6 +85,28 @@ class Settings(BaseSettings):
     llm_retry_seconds: float = Field(default=60.0, ge=0)
     llm_retry_initial_seconds: float = Field(default=0.5, gt=0)
 
+    # Embeddings. `hash` is deterministic and offline (lexical feature hashing);
+    # `gemini` uses google-genai with the LLM's credentials and endpoint.
+    embedding_provider: Literal["hash", "gemini"] = "hash"
+    embedding_model: str = "text-embedding-005"
+    embedding_batch_size: int = Field(default=100, ge=1, le=250)
+    # Identical query texts within this window reuse their embedding (0: no cache).
+    query_cache_seconds: float = Field(default=60.0, ge=0)
+    query_cache_size: int = Field(default=1024, ge=1)
+
+    # Long-term memory: hybrid retrieval, consolidation, context.
+    search_vector_weight: float = Field(default=0.4, ge=0)
+    search_text_weight: float = Field(default=0.6, ge=0)
+    search_rrf_k: int = Field(default=60, ge=1)
+    # Rows each ranker contributes before fusion.
+    search_candidates: int = Field(default=50, ge=1, le=1000)
+    search_text_max_frequency: float = Field(default=0.05, gt=0, le=1)
+    search_text_scan_limit: int = Field(default=1000, ge=1)
+    consolidation_neighbours: int = Field(default=5, ge=1, le=50)
+    context_token_budget: int = Field(default=2000, ge=100, le=100_000)
+    context_recent_turns: int = Field(default=4, ge=0, le=100)
+    operation_wait_seconds: float = Field(default=30.0, gt=0, le=300)
+
     # Storage.
     embedding_dim: int = Field(default=768, ge=1, le=2000)
     session_ttl_seconds: int = Field(default=7 * 24 * 3600, ge=60)

@@ -2,7 +2,8 @@
 through `HttpOptions(base_url=...)` (or `AM_GEMINI_BASE_URL`).
 
 It speaks the JSON of `models/{model}:generateContent`, `:embedContent` and
-`:batchEmbedContents`. Replies are scripted per method (a queue of `Reply`s,
+`:batchEmbedContents`, and Vertex AI's `:predict` (what google-genai sends for
+text-embedding models on Vertex AI). Replies are scripted per method (a queue of `Reply`s,
 each with a status, a body and a latency); when a method's queue is empty its
 `default` function answers. Every request is recorded.
 """
@@ -42,10 +43,11 @@ class Reply:
 
 @dataclass
 class Request:
-    method: str  # generateContent, embedContent, batchEmbedContents
+    method: str  # generateContent, embedContent, batchEmbedContents, predict
     model: str
     body: dict[str, Any]
     api_key: str | None
+    authorization: str | None = None  # Vertex AI's bearer token
 
     def prompt_text(self) -> str:
         """Every text part of the request's contents, joined."""
@@ -55,6 +57,27 @@ class Request:
                 if "text" in part:
                     texts.append(part["text"])
         return "\n".join(texts)
+
+    def embedded_texts(self) -> list[str]:
+        """The texts of an embedding request (any of the three methods), in order."""
+        if self.method == "predict":
+            return [instance.get("content", "") for instance in self._instances()]
+        return [_item_text(item) for item in self._items()]
+
+    def task_types(self) -> list[str | None]:
+        """The task type of each text of an embedding request, in order."""
+        if self.method == "predict":
+            return [instance.get("task_type") for instance in self._instances()]
+        return [_item_option(item, "taskType") for item in self._items()]
+
+    def _instances(self) -> list[dict[str, Any]]:
+        return self.body.get("instances", [])
+
+    def _items(self) -> list[dict[str, Any]]:
+        """The single requests of an `embedContent` or `batchEmbedContents` body."""
+        if self.method == "batchEmbedContents":
+            return self.body.get("requests", [])
+        return [self.body]
 
 
 def text_reply(text: str, prompt_tokens: int = 10) -> Reply:
@@ -77,6 +100,11 @@ def error_reply(status: int, message: str = "scripted error", delay: float = 0.0
         },
         delay=delay,
     )
+
+
+def embeddings_reply(*vectors: list[float]) -> Reply:
+    """A `batchEmbedContents` reply (the Gemini API's) carrying `vectors` as they are."""
+    return Reply(body={"embeddings": [{"values": list(v)} for v in vectors]})
 
 
 def generate_body(parts: list[dict[str, Any]], prompt_tokens: int, output_tokens: int) -> dict:
@@ -110,11 +138,22 @@ def _default_generate(request: Request) -> Reply:
     return error_reply(500, "fake gemini: no scripted reply for generateContent")
 
 
+def _item_text(item: dict[str, Any]) -> str:
+    return " ".join(p.get("text", "") for p in item.get("content", {}).get("parts", []))
+
+
+def _item_option(item: dict[str, Any], name: str) -> Any:
+    """An option of one embedding request: the Gemini API's at the top, Vertex AI's
+    in `embedContentConfig`."""
+    if name in item:
+        return item[name]
+    return item.get("embedContentConfig", {}).get(name)
+
+
 def _embedding(item: dict[str, Any]) -> dict[str, list[float]]:
     """One `embedContent` request body's embedding."""
-    dimension = item.get("outputDimensionality") or 768
-    text = " ".join(p.get("text", "") for p in item.get("content", {}).get("parts", []))
-    return {"values": fake_embedding(text, dimension)}
+    dimension = _item_option(item, "outputDimensionality") or 768
+    return {"values": fake_embedding(_item_text(item), dimension)}
 
 
 def _default_embed(request: Request) -> Reply:
@@ -127,6 +166,19 @@ def _default_batch_embed(request: Request) -> Reply:
     )
 
 
+def _default_predict(request: Request) -> Reply:
+    """Vertex AI's text-embedding `predict`: one prediction per instance, each with
+    its token count (the project's estimate)."""
+    dimension = request.body.get("parameters", {}).get("outputDimensionality") or 768
+    predictions = []
+    for instance in request.body.get("instances", []):
+        text = instance.get("content", "")
+        statistics = {"token_count": estimate_tokens(text), "truncated": False}
+        values = fake_embedding(text, dimension)
+        predictions.append({"embeddings": {"values": values, "statistics": statistics}})
+    return Reply(body={"predictions": predictions})
+
+
 @dataclass
 class FakeGemini:
     """Start with `start()` (or as a context manager); `url` is the base URL."""
@@ -136,6 +188,7 @@ class FakeGemini:
             "generateContent": _default_generate,
             "embedContent": _default_embed,
             "batchEmbedContents": _default_batch_embed,
+            "predict": _default_predict,
         }
     )
     requests: list[Request] = field(default_factory=list)
@@ -180,7 +233,13 @@ class FakeGemini:
                 if method not in fake.defaults:
                     self._send(error_reply(404, f"fake gemini: unknown method {path}"))
                     return
-                request = Request(method, model, body, self.headers.get("x-goog-api-key"))
+                request = Request(
+                    method,
+                    model,
+                    body,
+                    self.headers.get("x-goog-api-key"),
+                    self.headers.get("authorization"),
+                )
                 self._send(fake._next(request))
 
             def _send(self, reply: Reply) -> None:

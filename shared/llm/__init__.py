@@ -3,10 +3,40 @@
 from __future__ import annotations
 
 from shared.config import Settings
-from shared.llm.base import LLM, Completion, DialogueTurn, LLMError, Usage
+from shared.llm.base import (
+    ACTIONS,
+    KINDS,
+    LLM,
+    SCOPES,
+    Candidate,
+    Completion,
+    Decision,
+    DialogueTurn,
+    ExistingMemory,
+    ExtractionInput,
+    LLMError,
+    MalformedReply,
+    Usage,
+)
 from shared.llm.rules import RulesLLM
 
-__all__ = ["LLM", "Completion", "DialogueTurn", "LLMError", "RulesLLM", "Usage", "make_llm"]
+__all__ = [
+    "ACTIONS",
+    "KINDS",
+    "LLM",
+    "SCOPES",
+    "Candidate",
+    "Completion",
+    "Decision",
+    "DialogueTurn",
+    "ExistingMemory",
+    "ExtractionInput",
+    "LLMError",
+    "MalformedReply",
+    "RulesLLM",
+    "Usage",
+    "make_llm",
+]
 
 
 def make_llm(settings: Settings) -> LLM:

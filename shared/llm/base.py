@@ -1,7 +1,7 @@
 """What every LLM provider offers, and the types it speaks in.
 
-A provider does tasks (`summarize` now; extraction and consolidation later), not
-raw prompts, so the offline `rules` provider can do the same tasks
+A provider does tasks (summarize, extract, consolidate, decompose), not raw
+prompts, so the offline `rules` provider can do the same tasks
 deterministically. Every call reports the tokens it spent.
 """
 
@@ -20,6 +20,11 @@ SUMMARY_INSTRUCTION = (
     "greetings, filler and anything already superseded. Write plain sentences in "
     "the third person ('The user ...'). Stay within {max_tokens} tokens."
 )
+
+
+KINDS = ("preference", "fact", "rule", "event")
+SCOPES = ("global", "project", "session")
+ACTIONS = ("CREATED", "UPDATED", "DELETED", "NONE")
 
 
 @dataclass(frozen=True)
@@ -52,6 +57,56 @@ class DialogueTurn:
     assistant: str
 
 
+@dataclass(frozen=True)
+class ExtractionInput:
+    """One turn for extraction: only the texts, never tool calls or their outputs."""
+
+    session_id: str
+    project_id: str  # the turn's project, "" if none
+    prev_session_id: str  # "" if none
+    observed_at: datetime
+    user: str
+    assistant: str
+
+
+@dataclass(frozen=True)
+class Candidate:
+    """A memory the LLM proposes, before consolidation."""
+
+    entity_name: str  # short normalised key of what it is about, e.g. "ui theme"
+    kind: str  # one of KINDS
+    scope: str  # one of SCOPES
+    project_id: str  # "" unless scope == "project"
+    text: str  # one self-contained third-person sentence
+
+
+@dataclass(frozen=True)
+class ExistingMemory:
+    """A live memory a candidate is weighed against."""
+
+    id: str
+    entity_name: str
+    kind: str
+    scope: str
+    project_id: str
+    text: str
+
+
+@dataclass(frozen=True)
+class Decision:
+    """What to do with a candidate. `target_id` is one of the `existing` ids (the
+    memory updated, retired or duplicated), None for CREATED; `text` is the text to
+    store (CREATED) or the merged text (UPDATED), "" otherwise."""
+
+    action: str  # one of ACTIONS
+    target_id: str | None
+    text: str
+
+
+class MalformedReply(Exception):
+    """The model answered, but not with what the task needs (retried)."""
+
+
 class LLMError(Exception):
     """The provider gave no usable answer: retries ran out, or the request was refused.
     Transient for the message that caused it (nack, then dead-letter after attempts)."""
@@ -64,6 +119,21 @@ class LLM(Protocol):
         self, previous: str, turns: list[DialogueTurn], max_tokens: int
     ) -> Completion[str]:
         """The previous summary with `turns` folded in, at most `max_tokens` tokens."""
+        ...
+
+    def extract(self, inp: ExtractionInput) -> Completion[list[Candidate]]:
+        """The memories worth keeping that the turn states (none for chatter)."""
+        ...
+
+    def consolidate(
+        self, candidate: Candidate, existing: list[ExistingMemory]
+    ) -> Completion[Decision]:
+        """Create, update, retire or skip, against the most similar live memories of
+        the candidate's user and scope. DELETED: the candidate revokes the target."""
+        ...
+
+    def decompose(self, query: str, session_id: str, prev_session_id: str) -> Completion[list[str]]:
+        """1..4 single-topic sub-queries, with session references made explicit."""
         ...
 
 

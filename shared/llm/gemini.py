@@ -6,6 +6,10 @@ HTTP calls: 429, 408, 5xx, timeouts, connection errors and unusable replies
 no attempt starts after `AM_LLM_RETRY_SECONDS` from the first, so a task takes
 at most that plus one call's timeout (`AM_LLM_TIMEOUT_SECONDS`). Other 4xx are
 not retried. Every call's tokens go into the metrics and into the task's usage.
+
+Tasks (the metric's `task` label): "summarize", and the memory tasks "extract",
+"consolidate" and "decompose", whose instructions, schemas and strict parsers
+are in `shared.llm.gemini_prompts`.
 """
 
 from __future__ import annotations
@@ -23,11 +27,17 @@ from google.genai import errors as genai_errors
 from google.genai import types
 
 from shared.config import Settings
+from shared.llm import gemini_prompts as prompts
 from shared.llm.base import (
     SUMMARY_INSTRUCTION,
+    Candidate,
     Completion,
+    Decision,
     DialogueTurn,
+    ExistingMemory,
+    ExtractionInput,
     LLMError,
+    MalformedReply,
     Usage,
     render_turns,
 )
@@ -55,9 +65,10 @@ _SUMMARY_SCHEMA = {
     "required": ["summary"],
 }
 
-
-class MalformedReply(Exception):
-    """The model answered, but not with what the task needs."""
+# Output bounds of the memory tasks (a thinking model's thoughts count too).
+_EXTRACT_MAX_OUTPUT_TOKENS = 4096
+_CONSOLIDATE_MAX_OUTPUT_TOKENS = 1024
+_DECOMPOSE_MAX_OUTPUT_TOKENS = 512
 
 
 def make_client(settings: Settings) -> genai.Client:
@@ -108,6 +119,38 @@ class GeminiLLM:
             schema=_SUMMARY_SCHEMA,
             parse=parse,
             max_output_tokens=max_tokens * 2,
+        )
+
+    def extract(self, inp: ExtractionInput) -> Completion[list[Candidate]]:
+        return self.generate_json(
+            task="extract",
+            system=prompts.extraction_instruction(inp),
+            prompt=prompts.extraction_prompt(inp),
+            schema=prompts.EXTRACTION_SCHEMA,
+            parse=lambda value: prompts.parse_candidates(value, inp),
+            max_output_tokens=_EXTRACT_MAX_OUTPUT_TOKENS,
+        )
+
+    def consolidate(
+        self, candidate: Candidate, existing: list[ExistingMemory]
+    ) -> Completion[Decision]:
+        return self.generate_json(
+            task="consolidate",
+            system=prompts.CONSOLIDATION_INSTRUCTION,
+            prompt=prompts.consolidation_prompt(candidate, existing),
+            schema=prompts.CONSOLIDATION_SCHEMA,
+            parse=lambda value: prompts.parse_decision(value, existing),
+            max_output_tokens=_CONSOLIDATE_MAX_OUTPUT_TOKENS,
+        )
+
+    def decompose(self, query: str, session_id: str, prev_session_id: str) -> Completion[list[str]]:
+        return self.generate_json(
+            task="decompose",
+            system=prompts.decomposition_instruction(session_id, prev_session_id),
+            prompt=prompts.decomposition_prompt(query),
+            schema=prompts.DECOMPOSITION_SCHEMA,
+            parse=prompts.parse_queries,
+            max_output_tokens=_DECOMPOSE_MAX_OUTPUT_TOKENS,
         )
 
     def generate_json(

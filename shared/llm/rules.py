@@ -7,13 +7,38 @@ the new turns the sentences that state a constraint, a decision, a preference or
 a goal are added (prefixed with who said them). When the result would exceed the
 bound, the least important sentences go first (goals, then preferences and
 decisions, then constraints), the oldest first within a class.
+
+The memory tasks, each documented in its module:
+- extraction (`shared.llm.extraction_rules`, its patterns in
+  `shared.llm.statement_rules`): explicit statements of the user's text only
+  ("I prefer ...", "remember that ...", "... must ...", "for project X, ... is
+  ...", "my ... is ...", "I've switched to ...", "I no longer ..."), with
+  scope, kind, entity names from a facet lexicon (`shared.llm.facets`) and
+  session references made explicit (`shared.llm.session_refs`);
+- consolidation (`shared.llm.consolidation_rules`): by entity name, then by
+  word-set similarity; the newer statement wins, a revocation retires;
+- decomposition (`shared.llm.decomposition_rules`): split at "?", ";" and
+  "and" between questions, at most four.
+Tokens are counted by the one estimator over what goes in and what comes out.
 """
 
 from __future__ import annotations
 
 import re
 
-from shared.llm.base import Completion, DialogueTurn, Usage, render_turns
+from shared.llm.base import (
+    Candidate,
+    Completion,
+    Decision,
+    DialogueTurn,
+    ExistingMemory,
+    ExtractionInput,
+    Usage,
+    render_turns,
+)
+from shared.llm.consolidation_rules import decide
+from shared.llm.decomposition_rules import decompose_query
+from shared.llm.extraction_rules import extract_candidates
 from shared.tokens import clip_to_tokens, estimate_tokens
 
 _SENTENCE_END = re.compile(r"(?<=[.!?])\s+|\n+")
@@ -153,6 +178,33 @@ class RulesLLM:
             output_tokens=estimate_tokens(summary),
         )
         return Completion(summary, usage)
+
+    def extract(self, inp: ExtractionInput) -> Completion[list[Candidate]]:
+        candidates = extract_candidates(inp)
+        usage = Usage(
+            input_tokens=estimate_tokens(inp.user) + estimate_tokens(inp.assistant),
+            output_tokens=sum(estimate_tokens(c.text) for c in candidates),
+        )
+        return Completion(candidates, usage)
+
+    def consolidate(
+        self, candidate: Candidate, existing: list[ExistingMemory]
+    ) -> Completion[Decision]:
+        decision = decide(candidate, existing)
+        usage = Usage(
+            input_tokens=estimate_tokens(candidate.text)
+            + sum(estimate_tokens(m.text) for m in existing),
+            output_tokens=estimate_tokens(decision.text),
+        )
+        return Completion(decision, usage)
+
+    def decompose(self, query: str, session_id: str, prev_session_id: str) -> Completion[list[str]]:
+        queries = decompose_query(query, session_id, prev_session_id)
+        usage = Usage(
+            input_tokens=estimate_tokens(query),
+            output_tokens=sum(estimate_tokens(q) for q in queries),
+        )
+        return Completion(queries, usage)
 
 
 def _fit(previous: str, new: list[tuple[int, str]], max_tokens: int) -> str:

@@ -1,0 +1,63 @@
+"""What every embedding provider offers.
+
+Documents (memories, episodes) and search queries are embedded by separate
+methods: a provider may embed them differently (Gemini's task types), and only
+queries go through the query cache. Every vector is unit length, so cosine
+similarity is a dot product and pgvector's cosine distance is never NaN.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterator, Sequence
+from typing import Protocol, TypeVar
+
+T = TypeVar("T")
+
+
+class EmbeddingError(Exception):
+    """No usable embedding: retries ran out, the request was refused, or the reply
+    was unusable (such as a vector of the wrong dimension). Transient for the
+    message that caused it (nack, then dead-letter after attempts)."""
+
+
+class Embedder(Protocol):
+    name: str
+    dim: int
+
+    def embed(self, texts: Sequence[str]) -> list[list[float]]:
+        """One unit vector of `dim` floats per document text, in order."""
+        ...
+
+    def embed_queries(self, texts: Sequence[str]) -> list[list[float]]:
+        """One unit vector per search query, in order, in as few calls as the
+        provider's batch size allows."""
+        ...
+
+    async def aembed_queries(self, texts: Sequence[str]) -> list[list[float]]:
+        """`embed_queries` for asyncio code: never blocks the event loop on I/O."""
+        ...
+
+
+def no_text_vector(dim: int) -> list[float]:
+    """The embedding of a text with nothing to embed (empty, or no words): the first
+    basis vector. A fixed unit vector rather than zeros, whose cosine is undefined;
+    all such texts are alike, and unlike others only by chance."""
+    vector = [0.0] * dim
+    vector[0] = 1.0
+    return vector
+
+
+def unit_vector(values: Sequence[float]) -> list[float] | None:
+    """`values` scaled to length 1, or None when they are all zero (or not finite)."""
+    norm = math.hypot(*values)
+    if norm == 0.0 or not math.isfinite(norm):
+        return None
+    scale = 1.0 / norm
+    return [v * scale for v in values]
+
+
+def batches(items: Sequence[T], size: int) -> Iterator[Sequence[T]]:
+    """`items` in consecutive slices of at most `size`."""
+    for start in range(0, len(items), size):
+        yield items[start : start + size]

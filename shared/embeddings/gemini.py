@@ -1,0 +1,189 @@
+"""`gemini`: embeddings through google-genai (`AM_EMBEDDING_MODEL`, text-embedding-005
+by default), with the LLM's credentials, endpoint and retry policy.
+
+Texts go in requests of at most `AM_EMBEDDING_BATCH_SIZE`, documents with the
+task type RETRIEVAL_DOCUMENT and queries with RETRIEVAL_QUERY, each asking for
+`AM_EMBEDDING_DIM` dimensions. A request is retried as an LLM task is (see
+shared/llm/gemini.py: 408, 429, 5xx, timeouts and connection errors, full-jitter
+backoff, no attempt after `AM_LLM_RETRY_SECONDS` from the first); other 4xx fail
+at once. A reply is checked, not retried: the vectors are deterministic, so a
+reply with the wrong number of vectors, a vector of the wrong dimension or a
+zero vector is an `EmbeddingError` at once. Vectors are scaled to unit length.
+
+A text that is empty or only whitespace is not sent (the API refuses it, and
+Vertex AI would silently drop it from the batch): it embeds as `no_text_vector`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Sequence
+from typing import cast
+
+import structlog
+from google import genai
+from google.genai import types
+
+from shared.config import Settings
+from shared.embeddings.base import EmbeddingError, batches, no_text_vector, unit_vector
+from shared.llm.gemini import _backoff, _describe, _retryable, make_client
+from shared.metrics import LLM_CALLS, count_llm_tokens
+from shared.tokens import estimate_tokens
+
+log = structlog.get_logger("agent_memory.embeddings")
+
+DOCUMENT_TASK = "RETRIEVAL_DOCUMENT"
+QUERY_TASK = "RETRIEVAL_QUERY"
+# The `task` label of the LLM metrics (calls and tokens) for each kind of request.
+_METRIC_TASK = {DOCUMENT_TASK: "embed_documents", QUERY_TASK: "embed_queries"}
+
+
+class GeminiEmbedder:
+    name = "gemini"
+
+    def __init__(self, settings: Settings, client: genai.Client | None = None) -> None:
+        self.settings = settings
+        self.model = settings.embedding_model
+        self.dim = settings.embedding_dim
+        self.batch_size = settings.embedding_batch_size
+        self.client = client or make_client(settings)
+
+    def embed(self, texts: Sequence[str]) -> list[list[float]]:
+        return self._embed_all(texts, DOCUMENT_TASK)
+
+    def embed_queries(self, texts: Sequence[str]) -> list[list[float]]:
+        return self._embed_all(texts, QUERY_TASK)
+
+    async def aembed_queries(self, texts: Sequence[str]) -> list[list[float]]:
+        vectors, pending = self._plan(texts)
+        for batch in batches(pending, self.batch_size):
+            replies = await self._acall([text for _, text in batch], QUERY_TASK)
+            for (index, _), vector in zip(batch, replies, strict=True):
+                vectors[index] = vector
+        return cast(list[list[float]], vectors)  # every slot is filled now
+
+    def close(self) -> None:
+        """Close the client's HTTP connections (blocking ones)."""
+        self.client.close()
+
+    async def aclose(self) -> None:
+        """Close the client's asyncio connections, on the loop that opened them."""
+        await self.client.aio.aclose()
+
+    def _embed_all(self, texts: Sequence[str], task_type: str) -> list[list[float]]:
+        vectors, pending = self._plan(texts)
+        for batch in batches(pending, self.batch_size):
+            replies = self._call([text for _, text in batch], task_type)
+            for (index, _), vector in zip(batch, replies, strict=True):
+                vectors[index] = vector
+        return cast(list[list[float]], vectors)  # every slot is filled now
+
+    def _plan(self, texts: Sequence[str]) -> tuple[list[list[float] | None], list[tuple[int, str]]]:
+        """A slot per text (filled already for blank ones) and the texts to send."""
+        vectors: list[list[float] | None] = [None] * len(texts)
+        pending: list[tuple[int, str]] = []
+        for index, text in enumerate(texts):
+            if text.strip():
+                pending.append((index, text))
+            else:
+                vectors[index] = no_text_vector(self.dim)
+        return vectors, pending
+
+    def _config(self, task_type: str) -> types.EmbedContentConfig:
+        return types.EmbedContentConfig(task_type=task_type, output_dimensionality=self.dim)
+
+    def _call(self, texts: list[str], task_type: str) -> list[list[float]]:
+        """One batch, retried; its vectors in order."""
+        started = time.monotonic()
+        attempt = 0
+        while True:
+            attempt += 1
+            try:
+                response = self.client.models.embed_content(
+                    model=self.model, contents=texts, config=self._config(task_type)
+                )
+            except Exception as exc:
+                time.sleep(self._pause_or_raise(exc, task_type, attempt, started))
+                continue
+            return self._vectors(response, texts, task_type)
+
+    async def _acall(self, texts: list[str], task_type: str) -> list[list[float]]:
+        """`_call` on the asyncio client; the backoff waits without blocking the loop."""
+        started = time.monotonic()
+        attempt = 0
+        while True:
+            attempt += 1
+            try:
+                response = await self.client.aio.models.embed_content(
+                    model=self.model, contents=texts, config=self._config(task_type)
+                )
+            except Exception as exc:
+                await asyncio.sleep(self._pause_or_raise(exc, task_type, attempt, started))
+                continue
+            return self._vectors(response, texts, task_type)
+
+    def _pause_or_raise(
+        self, exc: Exception, task_type: str, attempt: int, started: float
+    ) -> float:
+        """The backoff before the next attempt, or EmbeddingError when there is none."""
+        task = _METRIC_TASK[task_type]
+        if not _retryable(exc):
+            LLM_CALLS.labels(self.name, task, "failed").inc()
+            raise EmbeddingError(f"{task}: {_describe(exc)}") from exc
+        delay = _backoff(self.settings.llm_retry_initial_seconds, attempt)
+        elapsed = time.monotonic() - started
+        if elapsed + delay > self.settings.llm_retry_seconds:
+            LLM_CALLS.labels(self.name, task, "failed").inc()
+            raise EmbeddingError(
+                f"{task}: no embeddings after {attempt} attempts in {elapsed:.1f} s; "
+                f"last: {_describe(exc)}"
+            ) from exc
+        LLM_CALLS.labels(self.name, task, "retried").inc()
+        log.info("embedding retry", task=task, attempt=attempt, error=_describe(exc))
+        return delay
+
+    def _vectors(
+        self, response: types.EmbedContentResponse, texts: list[str], task_type: str
+    ) -> list[list[float]]:
+        task = _METRIC_TASK[task_type]
+        count_llm_tokens(self.name, task, _input_tokens(response, texts), 0)
+        embeddings = response.embeddings or []
+        if len(embeddings) != len(texts):
+            LLM_CALLS.labels(self.name, task, "failed").inc()
+            raise EmbeddingError(
+                f"{task}: {len(texts)} texts sent, {len(embeddings)} embeddings received"
+            )
+        vectors = []
+        for position, embedding in enumerate(embeddings):
+            values = embedding.values or []
+            if len(values) != self.dim:
+                LLM_CALLS.labels(self.name, task, "failed").inc()
+                raise EmbeddingError(
+                    f"{task}: expected embeddings of dimension {self.dim} "
+                    f"(AM_EMBEDDING_DIM), received dimension {len(values)} "
+                    f"from model {self.model}"
+                )
+            vector = unit_vector(values)
+            if vector is None:
+                LLM_CALLS.labels(self.name, task, "failed").inc()
+                raise EmbeddingError(f"{task}: a zero vector for text {position} of the batch")
+            vectors.append(vector)
+        LLM_CALLS.labels(self.name, task, "ok").inc()
+        return vectors
+
+
+def _input_tokens(response: types.EmbedContentResponse, texts: list[str]) -> int:
+    """The tokens the reply reports (Vertex AI: per vector; the Gemini API: usage
+    metadata, for some models), else the project's estimate of the texts."""
+    reported = [
+        e.statistics.token_count
+        for e in response.embeddings or []
+        if e.statistics is not None and e.statistics.token_count is not None
+    ]
+    if reported:
+        return int(sum(reported))
+    usage = response.usage_metadata
+    if usage is not None and usage.prompt_token_count:
+        return usage.prompt_token_count
+    return sum(estimate_tokens(text) for text in texts)

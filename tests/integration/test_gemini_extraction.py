@@ -1,0 +1,208 @@
+"""The memory tasks of the `gemini` provider through the real google-genai client
+against the fake Gemini endpoint: exact parsing, retries of malformed replies,
+the retry window, what the extraction prompt holds."""
+
+from datetime import UTC, datetime
+
+import pytest
+from pydantic import SecretStr
+
+from shared.config import load_settings
+from shared.llm import Candidate, Decision, ExistingMemory, ExtractionInput, LLMError
+from shared.llm.gemini import GeminiLLM
+from shared.metrics import LLM_CALLS
+from tests.fake_gemini import FakeGemini, json_reply, text_reply
+
+INP = ExtractionInput(
+    session_id="sess_2026_02",
+    project_id="CloudRetail",
+    prev_session_id="sess_2026_01",
+    observed_at=datetime(2026, 2, 1, 9, 30, tzinfo=UTC),
+    user="I've switched to Light Mode now, and the region is us-east1.",
+    assistant="Noted: Light Mode, region us-east1.",
+)
+MEMORIES = {
+    "memories": [
+        {
+            "entity_name": "ui theme",
+            "kind": "preference",
+            "scope": "global",
+            "project_id": "",
+            "text": "User prefers Light Mode in session sess_2026_02.",
+        },
+        {
+            "entity_name": "region",
+            "kind": "fact",
+            "scope": "project",
+            "project_id": "CloudRetail",
+            "text": "For project CloudRetail, the region is us-east1.",
+        },
+    ]
+}
+CANDIDATE = Candidate("ui theme", "preference", "global", "", "User prefers Light Mode.")
+EXISTING = [
+    ExistingMemory("mem-1", "ui theme", "preference", "global", "", "User prefers Dark Mode UI."),
+    ExistingMemory("mem-2", "editor", "preference", "global", "", "User's editor is vim."),
+]
+
+
+@pytest.fixture
+def fake():
+    with FakeGemini() as server:
+        yield server
+
+
+@pytest.fixture
+def llm(fake):
+    # No database, Valkey or Pub/Sub here: settings of their own, not the stack's.
+    settings = load_settings(
+        llm_provider="gemini",
+        gemini_api_key=SecretStr("test-key"),
+        gemini_base_url=fake.url,
+        llm_retry_initial_seconds=0.01,
+        llm_retry_seconds=5.0,
+        llm_timeout_seconds=2.0,
+    )
+    return GeminiLLM(settings)
+
+
+def _run(llm, task):
+    if task == "extract":
+        return llm.extract(INP)
+    if task == "consolidate":
+        return llm.consolidate(CANDIDATE, EXISTING)
+    return llm.decompose("What is my theme and which region do I use now?", "sess_2", "sess_1")
+
+
+GOOD = {
+    "extract": (
+        MEMORIES,
+        [
+            Candidate(
+                "ui theme",
+                "preference",
+                "global",
+                "",
+                "User prefers Light Mode in session sess_2026_02.",
+            ),
+            Candidate(
+                "region",
+                "fact",
+                "project",
+                "CloudRetail",
+                "For project CloudRetail, the region is us-east1.",
+            ),
+        ],
+    ),
+    "consolidate": (
+        {"action": "UPDATED", "target_id": "mem-1", "text": "User prefers Light Mode."},
+        Decision("UPDATED", "mem-1", "User prefers Light Mode."),
+    ),
+    "decompose": (
+        {"queries": ["What is my UI theme?", "Which region do I use in session sess_2?"]},
+        ["What is my UI theme?", "Which region do I use in session sess_2?"],
+    ),
+}
+# For each task, a reply that is JSON but not what the task needs.
+MALFORMED = {
+    "extract": {"memories": [{**MEMORIES["memories"][0], "kind": "opinion"}]},
+    "consolidate": {"action": "UPDATED", "target_id": "mem-9", "text": "User prefers Light Mode."},
+    "decompose": {"queries": []},
+}
+TASKS = ["extract", "consolidate", "decompose"]
+
+
+def _calls(task, outcome):
+    return LLM_CALLS.labels("gemini", task, outcome)._value.get()
+
+
+@pytest.mark.parametrize("task", TASKS)
+def test_each_task_reads_a_good_reply_exactly(llm, fake, task):
+    reply, expected = GOOD[task]
+    fake.script("generateContent", json_reply(reply, prompt_tokens=40))
+    ok_before = _calls(task, "ok")
+    completion = _run(llm, task)
+    assert completion.value == expected
+    assert completion.attempts == 1
+    assert completion.usage.input_tokens == 40 and completion.usage.output_tokens > 0
+    assert _calls(task, "ok") - ok_before == 1
+    (call,) = fake.calls("generateContent")
+    config = call.body["generationConfig"]
+    assert config["responseMimeType"] == "application/json"
+    assert "responseJsonSchema" in config
+
+
+@pytest.mark.parametrize("task", TASKS)
+@pytest.mark.parametrize("bad", ["schema", "not-json"])
+def test_a_malformed_reply_is_retried(llm, fake, task, bad):
+    reply, expected = GOOD[task]
+    first = json_reply(MALFORMED[task]) if bad == "schema" else text_reply("{oops")
+    fake.script("generateContent", first, json_reply(reply))
+    retried_before = _calls(task, "retried")
+    completion = _run(llm, task)
+    assert (completion.value, completion.attempts) == (expected, 2)
+    assert _calls(task, "retried") - retried_before == 1
+    assert len(fake.calls("generateContent")) == 2
+
+
+@pytest.mark.parametrize("task", TASKS)
+def test_a_task_that_stays_malformed_fails_once_the_retry_window_is_over(llm, fake, task):
+    short = GeminiLLM(llm.settings.model_copy(update={"llm_retry_seconds": 0.3}))
+    fake.defaults["generateContent"] = lambda request: json_reply(MALFORMED[task])
+    failed_before = _calls(task, "failed")
+    with pytest.raises(LLMError, match=f"^{task}: no usable reply after"):
+        _run(short, task)
+    assert _calls(task, "failed") - failed_before == 1
+    assert len(fake.calls("generateContent")) >= 2
+
+
+def test_an_unknown_target_is_retried_until_a_known_one(llm, fake):
+    fake.script(
+        "generateContent",
+        json_reply({"action": "DELETED", "target_id": "mem-of-someone-else", "text": ""}),
+        json_reply({"action": "DELETED", "target_id": "mem-2", "text": ""}),
+    )
+    completion = llm.consolidate(
+        Candidate("editor", "preference", "global", "", "User's editor is no longer vim."),
+        EXISTING,
+    )
+    assert (completion.value, completion.attempts) == (Decision("DELETED", "mem-2", ""), 2)
+    prompt = fake.calls("generateContent")[0].prompt_text()
+    # The model sees every id it may name.
+    assert "id: mem-1;" in prompt and "id: mem-2;" in prompt
+    assert "User's editor is no longer vim." in prompt
+
+
+def test_the_extraction_prompt_holds_the_turn_and_the_session_ids(llm, fake):
+    fake.script("generateContent", json_reply(MEMORIES))
+    llm.extract(INP)
+    (call,) = fake.calls("generateContent")
+    prompt = call.prompt_text()
+    assert f"User: {INP.user}" in prompt
+    assert f"Assistant: {INP.assistant}" in prompt
+    assert "Session: sess_2026_02" in prompt and "Previous session: sess_2026_01" in prompt
+    assert "Project: CloudRetail" in prompt
+    # The input has no tool calls or outputs, so none can be sent.
+    assert "tool" not in prompt.lower()
+    system = call.body["systemInstruction"]["parts"][0]["text"]
+    assert '"this session" → "in session sess_2026_02"' in system
+    assert '"previous session" → "in session sess_2026_01"' in system
+    assert "ignore tool calls and tool outputs" in system
+    assert call.api_key == "test-key"
+    schema = call.body["generationConfig"]["responseJsonSchema"]
+    item = schema["properties"]["memories"]["items"]
+    assert item["properties"]["kind"]["enum"] == ["preference", "fact", "rule", "event"]
+    assert item["properties"]["scope"]["enum"] == ["global", "project", "session"]
+
+
+def test_the_decomposition_instruction_names_both_sessions(llm, fake):
+    fake.script("generateContent", json_reply({"queries": ["What is my theme?"]}))
+    assert llm.decompose("What is my theme now?", "sess_2", "sess_1").value == ["What is my theme?"]
+    (call,) = fake.calls("generateContent")
+    assert "Query: What is my theme now?" in call.prompt_text()
+    system = call.body["systemInstruction"]["parts"][0]["text"]
+    assert '"in session sess_2"' in system and '"in session sess_1"' in system
+    assert (
+        call.body["generationConfig"]["responseJsonSchema"]["properties"]["queries"]["maxItems"]
+        == 4
+    )

@@ -1,0 +1,493 @@
+"""The memory tasks of the `rules` provider (extraction, consolidation,
+decomposition) and the strict reading of the `gemini` provider's replies."""
+
+from dataclasses import fields
+from datetime import UTC, datetime
+
+import pytest
+
+from shared.llm import (
+    Candidate,
+    Decision,
+    ExistingMemory,
+    ExtractionInput,
+    MalformedReply,
+    RulesLLM,
+)
+from shared.llm.gemini_prompts import (
+    extraction_instruction,
+    extraction_prompt,
+    parse_candidates,
+    parse_decision,
+    parse_queries,
+)
+from shared.tokens import estimate_tokens
+
+T0 = datetime(2026, 1, 1, tzinfo=UTC)
+SESSION = "sess_2026_01"
+
+
+def _extract(user, project_id="", session_id=SESSION, prev_session_id="", assistant="Noted."):
+    inp = ExtractionInput(session_id, project_id, prev_session_id, T0, user, assistant)
+    return RulesLLM().extract(inp).value
+
+
+def _existing(candidate, memory_id):
+    c = candidate
+    return ExistingMemory(memory_id, c.entity_name, c.kind, c.scope, c.project_id, c.text)
+
+
+# -- the reference scenario ---------------------------------------------------
+def test_the_reference_scenario_extracts_exactly_these_memories():
+    universal = _extract(
+        "As universal coding preferences across all my projects, I prefer Dark Mode UI and "
+        "standardizing on Python 3.11 with PostgreSQL."
+    )
+    assert universal == [
+        Candidate("ui theme", "preference", "global", "", "User prefers Dark Mode UI."),
+        Candidate(
+            "programming language",
+            "preference",
+            "global",
+            "",
+            "User prefers standardizing on Python 3.11 with PostgreSQL.",
+        ),
+    ]
+    project = _extract(
+        "For project CloudRetail, the backend is FastAPI on AlloyDB, the short-term cache is "
+        "Memorystore for Valkey, all tool execution timeouts must be capped at 30 seconds, and "
+        "the region is us-east1.",
+        project_id="CloudRetail",
+    )
+    p = ("project", "CloudRetail")
+    assert project == [
+        Candidate(
+            "backend", "fact", *p, "For project CloudRetail, the backend is FastAPI on AlloyDB."
+        ),
+        Candidate(
+            "cache",
+            "fact",
+            *p,
+            "For project CloudRetail, the short-term cache is Memorystore for Valkey.",
+        ),
+        Candidate(
+            "tool execution timeout",
+            "rule",
+            *p,
+            "For project CloudRetail, all tool execution timeouts must be capped at 30 seconds.",
+        ),
+        Candidate("region", "fact", *p, "For project CloudRetail, the region is us-east1."),
+    ]
+    assert _extract("Can you explain how Python list comprehensions work?") == []
+    assert _extract("What's the difference between TCP and UDP?") == []
+    (light,) = _extract("I've switched to Light Mode.")
+    assert light == Candidate("ui theme", "preference", "global", "", "User prefers Light Mode.")
+    # Against what the first turn stored: the newer statement replaces the Dark Mode one.
+    existing = [_existing(universal[1], "mem-lang"), _existing(universal[0], "mem-theme")]
+    decision = RulesLLM().consolidate(light, existing).value
+    assert decision == Decision("UPDATED", "mem-theme", "User prefers Light Mode.")
+
+
+def test_the_project_turn_stated_without_a_project_in_the_text_is_still_the_turns():
+    (region,) = _extract("The region is us-east1.", project_id="CloudRetail")
+    assert region == Candidate(
+        "region",
+        "fact",
+        "project",
+        "CloudRetail",
+        "For project CloudRetail, the region is us-east1.",
+    )
+
+
+# -- extraction ---------------------------------------------------------------
+def test_chatter_greetings_questions_and_requests_give_nothing():
+    assert _extract("Hi there! Thanks, that helps. The weather is nice today.") == []
+    assert _extract("Python is great. Could you write a function that sorts a list?") == []
+    assert _extract("I'd like a summary of the meeting. Never mind.") == []
+    assert _extract("I've moved to Berlin. My last session was fun?") == []
+
+
+def test_the_assistants_text_is_not_read():
+    assert _extract("Sounds good.", assistant="I prefer Go. Remember that Go is fast.") == []
+
+
+@pytest.mark.parametrize(
+    ("user", "project_id", "expected"),
+    [
+        (
+            "Remember that my editor is vim.",
+            "",
+            Candidate("editor", "fact", "global", "", "User's editor is vim."),
+        ),
+        (
+            "Remember that deploys are limited to weekdays.",
+            "",
+            Candidate("deploy", "rule", "global", "", "Deploys are limited to weekdays."),
+        ),
+        (
+            "Remember that I have two monitors.",
+            "",
+            Candidate("two monitor", "fact", "global", "", "User has two monitors."),
+        ),
+        (
+            "I always write tests first.",
+            "",
+            Candidate("tests first", "rule", "global", "", "User always writes tests first."),
+        ),
+        (
+            "We must never deploy on Fridays.",
+            "",
+            Candidate("deploy", "rule", "global", "", "User must never deploy on Fridays."),
+        ),
+        (
+            "Never use print for logging.",
+            "",
+            Candidate(
+                "print",
+                "rule",
+                "global",
+                "",
+                "User wants the assistant to never use print for logging.",
+            ),
+        ),
+        (
+            "I'd rather use Go than Java.",
+            "",
+            Candidate(
+                "programming language",
+                "preference",
+                "global",
+                "",
+                "User would rather use Go than Java.",
+            ),
+        ),
+        (
+            "I like FastAPI, Django and Flask.",
+            "",
+            Candidate(
+                "backend", "preference", "global", "", "User likes FastAPI, Django and Flask."
+            ),
+        ),
+        (
+            "My favourite editor is Neovim.",
+            "",
+            Candidate("editor", "preference", "global", "", "User's favourite editor is Neovim."),
+        ),
+        (
+            "In project Atlas the database is AlloyDB.",
+            "",
+            Candidate(
+                "database",
+                "fact",
+                "project",
+                "Atlas",
+                "For project Atlas, the database is AlloyDB.",
+            ),
+        ),
+        (
+            "For Atlas, the cache is Redis.",
+            "",
+            Candidate(
+                "cache", "fact", "project", "Atlas", "For project Atlas, the cache is Redis."
+            ),
+        ),
+        (
+            "In general, I prefer tabs over spaces.",
+            "Atlas",
+            Candidate("indentation", "preference", "global", "", "User prefers tabs over spaces."),
+        ),
+        (
+            "I prefer concise answers with examples.",
+            "Atlas",
+            Candidate(
+                "concise answer",
+                "preference",
+                "project",
+                "Atlas",
+                "For project Atlas, the user prefers concise answers with examples.",
+            ),
+        ),
+        (
+            "For this session, I prefer verbose logs.",
+            "Atlas",
+            Candidate(
+                "verbose log",
+                "preference",
+                "session",
+                "",
+                "User prefers verbose logs in session sess_2026_01.",
+            ),
+        ),
+        (
+            "From now on, I use tabs.",
+            "",
+            Candidate("indentation", "preference", "global", "", "User uses tabs."),
+        ),
+    ],
+)
+def test_explicit_statements_become_these_memories(user, project_id, expected):
+    assert _extract(user, project_id=project_id) == [expected]
+
+
+def test_now_and_last_session_become_explicit_session_ids():
+    assert _extract("I prefer Python now.", prev_session_id="sess_2025_12") == [
+        Candidate(
+            "programming language",
+            "preference",
+            "global",
+            "",
+            "User prefers Python in session sess_2026_01.",
+        )
+    ]
+    assert _extract("I now use Neovim.") == [
+        Candidate("editor", "preference", "global", "", "User uses Neovim in session sess_2026_01.")
+    ]
+    assert _extract("In my previous session I preferred light mode, I prefer Go.")[0].text == (
+        "User prefers Go."  # a past narrative states nothing; the preference stays as is
+    )
+    (previous,) = _extract("My deadline in the previous session was Friday.", prev_session_id="s0")
+    assert previous.text == "User's deadline was Friday in session s0."
+    # With no previous session known, the reference is left as it is.
+    (unknown,) = _extract("My deadline in the previous session was Friday.")
+    assert unknown.text == "User's deadline in the previous session was Friday."
+
+
+def test_the_same_thing_said_twice_in_a_turn_is_one_candidate():
+    assert len(_extract("I prefer dark mode. I prefer dark mode!")) == 1
+
+
+def test_revocations_delete_the_memory_they_revoke_and_nothing_else():
+    llm = RulesLLM()
+    (dark,) = _extract("I prefer Dark Mode UI.")
+    (editor,) = _extract("My editor is vim.")
+    existing = [_existing(dark, "m-theme"), _existing(editor, "m-editor")]
+    revocations = _extract(
+        "I no longer prefer dark mode. Forget that my editor is vim. I don't use Java anymore."
+    )
+    assert [c.text for c in revocations] == [
+        "User no longer prefers dark mode.",
+        "User's editor is no longer vim.",
+        "User no longer uses Java.",
+    ]
+    assert [c.entity_name for c in revocations] == ["ui theme", "editor", "programming language"]
+    decisions = [llm.consolidate(c, existing).value for c in revocations]
+    assert decisions == [
+        Decision("DELETED", "m-theme", ""),
+        Decision("DELETED", "m-editor", ""),
+        Decision("NONE", None, ""),  # nothing to revoke
+    ]
+
+
+# -- consolidation ------------------------------------------------------------
+def test_consolidation_creates_skips_duplicates_and_matches_by_similar_text():
+    llm = RulesLLM()
+    dark = ExistingMemory(
+        "m1", "ui theme", "preference", "global", "", "User prefers Dark Mode UI."
+    )
+    new = Candidate("editor", "preference", "global", "", "User uses Neovim.")
+    assert llm.consolidate(new, [dark]).value == Decision("CREATED", None, "User uses Neovim.")
+    assert llm.consolidate(new, []).value == Decision("CREATED", None, "User uses Neovim.")
+    same = Candidate("ui theme", "preference", "global", "", "User prefers dark mode UI!")
+    assert llm.consolidate(same, [dark]).value == Decision("NONE", "m1", "")
+    # Another provider's entity name: the text decides (Jaccard 1.0, a duplicate).
+    other_name = Candidate("ui_theme_preference", "preference", "global", "", same.text)
+    assert llm.consolidate(other_name, [dark]).value == Decision("NONE", "m1", "")
+
+
+def test_a_memory_of_another_scope_or_project_is_never_a_target():
+    llm = RulesLLM()
+    theirs = ExistingMemory(
+        "m1", "cache", "fact", "project", "Atlas", "For project Atlas, the cache is Redis."
+    )
+    mine = Candidate(
+        "cache", "fact", "project", "Zephyr", "For project Zephyr, the cache is Valkey."
+    )
+    assert llm.consolidate(mine, [theirs]).value.action == "CREATED"
+    global_ = Candidate("cache", "fact", "global", "", "The cache is Redis.")
+    assert llm.consolidate(global_, [theirs]).value.action == "CREATED"
+
+
+def test_the_rules_tasks_count_tokens_and_are_deterministic():
+    llm = RulesLLM()
+    inp = ExtractionInput(SESSION, "", "", T0, "I prefer Dark Mode UI.", "Noted.")
+    completion = llm.extract(inp)
+    assert completion.usage.input_tokens == estimate_tokens(inp.user) + estimate_tokens("Noted.")
+    assert completion.usage.output_tokens == estimate_tokens("User prefers Dark Mode UI.")
+    assert llm.extract(inp) == completion
+    query = llm.decompose("What is my theme?", SESSION, "")
+    assert query.usage.input_tokens == estimate_tokens("What is my theme?")
+
+
+# -- decomposition ------------------------------------------------------------
+@pytest.mark.parametrize(
+    ("query", "expected"),
+    [
+        (
+            "What is my UI theme and which database do I use?",
+            ["What is my UI theme?", "Which database do I use?"],
+        ),
+        (
+            "What's the difference between TCP and UDP?",
+            ["What's the difference between TCP and UDP?"],
+        ),
+        ("backend of CloudRetail", ["backend of CloudRetail"]),
+        (
+            "What did I decide in my previous session; what is my editor now?",
+            [
+                "What did I decide in session sess_2025_12?",
+                "What is my editor in session sess_2026_01?",
+            ],
+        ),
+        (
+            "What is my theme? Which cache? Which region? What timeout? Which editor?",
+            ["What is my theme?", "Which cache?", "Which region?", "What timeout? Which editor?"],
+        ),
+        ("Which theme did I use last session?", ["Which theme did I use in session sess_2025_12?"]),
+    ],
+)
+def test_decomposition_splits_into_single_topic_questions_with_session_ids(query, expected):
+    assert RulesLLM().decompose(query, SESSION, "sess_2025_12").value == expected
+
+
+# -- reading gemini's replies ---------------------------------------------------
+INP = ExtractionInput(SESSION, "CloudRetail", "sess_2025_12", T0, "I prefer tabs.", "Noted.")
+GOOD = {
+    "entity_name": " UI  Theme ",
+    "kind": "preference",
+    "scope": "global",
+    "project_id": "",
+    "text": "User prefers Dark Mode UI.",
+}
+
+
+def test_a_good_extraction_reply_is_read_exactly():
+    reply = {
+        "memories": [
+            GOOD,
+            {**GOOD, "entity_name": "region", "kind": "fact", "scope": "project", "project_id": ""},
+            {**GOOD, "scope": "session", "project_id": "stray"},
+        ]
+    }
+    assert parse_candidates(reply, INP) == [
+        Candidate("ui theme", "preference", "global", "", "User prefers Dark Mode UI."),
+        Candidate("region", "fact", "project", "CloudRetail", "User prefers Dark Mode UI."),
+        Candidate("ui theme", "preference", "session", "", "User prefers Dark Mode UI."),
+    ]
+    assert parse_candidates({"memories": []}, INP) == []
+
+
+@pytest.mark.parametrize(
+    "reply",
+    [
+        [],
+        {},
+        {"memories": "none"},
+        {"memories": ["User prefers tabs."]},
+        {"memories": [{**GOOD, "kind": "opinion"}]},
+        {"memories": [{**GOOD, "scope": "team"}]},
+        {"memories": [{k: v for k, v in GOOD.items() if k != "project_id"}]},
+        {"memories": [{**GOOD, "text": ""}]},
+        {"memories": [{**GOOD, "entity_name": 3}]},
+    ],
+    ids=[
+        "list",
+        "no-memories",
+        "string",
+        "item-string",
+        "kind",
+        "scope",
+        "missing-field",
+        "empty-text",
+        "wrong-type",
+    ],
+)
+def test_an_extraction_reply_that_does_not_fit_is_malformed(reply):
+    with pytest.raises(MalformedReply):
+        parse_candidates(reply, INP)
+
+
+EXISTING = [
+    ExistingMemory("m1", "ui theme", "preference", "global", "", "User prefers Dark Mode UI.")
+]
+
+
+@pytest.mark.parametrize(
+    ("reply", "expected"),
+    [
+        (
+            {"action": "CREATED", "target_id": None, "text": " New. "},
+            Decision("CREATED", None, "New."),
+        ),
+        (
+            {"action": "UPDATED", "target_id": "m1", "text": "Merged."},
+            Decision("UPDATED", "m1", "Merged."),
+        ),
+        ({"action": "DELETED", "target_id": "m1", "text": "x"}, Decision("DELETED", "m1", "")),
+        ({"action": "NONE", "target_id": "m1", "text": ""}, Decision("NONE", "m1", "")),
+        ({"action": "NONE", "target_id": None, "text": ""}, Decision("NONE", None, "")),
+    ],
+)
+def test_a_good_consolidation_reply_is_read_exactly(reply, expected):
+    assert parse_decision(reply, EXISTING) == expected
+
+
+@pytest.mark.parametrize(
+    "reply",
+    [
+        {"action": "UPDATED", "target_id": "m9", "text": "Merged."},
+        {"action": "DELETED", "target_id": None, "text": ""},
+        {"action": "UPDATED", "target_id": "m1", "text": ""},
+        {"action": "CREATED", "target_id": "m1", "text": "New."},
+        {"action": "CREATED", "target_id": None, "text": " "},
+        {"action": "MERGED", "target_id": "m1", "text": "x"},
+        {"action": "NONE", "text": ""},
+        {"action": "NONE", "target_id": 1, "text": ""},
+    ],
+    ids=[
+        "unknown-target",
+        "delete-nothing",
+        "update-no-text",
+        "create-with-target",
+        "create-no-text",
+        "action",
+        "missing-target",
+        "target-type",
+    ],
+)
+def test_a_consolidation_reply_that_does_not_fit_is_malformed(reply):
+    with pytest.raises(MalformedReply):
+        parse_decision(reply, EXISTING)
+
+
+def test_decomposition_replies_hold_one_to_four_queries():
+    assert parse_queries({"queries": [" What is  my theme? "]}) == ["What is my theme?"]
+    for bad in ({"queries": []}, {"queries": ["a", "b", "c", "d", "e"]}, {"queries": [""]}, {}):
+        with pytest.raises(MalformedReply):
+            parse_queries(bad)
+
+
+def test_the_extraction_prompt_holds_the_texts_and_the_session_ids():
+    assert {f.name for f in fields(ExtractionInput)} == {
+        "session_id",
+        "project_id",
+        "prev_session_id",
+        "observed_at",
+        "user",
+        "assistant",
+    }
+    prompt = extraction_prompt(INP)
+    assert "User: I prefer tabs." in prompt and "Assistant: Noted." in prompt
+    instruction = extraction_instruction(INP)
+    assert '"in session sess_2026_01"' in instruction
+    assert '"in session sess_2025_12"' in instruction
+    assert "ignore tool calls and tool outputs" in instruction
+    assert 'project_id "CloudRetail"' in instruction
+
+
+def test_memories_without_an_entity_name_match_by_text_only():
+    from shared.llm.base import Candidate, ExistingMemory
+    from shared.llm.consolidation_rules import decide
+
+    staging = ExistingMemory("m1", "", "fact", "global", "", "The staging database is orchid.")
+    dog = Candidate("", "fact", "global", "", "The user walks a dog every morning.")
+    assert decide(dog, [staging]).action == "CREATED"

@@ -22,13 +22,16 @@ from shared.waiting import poll
 
 
 @contextmanager
-def bench_stack() -> Iterator[tuple[LocalStack, Endpoints, Settings]]:
-    """A fresh local stack with the API and one summary worker in a temporary
-    folder, stopped and removed afterwards (SIGTERM unwinds to that too)."""
+def bench_stack(
+    services: tuple[str, ...] = ("api", "summary"),
+) -> Iterator[tuple[LocalStack, Endpoints, Settings]]:
+    """A fresh local stack with `services` (the API and one summary worker by
+    default) in a temporary folder, stopped and removed afterwards (SIGTERM
+    unwinds to that too)."""
     configure_logging("console", "WARNING")
     data_dir = Path(tempfile.mkdtemp(prefix="agent-memory-bench-"))
     settings = load_settings(api_port=free_port(), database_url=None, valkey_url=None)
-    stack = LocalStack(settings, data_dir, services=("api", "summary"))
+    stack = LocalStack(settings, data_dir, services=services)
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     try:
         yield stack, stack.start(), settings

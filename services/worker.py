@@ -32,6 +32,7 @@ class WorkerKind:
     postgres: bool
     valkey: bool
     llm: bool
+    embedder: bool
     handlers: Callable[[Resources], dict[str, HandlerTable]]
     # Handlers at once when AM_WORKER_CONCURRENCY is unset. Measured on 2 cores with
     # an in-process drain of 8,000 turns: the summary handler applied about 1,050
@@ -42,10 +43,20 @@ class WorkerKind:
 
 WORKERS: dict[str, WorkerKind] = {
     "summary": WorkerKind(
-        postgres=False, valkey=True, llm=True, handlers=summary.handlers, default_concurrency=64
+        postgres=False,
+        valkey=True,
+        llm=True,
+        embedder=False,
+        handlers=summary.handlers,
+        default_concurrency=64,
     ),
     "extraction": WorkerKind(
-        postgres=True, valkey=False, llm=False, handlers=extraction.handlers, default_concurrency=16
+        postgres=True,
+        valkey=False,
+        llm=True,
+        embedder=True,
+        handlers=extraction.handlers,
+        default_concurrency=16,
     ),
 }
 
@@ -70,6 +81,7 @@ def run_worker(kind: str, settings: Settings) -> int:
         postgres=spec.postgres,
         use_valkey=spec.valkey,
         llm=spec.llm,
+        embedder=spec.embedder,
         publisher=True,
         pool_size=concurrency,
     )

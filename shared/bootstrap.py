@@ -31,6 +31,7 @@ class Resources:
     valkey: valkey.Valkey | None = None
     buffer: SessionBuffer | None = None
     llm: LLM | None = None
+    embedder: Any = None  # shared.embeddings.Embedder
     _owned: list[Any] = field(default_factory=list)
 
     def close(self) -> None:
@@ -38,7 +39,7 @@ class Resources:
         for resource in reversed(self._owned):
             if isinstance(resource, EventPublisher):
                 resource.stop()
-            elif isinstance(resource, (ConnectionPool, valkey.Valkey)):
+            elif isinstance(resource, (ConnectionPool, valkey.Valkey)) or resource is self.embedder:
                 resource.close()
 
 
@@ -77,6 +78,7 @@ def bootstrap(
     use_valkey: bool = False,
     publisher: bool = False,
     llm: bool = False,
+    embedder: bool = False,
     pool_size: int = 8,
     block_when_full: bool = True,
     **overrides: Any,
@@ -108,6 +110,12 @@ def bootstrap(
             resources.buffer = SessionBuffer(resources.valkey, settings.session_ttl_seconds)
         if llm:
             resources.llm = overrides.get("llm") or make_llm(settings)
+        if embedder:
+            from shared.embeddings import make_embedder
+
+            resources.embedder = overrides.get("embedder") or make_embedder(settings)
+            if "embedder" not in overrides:
+                resources._owned.append(resources.embedder)
     except BaseException:
         resources.close()
         raise

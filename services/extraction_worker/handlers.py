@@ -1,51 +1,198 @@
-"""Handlers of the extraction worker."""
+"""Handlers of the extraction worker: turns and generate requests become episodes
+and consolidated memories.
+
+For each event: ask the LLM for candidates (outside any transaction: it needs no
+database state and may take seconds), embed the episode and the candidates in
+one batch, then in ONE transaction that holds the user's advisory lock: the
+ledger row, consolidation of each candidate (memories and revisions), and the
+episode. Either all of it commits or none of it, and a redelivery does it again
+from the start; the ledger makes a second commit impossible.
+"""
 
 from __future__ import annotations
 
-from functools import partial
+from dataclasses import dataclass
+from typing import Any
 
+import structlog
+from psycopg.types.json import Jsonb
 from psycopg_pool import ConnectionPool
 
 from shared.bootstrap import Resources
 from shared.bus.worker import Delivery, HandlerTable, Outcome
+from shared.config import Settings
 from shared.db.pool import UnitOfWork
 from shared.db.repositories import Episode, Episodes, ProcessedEvents
-from shared.events import TurnRecorded
+from shared.events import MemoriesGenerate, TurnRecorded
+from shared.llm.base import ExtractionInput
+from shared.memory.consolidate import Applied, Consolidator, Source, correct, new_memory
+from shared.memory.search import Fusion
+from shared.memory.store import user_lock
+
+log = structlog.get_logger("agent_memory.extraction")
 
 TURNS_CONSUMER = "turns-extraction"
+GENERATE_CONSUMER = "memory-generate-extraction"
 
 
-def archive_turn(event: TurnRecorded, delivery: Delivery, *, pool: ConnectionPool) -> Outcome:
-    """Archive the turn as an episode; the ledger row commits with it, so exactly once."""
-    with UnitOfWork(pool) as uow:
-        if not ProcessedEvents(uow.conn).claim(TURNS_CONSUMER, event.event_id):
+@dataclass
+class Extraction:
+    pool: ConnectionPool
+    llm: Any
+    embedder: Any
+    settings: Settings
+
+    def handle_turn(self, event: TurnRecorded, delivery: Delivery) -> Outcome:
+        if self._seen(TURNS_CONSUMER, event.event_id):
             return Outcome.DUPLICATE
-        Episodes(uow.conn).add(
-            Episode(
-                app=event.app,
-                user_id=event.user_id,
-                project_id=event.project_id,
-                session_id=event.session_id,
-                turn_id=event.turn_id,
-                event_id=event.event_id,
-                user_text=event.user,
-                assistant_text=event.assistant,
-                tool_events=[
-                    {"name": t.name, "arguments": t.arguments, "output": t.output}
-                    for t in event.tool_events
-                ],
-                created_at=event.created_at,
-            )
+        source = _source(event)
+        episode = Episode(
+            app=event.app,
+            user_id=event.user_id,
+            project_id=event.project_id,
+            session_id=event.session_id,
+            turn_id=event.turn_id,
+            event_id=event.event_id,
+            user_text=event.user,
+            assistant_text=event.assistant,
+            tool_events=[
+                {"name": t.name, "arguments": t.arguments, "output": t.output}
+                for t in event.tool_events
+            ],
+            created_at=event.created_at,
         )
-        uow.commit()
-    return Outcome.APPLIED
+        inp = ExtractionInput(
+            session_id=event.session_id,
+            project_id=event.project_id,
+            prev_session_id=event.prev_session_id,
+            observed_at=event.created_at,
+            user=event.user,
+            assistant=event.assistant,
+        )
+        applied = self._consolidate(TURNS_CONSUMER, source, [inp], episode)
+        if applied is None:
+            return Outcome.DUPLICATE
+        return Outcome.APPLIED
+
+    def handle_generate(self, event: MemoriesGenerate, delivery: Delivery) -> Outcome:
+        if self._seen(GENERATE_CONSUMER, event.event_id):
+            return Outcome.DUPLICATE
+        source = _source(event)
+        user = "\n".join(e.text for e in event.events if e.role == "user")
+        assistant = "\n".join(e.text for e in event.events if e.role != "user")
+        inp = ExtractionInput(
+            session_id=event.session_id,
+            project_id=event.project_id,
+            prev_session_id="",
+            observed_at=event.created_at,
+            user=user,
+            assistant=assistant,
+        )
+        applied = self._consolidate(GENERATE_CONSUMER, source, [inp], None, event.operation)
+        return Outcome.DUPLICATE if applied is None else Outcome.APPLIED
+
+    # -- the steps ------------------------------------------------------------
+    def _seen(self, consumer: str, event_id: str) -> bool:
+        """Already applied? Saves the LLM call of a redelivery (the claim decides)."""
+        with self.pool.connection() as conn:
+            return (
+                conn.execute(
+                    "SELECT 1 FROM processed_events WHERE consumer = %s AND event_id = %s",
+                    (consumer, event_id),
+                ).fetchone()
+                is not None
+            )
+
+    def _consolidate(
+        self,
+        consumer: str,
+        source: Source,
+        inputs: list[ExtractionInput],
+        episode: Episode | None,
+        operation: str | None = None,
+    ) -> list[Applied] | None:
+        candidates = []
+        for inp in inputs:
+            candidates += [correct(c, source) for c in self.llm.extract(inp).value]
+        texts = [c.text for c in candidates]
+        if episode is not None:
+            texts.append(episode.text)
+        vectors = self.embedder.embed(texts) if texts else []
+        fusion = Fusion.from_settings(self.settings)
+        with UnitOfWork(self.pool) as uow:
+            conn = uow.conn
+            assert conn is not None
+            user_lock(conn, source.app, source.user_id)
+            if not ProcessedEvents(conn).claim(consumer, source.event_id or ""):
+                return None
+            consolidator = Consolidator(
+                conn, self.llm, fusion, self.settings.consolidation_neighbours
+            )
+            applied = [
+                consolidator.apply(new_memory(c, source, vector), source)
+                for c, vector in zip(candidates, vectors, strict=False)
+            ]
+            if episode is not None:
+                Episodes(conn).add(episode, vectors[-1])
+            if operation is not None:
+                finish_operation(conn, operation, applied)
+            uow.commit()
+        log.info(
+            "memories consolidated",
+            event_id=source.event_id,
+            actions=[a.action for a in applied],
+        )
+        return applied
+
+
+def _source(event: TurnRecorded | MemoriesGenerate) -> Source:
+    return Source(
+        event.app,
+        event.user_id,
+        event.project_id,
+        event.session_id,
+        event.created_at,
+        event.event_id,
+    )
+
+
+def operation_result(applied: list[Applied]) -> list[dict[str, Any]]:
+    """What `GET /v1/operations/{name}` reports: each memory with its action."""
+    result = []
+    for a in applied:
+        if a.memory is None or a.action in ("NONE", "HISTORY"):
+            continue
+        m = a.memory
+        result.append(
+            {
+                "action": a.action,
+                "memory": {
+                    "id": m.id,
+                    "scope": m.scope,
+                    "kind": m.kind,
+                    "project_id": m.project_id or None,
+                    "session_id": m.session_id or None,
+                    "entity_name": m.entity_name,
+                    "text": a.text,
+                },
+            }
+        )
+    return result
+
+
+def finish_operation(conn: Any, name: str, applied: list[Applied]) -> None:
+    conn.execute(
+        "UPDATE operations SET done = true, result = %s, updated_at = now() WHERE name = %s",
+        (Jsonb({"generated_memories": operation_result(applied)}), name),
+    )
 
 
 def handlers(resources: Resources) -> dict[str, HandlerTable]:
     """The handler table of each subscription this worker consumes."""
-    assert resources.pool is not None
+    assert resources.pool is not None and resources.llm is not None
+    assert resources.embedder is not None
+    extraction = Extraction(resources.pool, resources.llm, resources.embedder, resources.settings)
     return {
-        "turns-extraction": {
-            TurnRecorded: [partial(archive_turn, pool=resources.pool)],
-        },
+        "turns-extraction": {TurnRecorded: [extraction.handle_turn]},
+        "memory-generate-extraction": {MemoriesGenerate: [extraction.handle_generate]},
     }

@@ -23,6 +23,7 @@ from pydantic import BaseModel
 
 from services.read_api.errors import ApiError, install_error_handlers
 from services.read_api.health import readiness
+from services.read_api.memory_routes import install_memory_routes
 from services.read_api.models import (
     CarriedSummary,
     DeleteSessionResponse,
@@ -35,6 +36,7 @@ from services.read_api.models import (
 )
 from shared.bootstrap import Resources, bootstrap, make_async_valkey
 from shared.config import Settings, load_settings
+from shared.db.pool import make_async_pool
 from shared.errors import InvalidEvent
 from shared.events import (
     Limits,
@@ -76,6 +78,8 @@ def create_app(settings: Settings | None = None, **overrides: Any) -> FastAPI:
                 resolved,
                 postgres=True,
                 publisher=True,
+                llm=True,
+                embedder=True,
                 block_when_full=False,  # a full publisher answers 503, never stalls the loop
                 **overrides,
             )
@@ -84,16 +88,21 @@ def create_app(settings: Settings | None = None, **overrides: Any) -> FastAPI:
             raise
         app.state.resources = resources
         app.state.buffer = AsyncSessionBuffer(async_client, resolved.session_ttl_seconds)
+        app.state.apool = await make_async_pool(resolved, max_size=16, name="agent-memory-api")
         log.info("api started", app=resolved.default_app)
         try:
             yield
         finally:
+            if resources.embedder is not None:
+                await resources.embedder.aclose()
+            await app.state.apool.close()
             await async_client.aclose()
             resources.close()
 
     app = FastAPI(title="agent-memory", version="0.1.0", lifespan=lifespan)
     install_error_handlers(app)
     _routes(app)
+    install_memory_routes(app)
     app.add_middleware(RequestLog)
     return app
 

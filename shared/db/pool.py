@@ -10,8 +10,8 @@ from __future__ import annotations
 from types import TracebackType
 
 import psycopg
-from pgvector.psycopg import register_vector
-from psycopg_pool import ConnectionPool
+from pgvector.psycopg import register_vector, register_vector_async
+from psycopg_pool import AsyncConnectionPool, ConnectionPool
 
 from shared.config import Settings
 
@@ -26,6 +26,21 @@ def _configure(conn: psycopg.Connection) -> None:
     conn.commit()  # leave the connection idle, as the pool expects
 
 
+async def _configure_async(conn: psycopg.AsyncConnection) -> None:
+    await register_vector_async(conn)
+    await conn.commit()
+
+
+def _connection_kwargs(settings: Settings) -> dict[str, object]:
+    # Iterative HNSW scans (pgvector 0.8): a filtered nearest-neighbour search
+    # keeps scanning until it has its LIMIT of rows that pass the scope filter.
+    return {
+        "connect_timeout": max(1, int(settings.db_connect_timeout_seconds)),
+        "options": f"-c statement_timeout={STATEMENT_TIMEOUT_MS} "
+        f"-c lock_timeout={LOCK_TIMEOUT_MS} -c hnsw.iterative_scan=relaxed_order",
+    }
+
+
 def make_pool(settings: Settings, max_size: int, name: str) -> ConnectionPool:
     """Open a pool of at most `max_size` connections (sized to the worker's concurrency)."""
     if not settings.database_url:
@@ -36,15 +51,30 @@ def make_pool(settings: Settings, max_size: int, name: str) -> ConnectionPool:
         max_size=max_size,
         name=name,
         configure=_configure,
-        kwargs={
-            "connect_timeout": max(1, int(settings.db_connect_timeout_seconds)),
-            "options": f"-c statement_timeout={STATEMENT_TIMEOUT_MS} "
-            f"-c lock_timeout={LOCK_TIMEOUT_MS}",
-        },
+        kwargs=_connection_kwargs(settings),
         timeout=settings.db_connect_timeout_seconds,
         open=False,
     )
     pool.open(wait=True, timeout=settings.db_connect_timeout_seconds)
+    return pool
+
+
+async def make_async_pool(settings: Settings, max_size: int, name: str) -> AsyncConnectionPool:
+    """The read API's pool: queries run on its event loop."""
+    if not settings.database_url:
+        raise RuntimeError("AM_DATABASE_URL is not set")
+    pool = AsyncConnectionPool(
+        settings.database_url,
+        min_size=1,
+        max_size=max_size,
+        name=name,
+        configure=_configure_async,
+        kwargs=_connection_kwargs(settings),
+        timeout=settings.db_connect_timeout_seconds,
+        open=False,
+    )
+    # Not waiting: the API starts (and answers what it can) while Postgres is down.
+    await pool.open(wait=False)
     return pool
 
 

@@ -52,13 +52,14 @@ class Episodes:
     def __init__(self, conn: psycopg.Connection) -> None:
         self.conn = conn
 
-    def add(self, episode: Episode) -> bool:
+    def add(self, episode: Episode, embedding: object = None) -> bool:
         """Archive a turn; False if this turn of the session is already archived."""
         row = self.conn.execute(
             """
             INSERT INTO episodes (app, user_id, project_id, session_id, turn_id, event_id,
-                                  user_text, assistant_text, tool_events, text, created_at)
-            VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s)
+                                  user_text, assistant_text, tool_events, text, embedding,
+                                  created_at)
+            VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s)
             ON CONFLICT (app, user_id, session_id, turn_id) DO NOTHING
             RETURNING 1
             """,
@@ -73,6 +74,7 @@ class Episodes:
                 episode.assistant_text,
                 Jsonb(episode.tool_events),
                 episode.text,
+                embedding,
                 episode.created_at,
             ),
         ).fetchone()

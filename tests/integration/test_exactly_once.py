@@ -1,7 +1,7 @@
-from functools import partial
-
-from services.extraction_worker.handlers import TURNS_CONSUMER, archive_turn
+from services.extraction_worker.handlers import TURNS_CONSUMER, Extraction
+from shared.embeddings import make_embedder
 from shared.events import TurnRecorded
+from shared.llm import RulesLLM
 from shared.session_buffer import SessionBuffer, SessionKey
 from tests.bus_helpers import Recorder, make_turn, running, summary_handler
 from tests.conftest import both_pull_modes
@@ -18,7 +18,13 @@ def test_the_same_event_published_three_times_is_applied_once(
     for _ in range(3):
         publisher.publish(turn).result(timeout=10)
     summary_table = {TurnRecorded: [summary.wrap(summary_handler(buffer))]}
-    extraction_table = {TurnRecorded: [extraction.wrap(partial(archive_turn, pool=pool))]}
+    extraction_table = {
+        TurnRecorded: [
+            extraction.wrap(
+                Extraction(pool, RulesLLM(), make_embedder(settings), settings).handle_turn
+            )
+        ]
+    }
     with (
         running(settings, "turns-summary", summary_table, publisher),
         running(settings, "turns-extraction", extraction_table, publisher),

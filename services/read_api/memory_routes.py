@@ -1,0 +1,534 @@
+"""Long-term memory routes: search, the archive, memories, context, generate.
+
+Reads run on the event loop through the asyncio Postgres pool; writes that
+consolidate (which may call the LLM) run in a thread on the synchronous pool,
+in one transaction holding the user's lock, like the extraction worker's.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import json
+import uuid
+from datetime import datetime
+from typing import Annotated, Any
+
+import psycopg
+import structlog
+from fastapi import FastAPI, Query, Request
+from psycopg.rows import dict_row
+
+from services.read_api.errors import ApiError
+from services.read_api.memory_models import (
+    ArchiveSearchRequest,
+    ArchiveSearchResponse,
+    ContextRequest,
+    ContextResponse,
+    ContextSummary,
+    ContextTurn,
+    DeleteMemoryResponse,
+    EpisodeView,
+    GenerateRequest,
+    Identifier,
+    Kind,
+    MemoryDetail,
+    MemoryPage,
+    MemoryView,
+    Operation,
+    RevisionView,
+    ScopeName,
+    ScoredMemory,
+    SearchRequest,
+    SearchResponse,
+    WriteMemoryRequest,
+    WriteMemoryResponse,
+)
+from shared.db.pool import UnitOfWork
+from shared.events import MemoriesGenerate, encode, format_time, utcnow
+from shared.events.models import ContentEvent
+from shared.llm.base import Candidate
+from shared.memory.consolidate import Consolidator, Source, new_memory
+from shared.memory.context import assemble
+from shared.memory.search import (
+    Fusion,
+    Ranked,
+    Scope,
+    episode_filter,
+    fusion_params,
+    hybrid_sql,
+    memory_filter,
+)
+from shared.memory.store import MEMORY_COLUMNS, MemoryRow, MemoryStore, user_lock
+from shared.session_buffer import SessionKey
+
+log = structlog.get_logger("agent_memory.api")
+
+EPISODE_COLUMNS = "m.id::text AS id, m.turn_id, m.session_id, m.project_id, m.created_at, m.text"
+
+
+def _time(value: datetime | None) -> str | None:
+    return format_time(value) if value is not None else None
+
+
+def memory_view(m: MemoryRow) -> MemoryView:
+    return MemoryView(
+        id=m.id,
+        scope=m.scope,  # type: ignore[arg-type]
+        kind=m.kind,  # type: ignore[arg-type]
+        project_id=m.project_id or None,
+        session_id=m.session_id or None,
+        entity_name=m.entity_name,
+        text=m.text,
+        observed_at=format_time(m.observed_at),
+        created_at=format_time(m.created_at),
+        updated_at=format_time(m.updated_at),
+        deleted_at=_time(m.valid_to),
+    )
+
+
+def scored(m: MemoryRow, ranked: Ranked) -> ScoredMemory:
+    return ScoredMemory(
+        **memory_view(m).model_dump(), score=round(ranked.score, 6), rankers=ranked.rankers
+    )
+
+
+def _split(row: dict[str, Any]) -> tuple[dict[str, Any], Ranked, bool]:
+    ranked = Ranked(float(row.pop("score")), row.pop("vrank"), row.pop("trank"))
+    return row, ranked, bool(row.pop("pinned"))
+
+
+async def _embed(request: Request, texts: list[str]) -> list[Any]:
+    from pgvector import Vector
+
+    embedder = request.app.state.resources.embedder
+    vectors = await embedder.aembed_queries(texts)
+    return [Vector(v) for v in vectors]
+
+
+async def _fetch(request: Request, sql: str, params: dict[str, Any]) -> list[dict[str, Any]]:
+    pool = request.app.state.apool
+    async with pool.connection() as conn, conn.cursor(row_factory=dict_row) as cur:
+        await cur.execute(sql, params)
+        return await cur.fetchall()
+
+
+async def _postgres(call: Any) -> Any:
+    """Await a database call; an outage is a 503."""
+    try:
+        return await call
+    except (psycopg.OperationalError, TimeoutError) as exc:
+        log.warning("database call failed", error=repr(exc))
+        raise ApiError(503, "postgres_unavailable", "the memory store is unavailable") from None
+    except psycopg.errors.QueryCanceled as exc:
+        log.warning("database call timed out", error=repr(exc))
+        raise ApiError(503, "postgres_timeout", "the memory store did not answer in time") from None
+
+
+async def search_memories(
+    request: Request,
+    scope: Scope,
+    queries: list[str],
+    k: int,
+    kinds: list[str] | None = None,
+    pinned: bool = False,
+) -> tuple[list[ScoredMemory], list[MemoryRow]]:
+    """Fused top-k memories and, if asked, the scope's pinned rules: one statement."""
+    settings = request.app.state.resources.settings
+    embeddings = await _embed(request, queries)
+    where, params = memory_filter(scope, kinds)
+    params.update(fusion_params(Fusion.from_settings(settings), embeddings, queries, k))
+    params["pinned_limit"] = 50
+    rows = await _fetch(
+        request, hybrid_sql("memories", MEMORY_COLUMNS, where, pinned_rules=pinned), params
+    )
+    found, rules = [], []
+    for row in rows:
+        fields, ranked, is_pinned = _split(row)
+        memory = MemoryRow.from_row(fields)
+        if is_pinned:
+            rules.append(memory)
+        else:
+            found.append(scored(memory, ranked))
+    return found, rules
+
+
+def _app_id(request: Request) -> str:
+    return request.app.state.resources.settings.default_app
+
+
+def install_memory_routes(app: FastAPI) -> None:  # noqa: C901 - one route per nested function
+    @app.post("/v1/memories:search", response_model=SearchResponse)
+    async def memories_search(body: SearchRequest, request: Request) -> SearchResponse:
+        scope = Scope(_app_id(request), body.user_id, body.project_id or "")
+        queries = [body.query]
+        if body.decompose:
+            llm = request.app.state.resources.llm
+            queries = (await asyncio.to_thread(llm.decompose, body.query, "", "")).value or [
+                body.query
+            ]
+        found, _ = await _postgres(search_memories(request, scope, queries, body.k, body.kinds))
+        return SearchResponse(queries=queries, memories=found)
+
+    @app.post("/v1/archive:search", response_model=ArchiveSearchResponse)
+    async def archive_search(body: ArchiveSearchRequest, request: Request) -> ArchiveSearchResponse:
+        settings = request.app.state.resources.settings
+        scope = Scope(_app_id(request), body.user_id, body.project_id or "")
+        embeddings = await _embed(request, [body.query])
+        where, params = episode_filter(scope, body.before, body.after)
+        params.update(
+            fusion_params(Fusion.from_settings(settings), embeddings, [body.query], body.k)
+        )
+        rows = await _postgres(
+            _fetch(request, hybrid_sql("episodes", EPISODE_COLUMNS, where), params)
+        )
+        episodes = []
+        for row in rows:
+            fields, ranked, _ = _split(row)
+            episodes.append(
+                EpisodeView(
+                    id=fields["id"],
+                    turn_id=fields["turn_id"],
+                    session_id=fields["session_id"],
+                    project_id=fields["project_id"] or None,
+                    created_at=format_time(fields["created_at"]),
+                    text=fields["text"],
+                    score=round(ranked.score, 6),
+                    rankers=ranked.rankers,
+                )
+            )
+        return ArchiveSearchResponse(episodes=episodes)
+
+    @app.get("/v1/memories", response_model=MemoryPage)
+    async def list_memories(
+        request: Request,
+        user_id: Annotated[Identifier, Query()],
+        project_id: Annotated[str | None, Query()] = None,
+        scope: Annotated[ScopeName | None, Query()] = None,
+        kind: Annotated[Kind | None, Query()] = None,
+        limit: Annotated[int, Query(ge=1, le=500)] = 100,
+        cursor: Annotated[str | None, Query()] = None,
+    ) -> MemoryPage:
+        clauses = ["m.app = %(app)s", "m.user_id = %(user_id)s", "m.valid_to IS NULL"]
+        params: dict[str, Any] = {"app": _app_id(request), "user_id": user_id, "limit": limit + 1}
+        if project_id:
+            clauses.append("m.project_id = %(project_id)s")
+            params["project_id"] = project_id
+        if scope:
+            clauses.append("m.scope = %(scope)s")
+            params["scope"] = scope
+        if kind:
+            clauses.append("m.kind = %(kind)s")
+            params["kind"] = kind
+        if cursor:
+            params["after_created"], params["after_id"] = _decode_cursor(cursor)
+            clauses.append("(m.created_at, m.id) > (%(after_created)s, %(after_id)s::uuid)")
+        sql = (
+            f"SELECT {MEMORY_COLUMNS} FROM memories m WHERE {' AND '.join(clauses)} "
+            "ORDER BY m.created_at, m.id LIMIT %(limit)s"
+        )
+        rows = [MemoryRow.from_row(r) for r in await _postgres(_fetch(request, sql, params))]
+        next_cursor = None
+        if len(rows) > limit:
+            rows = rows[:limit]
+            next_cursor = _encode_cursor(rows[-1])
+        return MemoryPage(memories=[memory_view(m) for m in rows], next_cursor=next_cursor)
+
+    @app.get("/v1/memories/{memory_id}", response_model=MemoryDetail)
+    async def get_memory(
+        memory_id: str, request: Request, user_id: Annotated[Identifier, Query()]
+    ) -> MemoryDetail:
+        _require_uuid(memory_id)
+        rows = await _postgres(
+            _fetch(
+                request,
+                f"SELECT {MEMORY_COLUMNS} FROM memories m "
+                "WHERE m.id = %(id)s AND m.app = %(app)s AND m.user_id = %(user_id)s",
+                {"id": memory_id, "app": _app_id(request), "user_id": user_id},
+            )
+        )
+        if not rows:
+            raise ApiError(404, "not_found", f"no memory {memory_id} for this user")
+        memory = MemoryRow.from_row(rows[0])
+        revisions = await _postgres(
+            _fetch(
+                request,
+                "SELECT action, old_text, new_text, event_id::text AS event_id, observed_at, "
+                "applied, created_at FROM memory_revisions WHERE memory_id = %(id)s ORDER BY id",
+                {"id": memory_id},
+            )
+        )
+        return MemoryDetail(
+            **memory_view(memory).model_dump(),
+            revisions=[
+                RevisionView(
+                    **{
+                        **r,
+                        "observed_at": format_time(r["observed_at"]),
+                        "created_at": format_time(r["created_at"]),
+                    }
+                )
+                for r in revisions
+            ],
+        )
+
+    @app.post("/v1/memories", response_model=WriteMemoryResponse, status_code=201)
+    async def write_memory(body: WriteMemoryRequest, request: Request) -> WriteMemoryResponse:
+        resources = request.app.state.resources
+        app_id = _app_id(request)
+        candidate = Candidate(
+            body.entity_name, body.kind, body.scope, body.project_id or "", body.text
+        )
+        source = Source(
+            app_id, body.user_id, body.project_id or "", body.session_id or "", utcnow(), None
+        )
+        vector = (await asyncio.to_thread(resources.embedder.embed, [body.text]))[0]
+
+        def write() -> Any:
+            with UnitOfWork(resources.pool) as uow:
+                user_lock(uow.conn, app_id, body.user_id)
+                consolidator = Consolidator(
+                    uow.conn,
+                    resources.llm,
+                    Fusion.from_settings(resources.settings),
+                    resources.settings.consolidation_neighbours,
+                )
+                applied = consolidator.apply(
+                    new_memory(candidate, source, vector), source, consolidate=body.consolidate
+                )
+                uow.commit()
+                return applied
+
+        applied = await _postgres(asyncio.to_thread(write))
+        memory = applied.memory
+        if memory is not None and applied.action in ("CREATED", "UPDATED", "NONE"):
+            memory = await asyncio.to_thread(
+                _reload, resources.pool, app_id, body.user_id, memory.id
+            )
+        return WriteMemoryResponse(
+            action=applied.action, memory=memory_view(memory) if memory else None
+        )
+
+    @app.delete("/v1/memories/{memory_id}", response_model=DeleteMemoryResponse)
+    async def delete_memory(
+        memory_id: str, request: Request, user_id: Annotated[Identifier, Query()]
+    ) -> DeleteMemoryResponse:
+        _require_uuid(memory_id)
+        resources = request.app.state.resources
+        app_id = _app_id(request)
+
+        def delete() -> bool:
+            with UnitOfWork(resources.pool) as uow:
+                user_lock(uow.conn, app_id, user_id)
+                store = MemoryStore(uow.conn)
+                memory = store.get(app_id, user_id, memory_id)
+                if memory is None or memory.valid_to is not None:
+                    return False
+                store.retire(memory, utcnow(), None)
+                uow.commit()
+                return True
+
+        if not await _postgres(asyncio.to_thread(delete)):
+            raise ApiError(404, "not_found", f"no live memory {memory_id} for this user")
+        return DeleteMemoryResponse(memory_id=memory_id, deleted=True)
+
+    @app.post("/v1/context", response_model=ContextResponse)
+    async def context(body: ContextRequest, request: Request) -> ContextResponse:
+        return await build_context(body, request)
+
+    @app.post("/v1/memories:generate", response_model=Operation, status_code=202)
+    async def generate(body: GenerateRequest, request: Request) -> Operation:
+        resources = request.app.state.resources
+        app_id = _app_id(request)
+        name = f"operations/generate-{uuid.uuid4()}"
+        event = MemoriesGenerate(
+            event_id=str(uuid.uuid4()),
+            app=app_id,
+            user_id=body.user_id,
+            operation=name,
+            created_at=utcnow(),
+            events=tuple(ContentEvent(e.role, e.text) for e in body.events),
+            project_id=body.scope.project_id or "",
+            session_id=body.scope.session_id or "",
+        )
+        message = encode(event, resources.publisher.limits)
+        await _postgres(
+            _execute(
+                request,
+                "INSERT INTO operations (name, app, user_id, kind) VALUES "
+                "(%(name)s, %(app)s, %(user_id)s, 'generate')",
+                {"name": name, "app": app_id, "user_id": body.user_id},
+            )
+        )
+        try:
+            await asyncio.wait_for(
+                asyncio.wrap_future(resources.publisher.publish_message(message)),
+                resources.settings.publish_timeout_seconds,
+            )
+        except Exception as exc:
+            log.warning("generate publish failed", operation=name, error=repr(exc))
+            raise ApiError(503, "publish_failed", "the request could not be published") from None
+        if body.wait:
+            return await _wait_operation(request, name, body.user_id)
+        return Operation(name=name, done=False)
+
+    @app.get("/v1/operations/{name:path}", response_model=Operation)
+    async def get_operation(
+        name: str, request: Request, user_id: Annotated[Identifier, Query()]
+    ) -> Operation:
+        operation = await _operation(request, name, user_id)
+        if operation is None:
+            raise ApiError(404, "not_found", f"no operation {name} for this user")
+        return operation
+
+
+async def _execute(request: Request, sql: str, params: dict[str, Any]) -> None:
+    async with request.app.state.apool.connection() as conn:
+        await conn.execute(sql, params)
+
+
+async def _operation(request: Request, name: str, user_id: str) -> Operation | None:
+    if not name.startswith("operations/"):
+        name = f"operations/{name}"
+    rows = await _postgres(
+        _fetch(
+            request,
+            "SELECT name, done, result, error FROM operations "
+            "WHERE name = %(name)s AND app = %(app)s AND user_id = %(user_id)s",
+            {"name": name, "app": _app_id(request), "user_id": user_id},
+        )
+    )
+    if not rows:
+        return None
+    row = rows[0]
+    generated = (row["result"] or {}).get("generated_memories") if row["done"] else None
+    return Operation(
+        name=row["name"], done=row["done"], generated_memories=generated, error=row["error"]
+    )
+
+
+async def _wait_operation(request: Request, name: str, user_id: str) -> Operation:
+    """Poll the operation until done or `AM_OPERATION_WAIT_SECONDS` pass."""
+    settings = request.app.state.resources.settings
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + settings.operation_wait_seconds
+    delay = 0.02
+    while True:
+        operation = await _operation(request, name, user_id)
+        assert operation is not None
+        if operation.done or loop.time() >= deadline:
+            return operation
+        await asyncio.sleep(min(delay, max(0.0, deadline - loop.time())))
+        delay = min(delay * 2, 0.5)
+
+
+def _reload(pool: Any, app_id: str, user_id: str, memory_id: str) -> MemoryRow | None:
+    with pool.connection() as conn:
+        return MemoryStore(conn).get(app_id, user_id, memory_id)
+
+
+def _require_uuid(value: str) -> None:
+    try:
+        uuid.UUID(value)
+    except ValueError:
+        raise ApiError(404, "not_found", f"no memory {value}") from None
+
+
+def _encode_cursor(memory: MemoryRow) -> str:
+    raw = json.dumps([memory.created_at.isoformat(), memory.id])
+    return base64.urlsafe_b64encode(raw.encode()).decode()
+
+
+def _decode_cursor(cursor: str) -> tuple[datetime, str]:
+    try:
+        created, memory_id = json.loads(base64.urlsafe_b64decode(cursor.encode()))
+        uuid.UUID(memory_id)
+        return datetime.fromisoformat(created), memory_id
+    except (ValueError, TypeError):
+        raise ApiError(
+            422, "invalid_request", "cursor: not a cursor this API returned", field="cursor"
+        ) from None
+
+
+async def build_context(body: ContextRequest, request: Request) -> ContextResponse:
+    """Session part (Valkey) and memory part (Postgres) at once; each may degrade."""
+    settings = request.app.state.resources.settings
+    buffer = request.app.state.buffer
+    app_id = _app_id(request)
+    key = SessionKey(app_id, body.user_id, body.session_id)
+
+    async def session_part() -> tuple[Any, Any]:
+        view = await buffer.read(key)
+        carried = None
+        prev = body.prev_session_id or view.prev_session_id
+        if prev:
+            carried = await buffer.read_summary(SessionKey(app_id, body.user_id, prev))
+        return view, carried
+
+    scope = Scope(app_id, body.user_id, body.project_id or "", body.session_id)
+    results = await asyncio.gather(
+        session_part(),
+        search_memories(request, scope, [body.query], body.k, pinned=True),
+        return_exceptions=True,
+    )
+    degraded = []
+    session, memories = results
+    if isinstance(session, BaseException):
+        log.warning("context without the session", error=repr(session))
+        degraded.append("session")
+        view, carried = None, None
+    else:
+        view, carried = session
+    if isinstance(memories, BaseException):
+        log.warning("context without long-term memories", error=repr(memories))
+        degraded.append("memories")
+        found, rules = [], []
+    else:
+        found, rules = memories
+    rolling = (
+        ContextSummary(
+            session_id=body.session_id, text=view.summary.text, version=view.summary.version
+        )
+        if view is not None and view.summary.version
+        else None
+    )
+    carried_view = (
+        ContextSummary(
+            session_id=body.prev_session_id or view.prev_session_id,
+            text=carried.text,
+            version=carried.version,
+        )
+        if carried is not None and carried.version and view is not None
+        else None
+    )
+    turns = list(view.turns)[-settings.context_recent_turns :] if view is not None else []
+    recent = [
+        ContextTurn(
+            turn_id=t.turn_id,
+            created_at=format_time(t.created_at),
+            user=t.user,
+            assistant=t.assistant,
+        )
+        for t in turns
+    ]
+    pinned = [memory_view(m) for m in rules]
+    built = assemble(
+        rules=[m.text for m in rules],
+        summary=rolling.text if rolling else "",
+        carried=carried_view.text if carried_view else "",
+        carried_from=carried_view.session_id if carried_view else "",
+        turns=[(t.user, t.assistant) for t in turns],
+        memories=[f"[{m.scope} {m.kind}] {m.text}" for m in found],
+        budget=body.token_budget or settings.context_token_budget,
+    )
+    return ContextResponse(
+        rolling_summary=rolling,
+        carried_summary=carried_view,
+        recent_turns=recent,
+        pinned_rules=pinned,
+        memories=found,
+        system_instruction=built.text,
+        tokens=built.tokens,
+        omitted=built.omitted,
+        degraded=degraded,
+    )

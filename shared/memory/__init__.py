@@ -1,0 +1,1 @@
+"""Long-term memory: the memory store, hybrid retrieval, consolidation and context."""

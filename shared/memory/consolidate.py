@@ -1,0 +1,179 @@
+"""Consolidation: each candidate against the most similar live memories of its
+user and scope, decided by the LLM (or the `rules` provider), applied with the
+late-event rule of `shared.memory.store`.
+
+Isolation does not rest on the LLM: a candidate's scope and project are
+corrected to what the source (a turn, a generate request) had, so a turn can
+never write into another project, session or user.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from datetime import datetime
+from typing import Any
+
+import psycopg
+from psycopg.rows import dict_row
+
+from shared.llm.base import KINDS, SCOPES, Candidate, ExistingMemory
+from shared.memory.search import Fusion, fusion_params, hybrid_sql
+from shared.memory.store import MEMORY_COLUMNS, MemoryRow, MemoryStore, NewMemory
+
+
+@dataclass(frozen=True)
+class Source:
+    """Where candidates come from: the owner, the turn's project and session, when."""
+
+    app: str
+    user_id: str
+    project_id: str
+    session_id: str
+    observed_at: datetime
+    event_id: str | None
+
+
+@dataclass(frozen=True)
+class Applied:
+    """What consolidation did with one candidate. `action` is CREATED, UPDATED,
+    DELETED, NONE (a duplicate) or HISTORY (older than what the memory knows)."""
+
+    action: str
+    memory: MemoryRow | None
+    text: str
+
+
+def correct(candidate: Candidate, source: Source) -> Candidate:
+    """The candidate within the source's bounds: a project scope is the source's
+    project (global when the source had none), a session scope its session."""
+    scope = candidate.scope if candidate.scope in SCOPES else "global"
+    kind = candidate.kind if candidate.kind in KINDS else "fact"
+    if scope == "project" and not source.project_id:
+        scope = "global"
+    if scope == "session" and not source.session_id:
+        scope = "project" if source.project_id else "global"
+    project_id = source.project_id if scope == "project" else ""
+    return replace(candidate, scope=scope, kind=kind, project_id=project_id)
+
+
+def new_memory(candidate: Candidate, source: Source, embedding: Any) -> NewMemory:
+    return NewMemory(
+        app=source.app,
+        user_id=source.user_id,
+        project_id=candidate.project_id,
+        session_id=source.session_id if candidate.scope == "session" else "",
+        scope=candidate.scope,
+        kind=candidate.kind,
+        entity_name=candidate.entity_name.strip()[:200],
+        text=candidate.text.strip(),
+        embedding=embedding,
+        observed_at=source.observed_at,
+    )
+
+
+def neighbours(
+    conn: psycopg.Connection, new: NewMemory, fusion: Fusion, limit: int
+) -> list[MemoryRow]:
+    """The live memory of the same entity first, then the most similar live
+    memories of exactly this user, scope, project and session."""
+    where = (
+        "m.app = %(app)s AND m.user_id = %(user_id)s AND m.valid_to IS NULL "
+        "AND m.scope = %(scope)s AND m.project_id = %(project_id)s "
+        "AND m.session_id = %(session_id)s"
+    )
+    params = {
+        "app": new.app,
+        "user_id": new.user_id,
+        "scope": new.scope,
+        "project_id": new.project_id,
+        "session_id": new.session_id,
+        **fusion_params(fusion, [new.embedding], [new.text], limit),
+    }
+    with conn.cursor(row_factory=dict_row) as cur:
+        rows = cur.execute(hybrid_sql("memories", MEMORY_COLUMNS, where), params).fetchall()
+    found = [MemoryRow.from_row(r) for r in rows]
+    same = MemoryStore(conn).live_of_entity(new)
+    if same is not None:
+        found = [same, *[m for m in found if m.id != same.id]][:limit]
+    return found
+
+
+def existing(memories: list[MemoryRow]) -> list[ExistingMemory]:
+    return [
+        ExistingMemory(m.id, m.entity_name, m.kind, m.scope, m.project_id, m.text) for m in memories
+    ]
+
+
+class Consolidator:
+    """Applies candidates inside the caller's transaction (which holds the user lock)."""
+
+    def __init__(self, conn: psycopg.Connection, llm: Any, fusion: Fusion, limit: int) -> None:
+        self.conn = conn
+        self.store = MemoryStore(conn)
+        self.llm = llm
+        self.fusion = fusion
+        self.limit = limit
+
+    def apply(self, new: NewMemory, source: Source, consolidate: bool = True) -> Applied:
+        if not new.text:
+            return Applied("NONE", None, "")
+        if not consolidate:
+            return self._create(new, source)
+        found = neighbours(self.conn, new, self.fusion, self.limit)
+        candidate = Candidate(new.entity_name, new.kind, new.scope, new.project_id, new.text)
+        decision = self.llm.consolidate(candidate, existing(found)).value
+        by_id = {m.id: m for m in found}
+        target = by_id.get(decision.target_id or "")
+        if decision.action == "NONE":
+            return Applied("NONE", target, "")
+        if decision.action in ("UPDATED", "DELETED") and target is None:
+            # The provider's own parsing rejects an unknown target; stay safe anyway.
+            return self._create(new, source)
+        if decision.action == "UPDATED":
+            assert target is not None
+            text = decision.text.strip() or new.text
+            if target.observed_at > source.observed_at:
+                return self._history(target, "UPDATED", target.text, text, source)
+            kind = new.kind if new.kind == "rule" or target.kind != "rule" else target.kind
+            memory = self.store.update(
+                target, text, kind, new.embedding, source.observed_at, source.event_id
+            )
+            return Applied("UPDATED", memory, text)
+        if decision.action == "DELETED":
+            assert target is not None
+            if target.observed_at > source.observed_at:
+                return self._history(target, "DELETED", target.text, None, source)
+            self.store.retire(target, source.observed_at, source.event_id)
+            return Applied("DELETED", target, target.text)
+        text = decision.text.strip() or new.text
+        return self._create(replace(new, text=text), source)
+
+    def _create(self, new: NewMemory, source: Source) -> Applied:
+        latest = self.store.latest_of_entity(new)
+        if latest is not None and latest.observed_at > source.observed_at:
+            # A newer observation of this entity exists (live or retired): a late
+            # event must not bring an old value back.
+            return self._history(latest, "CREATED", None, new.text, source)
+        live = self.store.live_of_entity(new)
+        if live is not None:
+            if live.text == new.text:
+                return Applied("NONE", live, "")
+            memory = self.store.update(
+                live, new.text, new.kind, new.embedding, source.observed_at, source.event_id
+            )
+            return Applied("UPDATED", memory, new.text)
+        memory = self.store.create(new, source.event_id)
+        return Applied("CREATED", memory, new.text)
+
+    def _history(
+        self,
+        memory: MemoryRow,
+        action: str,
+        old_text: str | None,
+        new_text: str | None,
+        source: Source,
+    ) -> Applied:
+        self.store.revise(
+            memory, action, old_text, new_text, source.event_id, source.observed_at, applied=False
+        )
+        return Applied("HISTORY", memory, new_text or "")

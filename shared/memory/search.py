@@ -1,0 +1,244 @@
+"""Hybrid retrieval (DESIGN §5) in one SQL statement.
+
+For each sub-query, two rankings over the same scoped rows: vector distance
+(HNSW, cosine; `hnsw.iterative_scan` is on for every connection, so a selective
+scope filter still yields its rows) and full-text rank (`ts_rank_cd` over the
+GIN-indexed `tsv`, where the question matches rows sharing ANY of its meaningful
+lexemes: the OR of them, not the AND that `plainto_tsquery` would build).
+Reciprocal rank fusion sums `weight / (k + rank)` over both rankings and all
+sub-queries.
+
+"Meaningful": a lexeme that Postgres's statistics find in more than
+`AM_SEARCH_TEXT_MAX_FREQUENCY` of the rows ("user", "prefer" in a memory store)
+selects no rows, as a stop word would not, though it still counts in the rank of
+the rows the other lexemes select. Without this, a question sharing one such
+word with half of a user's 100,000 memories would rank all of them. At most
+`AM_SEARCH_TEXT_SCAN_LIMIT` selected rows are ranked per sub-query: first by
+the cheaper `ts_rank`, then the best twice `candidates` by `ts_rank_cd`.
+
+Scope (DESIGN §1): with a project, that project's rows and the user's global
+ones; without, global ones only; a session's own memories only when the search
+names the session. The app and user are always in the filter. Every value is a
+bound parameter.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+from shared.config import Settings
+
+
+@dataclass(frozen=True)
+class Scope:
+    """Whose rows a search may see."""
+
+    app: str
+    user_id: str
+    project_id: str = ""
+    session_id: str = ""  # also this session's own memories (the context path)
+
+
+@dataclass(frozen=True)
+class Fusion:
+    vector_weight: float = 0.4
+    text_weight: float = 0.6
+    k: int = 60
+    candidates: int = 50
+    # Lexemes in more of the rows than this do not select rows (they still rank).
+    max_frequency: float = 0.05
+    # Rows the full-text side ranks at most per sub-query (bounds its cost).
+    text_scan: int = 1000
+
+    @classmethod
+    def from_settings(cls, settings: Settings) -> Fusion:
+        return cls(
+            settings.search_vector_weight,
+            settings.search_text_weight,
+            settings.search_rrf_k,
+            settings.search_candidates,
+            settings.search_text_max_frequency,
+            settings.search_text_scan_limit,
+        )
+
+
+@dataclass(frozen=True)
+class Ranked:
+    """A row's fused score and its best rank in each ranking (None: not found by it)."""
+
+    score: float
+    vector_rank: int | None
+    text_rank: int | None
+
+    @property
+    def rankers(self) -> list[str]:
+        found = []
+        if self.vector_rank is not None:
+            found.append("vector")
+        if self.text_rank is not None:
+            found.append("text")
+        return found
+
+
+def _lexemes(table: str) -> str:
+    """Per sub-query: the OR of all its lexemes (`tsq`, what ranks) and the OR of
+    its meaningful ones (`mtsq`, what selects rows), from `pg_stats` of `tsv`.
+    Lexemes are quoted for to_tsquery (backslash escapes inside quotes)."""
+    return f"""
+stats AS (
+    SELECT x.elem, x.freq
+    FROM pg_stats s, unnest(s.most_common_elems::text::text[], s.most_common_elem_freqs)
+        AS x(elem, freq)
+    WHERE s.schemaname = current_schema() AND s.tablename = '{table}' AND s.attname = 'tsv'
+),
+qt AS (
+    SELECT q.qi, q.emb,
+           to_tsquery('simple', l.all_lexemes) AS tsq,
+           to_tsquery('simple', l.meaningful) AS mtsq
+    FROM q CROSS JOIN LATERAL (
+        SELECT string_agg(w.quoted, ' | ') AS all_lexemes,
+               string_agg(w.quoted, ' | ') FILTER (
+                   WHERE coalesce(st.freq, 0) <= %(max_freq)s) AS meaningful
+        FROM unnest(tsvector_to_array(to_tsvector('english', q.qtext))) AS lex
+        CROSS JOIN LATERAL (
+            SELECT '''' || replace(replace(lex, '\\', '\\\\'), '''', '\\''') || '''' AS quoted
+        ) w
+        LEFT JOIN stats st ON st.elem = lex
+    ) l
+)"""
+
+
+def memory_filter(scope: Scope, kinds: list[str] | None) -> tuple[str, dict[str, Any]]:
+    """The WHERE clause (alias `m`) of the live memories `scope` may see."""
+    params: dict[str, Any] = {"app": scope.app, "user_id": scope.user_id}
+    visible = ["m.scope = 'global'"]
+    if scope.project_id:
+        visible.append("(m.scope = 'project' AND m.project_id = %(project_id)s)")
+        params["project_id"] = scope.project_id
+    if scope.session_id:
+        visible.append("(m.scope = 'session' AND m.session_id = %(session_id)s)")
+        params["session_id"] = scope.session_id
+    clause = (
+        "m.app = %(app)s AND m.user_id = %(user_id)s AND m.valid_to IS NULL "
+        f"AND ({' OR '.join(visible)})"
+    )
+    if kinds:
+        clause += " AND m.kind = ANY(%(kinds)s)"
+        params["kinds"] = list(kinds)
+    return clause, params
+
+
+def episode_filter(
+    scope: Scope, before: datetime | None, after: datetime | None
+) -> tuple[str, dict[str, Any]]:
+    """The WHERE clause (alias `m`) of the episodes `scope` may see: with a project,
+    that project's and those recorded without one; without, those without one."""
+    params: dict[str, Any] = {
+        "app": scope.app,
+        "user_id": scope.user_id,
+        "project_id": scope.project_id,
+    }
+    clause = "m.app = %(app)s AND m.user_id = %(user_id)s AND m.project_id IN (%(project_id)s, '')"
+    if before is not None:
+        clause += " AND m.created_at < %(before)s"
+        params["before"] = before
+    if after is not None:
+        clause += " AND m.created_at > %(after)s"
+        params["after"] = after
+    return clause, params
+
+
+def hybrid_sql(
+    table: str,
+    columns: str,
+    where: str,
+    *,
+    pinned_rules: bool = False,
+) -> str:
+    """The statement: fused rows (`pinned` false) and, if asked, every rule the
+    filter admits (`pinned` true; score 0). Parameters: the filter's, `embeddings`
+    (vector[]), `texts` (text[]), `candidates`, `wv`, `wt`, `rrf_k`, `limit`."""
+    fused = f"""
+WITH q AS (
+    SELECT u.qi, u.emb, u.qtext
+    FROM unnest(%(embeddings)s::text[]::vector[], %(texts)s::text[])
+        WITH ORDINALITY AS u(emb, qtext, qi)
+),{_lexemes(table)},
+vec AS (
+    SELECT v.id, row_number() OVER (PARTITION BY qt.qi ORDER BY v.dist, v.id) AS rank
+    FROM qt CROSS JOIN LATERAL (
+        SELECT m.id, m.embedding <=> qt.emb AS dist FROM {table} m
+        WHERE {where} AND m.embedding IS NOT NULL
+        ORDER BY m.embedding <=> qt.emb LIMIT %(candidates)s
+    ) v
+),
+txt AS (
+    SELECT t.id, row_number() OVER (PARTITION BY qt.qi ORDER BY t.r DESC, t.id) AS rank
+    FROM qt CROSS JOIN LATERAL (
+        SELECT c.id, ts_rank_cd(c.tsv, qt.tsq) AS r FROM (
+            SELECT s.id, s.tsv FROM (
+                SELECT m.id, m.tsv FROM {table} m
+                WHERE qt.mtsq IS NOT NULL AND m.tsv @@ qt.mtsq AND {where}
+                LIMIT %(text_scan)s
+            ) s
+            ORDER BY ts_rank(s.tsv, qt.tsq) DESC LIMIT 2 * %(candidates)s
+        ) c
+        ORDER BY r DESC LIMIT %(candidates)s
+    ) t
+),
+fused AS (
+    SELECT id, sum(score) AS score, min(vrank) AS vrank, min(trank) AS trank FROM (
+        SELECT id, %(wv)s::float8 / (%(rrf_k)s + rank) AS score,
+               rank AS vrank, NULL::bigint AS trank FROM vec
+        UNION ALL
+        SELECT id, %(wt)s::float8 / (%(rrf_k)s + rank), NULL, rank FROM txt
+    ) s GROUP BY id
+)"""
+    ranked = f"""(
+    SELECT {columns}, f.score, f.vrank, f.trank, false AS pinned
+    FROM fused f JOIN {table} m ON m.id = f.id
+    ORDER BY f.score DESC, m.id LIMIT %(limit)s
+)"""
+    if not pinned_rules:
+        return f"{fused}\n{ranked}"
+    rules = f"""(
+    SELECT {columns}, 0::float8, NULL::bigint, NULL::bigint, true AS pinned
+    FROM {table} m WHERE {where} AND m.kind = 'rule'
+    ORDER BY m.observed_at DESC, m.id LIMIT %(pinned_limit)s
+)"""
+    return f"{fused}\n{ranked}\nUNION ALL\n{rules}"
+
+
+def vector_text(vector: Any) -> str:
+    """pgvector's text form of a vector (a list, a numpy array or a `Vector`)."""
+    values = vector.to_list() if hasattr(vector, "to_list") else vector
+    return "[" + ",".join(repr(float(x)) for x in values) + "]"
+
+
+def fusion_params(
+    fusion: Fusion, embeddings: list[Any], texts: list[str], limit: int
+) -> dict[str, Any]:
+    return {
+        "embeddings": [vector_text(e) for e in embeddings],
+        "texts": texts,
+        "candidates": max(fusion.candidates, limit),
+        "wv": fusion.vector_weight,
+        "wt": fusion.text_weight,
+        "rrf_k": fusion.k,
+        "max_freq": fusion.max_frequency,
+        "text_scan": fusion.text_scan,
+        "limit": limit,
+    }
+
+
+@dataclass(frozen=True)
+class SearchRequest:
+    scope: Scope
+    texts: list[str]
+    limit: int
+    kinds: list[str] | None = None
+    pinned_rules: bool = False
+    pinned_limit: int = 50
+    extra: dict[str, Any] = field(default_factory=dict)

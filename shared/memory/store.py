@@ -1,0 +1,206 @@
+"""The memory store: live memories, their revisions, and the late-event rule.
+
+A memory keeps its id for life. CREATED inserts it; UPDATED changes its text,
+embedding and `observed_at` in place; DELETED closes it (`valid_to`), which
+takes it out of the live view. Each change writes a revision with the old and
+new text, the event that caused it and when that was observed. An observation
+older than the last one that changed the memory (a late or replayed event)
+changes nothing and is written to history only (`applied` false).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+import psycopg
+from psycopg.rows import dict_row
+
+MEMORY_COLUMNS = (
+    "m.id::text AS id, m.app, m.user_id, m.project_id, m.session_id, m.scope, m.kind, "
+    "m.entity_name, m.text, m.observed_at, m.created_at, m.updated_at, m.valid_to"
+)
+
+
+@dataclass(frozen=True)
+class MemoryRow:
+    id: str
+    app: str
+    user_id: str
+    project_id: str
+    session_id: str
+    scope: str
+    kind: str
+    entity_name: str
+    text: str
+    observed_at: datetime
+    created_at: datetime
+    updated_at: datetime
+    valid_to: datetime | None = None
+
+    @classmethod
+    def from_row(cls, row: dict[str, Any]) -> MemoryRow:
+        return cls(**{name: row[name] for name in cls.__dataclass_fields__})
+
+
+@dataclass(frozen=True)
+class Revision:
+    memory_id: str
+    action: str
+    old_text: str | None
+    new_text: str | None
+    event_id: str | None
+    observed_at: datetime
+    applied: bool
+    created_at: datetime
+
+
+@dataclass(frozen=True)
+class NewMemory:
+    app: str
+    user_id: str
+    project_id: str
+    session_id: str
+    scope: str
+    kind: str
+    entity_name: str
+    text: str
+    embedding: Any
+    observed_at: datetime
+
+
+def user_lock(conn: psycopg.Connection, app: str, user_id: str) -> None:
+    """Serialise this transaction with every other memory write of the user."""
+    conn.execute(
+        "SELECT pg_advisory_xact_lock(hashtextextended(%s, 0))", (f"memories/{app}/{user_id}",)
+    )
+
+
+class MemoryStore:
+    """Plain SQL over one connection (the caller's transaction)."""
+
+    def __init__(self, conn: psycopg.Connection) -> None:
+        self.conn = conn
+
+    def _rows(self, sql: str, params: Any) -> list[dict[str, Any]]:
+        with self.conn.cursor(row_factory=dict_row) as cur:
+            return cur.execute(sql, params).fetchall()
+
+    def get(self, app: str, user_id: str, memory_id: str) -> MemoryRow | None:
+        rows = self._rows(
+            f"SELECT {MEMORY_COLUMNS} FROM memories m "
+            "WHERE m.id = %s AND m.app = %s AND m.user_id = %s",
+            (memory_id, app, user_id),
+        )
+        return MemoryRow.from_row(rows[0]) if rows else None
+
+    def latest_of_entity(self, new: NewMemory) -> MemoryRow | None:
+        """The newest memory, live or closed, of this entity in this exact scope."""
+        return self._of_entity(new, "ORDER BY m.observed_at DESC LIMIT 1")
+
+    def live_of_entity(self, new: NewMemory) -> MemoryRow | None:
+        return self._of_entity(new, "AND m.valid_to IS NULL")
+
+    def _of_entity(self, new: NewMemory, tail: str) -> MemoryRow | None:
+        if not new.entity_name:
+            return None
+        rows = self._rows(
+            f"SELECT {MEMORY_COLUMNS} FROM memories m WHERE m.app = %s AND m.user_id = %s "
+            "AND m.scope = %s AND m.project_id = %s AND m.session_id = %s "
+            f"AND lower(m.entity_name) = lower(%s) {tail}",
+            (new.app, new.user_id, new.scope, new.project_id, new.session_id, new.entity_name),
+        )
+        return MemoryRow.from_row(rows[0]) if rows else None
+
+    def create(self, new: NewMemory, event_id: str | None) -> MemoryRow:
+        rows = self._rows(
+            f"""
+            INSERT INTO memories AS m (app, user_id, project_id, session_id, scope, kind,
+                                       entity_name, text, embedding, observed_at,
+                                       source_event_id)
+            VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s)
+            RETURNING {MEMORY_COLUMNS}
+            """,
+            (
+                new.app,
+                new.user_id,
+                new.project_id,
+                new.session_id,
+                new.scope,
+                new.kind,
+                new.entity_name,
+                new.text,
+                new.embedding,
+                new.observed_at,
+                event_id,
+            ),
+        )
+        memory = MemoryRow.from_row(rows[0])
+        self.revise(memory, "CREATED", None, new.text, event_id, new.observed_at)
+        return memory
+
+    def update(
+        self,
+        memory: MemoryRow,
+        text: str,
+        kind: str,
+        embedding: Any,
+        observed_at: datetime,
+        event_id: str | None,
+    ) -> MemoryRow:
+        rows = self._rows(
+            f"""
+            UPDATE memories AS m SET text = %s, kind = %s, embedding = %s, observed_at = %s,
+                   updated_at = now(), source_event_id = %s
+            WHERE m.id = %s AND m.valid_to IS NULL
+            RETURNING {MEMORY_COLUMNS}
+            """,
+            (text, kind, embedding, observed_at, event_id, memory.id),
+        )
+        updated = MemoryRow.from_row(rows[0])
+        self.revise(updated, "UPDATED", memory.text, text, event_id, observed_at)
+        return updated
+
+    def retire(self, memory: MemoryRow, observed_at: datetime, event_id: str | None) -> None:
+        self.conn.execute(
+            "UPDATE memories SET valid_to = now(), updated_at = now(), observed_at = %s "
+            "WHERE id = %s AND valid_to IS NULL",
+            (observed_at, memory.id),
+        )
+        self.revise(memory, "DELETED", memory.text, None, event_id, observed_at)
+
+    def revise(
+        self,
+        memory: MemoryRow,
+        action: str,
+        old_text: str | None,
+        new_text: str | None,
+        event_id: str | None,
+        observed_at: datetime,
+        applied: bool = True,
+    ) -> None:
+        self.conn.execute(
+            "INSERT INTO memory_revisions (memory_id, app, user_id, action, old_text, new_text, "
+            "event_id, observed_at, applied) VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s)",
+            (
+                memory.id,
+                memory.app,
+                memory.user_id,
+                action,
+                old_text,
+                new_text,
+                event_id,
+                observed_at,
+                applied,
+            ),
+        )
+
+    def revisions(self, memory_id: str) -> list[Revision]:
+        rows = self._rows(
+            "SELECT memory_id::text AS memory_id, action, old_text, new_text, "
+            "event_id::text AS event_id, observed_at, applied, created_at "
+            "FROM memory_revisions WHERE memory_id = %s ORDER BY id",
+            (memory_id,),
+        )
+        return [Revision(**row) for row in rows]

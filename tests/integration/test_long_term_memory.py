@@ -430,3 +430,34 @@ def test_an_extraction_reply_that_is_never_valid_is_retried_then_dead_lettered(
             ).fetchone()[0]
             == 0
         )
+
+
+def test_context_with_postgres_down_still_returns_the_session(
+    app_settings, topology, tmp_path, ids
+):
+    from shared.db.migrate import migrate
+    from shared.localstack.components import LocalPostgres
+    from tests.conftest import EMBEDDING_DIM
+
+    own = LocalPostgres(tmp_path, free_port(), tmp_path / "logs", fast=True)
+    own.start()
+    try:
+        migrate(own.url, EMBEDDING_DIM)
+        local = app_settings.model_copy(update={"database_url": own.url})
+        with TestClient(create_app(local), raise_server_exceptions=False) as c:
+            turn = {"user_id": ids["user_id"], "user": "Hello there.", "assistant": "Hi."}
+            recorded = c.post(f"/v1/sessions/{ids['session_id']}/turns", json=turn)
+            assert recorded.status_code == 202, recorded.text
+            own.process.stop(10)
+            response = c.post(
+                "/v1/context",
+                json={"user_id": ids["user_id"], "session_id": ids["session_id"], "query": "hi"},
+            )
+    finally:
+        own.process.stop(5)
+    assert response.status_code == 200, response.text
+    context = response.json()
+    assert context["degraded"] == ["memories"]
+    assert [t["user"] for t in context["recent_turns"]] == ["Hello there."]
+    assert context["memories"] == [] and context["pinned_rules"] == []
+    assert "Hello there." in context["system_instruction"]

@@ -234,7 +234,8 @@ def recall(pool, embedder, data: dict, app: str, fusion: Fusion) -> dict[int, fl
             where, params = episode_filter(scope, None, None)
             params.update(fusion_params(fusion, [Vector(vector)], [q["question"]], max(KS)))
             rows = cur.execute(hybrid_sql("episodes", "m.turn_id", where), params).fetchall()
-            ranked = [r["turn_id"] for r in rows]
+            # A ranking with weight 0 still lists its rows, at score 0: not found.
+            ranked = [r["turn_id"] for r in rows if r["score"] > 0]
             evidence = set(q["evidence"])
             for k in KS:
                 totals[k] += len(evidence & set(ranked[:k])) / len(evidence)

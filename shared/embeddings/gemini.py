@@ -21,17 +21,14 @@ import time
 from collections.abc import Sequence
 from typing import cast
 
-import structlog
 from google import genai
 from google.genai import types
 
 from shared.config import Settings
 from shared.embeddings.base import EmbeddingError, batches, no_text_vector, unit_vector
-from shared.llm.gemini import _backoff, _describe, _retryable, make_client
+from shared.llm.gemini import Attempt, make_client, retry_delay
 from shared.metrics import LLM_CALLS, count_llm_tokens
 from shared.tokens import estimate_tokens
-
-log = structlog.get_logger("agent_memory.embeddings")
 
 DOCUMENT_TASK = "RETRIEVAL_DOCUMENT"
 QUERY_TASK = "RETRIEVAL_QUERY"
@@ -127,21 +124,13 @@ class GeminiEmbedder:
         self, exc: Exception, task_type: str, attempt: int, started: float
     ) -> float:
         """The backoff before the next attempt, or EmbeddingError when there is none."""
-        task = _METRIC_TASK[task_type]
-        if not _retryable(exc):
-            LLM_CALLS.labels(self.name, task, "failed").inc()
-            raise EmbeddingError(f"{task}: {_describe(exc)}") from exc
-        delay = _backoff(self.settings.llm_retry_initial_seconds, attempt)
-        elapsed = time.monotonic() - started
-        if elapsed + delay > self.settings.llm_retry_seconds:
-            LLM_CALLS.labels(self.name, task, "failed").inc()
-            raise EmbeddingError(
-                f"{task}: no embeddings after {attempt} attempts in {elapsed:.1f} s; "
-                f"last: {_describe(exc)}"
-            ) from exc
-        LLM_CALLS.labels(self.name, task, "retried").inc()
-        log.info("embedding retry", task=task, attempt=attempt, error=_describe(exc))
-        return delay
+        return retry_delay(
+            exc,
+            Attempt(self.name, _METRIC_TASK[task_type], attempt, started),
+            self.settings,
+            EmbeddingError,
+            "no embeddings",
+        )
 
     def _vectors(
         self, response: types.EmbedContentResponse, texts: list[str], task_type: str

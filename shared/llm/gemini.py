@@ -18,6 +18,7 @@ import json
 import random
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any, TypeVar
 
 import httpx
@@ -192,23 +193,54 @@ class GeminiLLM:
                     raise MalformedReply(f"not JSON ({exc.msg})") from None
                 result = parse(value)
             except Exception as exc:
-                if not _retryable(exc):
-                    LLM_CALLS.labels(self.name, task, "failed").inc()
-                    raise LLMError(f"{task}: {_describe(exc)}") from exc
-                delay = _backoff(self.settings.llm_retry_initial_seconds, attempt)
-                elapsed = time.monotonic() - started
-                if elapsed + delay > self.settings.llm_retry_seconds:
-                    LLM_CALLS.labels(self.name, task, "failed").inc()
-                    raise LLMError(
-                        f"{task}: no usable reply after {attempt} attempts in {elapsed:.1f} s; "
-                        f"last: {_describe(exc)}"
-                    ) from exc
-                LLM_CALLS.labels(self.name, task, "retried").inc()
-                log.info("llm retry", task=task, attempt=attempt, error=_describe(exc))
-                time.sleep(delay)
+                time.sleep(
+                    retry_delay(
+                        exc,
+                        Attempt(self.name, task, attempt, started),
+                        self.settings,
+                        LLMError,
+                        "no usable reply",
+                    )
+                )
                 continue
             LLM_CALLS.labels(self.name, task, "ok").inc()
             return Completion(result, usage, attempts=attempt)
+
+
+@dataclass(frozen=True)
+class Attempt:
+    provider: str
+    task: str  # the metrics' task label
+    number: int  # 1 for the first
+    started: float  # time.monotonic() of the first
+
+
+def retry_delay(
+    exc: BaseException,
+    attempt: Attempt,
+    settings: Settings,
+    error: type[Exception],
+    gave_up: str,
+) -> float:
+    """The backoff before the next attempt after `exc`, or `error` when there is
+    none: `exc` is not worth retrying, or the next attempt would start after
+    AM_LLM_RETRY_SECONDS. Counts the attempt in the metrics. Shared by every
+    Gemini call (generation and embeddings)."""
+    task = attempt.task
+    if not _retryable(exc):
+        LLM_CALLS.labels(attempt.provider, task, "failed").inc()
+        raise error(f"{task}: {_describe(exc)}") from exc
+    delay = _backoff(settings.llm_retry_initial_seconds, attempt.number)
+    elapsed = time.monotonic() - attempt.started
+    if elapsed + delay > settings.llm_retry_seconds:
+        LLM_CALLS.labels(attempt.provider, task, "failed").inc()
+        raise error(
+            f"{task}: {gave_up} after {attempt.number} attempts in {elapsed:.1f} s; "
+            f"last: {_describe(exc)}"
+        ) from exc
+    LLM_CALLS.labels(attempt.provider, task, "retried").inc()
+    log.info("gemini retry", task=task, attempt=attempt.number, error=_describe(exc))
+    return delay
 
 
 def _usage(response: types.GenerateContentResponse) -> Usage:

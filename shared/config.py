@@ -115,6 +115,10 @@ class Settings(BaseSettings):
     # Local stack (`agent-memory up`).
     data_dir: Path = Path(".local")
     postgres_port: int | None = Field(default=None, ge=1, le=65535)
+    # The embedded PostgreSQL's buffer cache. The HNSW index of 200,000 memories
+    # of 768 dimensions is about 800 MB; searches that find it in the cache take
+    # about half the time (bench/retrieval.py).
+    postgres_shared_buffers: str = Field(default="1GB", pattern=r"^[1-9][0-9]*(kB|MB|GB)$")
     valkey_port: int | None = Field(default=None, ge=1, le=65535)
     pubsub_port: int | None = Field(default=None, ge=1, le=65535)
     pubsub_emulator_bin: Path | None = None

@@ -104,8 +104,16 @@ class LocalPostgres:
     mode 0600): trust authentication on 127.0.0.1 would let any local user in as
     superuser, and so run programs as the user the server runs as."""
 
-    def __init__(self, data_dir: Path, port: int, log_dir: Path, fast: bool = False) -> None:
+    def __init__(
+        self,
+        data_dir: Path,
+        port: int,
+        log_dir: Path,
+        fast: bool = False,
+        shared_buffers: str = "128MB",
+    ) -> None:
         self.pgdata = data_dir / "postgres"
+        self.shared_buffers = shared_buffers
         self.password_file = data_dir / "postgres-password"
         self.port = port
         self.fast = fast
@@ -152,6 +160,8 @@ class LocalPostgres:
             "unix_socket_directories=",
             "-c",
             "max_connections=200",
+            "-c",
+            f"shared_buffers={self.shared_buffers}",
         ]
         if self.fast:  # tests and throwaway demos: durability is not needed
             for option in ("fsync=off", "synchronous_commit=off", "full_page_writes=off"):

@@ -166,7 +166,11 @@ class LocalStack:
         database_url = s.database_url
         if not database_url:
             postgres = LocalPostgres(
-                self.data_dir, self._port(s.postgres_port), self.log_dir, fast=self.fast
+                self.data_dir,
+                self._port(s.postgres_port),
+                self.log_dir,
+                fast=self.fast,
+                shared_buffers=s.postgres_shared_buffers,
             )
             self.components.append(postgres.process)
             database_url = self._recorded(postgres.start, postgres.process)

@@ -39,7 +39,7 @@ def test_migrate_creates_the_tables_and_is_idempotent(fresh_database):
         "deleted_users",
         "schema_migrations",
     }
-    assert applied == [(1, "init"), (2, "revision_history")]
+    assert applied == [(1, "init"), (2, "revision_history"), (3, "inline_vectors")]
     assert "USING hnsw (embedding vector_cosine_ops)" in indexes["memories_embedding"]
     assert "USING gin (tsv)" in indexes["memories_tsv"]
     assert "USING hnsw (embedding vector_cosine_ops)" in indexes["episodes_embedding"]

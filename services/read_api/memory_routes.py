@@ -98,12 +98,8 @@ def _split(row: dict[str, Any]) -> tuple[dict[str, Any], Ranked, bool]:
     return row, ranked, bool(row.pop("pinned"))
 
 
-async def _embed(request: Request, texts: list[str]) -> list[Any]:
-    from pgvector import Vector
-
-    embedder = request.app.state.resources.embedder
-    vectors = await embedder.aembed_queries(texts)
-    return [Vector(v) for v in vectors]
+async def _embed(request: Request, texts: list[str]) -> list[list[float]]:
+    return await request.app.state.resources.embedder.aembed_queries(texts)
 
 
 async def _fetch(request: Request, sql: str, params: dict[str, Any]) -> list[dict[str, Any]]:
@@ -300,14 +296,9 @@ def install_memory_routes(app: FastAPI) -> None:  # noqa: C901 - one route per n
                 return applied
 
         applied = await _postgres(asyncio.to_thread(write))
-        memory = applied.memory
-        if memory is not None and applied.action in ("CREATED", "UPDATED", "NONE"):
-            memory = await asyncio.to_thread(
-                _reload, resources.pool, app_id, body.user_id, memory.id
-            )
-        return WriteMemoryResponse(
-            action=applied.action, memory=memory_view(memory) if memory else None
-        )
+        # The rows come from the statements that wrote them (RETURNING): current.
+        memory = memory_view(applied.memory) if applied.memory is not None else None
+        return WriteMemoryResponse(action=applied.action, memory=memory)
 
     @app.delete("/v1/memories/{memory_id}", response_model=DeleteMemoryResponse)
     async def delete_memory(
@@ -420,11 +411,6 @@ async def _wait_operation(request: Request, name: str, user_id: str) -> Operatio
             return operation
         await asyncio.sleep(min(delay, max(0.0, deadline - loop.time())))
         delay = min(delay * 2, 0.5)
-
-
-def _reload(pool: Any, app_id: str, user_id: str, memory_id: str) -> MemoryRow | None:
-    with pool.connection() as conn:
-        return MemoryStore(conn).get(app_id, user_id, memory_id)
 
 
 def _require_uuid(value: str) -> None:

@@ -143,8 +143,8 @@ class Consolidator:
             assert target is not None
             if target.observed_at > source.observed_at:
                 return self._history(target, "DELETED", target.text, None, source)
-            self.store.retire(target, source.observed_at, source.event_id)
-            return Applied("DELETED", target, target.text)
+            retired = self.store.retire(target, source.observed_at, source.event_id)
+            return Applied("DELETED", retired, target.text)
         text = decision.text.strip() or new.text
         return self._create(replace(new, text=text), source)
 

@@ -24,7 +24,7 @@ bound parameter.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
@@ -231,14 +231,3 @@ def fusion_params(
         "text_scan": fusion.text_scan,
         "limit": limit,
     }
-
-
-@dataclass(frozen=True)
-class SearchRequest:
-    scope: Scope
-    texts: list[str]
-    limit: int
-    kinds: list[str] | None = None
-    pinned_rules: bool = False
-    pinned_limit: int = 50
-    extra: dict[str, Any] = field(default_factory=dict)

@@ -162,13 +162,18 @@ class MemoryStore:
         self.revise(updated, "UPDATED", memory.text, text, event_id, observed_at)
         return updated
 
-    def retire(self, memory: MemoryRow, observed_at: datetime, event_id: str | None) -> None:
-        self.conn.execute(
-            "UPDATE memories SET valid_to = now(), updated_at = now(), observed_at = %s "
-            "WHERE id = %s AND valid_to IS NULL",
+    def retire(self, memory: MemoryRow, observed_at: datetime, event_id: str | None) -> MemoryRow:
+        """Close the memory; returns it as it is now (with `valid_to`)."""
+        rows = self._rows(
+            f"""
+            UPDATE memories AS m SET valid_to = now(), updated_at = now(), observed_at = %s
+            WHERE m.id = %s AND m.valid_to IS NULL
+            RETURNING {MEMORY_COLUMNS}
+            """,
             (observed_at, memory.id),
         )
         self.revise(memory, "DELETED", memory.text, None, event_id, observed_at)
+        return MemoryRow.from_row(rows[0])
 
     def revise(
         self,

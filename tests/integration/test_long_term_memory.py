@@ -204,6 +204,22 @@ def test_an_older_observation_goes_to_history_only(extraction, pool, ids):
     assert extraction.handle_turn(older, None) == "duplicate"
 
 
+def test_an_older_observation_does_not_bring_back_a_deleted_memory(extraction, pool, ids):
+    extraction.handle_turn(_turn(ids, 1, "I prefer Dark Mode UI."), None)
+    extraction.handle_turn(_turn(ids, 3, "I no longer prefer Dark Mode."), None)
+    assert _live(pool, ids) == []
+    # Observed before the revocation, delivered after it.
+    assert extraction.handle_turn(_turn(ids, 2, "I prefer Dark Mode UI."), None) == "applied"
+    assert _live(pool, ids) == []
+    with pool.connection() as conn:
+        history = conn.execute(
+            "SELECT action, applied FROM memory_revisions "
+            "WHERE app = %s AND user_id = %s ORDER BY id",
+            (ids["app"], ids["user_id"]),
+        ).fetchall()
+    assert history == [("CREATED", True), ("DELETED", True), ("CREATED", False)]
+
+
 def test_a_turn_cannot_write_into_another_project(extraction, pool, ids):
     turn = _turn(ids, 1, "For project Zeta, the region is eu-west1.", project_id="Alpha")
     extraction.handle_turn(turn, None)

@@ -12,6 +12,7 @@ from __future__ import annotations
 import logging
 import sys
 
+import orjson
 import structlog
 
 _LEVELS = {"DEBUG": 10, "INFO": 20, "WARNING": 30, "ERROR": 40}
@@ -30,6 +31,12 @@ def _rename_event_to_message(_logger: object, _name: str, event_dict: dict) -> d
     return event_dict
 
 
+def _dumps(value: object, default: object = None, **_options: object) -> str:
+    # orjson renders a line several times faster than the json module; anything
+    # it cannot render goes through structlog's fallback (repr), as before.
+    return orjson.dumps(value, default=default, option=orjson.OPT_NON_STR_KEYS).decode()
+
+
 def configure_logging(fmt: str = "auto", level: str = "INFO") -> None:
     """Configure structlog and the stdlib root logger for this process.
 
@@ -42,7 +49,7 @@ def configure_logging(fmt: str = "auto", level: str = "INFO") -> None:
             _add_severity,
             structlog.processors.format_exc_info,
             _rename_event_to_message,
-            structlog.processors.JSONRenderer(),
+            structlog.processors.JSONRenderer(serializer=_dumps),
         ]
     else:
         renderer = [structlog.dev.ConsoleRenderer(colors=False)]

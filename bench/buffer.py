@@ -56,11 +56,18 @@ class Session(threading.Thread):
     """One agent session: record a turn, read the view, every `interval` seconds."""
 
     def __init__(
-        self, api_url: str, session_id: str, start_at: float, interval: float, until: float
+        self,
+        api_url: str,
+        api_key: str,
+        session_id: str,
+        start_at: float,
+        interval: float,
+        until: float,
     ):
         super().__init__(daemon=True)
         host, port = api_url.removeprefix("http://").split(":")
         self.conn = http.client.HTTPConnection(host, int(port), timeout=30)
+        self.auth = {"authorization": f"Bearer {api_key}"}
         self.session_id = session_id
         self.start_at = start_at
         self.interval = interval
@@ -74,7 +81,9 @@ class Session(threading.Thread):
     def _call(self, method: str, path: str, body: dict | None = None) -> tuple[float, dict, dict]:
         started = time.perf_counter()
         payload = json.dumps(body) if body is not None else None
-        headers = {"content-type": "application/json"} if body is not None else {}
+        headers = (
+            {"content-type": "application/json", **self.auth} if body is not None else self.auth
+        )
         self.conn.request(method, path, body=payload, headers=headers)
         response = self.conn.getresponse()
         data = response.read()
@@ -120,12 +129,16 @@ def commandstats(client: valkey.Valkey) -> dict[str, int]:
     return {name.removeprefix("cmdstat_"): int(v["calls"]) for name, v in stats.items()}
 
 
-def run_sessions(api_url: str, count: int, interval: float, seconds: float) -> list[Session]:
+def run_sessions(
+    api_url: str, api_key: str, count: int, interval: float, seconds: float
+) -> list[Session]:
     run = uuid.uuid4().hex[:6]
     t0 = time.monotonic() + 0.5
     # Staggered over one interval.
     sessions = [
-        Session(api_url, f"bench-{run}-{i}", t0 + i * interval / count, interval, t0 + seconds)
+        Session(
+            api_url, api_key, f"bench-{run}-{i}", t0 + i * interval / count, interval, t0 + seconds
+        )
         for i in range(count)
     ]
     for s in sessions:
@@ -154,12 +167,15 @@ def main() -> int:
     sys.setswitchinterval(0.0005)
     with bench_stack() as (stack, endpoints, _settings):
         client = valkey.Valkey.from_url(endpoints.valkey_url)
+        key = stack.dev_api_key or ""
         try:
             log = AppliedLog(stack.log_dir / "summary.log")
-            warm = run_sessions(endpoints.api_url, args.sessions, args.interval, 3.0)
+            warm = run_sessions(endpoints.api_url, key, args.sessions, args.interval, 3.0)
             wait_applied(log, [e for s in warm for e in s.event_ids], timeout=120)
             before, cpu_before = commandstats(client), cpu_seconds(stack)
-            sessions = run_sessions(endpoints.api_url, args.sessions, args.interval, args.seconds)
+            sessions = run_sessions(
+                endpoints.api_url, key, args.sessions, args.interval, args.seconds
+            )
             # Count the worker's operations for these turns too: wait until it handled them.
             wait_applied(log, [e for s in sessions for e in s.event_ids], timeout=120)
             after, cpu = commandstats(client), cpu_used(stack, cpu_before)

@@ -140,7 +140,9 @@ def paced(send: Callable[[int], str], count: int, rate: float) -> dict[str, floa
     return sent
 
 
-def http_sender(api_url: str, run: str, response_ms: list[float]) -> Callable[[int], str]:
+def http_sender(
+    api_url: str, api_key: str, run: str, response_ms: list[float]
+) -> Callable[[int], str]:
     """record-turn over plain `http.client` keep-alive connections, one per thread: the
     client must not tax the 2 cores the stack under test runs on (httpx costs
     several times more CPU per request)."""
@@ -156,7 +158,7 @@ def http_sender(api_url: str, run: str, response_ms: list[float]) -> Callable[[i
             "POST",
             f"/v1/sessions/bench-session-{n % SESSIONS}/turns",
             body=json.dumps(body),
-            headers={"content-type": "application/json"},
+            headers={"content-type": "application/json", "authorization": f"Bearer {api_key}"},
         )
         response = local.conn.getresponse()
         payload = response.read()
@@ -221,7 +223,11 @@ def run(
         api_run = uuid.uuid4().hex[:6]
         response_ms: list[float] = []
         cpu_before = cpu_seconds(stack)
-        sent = paced(http_sender(endpoints.api_url, api_run, response_ms), count, args.rate)
+        sent = paced(
+            http_sender(endpoints.api_url, stack.dev_api_key or "", api_run, response_ms),
+            count,
+            args.rate,
+        )
         results["lag_api"] = lag("HTTP API", sent, log)
         results["lag_api"]["cpu_seconds_by_process"] = cpu_used(stack, cpu_before)
         results["lag_api"]["response_ms_p50"] = round(statistics.median(response_ms), 1)

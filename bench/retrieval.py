@@ -205,13 +205,14 @@ def load(database_url: str, app: str, total: int, dim: int, embedder) -> dict[st
 
 
 class Client:
-    def __init__(self, api_url: str) -> None:
+    def __init__(self, api_url: str, api_key: str) -> None:
         host, port = api_url.removeprefix("http://").split(":")
         self.conn = http.client.HTTPConnection(host, int(port), timeout=60)
+        self.headers = {"content-type": "application/json", "authorization": f"Bearer {api_key}"}
 
     def post(self, path: str, body: dict) -> tuple[float, dict]:
         started = time.perf_counter()
-        self.conn.request("POST", path, json.dumps(body), {"content-type": "application/json"})
+        self.conn.request("POST", path, json.dumps(body), self.headers)
         response = self.conn.getresponse()
         data = response.read()
         took = (time.perf_counter() - started) * 1000
@@ -271,7 +272,7 @@ def main() -> int:
             embedder,
         )
         print(f"loaded {args.total} memories: {timings} (seconds)")
-        client = Client(endpoints.api_url)
+        client = Client(endpoints.api_url, stack.dev_api_key or "")
         rng = random.Random(7)
         for _ in range(30):  # warm-up: connections, plans, the index's pages
             client.post("/v1/memories:search", {"user_id": "bench-big", "query": question(rng)})

@@ -23,7 +23,7 @@ def _parser() -> argparse.ArgumentParser:
 
     sub.add_parser("api", help="run the read API (HTTP on AM_API_HOST:AM_API_PORT)")
     worker = sub.add_parser("worker", help="run one worker process")
-    worker.add_argument("kind", choices=["summary", "extraction"])
+    worker.add_argument("kind", choices=["summary", "extraction", "compaction"])
     sub.add_parser("migrate", help="apply the SQL migrations in schemas/migrations")
 
     topology = sub.add_parser("topology", help="Pub/Sub topics and subscriptions")
@@ -43,6 +43,28 @@ def _parser() -> argparse.ArgumentParser:
     replay.add_argument("--newer-than", help="only dead letters newer than this")
     replay.add_argument("--limit", type=int)
     replay.add_argument("--dry-run", action="store_true")
+
+    compact = sub.add_parser(
+        "compact", help="publish compaction requests (old episodes into long-term summaries)"
+    )
+    compact.add_argument("--app", help="the tenant (default AM_DEFAULT_APP)")
+    compact.add_argument("--user", help="one user of the app")
+    compact.add_argument("--project", help="only this project's episodes (with --user)")
+    compact.add_argument(
+        "--all", action="store_true", help="every user of the app with old episodes"
+    )
+    compact.add_argument("--retention-days", type=int, help="default AM_COMPACTION_RETENTION_DAYS")
+
+    keys = sub.add_parser("keys", help="API keys (one app each)")
+    keys_sub = keys.add_subparsers(dest="keys_command", required=True, metavar="ACTION")
+    create = keys_sub.add_parser("create", help="create a key and print it (shown once)")
+    create.add_argument("--app", required=True)
+    create.add_argument("--admin", action="store_true", help="may also call admin routes")
+    create.add_argument("--name", default="", help="a label to recognise the key by")
+    listing = keys_sub.add_parser("list", help="the keys (never their secret)")
+    listing.add_argument("--app")
+    revoke = keys_sub.add_parser("revoke", help="revoke a key by its id")
+    revoke.add_argument("key_id")
 
     up = sub.add_parser("up", help="start the local stack (no Docker, no root)")
     up.add_argument("--data-dir", type=Path, help="where data and logs live (default .local)")
@@ -74,6 +96,8 @@ def _dispatch(args: argparse.Namespace, settings: Settings) -> int:
         "migrate": commands.run_migrate,
         "topology": commands.run_topology,
         "dlq": commands.run_dlq,
+        "compact": commands.run_compact,
+        "keys": commands.run_keys,
         "up": commands.run_up,
         "demo": commands.run_demo,
     }

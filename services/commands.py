@@ -114,6 +114,18 @@ def run_dlq(args: argparse.Namespace, settings: Settings) -> int:
         queues.close()
 
 
+def run_compact(args: argparse.Namespace, settings: Settings) -> int:
+    from services.compaction_worker.requests import run_compact_command
+
+    return run_compact_command(args, settings)
+
+
+def run_keys(args: argparse.Namespace, settings: Settings) -> int:
+    from services.read_api.keys import run_keys_command
+
+    return run_keys_command(args, settings)
+
+
 def run_up(args: argparse.Namespace, settings: Settings) -> int:
     from shared.localstack.components import ComponentError
     from shared.localstack.stack import LocalStack, StackError, describe

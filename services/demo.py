@@ -84,9 +84,11 @@ def run_demo(settings: Settings, keep: bool = False) -> int:
     except (StackError, ComponentError) as exc:
         print(f"demo: could not start the stack: {exc}")
         return 1
-    print(f"stack up: API {endpoints.api_url}, workers: summary, extraction\n", flush=True)
+    print(
+        f"stack up: API {endpoints.api_url}, workers: summary, extraction, compaction\n", flush=True
+    )
     try:
-        return _play(endpoints.api_url, endpoints.database_url)
+        return _play(endpoints.api_url, endpoints.database_url, stack.dev_api_key or "")
     finally:
         stack.stop()
         if keep:
@@ -95,12 +97,13 @@ def run_demo(settings: Settings, keep: bool = False) -> int:
             shutil.rmtree(data_dir, ignore_errors=True)
 
 
-def _play(api_url: str, database_url: str) -> int:
+def _play(api_url: str, database_url: str, api_key: str) -> int:
     user_id = "user_dev_42"
     session_id = f"sess_demo_{uuid.uuid4().hex[:6]}"
     params = {"user_id": user_id}
     failures = 0
-    with httpx.Client(base_url=api_url, timeout=10) as http:
+    auth = {"Authorization": f"Bearer {api_key}"}
+    with httpx.Client(base_url=api_url, timeout=10, headers=auth) as http:
 
         def session(sid: str) -> dict:
             return http.get(f"/v1/sessions/{sid}", params=params).json()

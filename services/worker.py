@@ -18,6 +18,7 @@ from dataclasses import dataclass
 
 import structlog
 
+from services.compaction_worker import handlers as compaction
 from services.extraction_worker import handlers as extraction
 from services.summary_worker import handlers as summary
 from shared.bootstrap import Resources, bootstrap
@@ -57,6 +58,16 @@ WORKERS: dict[str, WorkerKind] = {
         embedder=True,
         handlers=extraction.handlers,
         default_concurrency=16,
+    ),
+    "compaction": WorkerKind(
+        postgres=True,
+        valkey=False,
+        llm=True,
+        embedder=True,
+        handlers=compaction.handlers,
+        # Few requests, each a large fold (an LLM call over up to a batch of episodes);
+        # folds of one user are serialised by the user's lock anyway.
+        default_concurrency=4,
     ),
 }
 

@@ -61,6 +61,12 @@ class Settings(BaseSettings):
     api_host: str = "127.0.0.1"
     api_port: int = Field(default=8080, ge=1, le=65535)
     default_app: str = "default"
+    # Tenant authentication: every /v1 route needs `Authorization: Bearer <key>`.
+    # Only an explicit `true` turns it off (every request is then AM_DEFAULT_APP's).
+    auth_disabled: bool = False
+    # A verified key is trusted this long before it is looked up again (so a
+    # revoked key stops working within this time; 0: look up every request).
+    auth_cache_seconds: float = Field(default=5.0, ge=0, le=300)
     max_message_bytes: int = Field(default=32 * 1024, ge=1)
     max_tool_events_bytes: int = Field(default=256 * 1024, ge=1)
 
@@ -107,6 +113,16 @@ class Settings(BaseSettings):
     context_recent_turns: int = Field(default=4, ge=0, le=100)
     operation_wait_seconds: float = Field(default=30.0, gt=0, le=300)
 
+    # Tool permissions. Exempt tools are always allowed (comma-separated names).
+    permission_exempt_tools: str = "search_archived_memory"
+    permission_grant_ttl_seconds: int = Field(default=300, ge=1, le=3600)
+    permission_cache_seconds: float = Field(default=2.0, ge=0, le=60)
+
+    # Compaction (the compaction worker and `agent-memory compact`).
+    compaction_retention_days: int = Field(default=30, ge=1)
+    compaction_batch_limit: int = Field(default=50, ge=1, le=1000)
+    compaction_max_tokens: int = Field(default=1500, ge=100)
+
     # Storage.
     embedding_dim: int = Field(default=768, ge=1, le=2000)
     session_ttl_seconds: int = Field(default=7 * 24 * 3600, ge=60)
@@ -126,6 +142,18 @@ class Settings(BaseSettings):
     # Logging.
     log_format: Literal["auto", "json", "console"] = "auto"
     log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = "INFO"
+
+    @field_validator("auth_disabled", mode="before")
+    @classmethod
+    def _explicit_true(cls, value: object) -> object:
+        # Only an explicit `true` turns authentication off ("1", "yes", "on" do not).
+        if isinstance(value, str) and value.strip().lower() not in ("true", "false"):
+            raise ValueError("must be true or false")
+        return value
+
+    @property
+    def exempt_tools(self) -> frozenset[str]:
+        return frozenset(t.strip() for t in self.permission_exempt_tools.split(",") if t.strip())
 
     @field_validator("topic_prefix")
     @classmethod

@@ -12,6 +12,15 @@ summary worker's summarize-before-trim) is stored by one script that checks the
 summary's version and the folded turns first, so a turn leaves the buffer only
 inside exactly one summary version; `folds` records which.
 
+Deleted users (GDPR): the deletion sets the user's tombstone key, then removes
+every key of the user (SCAN). An append reads the tombstone in the same round
+trip, after its script (one pipeline on one connection runs in order). If the
+tombstone was not there yet, the append ran before the sweep, which removes
+it; if it was, the appender takes the turn back itself when it predates the
+deletion (and the session's keys, if nothing else is in it: a user may come
+back after a deletion, and their new turns stay). The order argument needs the
+session and tombstone keys on one primary, as with a standalone Valkey or Redis.
+
 `SessionBuffer` is the blocking client of the workers; `AsyncSessionBuffer` the
 read API's, on the event loop. Both run the same scripts.
 """
@@ -117,6 +126,22 @@ return result(version)
 """
 )
 
+_UNAPPEND = """
+-- KEYS: turns, data, seen, meta, folds, fold-lock. ARGV: turn_id, its tokens.
+-- Takes back a turn of a deleted user (created before the deletion): the turn
+-- leaves the buffer and the seen set; a session left with nothing (no turn, no
+-- summary) loses its keys.
+if redis.call('ZREM', KEYS[1], ARGV[1]) == 1 then
+  redis.call('HDEL', KEYS[2], ARGV[1])
+  redis.call('HINCRBY', KEYS[4], 'tokens', -tonumber(ARGV[2]))
+end
+redis.call('SREM', KEYS[3], ARGV[1])
+if redis.call('ZCARD', KEYS[1]) == 0 and not redis.call('HGET', KEYS[4], 'summary') then
+  redis.call('DEL', KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5])
+end
+return 1
+"""
+
 _UNLOCK = (
     _FILL
     + """
@@ -141,6 +166,25 @@ def _part(value: str) -> str:
     return quote(value, safe="")
 
 
+# A deleted user's tombstone: when the deletion happened (epoch seconds). It has no
+# TTL (so no eviction policy takes it either): a dead letter can be replayed at any
+# time, and the summary path has no other record of the deletion.
+
+
+def tombstone_key(app: str, user_id: str) -> str:
+    return f"am:deleted:{{{_part(app)}:{_part(user_id)}}}"
+
+
+def user_keys_pattern(app: str, user_id: str) -> str:
+    """SCAN pattern of every session (and grant) key of one user. The escaped
+    parts hold no glob characters (`quote` encodes * ? [ ])."""
+    return f"am:{{{_part(app)}:{_part(user_id)}:*"
+
+
+def _is_dropped(turn: BufferedTurn, tombstone: bytes | str | None) -> bool:
+    return tombstone is not None and turn.created_at.timestamp() <= float(tombstone)
+
+
 @dataclass(frozen=True)
 class SessionKey:
     app: str
@@ -153,6 +197,10 @@ class SessionKey:
 
     def key(self, suffix: str) -> str:
         return f"am:{self.tag}:{suffix}"
+
+    @cached_property
+    def tombstone(self) -> str:
+        return tombstone_key(self.app, self.user_id)
 
     @cached_property
     def keys(self) -> list[str]:
@@ -252,6 +300,9 @@ class AppendResult:
     added: bool  # False: this turn_id was appended before (now in the buffer or folded)
     turn_count: int  # turns in the buffer after the append
     tokens: int  # their tokens
+    # The user was deleted (GDPR) after this turn was created: the session's keys
+    # were removed again and nothing is kept.
+    dropped: bool = False
 
 
 def _score(created_at: datetime) -> float:
@@ -326,13 +377,31 @@ class SessionBuffer:
         self._fold = client.register_script(_FOLD)
         self._unlock = client.register_script(_UNLOCK)
         self._renew = client.register_script(_RENEW)
+        self._unappend = client.register_script(_UNAPPEND)
 
     def append(
         self, key: SessionKey, turn: BufferedTurn, prev_session_id: str = ""
     ) -> AppendResult:
-        """Put the turn in its place by time, unless this turn_id was seen before."""
+        """Put the turn in its place by time, unless this turn_id was seen before.
+
+        The user's tombstone is read in the same round trip, after the append: a
+        turn created before its user's deletion is removed again with its session
+        (see the module's notes on deleted users)."""
         args = _append_args(turn, prev_session_id, self.ttl_seconds)
-        added, count, tokens = self._append(keys=key.keys, args=args)
+        for attempt in (1, 2):
+            pipe = self.client.pipeline(transaction=False)
+            pipe.execute_command("EVALSHA", self._append.sha, len(key.keys), *key.keys, *args)
+            pipe.get(key.tombstone)
+            try:
+                (added, count, tokens), tombstone = pipe.execute()
+                break
+            except valkey.exceptions.NoScriptError:
+                if attempt == 2:
+                    raise
+                self.client.script_load(_APPEND)  # Valkey restarted and lost its scripts
+        if _is_dropped(turn, tombstone):
+            self._unappend(keys=key.keys, args=[turn.turn_id, turn.tokens])
+            return AppendResult(False, 0, 0, dropped=True)
         return AppendResult(bool(added), int(count), int(tokens))
 
     def read(self, key: SessionKey, with_folds: bool = False) -> SessionView:
@@ -397,12 +466,26 @@ class AsyncSessionBuffer:
         self.ttl_seconds = ttl_seconds
         self._append = client.register_script(_APPEND)
         self._read = client.register_script(_READ)
+        self._unappend = client.register_script(_UNAPPEND)
 
     async def append(
         self, key: SessionKey, turn: BufferedTurn, prev_session_id: str = ""
     ) -> AppendResult:
         args = _append_args(turn, prev_session_id, self.ttl_seconds)
-        added, count, tokens = await self._append(keys=key.keys, args=args)
+        for attempt in (1, 2):
+            pipe = self.client.pipeline(transaction=False)
+            pipe.execute_command("EVALSHA", self._append.sha, len(key.keys), *key.keys, *args)
+            pipe.get(key.tombstone)
+            try:
+                (added, count, tokens), tombstone = await pipe.execute()
+                break
+            except valkey.exceptions.NoScriptError:
+                if attempt == 2:
+                    raise
+                await self.client.script_load(_APPEND)
+        if _is_dropped(turn, tombstone):
+            await self._unappend(keys=key.keys, args=[turn.turn_id, turn.tokens])
+            return AppendResult(False, 0, 0, dropped=True)
         return AppendResult(bool(added), int(count), int(tokens))
 
     async def read(self, key: SessionKey, with_folds: bool = False) -> SessionView:

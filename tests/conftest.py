@@ -90,6 +90,9 @@ def make_settings(stack: Stack, **overrides: object) -> Settings:
         "retry_max_backoff_seconds": 1,
         "worker_concurrency": 8,
         "worker_shutdown_seconds": 5.0,
+        # Tests of other features call the API as AM_DEFAULT_APP; the tests of
+        # authentication turn it on.
+        "auth_disabled": True,
     }
     values.update(overrides)
     return load_settings(**values)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import contextlib
+import json
 import os
 import signal
 import subprocess
@@ -74,6 +76,15 @@ class WorkerProcess:
 
     def log_text(self) -> str:
         return self.log_path.read_text(errors="replace")
+
+    def log_records(self) -> list[dict]:
+        """The JSON lines of the log (other lines, e.g. a Java stack, are skipped)."""
+        records = []
+        for line in self.log_text().splitlines():
+            if line.startswith("{"):
+                with contextlib.suppress(ValueError):
+                    records.append(json.loads(line))
+        return records
 
     def signal(self, signum: int) -> None:
         self.proc.send_signal(signum)

@@ -26,6 +26,7 @@ from shared.db.repositories import Episode, Episodes, ProcessedEvents
 from shared.events import MemoriesGenerate, TurnRecorded
 from shared.llm.base import ExtractionInput
 from shared.memory.consolidate import Applied, Consolidator, Source, correct, new_memory
+from shared.memory.deletion import is_tombstoned
 from shared.memory.search import Fusion
 from shared.memory.store import user_lock
 
@@ -43,8 +44,9 @@ class Extraction:
     settings: Settings
 
     def handle_turn(self, event: TurnRecorded, delivery: Delivery) -> Outcome:
-        if self._seen(TURNS_CONSUMER, event.event_id):
-            return Outcome.DUPLICATE
+        seen = self._seen(TURNS_CONSUMER, event)
+        if seen is not None:
+            return seen
         source = _source(event)
         episode = Episode(
             app=event.app,
@@ -69,14 +71,12 @@ class Extraction:
             user=event.user,
             assistant=event.assistant,
         )
-        applied = self._consolidate(TURNS_CONSUMER, source, [inp], episode)
-        if applied is None:
-            return Outcome.DUPLICATE
-        return Outcome.APPLIED
+        return self._consolidate(TURNS_CONSUMER, source, [inp], episode)
 
     def handle_generate(self, event: MemoriesGenerate, delivery: Delivery) -> Outcome:
-        if self._seen(GENERATE_CONSUMER, event.event_id):
-            return Outcome.DUPLICATE
+        seen = self._seen(GENERATE_CONSUMER, event)
+        if seen is not None:
+            return seen
         source = _source(event)
         user = "\n".join(e.text for e in event.events if e.role == "user")
         assistant = "\n".join(e.text for e in event.events if e.role != "user")
@@ -88,20 +88,25 @@ class Extraction:
             user=user,
             assistant=assistant,
         )
-        applied = self._consolidate(GENERATE_CONSUMER, source, [inp], None, event.operation)
-        return Outcome.DUPLICATE if applied is None else Outcome.APPLIED
+        return self._consolidate(GENERATE_CONSUMER, source, [inp], None, event.operation)
 
     # -- the steps ------------------------------------------------------------
-    def _seen(self, consumer: str, event_id: str) -> bool:
-        """Already applied? Saves the LLM call of a redelivery (the claim decides)."""
+    def _seen(self, consumer: str, event: TurnRecorded | MemoriesGenerate) -> Outcome | None:
+        """Already applied, or its user deleted since? Saves the LLM and embedding calls
+        (a deleted user's text must not reach them); the transaction decides for good."""
         with self.pool.connection() as conn:
-            return (
-                conn.execute(
-                    "SELECT 1 FROM processed_events WHERE consumer = %s AND event_id = %s",
-                    (consumer, event_id),
-                ).fetchone()
-                is not None
-            )
+            applied, deleted = conn.execute(
+                "SELECT EXISTS (SELECT 1 FROM processed_events WHERE consumer = %s "
+                "AND event_id = %s), (SELECT deleted_at FROM deleted_users WHERE app = %s "
+                "AND user_id = %s)",
+                (consumer, event.event_id, event.app, event.user_id),
+            ).fetchone()
+        if applied:
+            return Outcome.DUPLICATE
+        if deleted is not None and event.created_at <= deleted:
+            # Ledgered and dropped in the transaction, with nothing extracted.
+            return self._consolidate(consumer, _source(event), [], None)
+        return None
 
     def _consolidate(
         self,
@@ -110,7 +115,7 @@ class Extraction:
         inputs: list[ExtractionInput],
         episode: Episode | None,
         operation: str | None = None,
-    ) -> list[Applied] | None:
+    ) -> Outcome:
         candidates = []
         for inp in inputs:
             candidates += [correct(c, source) for c in self.llm.extract(inp).value]
@@ -124,7 +129,12 @@ class Extraction:
             assert conn is not None
             user_lock(conn, source.app, source.user_id)
             if not ProcessedEvents(conn).claim(consumer, source.event_id or ""):
-                return None
+                return Outcome.DUPLICATE
+            if is_tombstoned(conn, source.app, source.user_id, source.observed_at):
+                # A late, retried or replayed event of a user deleted since: the
+                # ledger row is all it leaves.
+                uow.commit()
+                return Outcome.DROPPED
             consolidator = Consolidator(
                 conn, self.llm, fusion, self.settings.consolidation_neighbours
             )
@@ -142,7 +152,7 @@ class Extraction:
             event_id=source.event_id,
             actions=[a.action for a in applied],
         )
-        return applied
+        return Outcome.APPLIED
 
 
 def _source(event: TurnRecorded | MemoriesGenerate) -> Source:

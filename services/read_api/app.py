@@ -1,8 +1,7 @@
 """The read API's app factory and routes.
 
 Resources are opened in the lifespan and closed on shutdown. The tenant (`app`)
-comes from the caller's credentials, never from the body; until API keys land,
-every request belongs to `AM_DEFAULT_APP`.
+comes from the caller's API key (`auth.Authentication`), never from the body.
 """
 
 from __future__ import annotations
@@ -21,8 +20,10 @@ from fastapi import Depends, FastAPI, Query, Request, Response
 from fastapi.responses import JSONResponse
 from pydantic import BaseModel
 
+from services.read_api.auth import Authentication
 from services.read_api.errors import ApiError, install_error_handlers
 from services.read_api.health import readiness
+from services.read_api.lifecycle_routes import install_lifecycle_routes
 from services.read_api.memory_routes import install_memory_routes
 from services.read_api.models import (
     CarriedSummary,
@@ -34,6 +35,8 @@ from services.read_api.models import (
     SummaryView,
     TurnView,
 )
+from services.read_api.permission_routes import install_permission_routes
+from services.read_api.tenant import app_of
 from shared.bootstrap import Resources, bootstrap, make_async_valkey
 from shared.config import Settings, load_settings
 from shared.db.pool import make_async_pool
@@ -89,10 +92,17 @@ def create_app(settings: Settings | None = None, **overrides: Any) -> FastAPI:
         app.state.resources = resources
         app.state.buffer = AsyncSessionBuffer(async_client, resolved.session_ttl_seconds)
         app.state.apool = await make_async_pool(resolved, max_size=16, name="agent-memory-api")
-        log.info("api started", app=resolved.default_app)
+        if resolved.auth_disabled:
+            log.warning(
+                "authentication is disabled (AM_AUTH_DISABLED=true): every request is "
+                "the app's without a key",
+                app=resolved.default_app,
+            )
+        log.info("api started", auth=not resolved.auth_disabled)
         try:
             yield
         finally:
+            app.state.permissions.close()
             if resources.embedder is not None:
                 await resources.embedder.aclose()
             await app.state.apool.close()
@@ -103,6 +113,9 @@ def create_app(settings: Settings | None = None, **overrides: Any) -> FastAPI:
     install_error_handlers(app)
     _routes(app)
     install_memory_routes(app)
+    install_permission_routes(app)
+    install_lifecycle_routes(app)
+    app.add_middleware(Authentication)
     app.add_middleware(RequestLog)
     return app
 
@@ -151,7 +164,7 @@ async def get_buffer(request: Request) -> AsyncSessionBuffer:
 
 async def get_app_id(request: Request) -> str:
     """The tenant of this request."""
-    return request.app.state.resources.settings.default_app
+    return app_of(request)
 
 
 Res = Annotated[Resources, Depends(get_resources)]
@@ -366,8 +379,16 @@ async def _buffer_turn(buffer: AsyncSessionBuffer, event: TurnRecorded) -> bool:
     unreachable: the event is the durable record and the summary worker buffers it."""
     key = SessionKey(event.app, event.user_id, event.session_id)
     try:
-        await buffer.append(key, BufferedTurn.from_event(event), event.prev_session_id)
+        appended = await buffer.append(key, BufferedTurn.from_event(event), event.prev_session_id)
     except valkey.ValkeyError as exc:
         log.warning("turn not buffered", event_id=event.event_id, error=repr(exc))
         return False
+    if appended.dropped:
+        # Nothing is published: the pipeline would drop it too.
+        raise ApiError(
+            410,
+            "user_deleted",
+            "created_at: the user was deleted after this turn was created; it is not recorded",
+            field="created_at",
+        )
     return True

@@ -5,9 +5,10 @@ from __future__ import annotations
 from datetime import UTC, datetime
 from typing import Annotated, Literal
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field, model_validator
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from services.read_api.models import check_identifier
+from shared.memory.store import COMPACTED_ENTITY
 
 Kind = Literal["preference", "fact", "rule", "event"]
 ScopeName = Literal["global", "project", "session"]
@@ -106,6 +107,13 @@ class WriteMemoryRequest(_Request):
     session_id: OptionalId = None
     entity_name: str = Field(default="", max_length=200)
     consolidate: bool = True
+
+    @field_validator("entity_name")
+    @classmethod
+    def _not_reserved(cls, value: str) -> str:
+        if value.strip().casefold() == COMPACTED_ENTITY:
+            raise ValueError(f"{COMPACTED_ENTITY!r} is reserved for the compaction worker")
+        return value
 
     @model_validator(mode="after")
     def _scope_fits(self) -> WriteMemoryRequest:

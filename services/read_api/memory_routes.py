@@ -44,6 +44,7 @@ from services.read_api.memory_models import (
     WriteMemoryRequest,
     WriteMemoryResponse,
 )
+from services.read_api.tenant import app_of
 from shared.db.pool import UnitOfWork
 from shared.events import MemoriesGenerate, encode, format_time, utcnow
 from shared.events.models import ContentEvent
@@ -150,7 +151,7 @@ async def search_memories(
 
 
 def _app_id(request: Request) -> str:
-    return request.app.state.resources.settings.default_app
+    return app_of(request)
 
 
 def install_memory_routes(app: FastAPI) -> None:  # noqa: C901 - one route per nested function

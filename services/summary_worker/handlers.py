@@ -20,6 +20,8 @@ def record_turn(
     redelivered, and a redelivery folds even though the append is then a no-op."""
     key = SessionKey(event.app, event.user_id, event.session_id)
     appended = buffer.append(key, BufferedTurn.from_event(event), event.prev_session_id)
+    if appended.dropped:
+        return Outcome.DROPPED  # the user was deleted after this turn was created
     folder.fold_if_due(key, appended)
     return Outcome.APPLIED if appended.added else Outcome.DUPLICATE
 

@@ -53,6 +53,8 @@ class Outcome(StrEnum):
 
     APPLIED = "applied"
     DUPLICATE = "duplicate"  # already applied earlier: nothing changed
+    # The event's user was deleted (GDPR) after the event was created: nothing applied.
+    DROPPED = "dropped"
 
 
 @dataclass(frozen=True)
@@ -217,7 +219,7 @@ class SubscriberRuntime:
         }
         if error:
             fields["error"] = error
-        if outcome in ("acked", "duplicate"):
+        if outcome in ("acked", "duplicate", "dropped"):
             log.info("message handled", **fields)
         else:
             log.warning("message handled", **fields)
@@ -257,6 +259,8 @@ class SubscriberRuntime:
         message.ack()
         if all(o == Outcome.DUPLICATE for o in outcomes):
             return "duplicate", ""
+        if all(o == Outcome.DROPPED for o in outcomes):
+            return "dropped", "the user was deleted after this event was created"
         return "acked", ""
 
     def _dead_letter(

@@ -1,6 +1,6 @@
 """What every LLM provider offers, and the types it speaks in.
 
-A provider does tasks (summarize, extract, consolidate, decompose), not raw
+A provider does tasks (summarize, compact, extract, consolidate, decompose), not raw
 prompts, so the offline `rules` provider can do the same tasks
 deterministically. Every call reports the tokens it spent.
 """
@@ -119,6 +119,15 @@ class LLM(Protocol):
         self, previous: str, turns: list[DialogueTurn], max_tokens: int
     ) -> Completion[str]:
         """The previous summary with `turns` folded in, at most `max_tokens` tokens."""
+        ...
+
+    def compact(
+        self, previous: str, episodes: list[DialogueTurn], max_tokens: int
+    ) -> Completion[str]:
+        """The user's long-term compacted summary: `previous` (the summary so far, "" for
+        none) with old `episodes` (oldest first) folded in. Nothing `previous` holds may
+        be lost (DESIGN §9.3): the bound is `max_tokens`, or the previous summary's own
+        size when that is larger."""
         ...
 
     def extract(self, inp: ExtractionInput) -> Completion[list[Candidate]]:

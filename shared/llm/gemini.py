@@ -7,9 +7,9 @@ no attempt starts after `AM_LLM_RETRY_SECONDS` from the first, so a task takes
 at most that plus one call's timeout (`AM_LLM_TIMEOUT_SECONDS`). Other 4xx are
 not retried. Every call's tokens go into the metrics and into the task's usage.
 
-Tasks (the metric's `task` label): "summarize", and the memory tasks "extract",
-"consolidate" and "decompose", whose instructions, schemas and strict parsers
-are in `shared.llm.gemini_prompts`.
+Tasks (the metric's `task` label): "summarize", and the memory tasks "compact",
+"extract", "consolidate" and "decompose", whose instructions, schemas and strict
+parsers are in `shared.llm.gemini_prompts`.
 """
 
 from __future__ import annotations
@@ -120,6 +120,18 @@ class GeminiLLM:
             schema=_SUMMARY_SCHEMA,
             parse=parse,
             max_output_tokens=max_tokens * 2,
+        )
+
+    def compact(
+        self, previous: str, episodes: list[DialogueTurn], max_tokens: int
+    ) -> Completion[str]:
+        return self.generate_json(
+            task="compact",
+            system=prompts.compaction_instruction(previous, max_tokens),
+            prompt=prompts.compaction_prompt(previous, episodes),
+            schema=prompts.COMPACTION_SCHEMA,
+            parse=lambda value: prompts.parse_compaction(value, previous, max_tokens),
+            max_output_tokens=prompts.additions_bound(previous, max_tokens) * 2,
         )
 
     def extract(self, inp: ExtractionInput) -> Completion[list[Candidate]]:

@@ -1,4 +1,5 @@
-"""What the `gemini` provider asks for the memory tasks, and how it reads the answer.
+"""What the `gemini` provider asks for the memory tasks and for compaction, and how
+it reads the answer.
 
 Instructions after Vertex AI Memory Bank's: what is worth remembering, temporal
 references made explicit with the session IDs filled in, scope and kind defined,
@@ -19,10 +20,13 @@ from shared.llm.base import (
     SCOPES,
     Candidate,
     Decision,
+    DialogueTurn,
     ExistingMemory,
     ExtractionInput,
     MalformedReply,
+    render_turns,
 )
+from shared.tokens import clip_to_tokens, estimate_tokens
 
 MAX_SUB_QUERIES = 4
 
@@ -239,6 +243,62 @@ def parse_decision(value: Any, existing: list[ExistingMemory]) -> Decision:
             raise MalformedReply("UPDATED with no text")
         return Decision(action, target, text)
     return Decision(action, target, "")
+
+
+COMPACTION_SCHEMA: dict[str, Any] = {
+    "type": "object",
+    "properties": {"additions": {"type": "string"}},
+    "required": ["additions"],
+}
+
+
+def additions_bound(previous: str, max_tokens: int) -> int:
+    """Tokens the episodes may add: what is left of `max_tokens` after the previous
+    summary, but never less than a quarter of it (the facts of archived episodes
+    must not vanish because the summary is long: it grows past the bound instead)."""
+    return max(max_tokens - estimate_tokens(previous), max_tokens // 4, 1)
+
+
+def compaction_instruction(previous: str, max_tokens: int) -> str:
+    return "\n".join(
+        [
+            "You maintain the long-term summary of a user's past conversations with an AI "
+            "assistant. Old conversation turns (episodes) are being archived and deleted: "
+            "what you write is the only record of them that will remain.",
+            "- Write only what the episodes ADD to the previous summary: the user's "
+            "preferences, facts about the user and their projects, constraints and vetoes, "
+            "decisions, outcomes, ongoing goals. Where an episode changes a fact of the "
+            "previous summary, state the new value and when it changed. Do not repeat the "
+            "previous summary (it is kept as it is); drop greetings, filler and questions "
+            "that stated nothing.",
+            "- Use only the user's and the assistant's text. Write plain self-contained "
+            "sentences in the third person ('The user ...'), with dates where they matter.",
+            f"- Stay within {additions_bound(previous, max_tokens)} tokens. If the episodes "
+            "add nothing worth keeping, answer with an empty string.",
+        ]
+    )
+
+
+def compaction_prompt(previous: str, episodes: list[DialogueTurn]) -> str:
+    return (
+        f"Previous summary (kept as it is):\n{previous or '(none)'}\n\n"
+        f"Episodes to fold in, oldest first:\n{render_turns(episodes)}\n\n"
+        'Answer with JSON: {"additions": "<what the episodes add>"}.'
+    )
+
+
+def parse_compaction(value: Any, previous: str, max_tokens: int) -> str:
+    """The new summary: the previous one verbatim, then the model's additions (within
+    their bound). The model never rewrites the previous summary, so no fact of it can
+    be lost (DESIGN §9.3)."""
+    if not isinstance(value, dict) or not isinstance(value.get("additions"), str):
+        raise MalformedReply("the reply has no string field 'additions'")
+    additions = clip_to_tokens(value["additions"].strip(), additions_bound(previous, max_tokens))
+    parts = [part for part in (previous.strip(), additions) if part]
+    return "\n".join(parts) or NOTHING_KEPT
+
+
+NOTHING_KEPT = "The archived conversation turns held nothing worth keeping."
 
 
 def decomposition_instruction(session_id: str, prev_session_id: str) -> str:

@@ -8,6 +8,10 @@ a goal are added (prefixed with who said them). When the result would exceed the
 bound, the least important sentences go first (goals, then preferences and
 decisions, then constraints), the oldest first within a class.
 
+Compaction (`shared.llm.compaction_rules`) is extractive too, but the previous
+compacted summary is never cut: every sentence of it is kept, and the episodes'
+most important sentences are added within the bound.
+
 The memory tasks, each documented in its module:
 - extraction (`shared.llm.extraction_rules`, its patterns in
   `shared.llm.statement_rules`): explicit statements of the user's text only
@@ -145,8 +149,24 @@ def importance(sentence: str) -> int:
     return best
 
 
-def _key(sentence: str) -> str:
-    return " ".join(sentence.casefold().split())
+def normalised(text: str) -> str:
+    return " ".join(text.casefold().split())
+
+
+def new_lines(held: str, turns: list[DialogueTurn]) -> list[tuple[int, str]]:
+    """The sentences of `turns` worth keeping, as (importance, "Speaker: sentence"),
+    in the order said; a line `held` (normalised text) already holds is skipped
+    (checked on the normalised text: no need to split `held` into sentences)."""
+    new: list[tuple[int, str]] = []
+    for turn in turns:
+        for speaker, text in (("User", turn.user), ("Assistant", turn.assistant)):
+            for sentence in sentences(text):
+                level = importance(sentence)
+                line = f"{speaker}: {sentence}"
+                if level and normalised(line) not in held:
+                    held += " " + normalised(line)
+                    new.append((level, line))
+    return new
 
 
 class RulesLLM:
@@ -155,26 +175,29 @@ class RulesLLM:
     def summarize(
         self, previous: str, turns: list[DialogueTurn], max_tokens: int
     ) -> Completion[str]:
-        # New lines, as (importance, line). A line the previous summary already holds
-        # is not added again (checked on the normalised text: no need to split it).
-        held = _key(previous)
-        new: list[tuple[int, str]] = []
-        for turn in turns:
-            for speaker, text in (("User", turn.user), ("Assistant", turn.assistant)):
-                for sentence in sentences(text):
-                    level = importance(sentence)
-                    line = f"{speaker}: {sentence}"
-                    if level and _key(line) not in held:
-                        held += " " + _key(line)
-                        new.append((level, line))
+        held = normalised(previous)
+        new = new_lines(held, turns)
         if not new:
             # Nothing stated a choice or a goal: note what was discussed.
             gist = next((s for t in turns for s in sentences(t.user)), "")
-            if gist and _key(f"User asked: {gist}") not in held:
+            if gist and normalised(f"User asked: {gist}") not in held:
                 new.append((0, f"User asked: {gist}"))
         summary = _fit(previous, new, max_tokens)
         usage = Usage(
             input_tokens=estimate_tokens(previous) + estimate_tokens(render_turns(turns)),
+            output_tokens=estimate_tokens(summary),
+        )
+        return Completion(summary, usage)
+
+    def compact(
+        self, previous: str, episodes: list[DialogueTurn], max_tokens: int
+    ) -> Completion[str]:
+        # Imported here: `compaction_rules` builds on this module's sentence classes.
+        from shared.llm.compaction_rules import compact_episodes
+
+        summary = compact_episodes(previous, episodes, max_tokens)
+        usage = Usage(
+            input_tokens=estimate_tokens(previous) + estimate_tokens(render_turns(episodes)),
             output_tokens=estimate_tokens(summary),
         )
         return Completion(summary, usage)

@@ -27,6 +27,7 @@ import psutil
 import psycopg
 import structlog
 
+from shared.api_keys import LOOKUP_SQL, create_key, key_hash
 from shared.bus.admin import TopologyAdmin
 from shared.config import Settings
 from shared.db.migrate import MigrationError, migrate
@@ -42,7 +43,7 @@ from shared.waiting import poll
 
 log = structlog.get_logger("agent_memory.up")
 
-SERVICES = ("api", "summary", "extraction")
+SERVICES = ("api", "summary", "extraction", "compaction")
 # Within 10 s: services drain, components shut down, stragglers are killed. Worst
 # case 5.5 + 0.5 + 2.5 + 0.5 = 9 s (a SIGKILLed process is gone at once).
 STOP_SERVICES_SECONDS = 5.5
@@ -98,6 +99,7 @@ class LocalStack:
         self.components: list[ManagedProcess] = []
         self.service_procs: dict[str, ManagedProcess] = {}
         self.endpoints: Endpoints | None = None
+        self.dev_api_key: str | None = None
         self._lock_file: IO[str] | None = None
         self._restarts: dict[str, int] = {}
         self._stopping = threading.Event()
@@ -209,6 +211,9 @@ class LocalStack:
         except MigrationError as exc:
             raise StackError(str(exc)) from None
         log.info("migrations applied", applied=applied)
+        self.dev_api_key = ensure_dev_key(
+            self.endpoints.database_url, self.data_dir / DEV_KEY_FILE, self.settings.default_app
+        )
         # The Pub/Sub client reads the emulator address from the environment.
         if self.endpoints.pubsub_emulator_host:
             os.environ["PUBSUB_EMULATOR_HOST"] = self.endpoints.pubsub_emulator_host
@@ -385,6 +390,25 @@ class LocalStack:
             proc.close_log()
 
 
+DEV_KEY_FILE = "dev-api-key"
+
+
+def ensure_dev_key(database_url: str, path: Path, app: str) -> str:
+    """The local stack's development key (an admin key of `app`): the one in
+    `path` while it is valid, else a new one written there (mode 600)."""
+    with psycopg.connect(database_url, autocommit=True) as conn:
+        if path.exists():
+            key = path.read_text(encoding="utf-8").strip()
+            row = conn.execute(LOOKUP_SQL, (key_hash(key),)).fetchone()
+            if row is not None and row[0] == app:
+                return key
+        key, _record = create_key(conn, app, admin=True, name="local development (agent-memory up)")
+    path.touch(mode=0o600)
+    path.chmod(0o600)  # also when an older file was there
+    path.write_text(key + "\n", encoding="utf-8")
+    return key
+
+
 def describe(stack: LocalStack) -> str:
     """The lines `up` prints once everything answers."""
     e = stack.endpoints
@@ -397,6 +421,10 @@ def describe(stack: LocalStack) -> str:
         f"  Pub/Sub   {e.pubsub_emulator_host or 'Google Cloud'} "
         f"(project {e.google_cloud_project})",
         f"  logs      {stack.log_dir}",
+        f"  API key   {stack.dev_api_key} (app {stack.settings.default_app}; "
+        f"also in {stack.data_dir / DEV_KEY_FILE})"
+        if "api" in stack.services
+        else "",
         "Reach this stack from another shell with:",
         *[f"  export {k}={v}" for k, v in e.environment().items()],
         "Ctrl-C stops everything.",

@@ -18,7 +18,13 @@ from psycopg.rows import dict_row
 
 from shared.llm.base import KINDS, SCOPES, Candidate, ExistingMemory
 from shared.memory.search import Fusion, fusion_params, hybrid_sql
-from shared.memory.store import MEMORY_COLUMNS, MemoryRow, MemoryStore, NewMemory
+from shared.memory.store import (
+    COMPACTED_ENTITY,
+    MEMORY_COLUMNS,
+    MemoryRow,
+    MemoryStore,
+    NewMemory,
+)
 
 
 @dataclass(frozen=True)
@@ -57,6 +63,9 @@ def correct(candidate: Candidate, source: Source) -> Candidate:
 
 
 def new_memory(candidate: Candidate, source: Source, embedding: Any) -> NewMemory:
+    entity_name = candidate.entity_name.strip()[:200]
+    if entity_name.casefold() == COMPACTED_ENTITY:
+        entity_name = ""  # reserved for the compacted summary, which nothing else may touch
     return NewMemory(
         app=source.app,
         user_id=source.user_id,
@@ -64,7 +73,7 @@ def new_memory(candidate: Candidate, source: Source, embedding: Any) -> NewMemor
         session_id=source.session_id if candidate.scope == "session" else "",
         scope=candidate.scope,
         kind=candidate.kind,
-        entity_name=candidate.entity_name.strip()[:200],
+        entity_name=entity_name,
         text=candidate.text.strip(),
         embedding=embedding,
         observed_at=source.observed_at,
@@ -79,7 +88,10 @@ def neighbours(
     where = (
         "m.app = %(app)s AND m.user_id = %(user_id)s AND m.valid_to IS NULL "
         "AND m.scope = %(scope)s AND m.project_id = %(project_id)s "
-        "AND m.session_id = %(session_id)s"
+        "AND m.session_id = %(session_id)s "
+        # The compacted summary is the compaction worker's alone: a new fact must
+        # never update or retire it.
+        "AND m.entity_name <> %(compacted)s"
     )
     params = {
         "app": new.app,
@@ -87,12 +99,13 @@ def neighbours(
         "scope": new.scope,
         "project_id": new.project_id,
         "session_id": new.session_id,
+        "compacted": COMPACTED_ENTITY,
         **fusion_params(fusion, [new.embedding], [new.text], limit),
     }
     with conn.cursor(row_factory=dict_row) as cur:
         rows = cur.execute(hybrid_sql("memories", MEMORY_COLUMNS, where), params).fetchall()
     found = [MemoryRow.from_row(r) for r in rows]
-    same = MemoryStore(conn).live_of_entity(new)
+    same = MemoryStore(conn).live_of_entity(new) if new.entity_name != COMPACTED_ENTITY else None
     if same is not None:
         found = [same, *[m for m in found if m.id != same.id]][:limit]
     return found

@@ -17,6 +17,10 @@ from typing import Any
 import psycopg
 from psycopg.rows import dict_row
 
+# The entity of a user's compacted summary of old episodes (one per scope and
+# project, kind `event`), written only by the compaction worker.
+COMPACTED_ENTITY = "compacted-episodes"
+
 MEMORY_COLUMNS = (
     "m.id::text AS id, m.app, m.user_id, m.project_id, m.session_id, m.scope, m.kind, "
     "m.entity_name, m.text, m.observed_at, m.created_at, m.updated_at, m.valid_to"

@@ -96,21 +96,37 @@ def test_up_runs_the_stack_and_stops_it_cleanly(tmp_path):
         names = " ".join(" ".join(p.cmdline()) for p in children)
         for expected in ("postgres", "valkey-server", "pubsub", "services.cli api"):
             assert expected in names
-        assert "services.cli worker summary" in names and "services.cli worker extraction" in names
+        for kind in ("summary", "extraction", "compaction"):
+            assert f"services.cli worker {kind}" in names
 
         ready = httpx.get(f"{up.api_url}/readyz", timeout=10)
         assert ready.status_code == 200, ready.text
+
+        # `up` made a development key, printed it and wrote it to the data dir;
+        # without it every /v1 route answers 401.
+        key = (data_dir / "dev-api-key").read_text().strip()
+        assert key.startswith("am_") and f"API key   {key}" in up.output()
+        assert (data_dir / "dev-api-key").stat().st_mode & 0o077 == 0
+        auth = {"Authorization": f"Bearer {key}"}
+        body = {"user_id": "u-up", "user": "hello", "assistant": "hi"}
+        refused = httpx.post(f"{up.api_url}/v1/sessions/s-up/turns", json=body, timeout=10)
+        assert refused.status_code == 401, refused.text
 
         # The real path through the processes: API -> Pub/Sub -> both workers. Eleven
         # turns: the summary worker folds once the buffer holds more than ten.
         for n in range(11):
             body = {"user_id": "u-up", "user": f"I prefer option {n}.", "assistant": "Noted."}
-            posted = httpx.post(f"{up.api_url}/v1/sessions/s-up/turns", json=body, timeout=10)
+            posted = httpx.post(
+                f"{up.api_url}/v1/sessions/s-up/turns", json=body, headers=auth, timeout=10
+            )
             assert posted.status_code == 202, posted.text
         wait_for(
             lambda: (
                 httpx.get(
-                    f"{up.api_url}/v1/sessions/s-up", params={"user_id": "u-up"}, timeout=5
+                    f"{up.api_url}/v1/sessions/s-up",
+                    params={"user_id": "u-up"},
+                    headers=auth,
+                    timeout=5,
                 ).json()["summary"]["version"]
                 == 1
             ),
@@ -218,6 +234,7 @@ def test_up_uses_the_services_it_is_given_instead_of_starting_its_own(stack, tmp
         )
         assert sorted(c.split("services.cli ")[1] for c in commands if "services.cli" in c) == [
             "api",
+            "worker compaction",
             "worker extraction",
             "worker summary",
         ]

@@ -380,6 +380,11 @@ def test_context_with_valkey_down_still_returns_memories(app_settings, topology,
         ("/v1/context", {"session_id": "s", "query": ""}, "query"),
         ("/v1/memories", {"text": "x", "scope": "project", "kind": "fact"}, "project_id"),
         ("/v1/memories", {"text": "x", "scope": "global", "kind": "wish"}, "kind"),
+        (
+            "/v1/memories",
+            {"text": "x", "scope": "global", "kind": "event", "entity_name": "Compacted-Episodes"},
+            "entity_name",
+        ),
     ],
 )
 def test_bad_input_is_a_422_naming_the_field(client, ids, path, body, field):

@@ -37,9 +37,15 @@ def test_migrate_creates_the_tables_and_is_idempotent(fresh_database):
         "processed_events",
         "operations",
         "deleted_users",
+        "api_keys",
         "schema_migrations",
     }
-    assert applied == [(1, "init"), (2, "revision_history"), (3, "inline_vectors")]
+    assert applied == [
+        (1, "init"),
+        (2, "revision_history"),
+        (3, "inline_vectors"),
+        (4, "api_keys"),
+    ]
     assert "USING hnsw (embedding vector_cosine_ops)" in indexes["memories_embedding"]
     assert "USING gin (tsv)" in indexes["memories_tsv"]
     assert "USING hnsw (embedding vector_cosine_ops)" in indexes["episodes_embedding"]

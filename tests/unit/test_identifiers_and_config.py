@@ -48,6 +48,24 @@ def test_a_bad_topic_prefix_is_refused(monkeypatch):
         load_settings()
 
 
+@pytest.mark.parametrize(("value", "disabled"), [("true", True), ("TRUE", True), ("false", False)])
+def test_only_an_explicit_true_disables_authentication(monkeypatch, value, disabled):
+    monkeypatch.setenv("AM_AUTH_DISABLED", value)
+    assert load_settings().auth_disabled is disabled
+
+
+@pytest.mark.parametrize("value", ["1", "yes", "on", ""])
+def test_anything_but_true_or_false_for_auth_disabled_is_refused(monkeypatch, value):
+    monkeypatch.setenv("AM_AUTH_DISABLED", value)
+    with pytest.raises(ConfigError, match="AM_AUTH_DISABLED: Value error, must be true or false"):
+        load_settings()
+
+
+def test_authentication_is_on_unless_disabled(monkeypatch):
+    monkeypatch.delenv("AM_AUTH_DISABLED", raising=False)
+    assert load_settings().auth_disabled is False
+
+
 def test_max_delivery_attempts_below_pubsubs_minimum_is_refused(monkeypatch):
     monkeypatch.setenv("AM_MAX_DELIVERY_ATTEMPTS", "3")
     with pytest.raises(ConfigError, match="AM_MAX_DELIVERY_ATTEMPTS"):

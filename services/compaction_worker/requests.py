@@ -1,0 +1,140 @@
+"""Compaction requests: what `agent-memory compact` (and `POST /v1/compactions`)
+publishes for the compaction worker.
+
+`agent-memory compact --user U [--project P]` publishes one request;
+`--all [--project P]` one per user of the app with episodes older than the
+retention (every request of one run carries the same `created_at`, the time the
+users were listed, so each selects against the cut-off they were found with).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import uuid
+from datetime import datetime
+
+import psycopg
+
+from services.compaction_worker.handlers import cutoff
+from shared.config import Settings
+from shared.errors import InvalidEvent
+from shared.events import CompactionRequested, encode, utcnow
+from shared.identifiers import identifier_problem
+
+
+def compaction_request(
+    app: str,
+    user_id: str,
+    project_id: str,
+    retention_days: int,
+    batch_limit: int,
+    *,
+    created_at: datetime | None = None,
+    event_id: str | None = None,
+) -> CompactionRequested:
+    """A request to fold the user's episodes older than `retention_days` (only
+    `project_id`'s when not ""), `batch_limit` per transaction. Raises `InvalidEvent`
+    naming the field when a value breaks the event's rules (an identifier, a bound)."""
+    event = CompactionRequested(
+        event_id=event_id or str(uuid.uuid4()),
+        app=app,
+        user_id=user_id,
+        project_id=project_id,
+        retention_days=retention_days,
+        batch_limit=batch_limit,
+        created_at=created_at or utcnow(),
+    )
+    encode(event)  # validates: schema and rules, as on receipt
+    return event
+
+
+def users_with_old_episodes(
+    conn: psycopg.Connection, app: str, cutoff: datetime, project_id: str = ""
+) -> list[str]:
+    """The users of `app` with episodes created before `cutoff` (of `project_id`
+    only, when not ""), in order."""
+    project = "AND project_id = %(project)s " if project_id else ""
+    rows = conn.execute(
+        "SELECT DISTINCT user_id FROM episodes WHERE app = %(app)s "
+        f"AND created_at < %(cutoff)s {project}ORDER BY user_id",
+        {"app": app, "cutoff": cutoff, "project": project_id},
+    ).fetchall()
+    return [row[0] for row in rows]
+
+
+def _fail(message: str, code: int = 1) -> int:
+    print(f"agent-memory compact: {message}", file=sys.stderr)
+    return code
+
+
+def run_compact_command(args: argparse.Namespace, settings: Settings) -> int:
+    """`agent-memory compact`: publish the requests, print one line each and a total.
+    Exit 0 when all were published, 2 for a bad command line, 1 when Postgres or
+    Pub/Sub failed."""
+    from google.api_core import exceptions as gexc
+
+    from shared.bus.publisher import EventPublisher
+
+    if bool(args.user) == bool(args.all):
+        return _fail("give --user USER (one user) or --all (every user with old episodes)", 2)
+    app = args.app or settings.default_app
+    project = args.project or ""
+    retention = (
+        settings.compaction_retention_days if args.retention_days is None else args.retention_days
+    )
+    for name, value in (("--app", app), ("--user", args.user), ("--project", args.project)):
+        problem = identifier_problem(value) if value else None
+        if problem:
+            return _fail(f"{name}: {problem}", 2)
+    if retention < 1:
+        return _fail(f"--retention-days: must be at least 1, not {retention}", 2)
+    created_at = utcnow()
+    if args.all:
+        if not settings.database_url:
+            return _fail("AM_DATABASE_URL is not set (--all lists the users from Postgres)")
+        try:
+            with psycopg.connect(
+                settings.database_url,
+                connect_timeout=max(1, int(settings.db_connect_timeout_seconds)),
+            ) as conn:
+                users = users_with_old_episodes(conn, app, cutoff(created_at, retention), project)
+        except psycopg.Error as exc:
+            return _fail(f"Postgres: {exc}")
+    else:
+        users = [args.user]
+    try:
+        requests = [
+            compaction_request(
+                app,
+                user,
+                project,
+                retention,
+                settings.compaction_batch_limit,
+                created_at=created_at,
+            )
+            for user in users
+        ]
+    except InvalidEvent as exc:
+        return _fail(str(exc), 2)
+
+    publisher = EventPublisher(settings)
+    try:
+        futures = [(request, publisher.publish(request)) for request in requests]
+        for request, future in futures:
+            future.result(timeout=settings.publish_timeout_seconds)
+            print(
+                f"published {request.event_id}  app={request.app}  user={request.user_id}  "
+                f"project={request.project_id or '(all)'}  "
+                f"retention_days={request.retention_days}",
+                flush=True,
+            )
+    except gexc.GoogleAPIError as exc:
+        hint = " (run `agent-memory topology apply`?)" if isinstance(exc, gexc.NotFound) else ""
+        return _fail(f"Pub/Sub refused the request: {exc}{hint}")
+    except TimeoutError:
+        return _fail(f"Pub/Sub did not confirm within {settings.publish_timeout_seconds} s")
+    finally:
+        publisher.stop()
+    print(f"{len(requests)} compaction request(s) published for app {app}")
+    return 0

@@ -1,0 +1,42 @@
+"""`agent-memory keys create|list|revoke`."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+import psycopg
+
+from shared.api_keys import create_key, list_keys, revoke_key
+from shared.config import Settings
+
+
+def run_keys_command(args: argparse.Namespace, settings: Settings) -> int:
+    if not settings.database_url:
+        print("agent-memory: AM_DATABASE_URL is not set", file=sys.stderr)
+        return 2
+    with psycopg.connect(settings.database_url, autocommit=True) as conn:
+        if args.keys_command == "create":
+            try:
+                key, record = create_key(conn, args.app, args.admin, args.name)
+            except ValueError as exc:
+                print(f"agent-memory: {exc}", file=sys.stderr)
+                return 2
+            kind = "admin key" if record.admin else "key"
+            print(f"created {kind} {record.id} for app {record.app} (shown once, keep it):")
+            print(key)
+            return 0
+        if args.keys_command == "list":
+            for k in list_keys(conn, args.app):
+                state = f"revoked {k.revoked_at:%Y-%m-%d %H:%M}" if k.revoked_at else "active"
+                role = "admin" if k.admin else "-"
+                print(
+                    f"{k.id}  app={k.app}  {k.prefix}…  {role}  {state}  "
+                    f"created {k.created_at:%Y-%m-%d %H:%M}  {k.name}"
+                )
+            return 0
+        if revoke_key(conn, args.key_id):
+            print(f"revoked {args.key_id}")
+            return 0
+        print(f"agent-memory: no active key with id {args.key_id}", file=sys.stderr)
+        return 1

@@ -1,0 +1,177 @@
+"""Deletion and compaction routes: forgetting by query, deleting a project or a
+whole user (GDPR), and asking for a compaction.
+
+Deletions run in one Postgres transaction under the user's advisory lock (the
+extraction and compaction workers take the same lock), in a thread on the
+synchronous pool. A user's deletion then removes every Valkey key of the user:
+sessions and allow-once grants, after setting the tombstone that makes late
+events of the user drop (see shared/session_buffer.py).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from datetime import datetime
+from typing import Annotated
+
+import structlog
+import valkey
+from fastapi import FastAPI, Path, Request
+from pydantic import BaseModel, Field
+
+from services.read_api.errors import ApiError
+from services.read_api.memory_models import Identifier, MemoryView, OptionalId, QueryText, _Request
+from services.read_api.memory_routes import _postgres, memory_view
+from services.read_api.tenant import app_of, is_admin
+from shared.db.pool import UnitOfWork
+from shared.errors import InvalidEvent
+from shared.events import encode, utcnow
+from shared.memory.deletion import delete_matching, delete_project, delete_user
+from shared.session_buffer import tombstone_key, user_keys_pattern
+
+log = structlog.get_logger("agent_memory.api")
+
+PathId = Annotated[Identifier, Path()]
+
+
+class DeleteByQueryRequest(_Request):
+    project_id: OptionalId = None
+    query: QueryText
+
+
+class DeleteByQueryResponse(BaseModel):
+    deleted: list[MemoryView]
+
+
+class DeletionCounts(BaseModel):
+    user_id: str
+    project_id: str | None = None
+    deleted: dict[str, int]
+    deleted_at: str | None = None
+
+
+class CompactionRequest(_Request):
+    project_id: OptionalId = None
+    retention_days: int | None = Field(default=None, ge=1, le=36500)
+    batch_limit: int | None = Field(default=None, ge=1, le=1000)
+
+
+class CompactionAccepted(BaseModel):
+    event_id: str
+    user_id: str
+    project_id: str | None
+    retention_days: int
+    batch_limit: int
+
+
+def install_lifecycle_routes(app: FastAPI) -> None:
+    @app.post("/v1/memories:delete", response_model=DeleteByQueryResponse)
+    async def delete_by_query(
+        body: DeleteByQueryRequest, request: Request
+    ) -> DeleteByQueryResponse:
+        """adk-memory's semantics: with a project, that project's memories only;
+        without one, global memories only (project memories are untouched)."""
+        app_id, pool = app_of(request), request.app.state.resources.pool
+
+        def run() -> list:
+            with UnitOfWork(pool) as uow:
+                retired = delete_matching(
+                    uow.conn, app_id, body.user_id, body.project_id or "", body.query, utcnow()
+                )
+                uow.commit()
+                return retired
+
+        retired = await _postgres(asyncio.to_thread(run))
+        return DeleteByQueryResponse(deleted=[memory_view(m) for m in retired])
+
+    @app.delete("/v1/users/{user_id}/projects/{project_id}", response_model=DeletionCounts)
+    async def remove_project(
+        user_id: PathId, project_id: PathId, request: Request
+    ) -> DeletionCounts:
+        app_id, pool = app_of(request), request.app.state.resources.pool
+
+        def run() -> dict[str, int]:
+            with UnitOfWork(pool) as uow:
+                done = delete_project(uow.conn, app_id, user_id, project_id)
+                uow.commit()
+                return done.counts
+
+        counts = await _postgres(asyncio.to_thread(run))
+        request.app.state.permissions.rules.clear()  # its rules are gone
+        log.info("project deleted", user_id=user_id, project_id=project_id, deleted=counts)
+        return DeletionCounts(user_id=user_id, project_id=project_id, deleted=counts)
+
+    @app.delete("/v1/users/{user_id}", response_model=DeletionCounts)
+    async def remove_user(user_id: PathId, request: Request) -> DeletionCounts:
+        """GDPR: everything of the user in this app, and a tombstone so that the
+        user's events created before now are dropped wherever they arrive later.
+        Safe to repeat (a Valkey outage answers 503 after the Postgres part)."""
+        app_id, pool = app_of(request), request.app.state.resources.pool
+
+        def run() -> tuple[dict[str, int], datetime]:
+            with UnitOfWork(pool) as uow:
+                done, when = delete_user(uow.conn, app_id, user_id, utcnow())
+                uow.commit()
+                return done.counts, when
+
+        counts, when = await _postgres(asyncio.to_thread(run))
+        request.app.state.permissions.rules.clear()  # their rules are gone
+        client = request.app.state.buffer.client
+        try:
+            await client.set(tombstone_key(app_id, user_id), repr(when.timestamp()))
+            counts["valkey_keys"] = await _remove_keys(client, user_keys_pattern(app_id, user_id))
+        except valkey.ValkeyError as exc:
+            log.warning("user deletion: valkey part failed", user_id=user_id, error=repr(exc))
+            raise ApiError(
+                503,
+                "valkey_unavailable",
+                "the user's stored memories were deleted but their sessions could not be "
+                "removed from Valkey; repeat the request",
+            ) from None
+        log.info("user deleted", user_id=user_id, deleted=counts)
+        return DeletionCounts(user_id=user_id, deleted=counts, deleted_at=when.isoformat())
+
+    @app.post("/v1/compactions", status_code=202, response_model=CompactionAccepted)
+    async def request_compaction(body: CompactionRequest, request: Request) -> CompactionAccepted:
+        if not is_admin(request):
+            raise ApiError(403, "forbidden", "compaction needs an admin key of this app")
+        from services.compaction_worker.requests import compaction_request
+
+        settings = request.app.state.resources.settings
+        try:
+            event = compaction_request(
+                app_of(request),
+                body.user_id,
+                body.project_id or "",
+                body.retention_days or settings.compaction_retention_days,
+                body.batch_limit or settings.compaction_batch_limit,
+            )
+        except InvalidEvent as exc:
+            raise ApiError(422, "invalid_request", str(exc)) from None
+        publisher = request.app.state.resources.publisher
+        try:
+            future = publisher.publish_message(encode(event))
+            await asyncio.wait_for(asyncio.wrap_future(future), settings.publish_timeout_seconds)
+        except Exception as exc:
+            log.warning("compaction publish failed", error=repr(exc))
+            raise ApiError(503, "publish_failed", "the request could not be published") from None
+        return CompactionAccepted(
+            event_id=event.event_id,
+            user_id=event.user_id,
+            project_id=event.project_id or None,
+            retention_days=event.retention_days,
+            batch_limit=event.batch_limit,
+        )
+
+
+async def _remove_keys(client: valkey.asyncio.Valkey, pattern: str) -> int:
+    removed = 0
+    batch: list[bytes] = []
+    async for key in client.scan_iter(match=pattern, count=1000):
+        batch.append(key)
+        if len(batch) >= 500:
+            removed += await client.delete(*batch)
+            batch = []
+    if batch:
+        removed += await client.delete(*batch)
+    return removed

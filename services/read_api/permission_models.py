@@ -1,0 +1,91 @@
+"""Request and response bodies of the tool-permission routes.
+
+Identifiers follow the API's one rule (`check_identifier`); a pattern must be
+one RE2 compiles, checked when the rule is written, so a bad pattern is a 422
+naming `pattern`, not a surprise at evaluation. The size of `tool_args` is
+checked by the routes (the limit is a setting).
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal
+
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field
+
+from services.read_api.memory_models import Identifier, OptionalId
+from shared.permissions import Action, Decision, Tier, pattern_problem
+
+# Rules of every project of the user: `project_id` of a rule, or in a listing.
+GLOBAL_PROJECT = "global"
+
+
+def _pattern(value: str) -> str:
+    problem = pattern_problem(value)
+    if problem:
+        raise ValueError(problem)
+    return value
+
+
+Pattern = Annotated[str, AfterValidator(_pattern)]
+
+
+class _ToolCall(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    user_id: Identifier
+    session_id: Identifier
+    tool_name: Identifier
+    tool_args: dict[str, Any]
+
+
+class EvaluateRequest(_ToolCall):
+    project_id: OptionalId = None
+
+
+class EvaluateResponse(BaseModel):
+    decision: Decision
+    tier: Tier
+    rule_id: str | None
+    reason: str
+
+
+class GrantRequest(_ToolCall):
+    # Unset: AM_PERMISSION_GRANT_TTL_SECONDS.
+    ttl_seconds: int | None = Field(default=None, ge=1, le=3600)
+
+
+class GrantResponse(BaseModel):
+    user_id: str
+    session_id: str
+    tool_name: str
+    command: str
+    expires_at: str
+
+
+class RuleRequest(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    user_id: Identifier
+    project_id: Identifier  # a project, or "global" for every project of the user
+    tool_name: Identifier  # "*": every tool
+    pattern: Pattern
+    action: Action
+
+
+class RuleView(BaseModel):
+    id: str
+    user_id: str
+    project_id: str  # "global" for a global rule
+    tool_name: str
+    pattern: str
+    action: Literal["ALLOW", "BLOCK"]
+    created_at: str
+
+
+class RuleList(BaseModel):
+    rules: list[RuleView]
+
+
+class DeleteRuleResponse(BaseModel):
+    id: str
+    deleted: bool

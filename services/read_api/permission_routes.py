@@ -1,0 +1,191 @@
+"""Tool-permission routes: evaluate a tool call, grant one call, manage rules.
+
+Everything is scoped by the request's tenant (`app_of`). Evaluation never
+answers 500: an error inside it is a PENDING with the reason (fail closed; see
+shared/permissions.py). Rule writes clear this process's rule cache at once.
+"""
+
+from __future__ import annotations
+
+import uuid
+from typing import Annotated, Any
+
+import structlog
+import valkey
+from fastapi import FastAPI, Query, Request, Response
+
+from services.read_api.errors import ApiError
+from services.read_api.memory_models import Identifier
+from services.read_api.memory_routes import _postgres
+from services.read_api.permission_models import (
+    GLOBAL_PROJECT,
+    DeleteRuleResponse,
+    EvaluateRequest,
+    EvaluateResponse,
+    GrantRequest,
+    GrantResponse,
+    RuleList,
+    RuleRequest,
+    RuleView,
+)
+from services.read_api.tenant import app_of
+from shared.config import Settings
+from shared.events import format_time
+from shared.identifiers import text_problem
+from shared.permissions import (
+    GLOBAL,
+    Guardrail,
+    Rule,
+    ToolCall,
+    add_grant,
+    add_rule,
+    canonical_json,
+    command_of,
+    delete_rule,
+    grant_key,
+    list_rules,
+)
+
+log = structlog.get_logger("agent_memory.api")
+
+
+def install_permission_routes(app: FastAPI) -> None:
+    guard = Guardrail()
+    # The deletion routes clear its rule cache; the lifespan closes it.
+    app.state.permissions = guard
+
+    @app.post("/v1/permissions:evaluate", response_model=EvaluateResponse)
+    async def evaluate(body: EvaluateRequest, request: Request) -> Response:
+        settings = _settings(request)
+        call = ToolCall(
+            app=app_of(request),
+            user_id=body.user_id,
+            project_id=body.project_id,
+            session_id=body.session_id,
+            tool_name=body.tool_name,
+            command=_command(body.tool_args, settings),
+        )
+        verdict = await guard.evaluate(
+            call,
+            settings.exempt_tools,
+            request.app.state.apool,
+            request.app.state.buffer.client,
+            settings.permission_cache_seconds,
+        )
+        # The audit trail of the guardrail (not the command: it may hold secrets).
+        log.info(
+            "permission evaluated",
+            app=call.app,
+            user=call.user_id,
+            session=call.session_id,
+            project=call.project_id,
+            tool=call.tool_name,
+            decision=verdict.decision,
+            tier=verdict.tier,
+            rule_id=verdict.rule_id,
+        )
+        answer = EvaluateResponse(
+            decision=verdict.decision,
+            tier=verdict.tier,
+            rule_id=verdict.rule_id,
+            reason=verdict.reason,
+        )
+        return Response(answer.model_dump_json(), media_type="application/json")
+
+    @app.post("/v1/permissions/grants", status_code=201)
+    async def grant(body: GrantRequest, request: Request) -> GrantResponse:
+        settings = _settings(request)
+        command = _command(body.tool_args, settings)
+        key = grant_key(app_of(request), body.user_id, body.session_id, body.tool_name, command)
+        ttl = body.ttl_seconds or settings.permission_grant_ttl_seconds
+        try:
+            expires_at = await add_grant(request.app.state.buffer.client, key, ttl)
+        except valkey.ValkeyError as exc:
+            log.warning("grant not stored", error=repr(exc))
+            raise ApiError(503, "valkey_unavailable", "the grant store is unavailable") from None
+        return GrantResponse(
+            user_id=body.user_id,
+            session_id=body.session_id,
+            tool_name=body.tool_name,
+            command=command,
+            expires_at=format_time(expires_at),
+        )
+
+    @app.post("/v1/permissions/rules", status_code=201)
+    async def create_rule(body: RuleRequest, request: Request) -> RuleView:
+        project = GLOBAL if body.project_id == GLOBAL_PROJECT else body.project_id
+        rule = await _postgres(
+            add_rule(
+                request.app.state.apool,
+                app_of(request),
+                body.user_id,
+                project,
+                body.tool_name,
+                body.pattern,
+                body.action,
+            )
+        )
+        guard.rules.clear()
+        return _view(rule)
+
+    @app.get("/v1/permissions/rules")
+    async def get_rules(
+        request: Request,
+        user_id: Annotated[Identifier, Query()],
+        project_id: Annotated[Identifier | None, Query()] = None,
+    ) -> RuleList:
+        project = GLOBAL if project_id == GLOBAL_PROJECT else project_id
+        rules = await _postgres(
+            list_rules(request.app.state.apool, app_of(request), user_id, project)
+        )
+        return RuleList(rules=[_view(r) for r in rules])
+
+    @app.delete("/v1/permissions/rules/{rule_id}")
+    async def remove_rule(
+        rule_id: str,
+        request: Request,
+        user_id: Annotated[Identifier | None, Query()] = None,
+    ) -> DeleteRuleResponse:
+        """The rule's id names it within the app; `user_id`, if given, must match."""
+        if not _is_uuid(rule_id) or not await _postgres(
+            delete_rule(request.app.state.apool, app_of(request), user_id, rule_id)
+        ):
+            raise ApiError(404, "not_found", f"no permission rule {rule_id}")
+        guard.rules.clear()
+        return DeleteRuleResponse(id=rule_id, deleted=True)
+
+
+def _settings(request: Request) -> Settings:
+    return request.app.state.resources.settings
+
+
+def _command(tool_args: dict[str, Any], settings: Settings) -> str:
+    """The call's command, or a 422 naming `tool_args` (too large, too deep, not UTF-8)."""
+    try:
+        canonical = canonical_json(tool_args)
+        problem = text_problem(canonical, settings.max_tool_events_bytes)
+    except (RecursionError, ValueError, TypeError):
+        problem = "cannot be written as JSON text (too deep?)"
+    if problem:
+        raise ApiError(422, "invalid_request", f"tool_args: {problem}", field="tool_args")
+    return command_of(tool_args, canonical)
+
+
+def _view(rule: Rule) -> RuleView:
+    return RuleView(
+        id=rule.id,
+        user_id=rule.user_id,
+        project_id=rule.project_id or GLOBAL_PROJECT,
+        tool_name=rule.tool_name,
+        pattern=rule.pattern,
+        action=rule.action,
+        created_at=format_time(rule.created_at),
+    )
+
+
+def _is_uuid(value: str) -> bool:
+    try:
+        uuid.UUID(value)
+    except ValueError:
+        return False
+    return True

@@ -1,0 +1,17 @@
+"""The tenant (`app`) of a request: set by the authentication middleware from the
+caller's API key, never from the body. Every route scopes its reads and writes
+by `app_of(request)`."""
+
+from __future__ import annotations
+
+from fastapi import Request
+
+
+def app_of(request: Request) -> str:
+    """The app whose key made this request."""
+    return request.state.app_id
+
+
+def is_admin(request: Request) -> bool:
+    """Whether the request's key is an admin key of its app."""
+    return bool(getattr(request.state, "admin", False))

@@ -70,6 +70,17 @@ def _parser() -> argparse.ArgumentParser:
     up.add_argument("--data-dir", type=Path, help="where data and logs live (default .local)")
     demo = sub.add_parser("demo", help="start a fresh local stack and show the pipeline at work")
     demo.add_argument("--keep", action="store_true", help="keep the stack's data folder")
+    demo.add_argument(
+        "--llm", choices=["rules", "gemini"], help="LLM provider (default AM_LLM_PROVIDER, rules)"
+    )
+    demo.add_argument(
+        "--embeddings",
+        choices=["hash", "gemini"],
+        help="embedding provider (default AM_EMBEDDING_PROVIDER, hash)",
+    )
+    demo.add_argument(
+        "--out", type=Path, default=Path("demo-report"), help="where report.json and the chart go"
+    )
     return parser
 
 

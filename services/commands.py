@@ -17,7 +17,9 @@ def run_api(args: argparse.Namespace, settings: Settings) -> int:
     import uvicorn
 
     from services.read_api.app import create_app
+    from shared.metrics import serve_metrics
 
+    serve_metrics(settings.metrics_host, settings.metrics_port)
     uvicorn.run(
         create_app(settings),
         host=settings.api_host,
@@ -148,4 +150,4 @@ def run_demo(args: argparse.Namespace, settings: Settings) -> int:
 
     # The demo prints its own story; the stack's processes log to files.
     configure_logging(settings.log_format, "WARNING")
-    return demo(settings, keep=args.keep)
+    return demo(settings, keep=args.keep, llm=args.llm, embeddings=args.embeddings, out=args.out)

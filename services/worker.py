@@ -24,6 +24,7 @@ from services.summary_worker import handlers as summary
 from shared.bootstrap import Resources, bootstrap
 from shared.bus.worker import HandlerTable, SubscriberRuntime
 from shared.config import Settings
+from shared.metrics import serve_metrics
 
 log = structlog.get_logger("agent_memory.worker")
 
@@ -96,6 +97,7 @@ def run_worker(kind: str, settings: Settings) -> int:
         publisher=True,
         pool_size=concurrency,
     )
+    serve_metrics(settings.metrics_host, settings.metrics_port)
     stop = threading.Event()
     for signum in (signal.SIGTERM, signal.SIGINT):
         signal.signal(signum, lambda *_: stop.set())

@@ -139,6 +139,11 @@ class Settings(BaseSettings):
     pubsub_port: int | None = Field(default=None, ge=1, le=65535)
     pubsub_emulator_bin: Path | None = None
 
+    # Prometheus metrics of this process on http://AM_METRICS_HOST:AM_METRICS_PORT/
+    # (unset: not served). `up` gives each service a free port.
+    metrics_port: int | None = Field(default=None, ge=1, le=65535)
+    metrics_host: str = "127.0.0.1"
+
     # Logging.
     log_format: Literal["auto", "json", "console"] = "auto"
     log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = "INFO"

@@ -1,9 +1,9 @@
-"""Process metrics (Prometheus client). Each process keeps its own counters;
-exporting them (an HTTP endpoint, OpenTelemetry) belongs to the operations work."""
+"""Process metrics (Prometheus client). Each process keeps its own counters and
+serves them on `AM_METRICS_PORT` when that is set (`serve_metrics`)."""
 
 from __future__ import annotations
 
-from prometheus_client import Counter
+from prometheus_client import Counter, start_http_server
 
 LLM_TOKENS = Counter(
     "agent_memory_llm_tokens",
@@ -20,6 +20,12 @@ SUMMARY_FOLDS = Counter(
     "Folds of session turns into the rolling summary, by result (stored, conflict).",
     ["result"],
 )
+
+
+def serve_metrics(host: str, port: int | None) -> None:
+    """Serve this process's metrics over HTTP (a daemon thread), if a port is set."""
+    if port:
+        start_http_server(port, addr=host)
 
 
 def count_llm_tokens(provider: str, task: str, input_tokens: int, output_tokens: int) -> None:

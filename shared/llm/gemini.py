@@ -30,7 +30,6 @@ from google.genai import types
 from shared.config import Settings
 from shared.llm import gemini_prompts as prompts
 from shared.llm.base import (
-    SUMMARY_INSTRUCTION,
     Candidate,
     Completion,
     Decision,
@@ -40,7 +39,6 @@ from shared.llm.base import (
     LLMError,
     MalformedReply,
     Usage,
-    render_turns,
 )
 from shared.metrics import LLM_CALLS, count_llm_tokens
 from shared.tokens import clip_to_tokens
@@ -100,11 +98,7 @@ class GeminiLLM:
     def summarize(
         self, previous: str, turns: list[DialogueTurn], max_tokens: int
     ) -> Completion[str]:
-        prompt = (
-            f"Previous summary:\n{previous or '(none)'}\n\n"
-            f"New turns, oldest first:\n{render_turns(turns)}\n\n"
-            'Answer with JSON: {"summary": "<the new rolling summary>"}.'
-        )
+        prompt = prompts.summary_prompt(previous, turns)
 
         def parse(value: Any) -> str:
             summary = value.get("summary") if isinstance(value, dict) else None
@@ -115,7 +109,7 @@ class GeminiLLM:
 
         return self.generate_json(
             task="summarize",
-            system=SUMMARY_INSTRUCTION.format(max_tokens=max_tokens),
+            system=prompts.summary_instruction(max_tokens),
             prompt=prompt,
             schema=_SUMMARY_SCHEMA,
             parse=parse,

@@ -18,6 +18,7 @@ from shared.llm.base import (
     ACTIONS,
     KINDS,
     SCOPES,
+    SUMMARY_INSTRUCTION,
     Candidate,
     Decision,
     DialogueTurn,
@@ -243,6 +244,18 @@ def parse_decision(value: Any, existing: list[ExistingMemory]) -> Decision:
             raise MalformedReply("UPDATED with no text")
         return Decision(action, target, text)
     return Decision(action, target, "")
+
+
+def summary_instruction(max_tokens: int) -> str:
+    return SUMMARY_INSTRUCTION.format(max_tokens=max_tokens)
+
+
+def summary_prompt(previous: str, turns: list[DialogueTurn]) -> str:
+    return (
+        f"Previous summary:\n{previous or '(none)'}\n\n"
+        f"New turns, oldest first:\n{render_turns(turns)}\n\n"
+        'Answer with JSON: {"summary": "<the new rolling summary>"}.'
+    )
 
 
 COMPACTION_SCHEMA: dict[str, Any] = {

@@ -28,8 +28,11 @@ Tokens are counted by the one estimator over what goes in and what comes out.
 
 from __future__ import annotations
 
+import json
 import re
+from typing import TypeVar
 
+from shared.llm import gemini_prompts as prompts
 from shared.llm.base import (
     Candidate,
     Completion,
@@ -38,12 +41,14 @@ from shared.llm.base import (
     ExistingMemory,
     ExtractionInput,
     Usage,
-    render_turns,
 )
 from shared.llm.consolidation_rules import decide
 from shared.llm.decomposition_rules import decompose_query
 from shared.llm.extraction_rules import extract_candidates
+from shared.metrics import count_llm_tokens
 from shared.tokens import clip_to_tokens, estimate_tokens
+
+T = TypeVar("T")
 
 _SENTENCE_END = re.compile(r"(?<=[.!?])\s+|\n+")
 
@@ -183,11 +188,12 @@ class RulesLLM:
             if gist and normalised(f"User asked: {gist}") not in held:
                 new.append((0, f"User asked: {gist}"))
         summary = _fit(previous, new, max_tokens)
-        usage = Usage(
-            input_tokens=estimate_tokens(previous) + estimate_tokens(render_turns(turns)),
-            output_tokens=estimate_tokens(summary),
+        return _counted(
+            "summarize",
+            summary,
+            prompts.summary_instruction(max_tokens) + prompts.summary_prompt(previous, turns),
+            summary,
         )
-        return Completion(summary, usage)
 
     def compact(
         self, previous: str, episodes: list[DialogueTurn], max_tokens: int
@@ -196,38 +202,53 @@ class RulesLLM:
         from shared.llm.compaction_rules import compact_episodes
 
         summary = compact_episodes(previous, episodes, max_tokens)
-        usage = Usage(
-            input_tokens=estimate_tokens(previous) + estimate_tokens(render_turns(episodes)),
-            output_tokens=estimate_tokens(summary),
+        return _counted(
+            "compact",
+            summary,
+            prompts.compaction_instruction(previous, max_tokens)
+            + prompts.compaction_prompt(previous, episodes),
+            summary[len(previous) :],
         )
-        return Completion(summary, usage)
 
     def extract(self, inp: ExtractionInput) -> Completion[list[Candidate]]:
         candidates = extract_candidates(inp)
-        usage = Usage(
-            input_tokens=estimate_tokens(inp.user) + estimate_tokens(inp.assistant),
-            output_tokens=sum(estimate_tokens(c.text) for c in candidates),
+        return _counted(
+            "extract",
+            candidates,
+            prompts.extraction_instruction(inp) + prompts.extraction_prompt(inp),
+            json.dumps([c.__dict__ for c in candidates]),
         )
-        return Completion(candidates, usage)
 
     def consolidate(
         self, candidate: Candidate, existing: list[ExistingMemory]
     ) -> Completion[Decision]:
         decision = decide(candidate, existing)
-        usage = Usage(
-            input_tokens=estimate_tokens(candidate.text)
-            + sum(estimate_tokens(m.text) for m in existing),
-            output_tokens=estimate_tokens(decision.text),
+        return _counted(
+            "consolidate",
+            decision,
+            prompts.CONSOLIDATION_INSTRUCTION + prompts.consolidation_prompt(candidate, existing),
+            json.dumps(decision.__dict__),
         )
-        return Completion(decision, usage)
 
     def decompose(self, query: str, session_id: str, prev_session_id: str) -> Completion[list[str]]:
         queries = decompose_query(query, session_id, prev_session_id)
-        usage = Usage(
-            input_tokens=estimate_tokens(query),
-            output_tokens=sum(estimate_tokens(q) for q in queries),
+        return _counted(
+            "decompose",
+            queries,
+            prompts.decomposition_instruction(session_id, prev_session_id)
+            + prompts.decomposition_prompt(query),
+            json.dumps(queries),
         )
-        return Completion(queries, usage)
+
+
+def _counted(task: str, value: T, prompt: str, reply: str) -> Completion[T]:
+    """The completion, its usage counted as the `gemini` provider's would be: the
+    tokens of the prompt it sends for the same task, and of the reply. So the token
+    figures (metrics, the demo's report) mean the same whichever provider answered,
+    although this one calls no model."""
+    usage = Usage(input_tokens=estimate_tokens(prompt), output_tokens=estimate_tokens(reply))
+    count_llm_tokens(RulesLLM.name, task, usage.input_tokens, usage.output_tokens)
+    return Completion(value, usage)
 
 
 def _fit(previous: str, new: list[tuple[int, str]], max_tokens: int) -> str:

@@ -100,6 +100,7 @@ class LocalStack:
         self.service_procs: dict[str, ManagedProcess] = {}
         self.endpoints: Endpoints | None = None
         self.dev_api_key: str | None = None
+        self.metrics_ports: dict[str, int] = {}  # service -> its Prometheus port
         self._lock_file: IO[str] | None = None
         self._restarts: dict[str, int] = {}
         self._stopping = threading.Event()
@@ -245,13 +246,11 @@ class LocalStack:
         return [sys.executable, "-m", "services.cli", *command]
 
     def start_service(self, name: str) -> None:
-        """Start (or start again) one service process."""
-        proc = ManagedProcess(
-            name,
-            self._service_argv(name),
-            self.log_dir / f"{name}.log",
-            env=self.child_environment(),
-        )
+        """Start (or start again) one service process, its metrics on a port of its own."""
+        env = self.child_environment()
+        port = self.metrics_ports.setdefault(name, free_port())
+        env["AM_METRICS_PORT"], env["AM_METRICS_HOST"] = str(port), "127.0.0.1"
+        proc = ManagedProcess(name, self._service_argv(name), self.log_dir / f"{name}.log", env=env)
         proc.start()
         self.service_procs[name] = proc
         self._write_pids()

@@ -1,6 +1,7 @@
 """The memory tasks of the `rules` provider (extraction, consolidation,
 decomposition) and the strict reading of the `gemini` provider's replies."""
 
+import json
 from dataclasses import fields
 from datetime import UTC, datetime
 
@@ -307,15 +308,28 @@ def test_a_memory_of_another_scope_or_project_is_never_a_target():
     assert llm.consolidate(global_, [theirs]).value.action == "CREATED"
 
 
-def test_the_rules_tasks_count_tokens_and_are_deterministic():
+def test_the_rules_tasks_count_the_tokens_gemini_would_be_sent_and_are_deterministic():
+    from shared.llm import gemini_prompts as prompts
+    from shared.metrics import LLM_TOKENS
+
     llm = RulesLLM()
     inp = ExtractionInput(SESSION, "", "", T0, "I prefer Dark Mode UI.", "Noted.")
+    counted = LLM_TOKENS.labels("rules", "extract", "input")._value.get()
     completion = llm.extract(inp)
-    assert completion.usage.input_tokens == estimate_tokens(inp.user) + estimate_tokens("Noted.")
-    assert completion.usage.output_tokens == estimate_tokens("User prefers Dark Mode UI.")
+    prompt = prompts.extraction_instruction(inp) + prompts.extraction_prompt(inp)
+    assert completion.usage.input_tokens == estimate_tokens(prompt)
+    assert LLM_TOKENS.labels("rules", "extract", "input")._value.get() - counted == (
+        completion.usage.input_tokens
+    )
+    (candidate,) = completion.value
+    assert candidate.text == "User prefers Dark Mode UI."
+    assert completion.usage.output_tokens == estimate_tokens(json.dumps([candidate.__dict__]))
     assert llm.extract(inp) == completion
     query = llm.decompose("What is my theme?", SESSION, "")
-    assert query.usage.input_tokens == estimate_tokens("What is my theme?")
+    assert query.usage.input_tokens == estimate_tokens(
+        prompts.decomposition_instruction(SESSION, "")
+        + prompts.decomposition_prompt("What is my theme?")
+    )
 
 
 # -- decomposition ------------------------------------------------------------

@@ -1,4 +1,4 @@
-"""Helpers for tests: polling with a deadline, and worker processes."""
+"""Helpers for tests: polling with a deadline, worker processes, the API over HTTP."""
 
 from __future__ import annotations
 
@@ -8,8 +8,10 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import TypeVar
 
@@ -101,3 +103,38 @@ class WorkerProcess:
                 self.proc.kill()
                 self.proc.wait()
         self._log.close()
+
+
+@contextmanager
+def serve_api(settings: Settings) -> Iterator[str]:
+    """The real API over real HTTP: uvicorn in a thread on a free port; its URL."""
+    import httpx
+    import uvicorn
+
+    from services.read_api.app import create_app
+    from shared.localstack.process import free_port
+
+    port = free_port()
+    config = uvicorn.Config(
+        create_app(settings),
+        host="127.0.0.1",
+        port=port,
+        log_config=None,
+        access_log=False,
+        ws="none",
+    )
+    server = uvicorn.Server(config)
+    thread = threading.Thread(target=server.run, name="api", daemon=True)
+    thread.start()
+    url = f"http://127.0.0.1:{port}"
+
+    def answering() -> bool:
+        assert thread.is_alive(), "the API stopped while starting (see its log)"
+        return server.started and httpx.get(f"{url}/healthz", timeout=2).status_code == 200
+
+    try:
+        wait_for(answering, 60, "the API's /healthz")
+        yield url
+    finally:
+        server.should_exit = True
+        thread.join(timeout=30)

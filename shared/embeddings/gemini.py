@@ -172,7 +172,8 @@ def _input_tokens(response: types.EmbedContentResponse, texts: list[str]) -> int
     ]
     if reported:
         return int(sum(reported))
-    usage = response.usage_metadata
+    # google-genai 2.x (what google-adk allows) has no usage_metadata on embeddings.
+    usage = getattr(response, "usage_metadata", None)
     if usage is not None and usage.prompt_token_count:
         return usage.prompt_token_count
     return sum(estimate_tokens(text) for text in texts)

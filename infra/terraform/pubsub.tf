@@ -1,0 +1,91 @@
+# The Pub/Sub topology, exactly as `agent-memory topology apply` creates it
+# (shared/bus/admin.py): per event type an Avro schema (JSON encoding) attached to
+# its topic; per subscription a dead-letter topic `<subscription>-dlq` with a pull
+# subscription of the same name, a retry policy and a maximum delivery count.
+#
+# One deliberate addition: no subscription expires (`topology apply` leaves Pub/Sub's
+# default of 31 days without activity). A dead-letter subscription is idle most of
+# the time, and a dead-letter topic without a subscription loses what it receives.
+
+resource "google_pubsub_schema" "event" {
+  for_each = local.topology.topics
+
+  name       = "${local.topic_prefix}${each.value.schema}"
+  type       = "AVRO"
+  definition = file("${path.module}/../../${each.value.schema_file}")
+
+  depends_on = [google_project_service.enabled]
+}
+
+resource "google_pubsub_topic" "event" {
+  for_each = local.topology.topics
+
+  name = "${local.topic_prefix}${each.key}"
+
+  schema_settings {
+    schema   = google_pubsub_schema.event[each.key].id
+    encoding = "JSON"
+  }
+}
+
+resource "google_pubsub_topic" "dead_letter" {
+  for_each = local.topology.subscriptions
+
+  name = "${local.topic_prefix}${each.value.dead_letter}"
+
+  depends_on = [google_project_service.enabled]
+}
+
+resource "google_pubsub_subscription" "worker" {
+  for_each = local.topology.subscriptions
+
+  name                    = "${local.topic_prefix}${each.key}"
+  topic                   = google_pubsub_topic.event[each.value.topic].id
+  enable_message_ordering = each.value.ordered
+  ack_deadline_seconds    = local.ack_deadline_seconds
+
+  dead_letter_policy {
+    dead_letter_topic     = google_pubsub_topic.dead_letter[each.key].id
+    max_delivery_attempts = local.max_delivery_attempts
+  }
+
+  retry_policy {
+    minimum_backoff = "${local.retry_min_backoff_seconds}s"
+    maximum_backoff = "${local.retry_max_backoff_seconds}s"
+  }
+
+  expiration_policy {
+    ttl = ""
+  }
+}
+
+resource "google_pubsub_subscription" "dead_letter" {
+  for_each = local.topology.subscriptions
+
+  name                 = "${local.topic_prefix}${each.value.dead_letter}"
+  topic                = google_pubsub_topic.dead_letter[each.key].id
+  ack_deadline_seconds = local.dead_letter_ack_deadline_seconds
+
+  expiration_policy {
+    ttl = ""
+  }
+}
+
+# Dead-lettering: the Pub/Sub service agent publishes to each dead-letter topic and
+# acknowledges (subscribes to) the source subscription. Without these, messages past
+# max_delivery_attempts are redelivered forever.
+resource "google_pubsub_topic_iam_member" "dead_letter_publisher" {
+  for_each = local.topology.subscriptions
+
+  topic  = google_pubsub_topic.dead_letter[each.key].id
+  role   = "roles/pubsub.publisher"
+  member = local.pubsub_service_agent
+}
+
+resource "google_pubsub_subscription_iam_member" "dead_letter_subscriber" {
+  for_each = local.topology.subscriptions
+
+  subscription = google_pubsub_subscription.worker[each.key].id
+  role         = "roles/pubsub.subscriber"
+  member       = local.pubsub_service_agent
+}

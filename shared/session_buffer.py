@@ -54,8 +54,10 @@ _APPEND = (
     _FILL
     + """
 -- KEYS: turns (zset), data (hash), seen (set), meta (hash), folds, fold-lock
--- ARGV: turn_id, score, turn json, tokens, ttl seconds, prev_session_id
+-- ARGV: turn_id, score, turn json, tokens, ttl seconds, prev_session_id, project_id
 -- Returns {added 0|1, turns in the buffer, tokens in the buffer}
+-- meta also marks every project the session's turns belonged to ('project:<id>'),
+-- so deleting a project finds its sessions.
 local ttl = tonumber(ARGV[5])
 local added = 0
 if redis.call('SADD', KEYS[3], ARGV[1]) == 1 then
@@ -63,6 +65,7 @@ if redis.call('SADD', KEYS[3], ARGV[1]) == 1 then
   redis.call('HSET', KEYS[2], ARGV[1], ARGV[3])
   redis.call('HINCRBY', KEYS[4], 'tokens', tonumber(ARGV[4]))
   if ARGV[6] ~= '' then redis.call('HSETNX', KEYS[4], 'prev_session_id', ARGV[6]) end
+  if ARGV[7] ~= '' then redis.call('HSET', KEYS[4], 'project:' .. ARGV[7], '1') end
   added = 1
 end
 for i = 1, 5 do redis.call('EXPIRE', KEYS[i], ttl) end
@@ -179,6 +182,22 @@ def user_keys_pattern(app: str, user_id: str) -> str:
     """SCAN pattern of every session (and grant) key of one user. The escaped
     parts hold no glob characters (`quote` encodes * ? [ ])."""
     return f"am:{{{_part(app)}:{_part(user_id)}:*"
+
+
+def user_meta_pattern(app: str, user_id: str) -> str:
+    """SCAN pattern of the `meta` key of every session of one user."""
+    return user_keys_pattern(app, user_id) + ":meta"
+
+
+def project_marker(project_id: str) -> str:
+    """The `meta` field that says a session had a turn of this project."""
+    return f"project:{project_id}"
+
+
+def session_keys_from_meta(meta_key: str) -> list[str]:
+    """Every fixed key of the session whose `meta` key this is."""
+    prefix = meta_key.removesuffix("meta")
+    return [prefix + suffix for suffix in _SUFFIXES]
 
 
 def _is_dropped(turn: BufferedTurn, tombstone: bytes | str | None) -> bool:
@@ -331,6 +350,7 @@ def _append_args(turn: BufferedTurn, prev_session_id: str, ttl: int) -> list[obj
         turn.tokens,
         ttl,
         prev_session_id,
+        turn.project_id,
     ]
 
 

@@ -27,7 +27,13 @@ from shared.db.pool import UnitOfWork
 from shared.errors import InvalidEvent
 from shared.events import encode, utcnow
 from shared.memory.deletion import delete_matching, delete_project, delete_user
-from shared.session_buffer import tombstone_key, user_keys_pattern
+from shared.session_buffer import (
+    project_marker,
+    session_keys_from_meta,
+    tombstone_key,
+    user_keys_pattern,
+    user_meta_pattern,
+)
 
 log = structlog.get_logger("agent_memory.api")
 
@@ -98,6 +104,19 @@ def install_lifecycle_routes(app: FastAPI) -> None:
 
         counts = await _postgres(asyncio.to_thread(run))
         request.app.state.permissions.rules.clear()  # its rules are gone
+        client = request.app.state.buffer.client
+        try:
+            counts["valkey_keys"] = await _remove_project_sessions(
+                client, app_id, user_id, project_id
+            )
+        except valkey.ValkeyError as exc:
+            log.warning("project deletion: valkey part failed", user_id=user_id, error=repr(exc))
+            raise ApiError(
+                503,
+                "valkey_unavailable",
+                "the project's stored memories were deleted but its sessions could not be "
+                "removed from Valkey; repeat the request",
+            ) from None
         log.info("project deleted", user_id=user_id, project_id=project_id, deleted=counts)
         return DeletionCounts(user_id=user_id, project_id=project_id, deleted=counts)
 
@@ -162,6 +181,21 @@ def install_lifecycle_routes(app: FastAPI) -> None:
             retention_days=event.retention_days,
             batch_limit=event.batch_limit,
         )
+
+
+async def _remove_project_sessions(
+    client: valkey.asyncio.Valkey, app_id: str, user_id: str, project_id: str
+) -> int:
+    """Remove every session of the user that had a turn of the project (its summary
+    may hold the project's facts): all its keys, allow-once grants included."""
+    removed = 0
+    marker = project_marker(project_id)
+    async for meta in client.scan_iter(match=user_meta_pattern(app_id, user_id), count=1000):
+        meta_key = meta.decode() if isinstance(meta, bytes) else meta
+        if await client.hexists(meta_key, marker):
+            removed += await _remove_keys(client, meta_key.removesuffix("meta") + "grant:*")
+            removed += await client.delete(*session_keys_from_meta(meta_key))
+    return removed
 
 
 async def _remove_keys(client: valkey.asyncio.Valkey, pattern: str) -> int:

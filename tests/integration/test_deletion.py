@@ -92,7 +92,7 @@ def test_delete_by_query_with_project_touches_that_project_only(client, ids):
 
 
 def test_deleting_a_project_removes_everything_of_it_and_nothing_else(
-    client, extraction, pool, ids
+    client, extraction, pool, valkey_client, ids
 ):
     user = ids["user_id"]
     write(client, user, "User prefers tea", entity_name="drink")
@@ -102,15 +102,32 @@ def test_deleting_a_project_removes_everything_of_it_and_nothing_else(
         assert extraction.handle_turn(make_turn(ids, n, project_id=project), None) == "applied"
     rule = {"user_id": user, "project_id": "P", "tool_name": "sh", "pattern": "^ls"}
     assert client.post("/v1/permissions/rules", json=rule | {"action": "ALLOW"}).status_code == 201
+    # Short-term memory: a session with a turn of P (and a grant), one of Q only.
+    for session, project in (("s-p", "P"), ("s-q", "Q")):
+        turn = {"user_id": user, "project_id": project, "user": f"on {project}", "assistant": "ok"}
+        assert client.post(f"/v1/sessions/{session}/turns", json=turn).status_code == 202
+    grant = {"user_id": user, "session_id": "s-p", "tool_name": "sh", "tool_args": {}}
+    assert client.post("/v1/permissions/grants", json=grant).status_code == 201
+    p_keys = list(valkey_client.scan_iter(match=f"am:{{{ids['app']}:{user}:s-p}}:*"))
+    assert len(p_keys) == 5  # turns, data, seen, meta and the grant
 
     answer = client.delete(f"/v1/users/{user}/projects/P")
     assert answer.status_code == 200, answer.text
     assert answer.json() == {
         "user_id": user,
         "project_id": "P",
-        "deleted": {"memory_revisions": 1, "memories": 1, "episodes": 2, "permission_rules": 1},
+        "deleted": {
+            "memory_revisions": 1,
+            "memories": 1,
+            "episodes": 2,
+            "permission_rules": 1,
+            "valkey_keys": 5,
+        },
         "deleted_at": None,
     }
+    assert list(valkey_client.scan_iter(match=f"am:{{{ids['app']}:{user}:s-p}}:*")) == []
+    view = client.get("/v1/sessions/s-q", params={"user_id": user}).json()
+    assert [t["user"] for t in view["turns"]] == ["on Q"]
     assert live_texts(client, user) == ["Q deploys on Mondays", "User prefers tea"]
     episodes = count(
         pool, "SELECT count(*) FROM episodes WHERE app = %s AND user_id = %s", ids["app"], user

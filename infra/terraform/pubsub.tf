@@ -3,9 +3,9 @@
 # its topic; per subscription a dead-letter topic `<subscription>-dlq` with a pull
 # subscription of the same name, a retry policy and a maximum delivery count.
 #
-# One deliberate addition: no subscription expires (`topology apply` leaves Pub/Sub's
-# default of 31 days without activity). A dead-letter subscription is idle most of
-# the time, and a dead-letter topic without a subscription loses what it receives.
+# No subscription expires (as `topology apply` sets them too): a dead-letter
+# subscription is idle most of the time, and a dead-letter topic without a
+# subscription loses what it receives.
 
 resource "google_pubsub_schema" "event" {
   for_each = local.topology.topics

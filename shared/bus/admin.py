@@ -18,6 +18,7 @@ from google.protobuf import duration_pb2, field_mask_pb2
 from google.pubsub_v1.types import (
     DeadLetterPolicy,
     Encoding,
+    ExpirationPolicy,
     RetryPolicy,
     Schema,
     SchemaSettings,
@@ -242,6 +243,10 @@ def _subscription_message(want: DesiredSubscription) -> Subscription:
         topic=want.topic,
         enable_message_ordering=want.ordered,
         ack_deadline_seconds=want.ack_deadline_seconds,
+        # No ttl: the subscription never expires. Pub/Sub's default deletes one after
+        # 31 days without activity, and a dead-letter subscription is idle most of
+        # the time: its topic would then lose what it receives.
+        expiration_policy=ExpirationPolicy(),
     )
     if want.dead_letter_topic:
         sub.dead_letter_policy = DeadLetterPolicy(
@@ -287,6 +292,9 @@ def _subscription_differences(
                 "dead_letter_policy",
             )
         )
+    ttl = _seconds(have.expiration_policy.ttl) if "expiration_policy" in have else 0
+    if ttl:
+        mutable.append((f"expires after {ttl}s without activity, want never", "expiration_policy"))
     if want.retry_min is not None:
         have_min = _seconds(have.retry_policy.minimum_backoff)
         have_max_b = _seconds(have.retry_policy.maximum_backoff)

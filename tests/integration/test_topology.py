@@ -32,6 +32,10 @@ def test_subscriptions_have_dead_letters_retry_and_ordering(settings, topology):
     )
     assert dlq.topic == topology.topic_path("turns-summary-dlq")
     assert dlq.ack_deadline_seconds == 600
+    # Neither expires (an expiration policy without a ttl): an idle dead-letter
+    # subscription must not vanish after Pub/Sub's default 31 days.
+    for found in (sub, dlq):
+        assert "expiration_policy" in found and found.expiration_policy.ttl.total_seconds() == 0
     generate = topology.subscriber.get_subscription(
         request={"subscription": topology.subscription_path("memory-generate-extraction")}
     )

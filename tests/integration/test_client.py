@@ -394,6 +394,7 @@ def test_deletions_compaction_and_health(client, base_url, keys, ids):
         "memories": 1,
         "episodes": 0,
         "permission_rules": 1,
+        "valkey_keys": 0,  # no session of this user had a turn of P
     }
     assert [m.text for m in client.iter_memories(user)] == ["User likes green tea."]
 

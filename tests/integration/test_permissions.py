@@ -289,7 +289,14 @@ def test_a_match_too_slow_is_pending_and_the_api_answers_meanwhile(app_settings,
                 assert (await http.post("/v1/permissions/rules", json=body)).status_code == 201
 
             async def exempt_meanwhile() -> tuple[dict, float]:
-                await asyncio.sleep(0.2)  # let the slow match start first
+                # Once the slow match runs in the guardrail's matching thread (polled
+                # from a thread of its own, so the event loop stays free).
+                await asyncio.to_thread(
+                    wait_for,
+                    lambda: app.state.permissions._executor._threads,
+                    10,
+                    "the slow match to start",
+                )
                 started = time.perf_counter()
                 body = call_body(ids, {}, tool="search_archived_memory")
                 answer = await http.post("/v1/permissions:evaluate", json=body)

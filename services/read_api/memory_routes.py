@@ -150,14 +150,10 @@ async def search_memories(
     return found, rules
 
 
-def _app_id(request: Request) -> str:
-    return app_of(request)
-
-
 def install_memory_routes(app: FastAPI) -> None:  # noqa: C901 - one route per nested function
     @app.post("/v1/memories:search", response_model=SearchResponse)
     async def memories_search(body: SearchRequest, request: Request) -> SearchResponse:
-        scope = Scope(_app_id(request), body.user_id, body.project_id or "")
+        scope = Scope(app_of(request), body.user_id, body.project_id or "")
         queries = [body.query]
         if body.decompose:
             llm = request.app.state.resources.llm
@@ -170,7 +166,7 @@ def install_memory_routes(app: FastAPI) -> None:  # noqa: C901 - one route per n
     @app.post("/v1/archive:search", response_model=ArchiveSearchResponse)
     async def archive_search(body: ArchiveSearchRequest, request: Request) -> ArchiveSearchResponse:
         settings = request.app.state.resources.settings
-        scope = Scope(_app_id(request), body.user_id, body.project_id or "")
+        scope = Scope(app_of(request), body.user_id, body.project_id or "")
         embeddings = await _embed(request, [body.query])
         where, params = episode_filter(scope, body.before, body.after)
         params.update(
@@ -207,7 +203,7 @@ def install_memory_routes(app: FastAPI) -> None:  # noqa: C901 - one route per n
         cursor: Annotated[str | None, Query()] = None,
     ) -> MemoryPage:
         clauses = ["m.app = %(app)s", "m.user_id = %(user_id)s", "m.valid_to IS NULL"]
-        params: dict[str, Any] = {"app": _app_id(request), "user_id": user_id, "limit": limit + 1}
+        params: dict[str, Any] = {"app": app_of(request), "user_id": user_id, "limit": limit + 1}
         if project_id:
             clauses.append("m.project_id = %(project_id)s")
             params["project_id"] = project_id
@@ -241,7 +237,7 @@ def install_memory_routes(app: FastAPI) -> None:  # noqa: C901 - one route per n
                 request,
                 f"SELECT {MEMORY_COLUMNS} FROM memories m "
                 "WHERE m.id = %(id)s AND m.app = %(app)s AND m.user_id = %(user_id)s",
-                {"id": memory_id, "app": _app_id(request), "user_id": user_id},
+                {"id": memory_id, "app": app_of(request), "user_id": user_id},
             )
         )
         if not rows:
@@ -272,7 +268,7 @@ def install_memory_routes(app: FastAPI) -> None:  # noqa: C901 - one route per n
     @app.post("/v1/memories", response_model=WriteMemoryResponse, status_code=201)
     async def write_memory(body: WriteMemoryRequest, request: Request) -> WriteMemoryResponse:
         resources = request.app.state.resources
-        app_id = _app_id(request)
+        app_id = app_of(request)
         candidate = Candidate(
             body.entity_name, body.kind, body.scope, body.project_id or "", body.text
         )
@@ -307,7 +303,7 @@ def install_memory_routes(app: FastAPI) -> None:  # noqa: C901 - one route per n
     ) -> DeleteMemoryResponse:
         _require_uuid(memory_id)
         resources = request.app.state.resources
-        app_id = _app_id(request)
+        app_id = app_of(request)
 
         def delete() -> bool:
             with UnitOfWork(resources.pool) as uow:
@@ -331,7 +327,7 @@ def install_memory_routes(app: FastAPI) -> None:  # noqa: C901 - one route per n
     @app.post("/v1/memories:generate", response_model=Operation, status_code=202)
     async def generate(body: GenerateRequest, request: Request) -> Operation:
         resources = request.app.state.resources
-        app_id = _app_id(request)
+        app_id = app_of(request)
         name = f"operations/generate-{uuid.uuid4()}"
         event = MemoriesGenerate(
             event_id=str(uuid.uuid4()),
@@ -387,7 +383,7 @@ async def _operation(request: Request, name: str, user_id: str) -> Operation | N
             request,
             "SELECT name, done, result, error FROM operations "
             "WHERE name = %(name)s AND app = %(app)s AND user_id = %(user_id)s",
-            {"name": name, "app": _app_id(request), "user_id": user_id},
+            {"name": name, "app": app_of(request), "user_id": user_id},
         )
     )
     if not rows:
@@ -441,7 +437,7 @@ async def build_context(body: ContextRequest, request: Request) -> ContextRespon
     """Session part (Valkey) and memory part (Postgres) at once; each may degrade."""
     settings = request.app.state.resources.settings
     buffer = request.app.state.buffer
-    app_id = _app_id(request)
+    app_id = app_of(request)
     key = SessionKey(app_id, body.user_id, body.session_id)
 
     async def session_part() -> tuple[Any, Any]:

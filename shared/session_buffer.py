@@ -407,21 +407,55 @@ class SessionBuffer:
         The user's tombstone is read in the same round trip, after the append: a
         turn created before its user's deletion is removed again with its session
         (see the module's notes on deleted users)."""
-        args = _append_args(turn, prev_session_id, self.ttl_seconds)
+        result = self.append_many([(key, turn, prev_session_id)])[0]
+        if isinstance(result, Exception):
+            raise result
+        return result
+
+    def append_many(
+        self, appends: list[tuple[SessionKey, BufferedTurn, str]]
+    ) -> list[AppendResult | Exception]:
+        """`append` for many turns in one pipeline (one round trip), in order; for
+        each, its result or the error it alone failed with. An error of the
+        connection raises: then none is known to be applied."""
+        results: list[AppendResult | Exception | None] = [None] * len(appends)
+        todo = list(range(len(appends)))
         for attempt in (1, 2):
             pipe = self.client.pipeline(transaction=False)
-            pipe.execute_command("EVALSHA", self._append.sha, len(key.keys), *key.keys, *args)
-            pipe.get(key.tombstone)
-            try:
-                (added, count, tokens), tombstone = pipe.execute()
+            for i in todo:
+                key, turn, prev_session_id = appends[i]
+                args = _append_args(turn, prev_session_id, self.ttl_seconds)
+                pipe.execute_command("EVALSHA", self._append.sha, len(key.keys), *key.keys, *args)
+                pipe.get(key.tombstone)
+            replies = pipe.execute(raise_on_error=False)
+            lost_script = []
+            for n, i in enumerate(todo):
+                appended, tombstone = replies[2 * n], replies[2 * n + 1]
+                if isinstance(appended, valkey.exceptions.NoScriptError) and attempt == 1:
+                    lost_script.append(i)
+                elif isinstance(appended, Exception):
+                    results[i] = appended
+                elif isinstance(tombstone, Exception):
+                    results[i] = tombstone
+                else:
+                    try:
+                        results[i] = self._applied(appends[i], appended, tombstone)
+                    except valkey.exceptions.ValkeyError as exc:
+                        results[i] = exc
+            if not lost_script:
                 break
-            except valkey.exceptions.NoScriptError:
-                if attempt == 2:
-                    raise
-                self.client.script_load(_APPEND)  # Valkey restarted and lost its scripts
+            self.client.script_load(_APPEND)  # Valkey restarted and lost its scripts
+            todo = lost_script
+        return results  # type: ignore[return-value]
+
+    def _applied(
+        self, append: tuple[SessionKey, BufferedTurn, str], reply: list, tombstone: Any
+    ) -> AppendResult:
+        key, turn, _prev = append
         if _is_dropped(turn, tombstone):
             self._unappend(keys=key.keys, args=[turn.turn_id, turn.tokens])
             return AppendResult(False, 0, 0, dropped=True)
+        added, count, tokens = reply
         return AppendResult(bool(added), int(count), int(tokens))
 
     def read(self, key: SessionKey, with_folds: bool = False) -> SessionView:

@@ -63,6 +63,7 @@ class PulledMessage:
         self.message_id: str = message.message_id
         self.publish_time: datetime | None = message.publish_time.ToDatetime(tzinfo=UTC)
         self.settled = False
+        self.handed_on = False  # given to `run_later`, which settles it
         self._delivery = delivery
 
     def ack(self) -> None:
@@ -75,13 +76,15 @@ class PulledMessage:
 
 
 class UnaryPullDelivery:
-    """Pulls messages for one subscription and hands each to `callback` on a pool thread."""
+    """Pulls messages for one subscription and hands each pull's messages to
+    `callback` on a pool thread; the callback settles each message or hands it to
+    `run_later` (another pool thread)."""
 
     def __init__(
         self,
         subscriber: pubsub_v1.SubscriberClient,
         subscription_path: str,
-        callback: Callable[[PulledMessage], None],
+        callback: Callable[[list[PulledMessage]], None],
         concurrency: int,
         lease_seconds: int,
         thread_name: str,
@@ -193,14 +196,36 @@ class UnaryPullDelivery:
             # A lost ack only means a redelivery, which the ledger makes harmless.
             log.warning("ack or lease request failed", error=repr(exc), ids=len(request["ack_ids"]))
 
-    def _run(self, message: PulledMessage) -> None:
+    def _run(self, messages: list[PulledMessage]) -> None:
         try:
             if self._stopping.is_set():
-                message.nack()  # leased ahead but not started: hand it back
+                for message in messages:
+                    message.nack()  # leased ahead but not started: hand it back
                 return
-            self.callback(message)
+            self.callback(messages)
+        except Exception as exc:
+            log.error("pull callback failed", subscription=self.path, error=repr(exc))
         finally:
-            if not message.settled:  # the callback escaped without deciding
+            for message in messages:
+                if not (message.settled or message.handed_on):  # escaped without deciding
+                    message.nack()
+
+    def run_later(self, message: PulledMessage, work: Callable[[], None]) -> None:
+        """Run `work`, which settles `message`, on a pool thread."""
+        message.handed_on = True
+        try:
+            self.executor.submit(self._run_one, message, work)
+        except RuntimeError:  # the pool shut down at the stop deadline
+            message.nack()
+
+    def _run_one(self, message: PulledMessage, work: Callable[[], None]) -> None:
+        try:
+            if self._stopping.is_set():
+                message.nack()  # not started: hand it back
+                return
+            work()
+        finally:
+            if not message.settled:
                 message.nack()
 
     # -- threads ---------------------------------------------------------------------
@@ -247,11 +272,12 @@ class UnaryPullDelivery:
                     # ours (sent with the next settle flush, before any nack), so a
                     # worker killed now has its messages back within seconds.
                     self._to_extend.extend(r.ack_id for r in received)
-                for r in received:
+                if received:
                     try:
-                        self.executor.submit(self._run, PulledMessage(r, self))
+                        self.executor.submit(self._run, [PulledMessage(r, self) for r in received])
                     except RuntimeError:  # the pool shut down at the stop deadline
-                        self.settle(r.ack_id, ack=False)
+                        for r in received:
+                            self.settle(r.ack_id, ack=False)
         except BaseException as exc:
             self._error = exc
             log.error("pull loop failed", subscription=self.path, error=repr(exc))

@@ -9,6 +9,11 @@ with the subscription's backoff, and on the last allowed attempt the runtime
 dead-letters it itself with the error as the reason. (On the emulator an ordered
 subscription drops a message that exhausts its attempts instead of forwarding
 it, so the runtime never leaves that step to Pub/Sub.) One log line per message.
+
+A `BatchHandler` takes all events of its type from one unary pull in one call
+(the summary worker appends them to Valkey in one pipeline instead of one round
+trip and one thread hand-off each); every event still gets its own outcome,
+ack, retry or dead letter, and slow remainders run on handler threads.
 """
 
 from __future__ import annotations
@@ -19,6 +24,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import datetime
 from enum import StrEnum
+from functools import partial
 
 import structlog
 from google.cloud import pubsub_v1
@@ -70,7 +76,53 @@ class Delivery:
 
 
 Handler = Callable[[Event, Delivery], Outcome | None]
-HandlerTable = Mapping[type, Sequence[Handler]]
+# The rest of one message's work, run on a handler thread (e.g. a slow LLM step).
+Finish = Callable[[], Outcome | None]
+BatchResult = Outcome | Exception | Finish
+
+
+@dataclass(frozen=True, eq=False)
+class BatchHandler:
+    """Takes every event of its type from one pull in one call, so that their
+    common first step costs one round trip (the summary worker appends a whole
+    pull to Valkey in one pipeline). For each (event, delivery), in order, it
+    returns the outcome, the exception that event failed with (nacked or
+    dead-lettered like any handler error), or a `Finish` that completes the event
+    on a handler thread. With streaming pull each call holds one event."""
+
+    handle: Callable[[Sequence[tuple[Event, Delivery]]], Sequence[BatchResult]]
+
+
+HandlerTable = Mapping[type, Sequence[Handler] | BatchHandler]
+
+
+@dataclass
+class _Item:
+    """One message on its way through the runtime."""
+
+    message: Message | PulledMessage
+    attributes: dict[str, str]
+    attempt: int
+    started: float
+    event: Event | None = None
+
+    def delivery(self, subscription: str) -> Delivery:
+        m = self.message
+        return Delivery(
+            subscription,
+            m.message_id,
+            self.attempt,
+            m.publish_time,
+            m.ordering_key,
+            self.attributes,
+        )
+
+
+Later = Callable[[Message | PulledMessage, Callable[[], None]], None]
+
+
+def _inline(_message: Message | PulledMessage, work: Callable[[], None]) -> None:
+    work()
 
 
 def resolve_pull_mode(settings: Settings) -> str:
@@ -118,7 +170,7 @@ class SubscriberRuntime:
             self._unary = UnaryPullDelivery(
                 self.subscriber,
                 self.subscription_path,
-                self._on_message,
+                self._on_pull,
                 self.concurrency,
                 self.settings.lease_extension_seconds,
                 threads,
@@ -198,58 +250,123 @@ class SubscriberRuntime:
             return self._unary.running
         return self._future is not None and not self._future.done()
 
-    # -- one message -----------------------------------------------------------
+    # -- messages --------------------------------------------------------------
     def _on_message(self, message: Message | PulledMessage) -> None:
+        """Streaming pull: one message on a handler thread, every step inline."""
+        self._on_messages([message], _inline)
+
+    def _on_pull(self, messages: list[PulledMessage]) -> None:
+        """Unary pull: one pull's messages; events of a `BatchHandler` are handled
+        together here, every other message (and every `Finish`) on its own thread."""
+        assert self._unary is not None
+        self._on_messages(messages, self._unary.run_later)
+
+    def _on_messages(self, messages: Sequence[Message | PulledMessage], later: Later) -> None:
         started = time.perf_counter()
-        attempt = message.delivery_attempt or 1
-        attributes = dict(message.attributes)
+        batches: dict[int, tuple[BatchHandler, list[_Item]]] = {}
+        for message in messages:
+            item = _Item(message, dict(message.attributes), message.delivery_attempt or 1, started)
+            try:
+                item.event = decode(message.data, item.attributes, self.limits)
+                entry = self.handlers.get(type(item.event))
+                if not entry:
+                    raise PermanentError(
+                        f"no handler for {item.event.EVENT_TYPE} on {self.subscription}"
+                    )
+            except Exception as exc:
+                self._conclude(item, error=exc)
+                continue
+            if isinstance(entry, BatchHandler):
+                batches.setdefault(id(entry), (entry, []))[1].append(item)
+            else:
+                work = partial(self._call_all, entry, item)
+                later(message, partial(self._run, item, work, timed_from_here=True))
+        for handler, items in batches.values():
+            events = [(i.event, i.delivery(self.subscription)) for i in items]
+            try:
+                results = list(handler.handle(events))  # type: ignore[arg-type]
+                if len(results) != len(items):
+                    raise RuntimeError(f"{len(results)} results for {len(items)} events")
+            except Exception as exc:
+                results = [exc] * len(items)
+            for item, result in zip(items, results, strict=True):
+                if isinstance(result, Exception):
+                    self._conclude(item, error=result)
+                elif isinstance(result, Outcome):
+                    self._conclude(item, outcomes=[result])
+                else:
+                    later(item.message, partial(self._run, item, result))
+
+    def _call_all(self, handlers: Sequence[Handler], item: _Item) -> list[Outcome]:
+        assert item.event is not None
+        delivery = item.delivery(self.subscription)
+        return [handler(item.event, delivery) or Outcome.APPLIED for handler in handlers]
+
+    def _run(
+        self,
+        item: _Item,
+        work: Callable[[], list[Outcome] | Outcome | None],
+        *,
+        timed_from_here: bool = False,
+    ) -> None:
+        """Run the rest of `item` on this thread, its log context bound for the
+        handlers' own log lines."""
+        if timed_from_here:
+            item.started = time.perf_counter()
         structlog.contextvars.clear_contextvars()
-        structlog.contextvars.bind_contextvars(
-            event_id=attributes.get("event_id"),
-            event_type=attributes.get("event_type"),
-            app=attributes.get("app"),
-            subscription=self.subscription,
-            delivery_attempt=attempt,
-            message_id=message.message_id,
-        )
-        outcome, error = self._handle(message, attributes, attempt)
-        fields = {
-            "outcome": outcome,
-            "duration_ms": round((time.perf_counter() - started) * 1000, 3),
+        structlog.contextvars.bind_contextvars(**self._context(item))
+        try:
+            done = work()
+        except Exception as exc:
+            self._conclude(item, error=exc)
+        else:
+            outcomes = done if isinstance(done, list) else [done or Outcome.APPLIED]
+            self._conclude(item, outcomes=outcomes)
+        finally:
+            structlog.contextvars.clear_contextvars()
+
+    def _context(self, item: _Item) -> dict[str, object]:
+        found = {
+            "event_id": item.attributes.get("event_id"),
+            "event_type": item.attributes.get("event_type"),
+            "app": item.attributes.get("app"),
+            "subscription": self.subscription,
+            "delivery_attempt": item.attempt,
+            "message_id": item.message.message_id,
         }
-        if error:
-            fields["error"] = error
+        key = getattr(item.event, "ordering_key", "")
+        if key:
+            found["session"] = key
+        return found
+
+    def _conclude(
+        self,
+        item: _Item,
+        outcomes: list[Outcome] | None = None,
+        error: Exception | None = None,
+    ) -> None:
+        """Ack, nack or dead-letter the message, then write its one log line."""
+        outcome, reason = self._settle(item, outcomes or [], error)
+        fields: dict[str, object] = {
+            "outcome": outcome,
+            "duration_ms": round((time.perf_counter() - item.started) * 1000, 3),
+        }
+        if reason:
+            fields["error"] = reason
+        fields.update(self._context(item))
         if outcome in ("acked", "duplicate", "dropped"):
             log.info("message handled", **fields)
         else:
             log.warning("message handled", **fields)
-        structlog.contextvars.clear_contextvars()
 
-    def _handle(
-        self, message: Message, attributes: dict[str, str], attempt: int
+    def _settle(
+        self, item: _Item, outcomes: list[Outcome], error: Exception | None
     ) -> tuple[str, str]:
-        try:
-            event = decode(message.data, attributes, self.limits)
-            handlers = self.handlers.get(type(event))
-            if not handlers:
-                raise PermanentError(f"no handler for {event.EVENT_TYPE} on {self.subscription}")
-            if "session" not in structlog.contextvars.get_contextvars():
-                key = getattr(event, "ordering_key", "")
-                if key:
-                    structlog.contextvars.bind_contextvars(session=key)
-            delivery = Delivery(
-                self.subscription,
-                message.message_id,
-                attempt,
-                message.publish_time,
-                message.ordering_key,
-                attributes,
-            )
-            outcomes = [handler(event, delivery) or Outcome.APPLIED for handler in handlers]
-        except Exception as exc:
-            if is_permanent(exc):
-                return self._dead_letter(message, attributes, attempt, str(exc))
-            reason = f"{type(exc).__name__}: {exc}"
+        message, attributes, attempt = item.message, item.attributes, item.attempt
+        if error is not None:
+            if is_permanent(error):
+                return self._dead_letter(message, attributes, attempt, str(error))
+            reason = f"{type(error).__name__}: {error}"
             if attempt >= self.settings.max_delivery_attempts:
                 return self._dead_letter(
                     message, attributes, attempt, f"failed {attempt} attempts; last error {reason}"

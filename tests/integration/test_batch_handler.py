@@ -1,0 +1,121 @@
+"""The runtime's batch handlers: one call per pull, each event settled on its own."""
+
+import threading
+from functools import partial
+
+from services.summary_worker.folding import Folder, FoldPolicy
+from services.summary_worker.handlers import record_turns
+from shared.bus.dlq import DeadLetterQueues
+from shared.bus.worker import BatchHandler, Outcome
+from shared.errors import PermanentError
+from shared.events import TurnRecorded
+from shared.llm import RulesLLM
+from shared.session_buffer import SessionBuffer, SessionKey
+from tests.bus_helpers import make_turn, running
+from tests.conftest import both_pull_modes
+from tests.support import wait_for
+
+
+class ScriptedBatch:
+    """A batch handler whose result for each turn is set by the turn's number."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.sizes: list[int] = []
+        self.attempts: dict[int, list[int]] = {}  # turn number -> delivery attempts seen
+        self.done: dict[int, int] = {}  # turn number -> times it succeeded
+        self.batch_threads: set[str] = set()
+        self.finish_threads: set[str] = set()
+
+    def handle(self, items):
+        with self.lock:
+            self.sizes.append(len(items))
+            self.batch_threads.add(threading.current_thread().name)
+        return [self._one(event, delivery) for event, delivery in items]
+
+    def _one(self, event, delivery):
+        n = int(event.turn_id.removeprefix("turn-"))
+        with self.lock:
+            self.attempts.setdefault(n, []).append(delivery.delivery_attempt)
+        if n == 3 and delivery.delivery_attempt == 1:
+            return RuntimeError("injected failure of turn 3")
+        if n == 5:
+            return PermanentError("turn 5 can never be applied")
+        if n in (7, 9):
+            return partial(self._finish, n, delivery.delivery_attempt)
+        return self._succeed(n)
+
+    def _finish(self, n: int, attempt: int) -> Outcome:
+        with self.lock:
+            self.finish_threads.add(threading.current_thread().name)
+        if n == 9 and attempt == 1:
+            raise RuntimeError("injected failure while finishing turn 9")
+        return self._succeed(n)
+
+    def _succeed(self, n: int) -> Outcome:
+        with self.lock:
+            self.done[n] = self.done.get(n, 0) + 1
+        return Outcome.APPLIED
+
+
+@both_pull_modes
+def test_each_result_of_a_batch_is_acked_retried_dead_lettered_or_finished_alone(
+    settings, topology, publisher, ids
+):
+    handler = ScriptedBatch()
+    # Twelve sessions (ordering keys), all queued before the worker starts.
+    turns = [make_turn(ids, n, session_id=f"{ids['session_id']}-{n}") for n in range(1, 13)]
+    for turn in turns:
+        publisher.publish(turn).result(timeout=10)
+    table = {TurnRecorded: BatchHandler(handler.handle)}
+    with running(settings, "turns-summary", table, publisher):
+        expected = {n: 1 for n in range(1, 13) if n != 5}
+        wait_for(lambda: dict(handler.done) == expected, 60, "every turn but 5 applied")
+        letters = wait_for(
+            lambda: DeadLetterQueues(settings).peek("turns-summary"), 30, "the dead letter"
+        )
+
+    assert handler.done == expected  # once each: no second success after the retries
+    assert [(letter.reason, letter.attempts) for letter in letters] == [
+        ("turn 5 can never be applied", 1)
+    ]
+    assert handler.attempts[3] == [1, 2] and handler.attempts[9] == [1, 2]
+    assert handler.attempts[5] == [1] and handler.attempts[7] == [1]
+    assert sum(handler.sizes) == 12 + 2  # twelve first deliveries and two retries
+    if settings.pull_mode == "unary":
+        # Queued messages come in pulls of several; a Finish runs on another thread.
+        assert max(handler.sizes) > 1
+        assert handler.finish_threads
+    else:
+        # Streaming pull hands over one message at a time, every step inline.
+        assert set(handler.sizes) == {1}
+        assert handler.finish_threads <= handler.batch_threads
+
+
+def test_the_summary_workers_batch_appends_every_turn_once_and_folds(
+    settings, topology, publisher, valkey_client, ids
+):
+    buffer = SessionBuffer(valkey_client, settings.session_ttl_seconds)
+    folder = Folder(buffer, RulesLLM(), FoldPolicy())
+    table = {TurnRecorded: BatchHandler(partial(record_turns, buffer=buffer, folder=folder))}
+    turns = [make_turn(ids, n) for n in range(30)]
+    for turn in turns:
+        publisher.publish(turn).result(timeout=10)
+    publisher.publish(turns[4]).result(timeout=10)  # a duplicate, under the same event_id
+    key = SessionKey(ids["app"], ids["user_id"], ids["session_id"])
+
+    def settled():
+        view = buffer.read(key, with_folds=True)
+        return view.turns_total == 30 and len(view.turns) <= 10 and view
+
+    with running(settings, "turns-summary", table, publisher):
+        view = wait_for(settled, 60, "30 turns appended and folded down to the trigger")
+
+    in_buffer = [t.turn_id for t in view.turns]
+    folded = [turn_id for version in sorted(view.folds) for turn_id in view.folds[version]]
+    # Every turn in exactly one place: the buffer, or one summary version.
+    assert sorted(in_buffer + folded) == sorted(t.turn_id for t in turns)
+    assert sorted(view.folds) == list(range(1, view.summary.version + 1))
+    assert view.summary.version >= 1 and view.summary.text
+    # The buffer keeps the newest turns, in created_at order.
+    assert in_buffer == [t.turn_id for t in turns[-len(in_buffer) :]]

@@ -34,6 +34,7 @@ from functools import cached_property
 from typing import Any
 from urllib.parse import quote
 
+import orjson
 import valkey
 import valkey.asyncio
 
@@ -266,7 +267,7 @@ class BufferedTurn:
 
     @classmethod
     def from_json(cls, raw: str | bytes) -> BufferedTurn:
-        d: dict[str, Any] = json.loads(raw)
+        d: dict[str, Any] = orjson.loads(raw)
         return cls(
             turn_id=d["turn_id"],
             event_id=d["event_id"],

@@ -14,11 +14,11 @@ from contextlib import asynccontextmanager
 from datetime import timedelta
 from typing import Annotated, Any, TypeVar
 
+import orjson
 import structlog
 import valkey
 from fastapi import Depends, FastAPI, Query, Request, Response
 from fastapi.responses import JSONResponse
-from pydantic import BaseModel
 
 from services.read_api.auth import Authentication
 from services.read_api.errors import ApiError, install_error_handlers
@@ -26,14 +26,10 @@ from services.read_api.health import readiness
 from services.read_api.lifecycle_routes import install_lifecycle_routes
 from services.read_api.memory_routes import install_memory_routes
 from services.read_api.models import (
-    CarriedSummary,
     DeleteSessionResponse,
-    FoldView,
     RecordTurnRequest,
     RecordTurnResponse,
     SessionResponse,
-    SummaryView,
-    TurnView,
 )
 from services.read_api.permission_routes import install_permission_routes
 from services.read_api.tenant import app_of
@@ -247,42 +243,9 @@ def _routes(app: FastAPI) -> None:
             return view, carried
 
         view, carried = await _valkey(read())
-        return _json(
-            SessionResponse(
-                session_id=session_id,
-                user_id=user_id,
-                prev_session_id=view.prev_session_id or None,
-                summary=SummaryView(
-                    text=view.summary.text,
-                    version=view.summary.version,
-                    tokens=view.summary.tokens,
-                    updated_at=format_time(view.summary.updated_at)
-                    if view.summary.updated_at
-                    else None,
-                ),
-                carried_summary=CarriedSummary(
-                    session_id=view.prev_session_id, text=carried.text, version=carried.version
-                )
-                if carried and carried.version
-                else None,
-                turns=[
-                    TurnView(
-                        turn_id=t.turn_id,
-                        event_id=t.event_id,
-                        created_at=format_time(t.created_at),
-                        project_id=t.project_id or None,
-                        user=t.user,
-                        assistant=t.assistant,
-                        tokens=t.tokens,
-                    )
-                    for t in view.turns
-                ],
-                turn_count=len(view.turns),
-                tokens=view.tokens,
-                turns_total=view.turns_total,
-                folded_turn_count=view.folded_total,
-                folds=[FoldView(version=v, turn_ids=ids) for v, ids in view.folds.items()],
-            )
+        return Response(
+            orjson.dumps(_session_body(session_id, user_id, view, carried)),
+            media_type="application/json",
         )
 
     @app.delete("/v1/sessions/{session_id}")
@@ -298,10 +261,48 @@ def _routes(app: FastAPI) -> None:
         return DeleteSessionResponse(session_id=session_id, deleted_keys=deleted)
 
 
-def _json(model: BaseModel) -> Response:
-    """The model as a JSON response, serialised once: FastAPI would validate a
-    returned model again against the route's response model."""
-    return Response(model.model_dump_json(), media_type="application/json")
+def _session_body(
+    session_id: str, user_id: str, view: SessionView, carried: Summary | None
+) -> dict[str, Any]:
+    """The session view as `SessionResponse` lays it out, built as plain data and
+    serialised once (the hottest read: models would cost more than the read itself;
+    a test checks the result against the model)."""
+    summary = view.summary
+    return {
+        "session_id": session_id,
+        "user_id": user_id,
+        "prev_session_id": view.prev_session_id or None,
+        "summary": {
+            "text": summary.text,
+            "version": summary.version,
+            "tokens": summary.tokens,
+            "updated_at": format_time(summary.updated_at) if summary.updated_at else None,
+        },
+        "carried_summary": {
+            "session_id": view.prev_session_id,
+            "text": carried.text,
+            "version": carried.version,
+        }
+        if carried and carried.version
+        else None,
+        "turns": [
+            {
+                "turn_id": t.turn_id,
+                "event_id": t.event_id,
+                "created_at": format_time(t.created_at),
+                "project_id": t.project_id or None,
+                "user": t.user,
+                "assistant": t.assistant,
+                "tokens": t.tokens,
+            }
+            for t in view.turns
+        ],
+        "turn_count": len(view.turns),
+        "tokens": view.tokens,
+        "turns_total": view.turns_total,
+        "folded_turn_count": view.folded_total,
+        "folds": [{"version": v, "turn_ids": ids} for v, ids in view.folds.items()],
+    }
 
 
 def _session_key(app_id: str, user_id: str, session_id: str) -> SessionKey:

@@ -10,6 +10,7 @@ import valkey
 from fastapi.testclient import TestClient
 
 from services.read_api.app import create_app
+from services.read_api.models import SessionResponse
 from services.summary_worker.folding import Folder, FoldPolicy
 from shared.events import TurnRecorded, format_time
 from shared.llm import RulesLLM
@@ -52,7 +53,10 @@ def _view(client, ids, session_id=None):
         f"/v1/sessions/{session_id or ids['session_id']}", params={"user_id": ids["user_id"]}
     )
     assert response.status_code == 200, response.text
-    return response.json()
+    body = response.json()
+    # The route builds the body by hand: it must be exactly what the model lays out.
+    assert SessionResponse.model_validate(body).model_dump() == body
+    return body
 
 
 def test_a_recorded_turn_is_readable_at_once_and_a_retry_is_one_turn(

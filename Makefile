@@ -13,7 +13,7 @@ venv: $(STAMP)
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet -e '.[test,adk]'
+	$(BIN)/python -m pip install --quiet -e '.[test,adk,tracing]'
 	touch $(STAMP)
 
 test: $(STAMP)

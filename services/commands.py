@@ -18,8 +18,10 @@ def run_api(args: argparse.Namespace, settings: Settings) -> int:
 
     from services.read_api.app import create_app
     from shared.metrics import serve_metrics
+    from shared.tracing import configure as configure_tracing
 
     serve_metrics(settings.metrics_host, settings.metrics_port)
+    configure_tracing(settings.tracing, "agent-memory-api")
     uvicorn.run(
         create_app(settings),
         host=settings.api_host,
@@ -39,12 +41,15 @@ def run_worker_command(args: argparse.Namespace, settings: Settings) -> int:
 
 def run_migrate(args: argparse.Namespace, settings: Settings) -> int:
     from shared.db.migrate import MigrationError, migrate
+    from shared.db.pool import connect_kwargs
 
     if not settings.database_url:
         return _fail("AM_DATABASE_URL is not set")
     try:
-        applied = migrate(settings.database_url, settings.embedding_dim)
-    except MigrationError as exc:
+        applied = migrate(
+            settings.database_url, settings.embedding_dim, login=connect_kwargs(settings)
+        )
+    except (MigrationError, ValueError) as exc:
         return _fail(str(exc))
     print("applied: " + ", ".join(applied) if applied else "up to date")
     return 0

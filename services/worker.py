@@ -25,6 +25,7 @@ from shared.bootstrap import Resources, bootstrap
 from shared.bus.worker import HandlerTable, SubscriberRuntime
 from shared.config import Settings
 from shared.metrics import serve_metrics
+from shared.tracing import configure as configure_tracing
 
 log = structlog.get_logger("agent_memory.worker")
 
@@ -98,6 +99,7 @@ def run_worker(kind: str, settings: Settings) -> int:
         pool_size=concurrency,
     )
     serve_metrics(settings.metrics_host, settings.metrics_port)
+    configure_tracing(settings.tracing, f"agent-memory-worker-{kind}")
     stop = threading.Event()
     for signum in (signal.SIGTERM, signal.SIGINT):
         signal.signal(signum, lambda *_: stop.set())

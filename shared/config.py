@@ -10,7 +10,14 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Literal
 
-from pydantic import AliasChoices, Field, SecretStr, ValidationError, field_validator
+from pydantic import (
+    AliasChoices,
+    Field,
+    SecretStr,
+    ValidationError,
+    ValidationInfo,
+    field_validator,
+)
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 
@@ -26,6 +33,9 @@ class Settings(BaseSettings):
 
     # External services. Unset means "the local stack provides it".
     database_url: str | None = None
+    # AlloyDB IAM database authentication: an access token as the password of
+    # every new connection, TLS required (shared/db/iam.py).
+    database_iam_auth: bool = False
     valkey_url: str | None = None
     pubsub_emulator_host: str | None = Field(
         default=None, validation_alias=AliasChoices("PUBSUB_EMULATOR_HOST", "pubsub_emulator_host")
@@ -143,10 +153,22 @@ class Settings(BaseSettings):
     # (unset: not served). `up` gives each service a free port.
     metrics_port: int | None = Field(default=None, ge=1, le=65535)
     metrics_host: str = "127.0.0.1"
+    # OpenTelemetry tracing (shared/tracing.py): off, otlp or console.
+    tracing: Literal["off", "otlp", "console"] = "off"
 
     # Logging.
     log_format: Literal["auto", "json", "console"] = "auto"
     log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = "INFO"
+
+    @field_validator("database_iam_auth")
+    @classmethod
+    def _iam_url(cls, value: bool, info: ValidationInfo) -> bool:
+        url = info.data.get("database_url")
+        if value and url:
+            from shared.db.iam import check_iam_url
+
+            check_iam_url(url)  # a ValueError names what is wrong with AM_DATABASE_URL
+        return value
 
     @field_validator("auth_disabled", mode="before")
     @classmethod
@@ -191,5 +213,5 @@ def load_settings(**overrides: object) -> Settings:
         problems = []
         for error in exc.errors():
             field = str(error["loc"][0]) if error["loc"] else "?"
-            problems.append(f"{env_name(field)}: {error['msg']}")
+            problems.append(f"{env_name(field)}: {error['msg'].removeprefix('Value error, ')}")
         raise ConfigError("invalid configuration: " + "; ".join(problems)) from None

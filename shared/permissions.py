@@ -51,6 +51,7 @@ from psycopg_pool import AsyncConnectionPool
 
 from shared.events import utcnow
 from shared.identifiers import text_problem
+from shared.metrics import count_store_error
 from shared.session_buffer import SessionKey
 
 log = structlog.get_logger("agent_memory.permissions")
@@ -401,6 +402,7 @@ class Guardrail:
         try:
             return await self._evaluate(call, pool, client, cache_seconds)
         except Exception as exc:
+            count_store_error(exc)
             reason = _failure(exc)
             log.warning("permission evaluation failed", reason=reason, error=repr(exc))
             return Verdict("PENDING", "none", None, f"needs human confirmation: {reason}")

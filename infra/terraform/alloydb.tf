@@ -41,8 +41,8 @@ resource "google_alloydb_instance" "primary" {
 }
 
 # IAM database users (user name: the service account's email without
-# ".gserviceaccount.com"). They log in with a short-lived token once the services
-# connect that way (issue 7, part 4); they need GRANTs on the tables first.
+# ".gserviceaccount.com"). They log in with a short-lived token when a service runs
+# with AM_DATABASE_IAM_AUTH=true; they need GRANTs on the tables first.
 resource "google_alloydb_user" "service" {
   for_each = toset(local.database_users)
 

@@ -120,8 +120,9 @@ resource "google_project_iam_member" "vertex_ai" {
 
 # -- AlloyDB IAM database authentication ---------------------------------------------
 # Each Postgres-using service account may log in as its own IAM database user
-# (alloydb.tf): alloydb.users.login and serviceusage.services.use. The services still connect with the database URL's password until
-# the IAM-token connection (issue 7, part 4) lands.
+# (alloydb.tf): alloydb.users.login and serviceusage.services.use. The services
+# still connect with the database URL's password; AM_DATABASE_IAM_AUTH=true with
+# the IAM user's URL switches one to a token login (docs/operations.md).
 resource "google_project_iam_member" "alloydb_database_user" {
   for_each = toset(local.database_users)
 

@@ -18,6 +18,7 @@ import psycopg
 
 from services.compaction_worker.handlers import cutoff
 from shared.config import Settings
+from shared.db.pool import connect_kwargs
 from shared.errors import InvalidEvent
 from shared.events import CompactionRequested, encode, utcnow
 from shared.identifiers import identifier_problem
@@ -97,6 +98,7 @@ def run_compact_command(args: argparse.Namespace, settings: Settings) -> int:
             with psycopg.connect(
                 settings.database_url,
                 connect_timeout=max(1, int(settings.db_connect_timeout_seconds)),
+                **connect_kwargs(settings),
             ) as conn:
                 users = users_with_old_episodes(conn, app, cutoff(created_at, retention), project)
         except psycopg.Error as exc:

@@ -19,6 +19,7 @@ import structlog
 import valkey
 from fastapi import Depends, FastAPI, Query, Request, Response
 from fastapi.responses import JSONResponse
+from starlette.routing import Match
 
 from services.read_api.auth import Authentication
 from services.read_api.errors import ApiError, install_error_handlers
@@ -48,6 +49,7 @@ from shared.events import (
     utcnow,
 )
 from shared.identifiers import identifier_problem
+from shared.metrics import API_REQUEST_SECONDS, count_store_error
 from shared.session_buffer import (
     AsyncSessionBuffer,
     BufferedTurn,
@@ -55,6 +57,7 @@ from shared.session_buffer import (
     SessionView,
     Summary,
 )
+from shared.tracing import server_span
 
 log = structlog.get_logger("agent_memory.api")
 
@@ -137,16 +140,36 @@ class RequestLog:
                 status = message["status"]
             await send(message)
 
-        try:
-            await self.app(scope, receive, send_and_note)
-        finally:
-            log.info(
-                "request",
-                method=scope["method"],
-                path=scope["path"],
-                status=status,
-                duration_ms=round((time.perf_counter() - started) * 1000, 3),
-            )
+        with server_span(scope) as span:
+            try:
+                await self.app(scope, receive, send_and_note)
+            finally:
+                seconds = time.perf_counter() - started
+                route = _route_template(scope)
+                API_REQUEST_SECONDS.labels(scope["method"], route, str(status)).observe(seconds)
+                if span is not None:
+                    span.update_name(f"{scope['method']} {route}")
+                    span.set_attribute("http.response.status_code", status)
+                log.info(
+                    "request",
+                    method=scope["method"],
+                    path=scope["path"],
+                    status=status,
+                    duration_ms=round(seconds * 1000, 3),
+                )
+
+
+def _route_template(scope: dict) -> str:
+    """The request's route as its template (`/v1/sessions/{session_id}`), never the
+    raw path: one metric series per route, whatever the identifiers. A request
+    refused before routing (a 401) is matched here; `unmatched` if none fits."""
+    route = scope.get("route")
+    if route is None:
+        for candidate in scope["app"].router.routes:
+            if candidate.matches(scope)[0] == Match.FULL:
+                route = candidate
+                break
+    return getattr(route, "path", None) or "unmatched"
 
 
 # Async so FastAPI calls them on the event loop, not through a thread pool.
@@ -382,6 +405,7 @@ async def _buffer_turn(buffer: AsyncSessionBuffer, event: TurnRecorded) -> bool:
     try:
         appended = await buffer.append(key, BufferedTurn.from_event(event), event.prev_session_id)
     except valkey.ValkeyError as exc:
+        count_store_error(exc)
         log.warning("turn not buffered", event_id=event.event_id, error=repr(exc))
         return False
     if appended.dropped:

@@ -21,6 +21,7 @@ from psycopg_pool import PoolTimeout
 
 from services.read_api.errors import error_body
 from shared.api_keys import LOOKUP_SQL, key_hash
+from shared.metrics import count_store_error
 
 log = structlog.get_logger("agent_memory.api")
 
@@ -57,6 +58,7 @@ class Authentication:
             try:
                 found = await _lookup(api.state.apool, digest)
             except (PostgresError, PoolTimeout) as exc:
+                count_store_error(exc)
                 log.warning("api key lookup failed", error=repr(exc))
                 await _deny(
                     scope, receive, send, 503, "authentication is unavailable: Postgres is down"

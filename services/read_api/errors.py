@@ -8,6 +8,8 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
+from shared.metrics import count_store_error
+
 log = structlog.get_logger("agent_memory.api")
 
 
@@ -72,6 +74,7 @@ def install_error_handlers(app: FastAPI) -> None:
 
     @app.exception_handler(ApiError)
     async def _api_error(_request: Request, exc: ApiError) -> JSONResponse:
+        count_store_error(exc.__context__)  # a 503 raised for a store that failed
         fields = [{"field": exc.field, "message": exc.message}] if exc.field else None
         return JSONResponse(
             status_code=exc.status,
@@ -86,6 +89,7 @@ def install_error_handlers(app: FastAPI) -> None:
 
     @app.exception_handler(Exception)
     async def _unexpected(request: Request, exc: Exception) -> JSONResponse:
+        count_store_error(exc)
         log.error("unhandled error", path=request.url.path, exc_info=exc)
         return JSONResponse(
             status_code=500, content=error_body("internal", "internal error; see the server log")

@@ -9,13 +9,16 @@ import psycopg
 
 from shared.api_keys import create_key, list_keys, revoke_key
 from shared.config import Settings
+from shared.db.pool import connect_kwargs
 
 
 def run_keys_command(args: argparse.Namespace, settings: Settings) -> int:
     if not settings.database_url:
         print("agent-memory: AM_DATABASE_URL is not set", file=sys.stderr)
         return 2
-    with psycopg.connect(settings.database_url, autocommit=True) as conn:
+    with psycopg.connect(
+        settings.database_url, autocommit=True, **connect_kwargs(settings)
+    ) as conn:
         if args.keys_command == "create":
             try:
                 key, record = create_key(conn, args.app, args.admin, args.name)

@@ -22,6 +22,7 @@ from google.pubsub_v1.types import PubsubMessage
 from shared.bus.topology import full_name
 from shared.config import Settings
 from shared.events import Event, Limits, OutgoingMessage, encode
+from shared.tracing import with_trace_context
 
 log = structlog.get_logger(__name__)
 
@@ -172,7 +173,10 @@ class EventPublisher:
     def publish_message(self, message: OutgoingMessage) -> Future:
         """Publish an event already encoded (and so validated) by `encode`."""
         return self.publish_raw(
-            self.topic_path(message.topic), message.data, message.attributes, message.ordering_key
+            self.topic_path(message.topic),
+            message.data,
+            with_trace_context(message.attributes),
+            message.ordering_key,
         )
 
     def publish_raw(

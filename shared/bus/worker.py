@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from enum import StrEnum
 from functools import partial
+from typing import Any
 
 import structlog
 from google.cloud import pubsub_v1
@@ -38,6 +39,13 @@ from shared.bus.unary_pull import PREFETCH_FACTOR, PulledMessage, UnaryPullDeliv
 from shared.config import Settings
 from shared.errors import PermanentError, is_permanent
 from shared.events import Event, Limits, decode
+from shared.metrics import (
+    DEAD_LETTER_PUBLISHES,
+    HANDLER_SECONDS,
+    MESSAGES,
+    count_store_error,
+)
+from shared.tracing import current, end_span, start_consumer_span
 
 log = structlog.get_logger("agent_memory.worker")
 
@@ -105,6 +113,7 @@ class _Item:
     attempt: int
     started: float
     event: Event | None = None
+    span: Any = None  # its tracing span (None when tracing is off)
 
     def delivery(self, subscription: str) -> Delivery:
         m = self.message
@@ -162,6 +171,7 @@ class SubscriberRuntime:
         self._future: pubsub_v1.subscriber.futures.StreamingPullFuture | None = None
         self._executor: ThreadPoolExecutor | None = None
         self._unary: UnaryPullDelivery | None = None
+        self._duration = HANDLER_SECONDS.labels(subscription)
 
     # -- lifecycle -----------------------------------------------------------
     def start(self) -> None:
@@ -266,6 +276,7 @@ class SubscriberRuntime:
         batches: dict[int, tuple[BatchHandler, list[_Item]]] = {}
         for message in messages:
             item = _Item(message, dict(message.attributes), message.delivery_attempt or 1, started)
+            item.span = start_consumer_span(self.subscription, item.attributes)
             try:
                 item.event = decode(message.data, item.attributes, self.limits)
                 entry = self.handlers.get(type(item.event))
@@ -316,7 +327,8 @@ class SubscriberRuntime:
         structlog.contextvars.clear_contextvars()
         structlog.contextvars.bind_contextvars(**self._context(item))
         try:
-            done = work()
+            with current(item.span):
+                done = work()
         except Exception as exc:
             self._conclude(item, error=exc)
         else:
@@ -347,10 +359,11 @@ class SubscriberRuntime:
     ) -> None:
         """Ack, nack or dead-letter the message, then write its one log line."""
         outcome, reason = self._settle(item, outcomes or [], error)
-        fields: dict[str, object] = {
-            "outcome": outcome,
-            "duration_ms": round((time.perf_counter() - item.started) * 1000, 3),
-        }
+        seconds = time.perf_counter() - item.started
+        MESSAGES.labels(self.subscription, outcome).inc()
+        self._duration.observe(seconds)
+        end_span(item.span, outcome, reason)
+        fields: dict[str, object] = {"outcome": outcome, "duration_ms": round(seconds * 1000, 3)}
         if reason:
             fields["error"] = reason
         fields.update(self._context(item))
@@ -364,6 +377,7 @@ class SubscriberRuntime:
     ) -> tuple[str, str]:
         message, attributes, attempt = item.message, item.attributes, item.attempt
         if error is not None:
+            count_store_error(error)
             if is_permanent(error):
                 return self._dead_letter(message, attributes, attempt, str(error))
             reason = f"{type(error).__name__}: {error}"
@@ -403,7 +417,9 @@ class SubscriberRuntime:
                 timeout=self.settings.publish_timeout_seconds
             )
         except Exception as exc:
+            DEAD_LETTER_PUBLISHES.labels(self.subscription, "failed").inc()
             message.nack()
             return "retried", f"dead-letter publish failed ({exc!r}); reason was: {reason}"
+        DEAD_LETTER_PUBLISHES.labels(self.subscription, "ok").inc()
         message.ack()
         return "dead_lettered", reason

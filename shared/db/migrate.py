@@ -12,6 +12,7 @@ import hashlib
 import re
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import psycopg
 
@@ -62,10 +63,16 @@ def discover(directory: Path | None = None) -> list[Migration]:
     return found
 
 
-def migrate(database_url: str, embedding_dim: int, directory: Path | None = None) -> list[str]:
-    """Apply pending migrations; return the names applied (empty if up to date)."""
+def migrate(
+    database_url: str,
+    embedding_dim: int,
+    directory: Path | None = None,
+    login: dict[str, Any] | None = None,
+) -> list[str]:
+    """Apply pending migrations; return the names applied (empty if up to date).
+    `login`: extra connection parameters (the IAM token, shared/db/iam.py)."""
     applied_now: list[str] = []
-    with psycopg.connect(database_url, autocommit=True) as conn:
+    with psycopg.connect(database_url, autocommit=True, **(login or {})) as conn:
         conn.execute("SELECT pg_advisory_lock(%s)", (_LOCK_KEY,))
         try:
             conn.execute(

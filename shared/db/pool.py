@@ -7,13 +7,18 @@ never open their own.
 
 from __future__ import annotations
 
+import asyncio
+from collections.abc import Callable
 from types import TracebackType
+from typing import Any
 
 import psycopg
 from pgvector.psycopg import register_vector, register_vector_async
 from psycopg_pool import AsyncConnectionPool, ConnectionPool
+from psycopg_pool.abc import AsyncKwargsParam, KwargsParam
 
 from shared.config import Settings
+from shared.db.iam import login_kwargs
 
 # Bound how long one statement or lock wait can hold a handler, its pool
 # connection and its message's lease.
@@ -46,6 +51,38 @@ def _connection_kwargs(settings: Settings) -> dict[str, object]:
     }
 
 
+def _login(settings: Settings) -> Callable[[], dict[str, Any]]:
+    """Connection parameters of the next login (the IAM token when it is on)."""
+    assert settings.database_url
+    return login_kwargs(settings.database_url, settings.database_iam_auth)
+
+
+def connect_kwargs(settings: Settings) -> dict[str, Any]:
+    """Parameters for a single `psycopg.connect(settings.database_url, ...)`."""
+    return _login(settings)()
+
+
+def _pool_kwargs(settings: Settings) -> KwargsParam:
+    fixed = _connection_kwargs(settings)
+    if not settings.database_iam_auth:
+        return fixed
+    login = _login(settings)
+    return lambda: {**fixed, **login()}  # called for every new connection
+
+
+def _async_pool_kwargs(settings: Settings) -> AsyncKwargsParam:
+    fixed = _connection_kwargs(settings)
+    if not settings.database_iam_auth:
+        return fixed
+    login = _login(settings)
+
+    async def current() -> dict[str, Any]:
+        # A refresh is an HTTP call: off the event loop.
+        return {**fixed, **await asyncio.to_thread(login)}
+
+    return current
+
+
 def make_pool(settings: Settings, max_size: int, name: str) -> ConnectionPool:
     """Open a pool of at most `max_size` connections (sized to the worker's concurrency)."""
     if not settings.database_url:
@@ -56,7 +93,7 @@ def make_pool(settings: Settings, max_size: int, name: str) -> ConnectionPool:
         max_size=max_size,
         name=name,
         configure=_configure,
-        kwargs=_connection_kwargs(settings),
+        kwargs=_pool_kwargs(settings),
         timeout=settings.db_connect_timeout_seconds,
         open=False,
     )
@@ -74,7 +111,7 @@ async def make_async_pool(settings: Settings, max_size: int, name: str) -> Async
         max_size=max_size,
         name=name,
         configure=_configure_async,
-        kwargs=_connection_kwargs(settings),
+        kwargs=_async_pool_kwargs(settings),
         timeout=settings.db_connect_timeout_seconds,
         open=False,
     )

@@ -420,6 +420,10 @@ def describe(stack: LocalStack) -> str:
         f"  Pub/Sub   {e.pubsub_emulator_host or 'Google Cloud'} "
         f"(project {e.google_cloud_project})",
         f"  logs      {stack.log_dir}",
+        *[
+            f"  metrics   {name} http://127.0.0.1:{port}/metrics"
+            for name, port in sorted(stack.metrics_ports.items())
+        ],
         f"  API key   {stack.dev_api_key} (app {stack.settings.default_app}; "
         f"also in {stack.data_dir / DEV_KEY_FILE})"
         if "api" in stack.services

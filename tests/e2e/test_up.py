@@ -69,6 +69,29 @@ class Up:
         return code, time.monotonic() - started
 
 
+def _metrics_urls(output: str) -> dict[str, str]:
+    """service -> metrics URL, from the `metrics   NAME URL` lines `up` prints."""
+    found = {}
+    for line in output.splitlines():
+        parts = line.split()
+        if len(parts) == 3 and parts[0] == "metrics":
+            found[parts[1]] = parts[2]
+    return found
+
+
+def _scrape(url: str) -> dict[str, float]:
+    """The samples of a Prometheus text page: `name{labels}` -> value (the client
+    writes labels in alphabetical order)."""
+    page = httpx.get(url, timeout=10)
+    assert page.status_code == 200, page.text
+    samples = {}
+    for line in page.text.splitlines():
+        if line and not line.startswith("#"):
+            name, _, value = line.rpartition(" ")
+            samples[name] = float(value)
+    return samples
+
+
 def _episodes(database_url: str, user_id: str) -> int:
     with psycopg.connect(database_url) as conn:
         return conn.execute(
@@ -134,6 +157,32 @@ def test_up_runs_the_stack_and_stops_it_cleanly(tmp_path):
             "the summary worker to fold the buffer",
         )
         wait_for(lambda: _episodes(endpoints["database_url"], "u-up") == 11, 60, "the archive")
+
+        # Each process serves its Prometheus metrics on the port `up` printed.
+        metrics = _metrics_urls(up.output())
+        assert sorted(metrics) == ["api", "compaction", "extraction", "summary"]
+        api = _scrape(metrics["api"])
+        turns_route = 'method="POST",route="/v1/sessions/{session_id}/turns"'
+        assert api[f'agent_memory_api_request_seconds_count{{{turns_route},status="202"}}'] == 11
+        assert api[f'agent_memory_api_request_seconds_count{{{turns_route},status="401"}}'] == 1
+        # The API buffered every turn first, so the summary worker's appends were
+        # duplicates; it folded once.
+        summary = wait_for(
+            lambda: (
+                (m := _scrape(metrics["summary"])).get(
+                    'agent_memory_messages_total{outcome="duplicate",subscription="turns-summary"}'
+                )
+                == 11
+                and m
+            ),
+            30,
+            "the summary worker's counters",
+        )
+        assert summary['agent_memory_handler_seconds_count{subscription="turns-summary"}'] == 11
+        assert summary['agent_memory_summary_folds_total{result="stored"}'] == 1
+        extraction = _scrape(metrics["extraction"])
+        acked = 'agent_memory_messages_total{outcome="acked",subscription="turns-extraction"}'
+        assert extraction[acked] == 11
 
         # Another `agent-memory` command reaches the running stack with its endpoints.
         env = _clean_env(

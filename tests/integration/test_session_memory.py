@@ -8,6 +8,7 @@ from datetime import UTC, datetime, timedelta
 import pytest
 import valkey
 from fastapi.testclient import TestClient
+from prometheus_client import REGISTRY
 
 from services.read_api.app import create_app
 from services.read_api.models import SessionResponse
@@ -27,6 +28,7 @@ from shared.session_buffer import (
 from tests.bus_helpers import Recorder, make_turn, running, summary_handler
 from tests.support import wait_for
 
+VALKEY_ERRORS = "agent_memory_store_errors_total"
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
 
 
@@ -316,6 +318,7 @@ def test_a_turn_recorded_while_valkey_is_down_is_buffered_in_order_when_it_is_ba
             assert first.json()["buffered"] is True
             own.process.request_stop()
             assert own.process.wait(10)
+            errors_before = REGISTRY.get_sample_value(VALKEY_ERRORS, {"store": "valkey"}) or 0
             second = client.post(f"/v1/sessions/{ids['session_id']}/turns", json=_turn_body(ids, 2))
             # The turn is still recorded (published); only the buffer missed it.
             assert second.status_code == 202, second.text
@@ -325,6 +328,9 @@ def test_a_turn_recorded_while_valkey_is_down_is_buffered_in_order_when_it_is_ba
             )
             assert down.status_code == 503
             assert down.json()["error"]["code"] == "valkey_unavailable"
+            # Both failures are counted in the process's metrics.
+            errors = REGISTRY.get_sample_value(VALKEY_ERRORS, {"store": "valkey"})
+            assert errors - errors_before == 2
             own.start()
             third = client.post(f"/v1/sessions/{ids['session_id']}/turns", json=_turn_body(ids, 3))
             assert third.json()["buffered"] is True

@@ -57,7 +57,7 @@ def test_only_an_explicit_true_disables_authentication(monkeypatch, value, disab
 @pytest.mark.parametrize("value", ["1", "yes", "on", ""])
 def test_anything_but_true_or_false_for_auth_disabled_is_refused(monkeypatch, value):
     monkeypatch.setenv("AM_AUTH_DISABLED", value)
-    with pytest.raises(ConfigError, match="AM_AUTH_DISABLED: Value error, must be true or false"):
+    with pytest.raises(ConfigError, match="AM_AUTH_DISABLED: must be true or false"):
         load_settings()
 
 

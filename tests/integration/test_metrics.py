@@ -1,0 +1,73 @@
+"""The Prometheus counters of the worker runtime and the read API move with what
+happens (read from this process's registry, which the runtime and the API under
+test share; `test_up` scrapes the processes over HTTP)."""
+
+import json
+import uuid
+
+from prometheus_client import REGISTRY
+
+from shared.bus.dlq import DeadLetterQueues
+from shared.events import TurnRecorded, encode
+from shared.session_buffer import SessionBuffer
+from tests.bus_helpers import Recorder, failing, make_turn, running, summary_handler
+from tests.support import wait_for
+
+SUB = "turns-summary"
+
+
+def _value(name: str, **labels: str) -> float:
+    return REGISTRY.get_sample_value(name, labels) or 0.0
+
+
+def _snapshot() -> dict[str, float]:
+    found = {
+        outcome: _value("agent_memory_messages_total", subscription=SUB, outcome=outcome)
+        for outcome in ("acked", "duplicate", "retried", "dead_lettered")
+    }
+    found["handled"] = _value("agent_memory_handler_seconds_count", subscription=SUB)
+    found["dead_letter_publishes"] = _value(
+        "agent_memory_dead_letter_publishes_total", subscription=SUB, result="ok"
+    )
+    return found
+
+
+def test_counters_move_as_messages_are_acked_retried_duplicated_and_dead_lettered(
+    settings, topology, publisher, valkey_client, ids
+):
+    buffer = SessionBuffer(valkey_client, 3600)
+    recorder = Recorder()
+    flaky, steady = make_turn(ids, 1), make_turn(ids, 2, session_id=ids["session_id"] + "-b")
+    handler = failing(2, summary_handler(buffer), lambda e: e.event_id == flaky.event_id)
+    good = encode(make_turn(ids, 3))
+    broken = dict(json.loads(good.data), user_id="bad\x07id", event_id=str(uuid.uuid4()))
+    before = _snapshot()
+    with running(settings, SUB, {TurnRecorded: [recorder.wrap(handler)]}, publisher):
+        publisher.publish(flaky).result(timeout=10)
+        publisher.publish(steady).result(timeout=10)
+        publisher.publish_raw(
+            topology.topic_path("turns"),
+            json.dumps(broken).encode(),
+            dict(good.attributes, event_id=broken["event_id"]),
+            good.ordering_key,
+        ).result(timeout=10)
+        wait_for(lambda: recorder.outcomes(steady.turn_id) == ["applied"], 30, "the steady turn")
+        publisher.publish(steady).result(timeout=10)  # the same event again
+        wait_for(lambda: len(recorder.outcomes(steady.turn_id)) == 2, 30, "the duplicate")
+        wait_for(lambda: "applied" in recorder.outcomes(flaky.turn_id), 60, "the third attempt")
+        wait_for(lambda: DeadLetterQueues(settings).peek(SUB), 30, "the dead letter")
+        moved = wait_for(
+            lambda: (after := _snapshot())["handled"] - before["handled"] == 6 and after,
+            10,
+            "six messages settled",
+        )
+
+    delta = {name: moved[name] - before[name] for name in before}
+    assert delta == {
+        "acked": 2,  # the flaky turn at its third attempt, the steady one the first time
+        "duplicate": 1,
+        "retried": 2,
+        "dead_lettered": 1,
+        "handled": 6,
+        "dead_letter_publishes": 1,
+    }

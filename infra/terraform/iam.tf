@@ -10,9 +10,10 @@
 #               to compaction-requests (continuations); reads the database URL
 #   ops         the migrate and API-key jobs: reads the database URL, adds API-key
 #               secret versions
-#   sweep       the scheduled compaction job: reads the database URL (to list the
+#   sweep       the on-demand compaction job: reads the database URL (to list the
 #               users with old episodes), publishes compaction requests
-#   scheduler   Cloud Scheduler's identity: may run the compaction jobs, nothing else
+# (Cloud Scheduler publishes the scheduled sweep as its own service agent:
+# scheduler.tf.)
 
 locals {
   service_accounts = {
@@ -21,8 +22,7 @@ locals {
     extraction = "extraction worker"
     compaction = "compaction worker"
     ops        = "migrate and API-key jobs"
-    sweep      = "scheduled compaction job"
-    scheduler  = "Cloud Scheduler (runs the compaction job)"
+    sweep      = "on-demand compaction job"
   }
   # Account ids: <name>-<suffix>, at most 30 characters (var.name is at most 22).
   account_suffix = {
@@ -32,7 +32,6 @@ locals {
     compaction = "compact"
     ops        = "ops"
     sweep      = "sweep"
-    scheduler  = "sched"
   }
 
   # Topics each identity may publish to (short topic names as in topology.json).

@@ -4,8 +4,8 @@
 #                             changes the image: gcloud run jobs execute ... --wait)
 #   <name>-api-key-<app>      mints an API key of the app and stores it as a new
 #                             version of the secret <name>-api-key-<app>
-#   <name>-compact-<app>      agent-memory compact --all --app APP, on a schedule
-#                             (scheduler.tf)
+#   <name>-compact-<app>      agent-memory compact --all --app APP, on demand (the
+#                             schedule publishes a sweep instead: scheduler.tf)
 #
 # The Pub/Sub topology is this module's (pubsub.tf), so `agent-memory topology
 # apply` is not run in GCP; `agent-memory topology show` with the services'

@@ -1,22 +1,29 @@
 # Compaction on a schedule.
 #
-# Cloud Scheduler runs the job <name>-compact-<app>, which runs
-# `agent-memory compact --all --app APP`: it lists the app's users with episodes
-# older than AM_COMPACTION_RETENTION_DAYS and publishes one compaction.requested.v1
-# per user, each with a new event_id and the run's created_at.
+# Per app, Cloud Scheduler publishes a fixed compaction.requested.v1 without a
+# user_id (a sweep) to compaction-requests. The compaction worker takes the run's
+# time from the message's publish time (the body's created_at is fixed), lists
+# the app's users with episodes older than retention_days, and publishes one
+# request per user whose id is derived from the sweep's id, that time and the
+# user (services/compaction_worker/handlers.py): a redelivered sweep republishes
+# the same requests, which the worker's ledger applies once.
 #
-# Why not a Pub/Sub target publishing compaction.requested.v1 directly: a scheduler
-# message has a fixed body and fixed attributes. The event names one user_id, its
-# event_id is the compaction worker's idempotency key (the ledger would apply a
-# fixed id once, ever) and its created_at fixes the retention cut-off (a fixed time
-# would never move). infra/README.md describes the worker change that would make a
-# Pub/Sub trigger possible.
+# `gcloud run jobs execute <name>-compact-<app>` (jobs.tf) runs the same sweep on
+# demand through `agent-memory compact --all`.
+
+locals {
+  compaction_sweeps = {
+    for app in var.apps : app => {
+      event_id = uuidv5("url", "https://agent-memory/compaction-sweep/${var.name}/${app}")
+    }
+  }
+}
 
 resource "google_cloud_scheduler_job" "compaction" {
-  for_each = toset(var.apps)
+  for_each = local.compaction_sweeps
 
   name        = "${var.name}-compact-${each.key}"
-  description = "agent-memory compact --all --app ${each.key}"
+  description = "compaction sweep of app ${each.key}: compaction.requested.v1 without a user"
   region      = var.region
   schedule    = var.compaction_schedule
   time_zone   = var.compaction_time_zone
@@ -25,26 +32,32 @@ resource "google_cloud_scheduler_job" "compaction" {
     retry_count = 1
   }
 
-  http_target {
-    http_method = "POST"
-    uri         = "https://run.googleapis.com/v2/projects/${var.project_id}/locations/${var.region}/jobs/${google_cloud_run_v2_job.job["compact-${each.key}"].name}:run"
-
-    oauth_token {
-      service_account_email = google_service_account.service["scheduler"].email
-      scope                 = "https://www.googleapis.com/auth/cloud-platform"
+  pubsub_target {
+    topic_name = google_pubsub_topic.event["compaction-requests"].id
+    data = base64encode(jsonencode({
+      event_id       = each.value.event_id
+      app            = each.key
+      user_id        = ""
+      project_id     = ""
+      retention_days = var.compaction_retention_days
+      batch_limit    = 50
+      created_at     = "2026-01-01T00:00:00Z"
+    }))
+    # The attributes every event carries (shared/events/codec.py).
+    attributes = {
+      event_id       = each.value.event_id
+      event_type     = "compaction.requested.v1"
+      schema_version = "1"
+      app            = each.key
     }
   }
 
-  depends_on = [google_cloud_run_v2_job_iam_member.scheduler]
+  depends_on = [google_pubsub_topic_iam_member.scheduler_publisher]
 }
 
-# roles/run.invoker on a job includes run.jobs.run: the scheduler may run the
-# compaction jobs and nothing else.
-resource "google_cloud_run_v2_job_iam_member" "scheduler" {
-  for_each = toset(var.apps)
-
-  name     = google_cloud_run_v2_job.job["compact-${each.key}"].name
-  location = var.region
-  role     = "roles/run.invoker"
-  member   = google_service_account.service["scheduler"].member
+# Cloud Scheduler publishes as its service agent.
+resource "google_pubsub_topic_iam_member" "scheduler_publisher" {
+  topic  = google_pubsub_topic.event["compaction-requests"].id
+  role   = "roles/pubsub.publisher"
+  member = "serviceAccount:service-${data.google_project.this.number}@gcp-sa-cloudscheduler.iam.gserviceaccount.com"
 }

@@ -230,9 +230,20 @@ variable "api_invokers" {
 
 # -- Compaction schedule -------------------------------------------------------------
 variable "compaction_schedule" {
-  description = "Cron schedule (in compaction_time_zone) of the compaction sweep: `agent-memory compact --all` per app."
+  description = "Cron schedule (in compaction_time_zone) of the compaction sweep: per app, a compaction.requested.v1 without a user, published to compaction-requests."
   type        = string
   default     = "0 3 * * *"
+}
+
+variable "compaction_retention_days" {
+  description = "Episodes older than this many days are folded by the scheduled sweep."
+  type        = number
+  default     = 30
+
+  validation {
+    condition     = var.compaction_retention_days >= 1
+    error_message = "compaction_retention_days must be at least 1."
+  }
 }
 
 variable "compaction_time_zone" {

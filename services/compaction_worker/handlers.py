@@ -42,7 +42,7 @@ from shared.config import Settings
 from shared.db.pool import UnitOfWork
 from shared.db.repositories import ProcessedEvents
 from shared.errors import PermanentError
-from shared.events import CompactionRequested, derived_event_id
+from shared.events import CompactionRequested, derived_event_id, format_time
 from shared.llm.base import DialogueTurn
 from shared.memory.deletion import is_tombstoned
 from shared.memory.store import COMPACTED_ENTITY, MemoryRow, MemoryStore, NewMemory, user_lock
@@ -99,6 +99,20 @@ def cutoff(created_at: datetime, retention_days: int) -> datetime:
 
 def cutoff_of(event: CompactionRequested) -> datetime:
     return cutoff(event.created_at, event.retention_days)
+
+
+def users_with_old_episodes(
+    conn: psycopg.Connection, app: str, cutoff: datetime, project_id: str = ""
+) -> list[str]:
+    """The users of `app` with episodes created before `cutoff` (of `project_id`
+    only, when not ""), in order."""
+    project = "AND project_id = %(project)s " if project_id else ""
+    rows = conn.execute(
+        "SELECT DISTINCT user_id FROM episodes WHERE app = %(app)s "
+        f"AND created_at < %(cutoff)s {project}ORDER BY user_id",
+        {"app": app, "cutoff": cutoff, "project": project_id},
+    ).fetchall()
+    return [row[0] for row in rows]
 
 
 def check_request(event: CompactionRequested) -> None:
@@ -174,6 +188,8 @@ class Compaction:
 
     def handle_request(self, event: CompactionRequested, delivery: Delivery | None) -> Outcome:
         check_request(event)
+        if not event.user_id:
+            return self._sweep(event, delivery)
         old_before = cutoff_of(event)
         if self._seen(event.event_id):
             self._continue(event, old_before)
@@ -189,6 +205,34 @@ class Compaction:
             return Outcome.DROPPED
         self._continue(event, old_before)
         return Outcome.DUPLICATE if result == "duplicate" else Outcome.APPLIED
+
+    def _sweep(self, event: CompactionRequested, delivery: Delivery | None) -> Outcome:
+        """A request without a user: one request per user of the app with old
+        episodes. A scheduler publishes it with a fixed body, so the run's time is
+        the message's publish time (the same on every redelivery, new on every run),
+        and each request's id is derived from the sweep's id, that time and the
+        user: a redelivered sweep publishes the same requests, which the ledger
+        applies once. Nothing else is written, so the sweep needs no ledger row."""
+        at = delivery.publish_time if delivery and delivery.publish_time else event.created_at
+        run = format_time(at)
+        with self.pool.connection() as conn:
+            users = users_with_old_episodes(
+                conn, event.app, cutoff(at, event.retention_days), event.project_id
+            )
+        requests = [
+            replace(
+                event,
+                user_id=user,
+                created_at=at,
+                event_id=derived_event_id(event.event_id, run, user),
+            )
+            for user in users
+        ]
+        futures = [self.publisher.publish(request) for request in requests]
+        for future in futures:
+            future.result(timeout=self.settings.publish_timeout_seconds)
+        log.info("compaction sweep", run=run, users=len(users))
+        return Outcome.APPLIED
 
     # -- the steps ------------------------------------------------------------
     def _seen(self, event_id: str) -> bool:

@@ -16,7 +16,7 @@ from datetime import datetime
 
 import psycopg
 
-from services.compaction_worker.handlers import cutoff
+from services.compaction_worker.handlers import cutoff, users_with_old_episodes
 from shared.config import Settings
 from shared.db.pool import connect_kwargs
 from shared.errors import InvalidEvent
@@ -48,20 +48,6 @@ def compaction_request(
     )
     encode(event)  # validates: schema and rules, as on receipt
     return event
-
-
-def users_with_old_episodes(
-    conn: psycopg.Connection, app: str, cutoff: datetime, project_id: str = ""
-) -> list[str]:
-    """The users of `app` with episodes created before `cutoff` (of `project_id`
-    only, when not ""), in order."""
-    project = "AND project_id = %(project)s " if project_id else ""
-    rows = conn.execute(
-        "SELECT DISTINCT user_id FROM episodes WHERE app = %(app)s "
-        f"AND created_at < %(cutoff)s {project}ORDER BY user_id",
-        {"app": app, "cutoff": cutoff, "project": project_id},
-    ).fetchall()
-    return [row[0] for row in rows]
 
 
 def _fail(message: str, code: int = 1) -> int:

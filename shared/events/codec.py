@@ -148,5 +148,6 @@ _IDENTIFIERS: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
         ("project_id", "prev_session_id"),
     ),
     MemoriesGenerate.EVENT_TYPE: (("app", "user_id", "operation"), ("project_id", "session_id")),
-    CompactionRequested.EVENT_TYPE: (("app", "user_id"), ("project_id",)),
+    # An empty user_id is a sweep of the app (services/compaction_worker).
+    CompactionRequested.EVENT_TYPE: (("app",), ("user_id", "project_id")),
 }

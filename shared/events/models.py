@@ -155,7 +155,9 @@ class MemoriesGenerate(_Record):
 
 @dataclass(frozen=True)
 class CompactionRequested(_Record):
-    """Fold a user's old episodes into a summary (`compaction.requested.v1`)."""
+    """Fold a user's old episodes into a summary (`compaction.requested.v1`). With
+    an empty `user_id` it is a sweep: one request per user of the app with old
+    episodes (what a scheduler publishes, with a fixed body)."""
 
     EVENT_TYPE: ClassVar[str] = "compaction.requested.v1"
     TOPIC: ClassVar[str] = "compaction-requests"

@@ -22,7 +22,7 @@ from shared.bus.dlq import DeadLetterQueues
 from shared.db.repositories import Episode, Episodes
 from shared.embeddings import make_embedder
 from shared.errors import PermanentError
-from shared.events import CompactionRequested, derived_event_id, encode, utcnow
+from shared.events import CompactionRequested, derived_event_id, encode, format_time, utcnow
 from shared.llm import RulesLLM
 from tests.bus_helpers import Recorder, running
 from tests.support import WorkerProcess, run_cli, wait_for
@@ -318,6 +318,58 @@ def test_a_continuation_whose_publish_failed_is_published_by_the_redelivery(
         "User: I prefer tea. User: Never deploy on Fridays. User: We decided to use Go."
     )
     assert [r[0] for r in _revisions(pool, memory_id)] == ["CREATED", "UPDATED"]
+
+
+def test_a_sweep_compacts_each_user_with_old_episodes_once_even_when_redelivered(
+    settings, topology, publisher, pool, ids
+):
+    """A request without a user, as a scheduler publishes it: a fixed body, whose
+    created_at lies in the past; the run's time is the message's publish time."""
+    second, recent_only = ids["user_id"] + "-b", ids["user_id"] + "-c"
+    _add(pool, ids, ["I prefer tea.", "We decided to use Go."])
+    _add(pool, ids, ["Never deploy on Fridays."], user_id=second)
+    _add(pool, ids, ["I use vim."], age=RECENT, user_id=recent_only)
+    # The sweep's first attempt fails on its first publish: the redelivery (same
+    # publish time) publishes the same requests again.
+    compaction = Compaction(
+        pool, RulesLLM(), make_embedder(settings), settings, _FailingOnce(publisher)
+    )
+    recorder = Recorder()
+    table = {CompactionRequested: [recorder.wrap(compaction.handle_request)]}
+    sweep = CompactionRequested(
+        event_id=str(uuid.uuid4()),
+        app=ids["app"],
+        user_id="",
+        retention_days=30,
+        batch_limit=50,
+        created_at=utcnow() - timedelta(days=300),  # fixed in the scheduler's body
+    )
+    with running(settings, "compaction-requests", table, publisher):
+        publisher.publish(sweep).result(timeout=10)
+        wait_for(
+            lambda: _episodes(pool, ids) == [] and _episodes(pool, ids, second) == [],
+            60,
+            "both users' old episodes folded",
+        )
+        wait_for(lambda: len(recorder.calls) == 5, 30, "two sweep attempts and three requests")
+
+    first, again = [d for d in recorder.deliveries if d.attributes["event_id"] == sweep.event_id]
+    assert first.publish_time == again.publish_time  # the same message, redelivered
+    run = format_time(first.publish_time)
+    requests = {u: derived_event_id(sweep.event_id, run, u) for u in (ids["user_id"], second)}
+    assert recorder.outcomes(sweep.event_id) == ["error:injected publish failure", "applied"]
+    # The first user's request failed to publish the first time; the second user's
+    # went out both times and was applied once.
+    assert recorder.outcomes(requests[ids["user_id"]]) == ["applied"]
+    assert recorder.outcomes(requests[second]) == ["applied", "duplicate"]
+    for user, texts in ((ids["user_id"], "User: I prefer tea. User: We decided to use Go."),
+                        (second, "User: Never deploy on Fridays.")):  # fmt: skip
+        [(memory_id, _, _, text, _)] = _summaries(pool, ids, user).values()
+        assert text == texts
+        assert [(r[0], r[3]) for r in _revisions(pool, memory_id)] == [("CREATED", requests[user])]
+    # A user with recent episodes only is not asked.
+    assert _episodes(pool, ids, recent_only) == [("", "I use vim.")]
+    assert _summaries(pool, ids, recent_only) == {}
 
 
 def test_a_request_with_bad_bounds_is_dead_lettered(settings, compaction, publisher, ids):

@@ -9,6 +9,7 @@ import json
 import re
 import shlex
 import tomllib
+import uuid
 from pathlib import Path
 from types import ModuleType
 
@@ -21,6 +22,7 @@ from shared.api_keys import new_key
 from shared.bus.admin import DesiredSubscription, TopologyAdmin
 from shared.bus.topology import SUBSCRIPTIONS, TOPICS
 from shared.config import Settings, env_name
+from shared.events import CompactionRequested, decode
 from shared.events.schemas import schema_definition
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -310,6 +312,41 @@ def test_jobs_run_real_commands():
         _parser().parse_args(argv)
         commands.append(argv[0])
     assert commands == ["migrate", "compact"]
+
+
+def _hcl_assignments(block: str) -> dict[str, str]:
+    """`name = value` lines of an HCL object, as text."""
+    return dict(re.findall(r"(?m)^\s*(\w+)\s*=\s*(.+?)\s*$", block))
+
+
+def test_the_scheduled_sweep_is_a_valid_compaction_request_without_a_user():
+    text = (TERRAFORM / "scheduler.tf").read_text(encoding="utf-8")
+    job = _block(text, 'resource "google_cloud_scheduler_job" "compaction"')
+    target = _block(job, "pubsub_target")
+    assert 'topic_name = google_pubsub_topic.event["compaction-requests"].id' in target
+    app, name = "default", "agent-memory"
+    sweep_id = str(
+        uuid.uuid5(uuid.NAMESPACE_URL, f"https://agent-memory/compaction-sweep/{name}/{app}")
+    )
+    assert 'uuidv5("url", "https://agent-memory/compaction-sweep/${var.name}/${app}")' in text
+    values = {
+        "each.value.event_id": sweep_id,
+        "each.key": app,
+        "var.compaction_retention_days": 30,
+    }
+
+    def value(expression: str) -> object:
+        return values[expression] if expression in values else json.loads(expression)
+
+    body_text = target[target.index("jsonencode({") + len("jsonencode({") : target.index("}))")]
+    body = {k: value(v) for k, v in _hcl_assignments(body_text).items()}
+    attributes = {k: value(v) for k, v in _hcl_assignments(_block(target, "attributes =")).items()}
+    event = decode(json.dumps(body).encode(), attributes)
+    assert isinstance(event, CompactionRequested)
+    assert (event.user_id, event.app, event.retention_days) == ("", app, 30)
+    assert set(body) == {
+        f["name"] for f in json.loads(schema_definition(event.EVENT_TYPE))["fields"]
+    }
 
 
 def test_api_key_job_reads_the_cli_output():

@@ -52,6 +52,7 @@ from shared.llm.base import Candidate
 from shared.memory.consolidate import Consolidator, Source, new_memory
 from shared.memory.context import assemble
 from shared.memory.search import (
+    FREQUENT,
     Fusion,
     Ranked,
     Scope,
@@ -103,11 +104,19 @@ async def _embed(request: Request, texts: list[str]) -> list[list[float]]:
     return await request.app.state.resources.embedder.aembed_queries(texts)
 
 
-async def _fetch(request: Request, sql: str, params: dict[str, Any]) -> list[dict[str, Any]]:
+async def _fetch(
+    request: Request, sql: str, params: dict[str, Any], searching: str | None = None
+) -> list[dict[str, Any]]:
+    """Run `sql`; for a hybrid search of the table `searching`, with its frequent
+    lexemes (cached; read on the same connection when they are not)."""
     pool = request.app.state.apool
-    async with pool.connection() as conn, conn.cursor(row_factory=dict_row) as cur:
-        await cur.execute(sql, params)
-        return await cur.fetchall()
+    async with pool.connection() as conn:
+        if searching is not None:
+            fraction = request.app.state.resources.settings.search_text_max_frequency
+            params["frequent"] = await FREQUENT.aget(conn, searching, fraction)
+        async with conn.cursor(row_factory=dict_row) as cur:
+            await cur.execute(sql, params)
+            return await cur.fetchall()
 
 
 async def _postgres(call: Any) -> Any:
@@ -137,7 +146,10 @@ async def search_memories(
     params.update(fusion_params(Fusion.from_settings(settings), embeddings, queries, k))
     params["pinned_limit"] = 50
     rows = await _fetch(
-        request, hybrid_sql("memories", MEMORY_COLUMNS, where, pinned_rules=pinned), params
+        request,
+        hybrid_sql("memories", MEMORY_COLUMNS, where, pinned_rules=pinned),
+        params,
+        searching="memories",
     )
     found, rules = [], []
     for row in rows:
@@ -173,7 +185,7 @@ def install_memory_routes(app: FastAPI) -> None:  # noqa: C901 - one route per n
             fusion_params(Fusion.from_settings(settings), embeddings, [body.query], body.k)
         )
         rows = await _postgres(
-            _fetch(request, hybrid_sql("episodes", EPISODE_COLUMNS, where), params)
+            _fetch(request, hybrid_sql("episodes", EPISODE_COLUMNS, where), params, "episodes")
         )
         episodes = []
         for row in rows:

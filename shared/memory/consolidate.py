@@ -17,7 +17,7 @@ import psycopg
 from psycopg.rows import dict_row
 
 from shared.llm.base import KINDS, SCOPES, Candidate, ExistingMemory
-from shared.memory.search import Fusion, fusion_params, hybrid_sql
+from shared.memory.search import FREQUENT, Fusion, fusion_params, hybrid_sql
 from shared.memory.store import (
     COMPACTED_ENTITY,
     MEMORY_COLUMNS,
@@ -102,6 +102,7 @@ def neighbours(
         "compacted": COMPACTED_ENTITY,
         **fusion_params(fusion, [new.embedding], [new.text], limit),
     }
+    params["frequent"] = FREQUENT.get(conn, "memories", fusion.max_frequency)
     with conn.cursor(row_factory=dict_row) as cur:
         rows = cur.execute(hybrid_sql("memories", MEMORY_COLUMNS, where), params).fetchall()
     found = [MemoryRow.from_row(r) for r in rows]

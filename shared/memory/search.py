@@ -12,7 +12,9 @@ sub-queries.
 `AM_SEARCH_TEXT_MAX_FREQUENCY` of the rows ("user", "prefer" in a memory store)
 selects no rows, as a stop word would not, though it still counts in the rank of
 the rows the other lexemes select. Without this, a question sharing one such
-word with half of a user's 100,000 memories would rank all of them. At most
+word with half of a user's 100,000 memories would rank all of them. The list of
+such lexemes is read from `pg_stats` once a minute per process (`FrequentLexemes`)
+and passed to the statement as a parameter. At most
 `AM_SEARCH_TEXT_SCAN_LIMIT` selected rows are ranked per sub-query: first by
 the cheaper `ts_rank`, then the best twice `candidates` by `ts_rank_cd`.
 
@@ -24,9 +26,15 @@ bound parameter.
 
 from __future__ import annotations
 
+import threading
+import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
+
+import psycopg
+from psycopg.rows import tuple_row
 
 from shared.config import Settings
 
@@ -82,17 +90,73 @@ class Ranked:
         return found
 
 
-def _lexemes(table: str) -> str:
+# The lexemes in more than a fraction of a table's rows, from Postgres's statistics
+# of its `tsv` column.
+FREQUENT_SQL = """
+SELECT x.elem
+FROM pg_stats s, unnest(s.most_common_elems::text::text[], s.most_common_elem_freqs)
+    AS x(elem, freq)
+WHERE s.schemaname = current_schema() AND s.tablename = %s AND s.attname = 'tsv'
+  -- the frequencies array ends with three more numbers (minimum, maximum, nulls)
+  AND x.elem IS NOT NULL AND x.freq > %s
+ORDER BY x.elem"""
+FREQUENT_TTL_SECONDS = 60.0
+
+
+class FrequentLexemes:
+    """`FREQUENT_SQL` per (table, fraction), kept `ttl` seconds in this process.
+    Read inside the search statement, the statistics cost every query about 1 ms of
+    planning and 2 ms of execution (the pg_stats view joins four catalogs with
+    privilege checks; bench/retrieval.py); they change only when the table is
+    analysed."""
+
+    def __init__(
+        self, ttl: float = FREQUENT_TTL_SECONDS, clock: Callable[[], float] = time.monotonic
+    ) -> None:
+        self.ttl = ttl
+        self._clock = clock
+        self._lock = threading.Lock()
+        self._found: dict[tuple[str, float], tuple[float, list[str]]] = {}
+
+    def _cached(self, key: tuple[str, float]) -> list[str] | None:
+        with self._lock:
+            entry = self._found.get(key)
+        return entry[1] if entry is not None and entry[0] > self._clock() else None
+
+    def _store(self, key: tuple[str, float], lexemes: list[str]) -> list[str]:
+        with self._lock:
+            self._found[key] = (self._clock() + self.ttl, lexemes)
+        return lexemes
+
+    def get(self, conn: psycopg.Connection, table: str, fraction: float) -> list[str]:
+        key = (table, fraction)
+        found = self._cached(key)
+        if found is None:
+            with conn.cursor(row_factory=tuple_row) as cur:
+                rows = cur.execute(FREQUENT_SQL, key).fetchall()
+            found = self._store(key, [row[0] for row in rows])
+        return found
+
+    async def aget(self, conn: psycopg.AsyncConnection, table: str, fraction: float) -> list[str]:
+        key = (table, fraction)
+        found = self._cached(key)
+        if found is None:
+            async with conn.cursor(row_factory=tuple_row) as cur:
+                await cur.execute(FREQUENT_SQL, key)
+                rows = await cur.fetchall()
+            found = self._store(key, [row[0] for row in rows])
+        return found
+
+
+FREQUENT = FrequentLexemes()
+
+
+def _lexemes() -> str:
     """Per sub-query: the OR of all its lexemes (`tsq`, what ranks) and the OR of
-    its meaningful ones (`mtsq`, what selects rows), from `pg_stats` of `tsv`.
-    Lexemes are quoted for to_tsquery (backslash escapes inside quotes)."""
-    return f"""
-stats AS (
-    SELECT x.elem, x.freq
-    FROM pg_stats s, unnest(s.most_common_elems::text::text[], s.most_common_elem_freqs)
-        AS x(elem, freq)
-    WHERE s.schemaname = current_schema() AND s.tablename = '{table}' AND s.attname = 'tsv'
-),
+    its meaningful ones (`mtsq`, what selects rows): all but the `frequent` ones
+    (a parameter, from `FrequentLexemes`). Lexemes are quoted for to_tsquery
+    (backslash escapes inside quotes)."""
+    return """
 qt AS (
     SELECT q.qi, q.emb,
            to_tsquery('simple', l.all_lexemes) AS tsq,
@@ -100,12 +164,11 @@ qt AS (
     FROM q CROSS JOIN LATERAL (
         SELECT string_agg(w.quoted, ' | ') AS all_lexemes,
                string_agg(w.quoted, ' | ') FILTER (
-                   WHERE coalesce(st.freq, 0) <= %(max_freq)s) AS meaningful
+                   WHERE NOT (lex = ANY(%(frequent)s::text[]))) AS meaningful
         FROM unnest(tsvector_to_array(to_tsvector('english', q.qtext))) AS lex
         CROSS JOIN LATERAL (
             SELECT '''' || replace(replace(lex, '\\', '\\\\'), '''', '\\''') || '''' AS quoted
         ) w
-        LEFT JOIN stats st ON st.elem = lex
     ) l
 )"""
 
@@ -158,14 +221,14 @@ def hybrid_sql(
     pinned_rules: bool = False,
 ) -> str:
     """The statement: fused rows (`pinned` false) and, if asked, every rule the
-    filter admits (`pinned` true; score 0). Parameters: the filter's, `embeddings`
-    (vector[]), `texts` (text[]), `candidates`, `wv`, `wt`, `rrf_k`, `limit`."""
+    filter admits (`pinned` true; score 0). Parameters: the filter's, those of
+    `fusion_params`, and `frequent` (the table's `FrequentLexemes`)."""
     fused = f"""
 WITH q AS (
     SELECT u.qi, u.emb, u.qtext
     FROM unnest(%(embeddings)s::text[]::vector[], %(texts)s::text[])
         WITH ORDINALITY AS u(emb, qtext, qi)
-),{_lexemes(table)},
+),{_lexemes()},
 vec AS (
     SELECT v.id, row_number() OVER (PARTITION BY qt.qi ORDER BY v.dist, v.id) AS rank
     FROM qt CROSS JOIN LATERAL (
@@ -227,7 +290,6 @@ def fusion_params(
         "wv": fusion.vector_weight,
         "wt": fusion.text_weight,
         "rrf_k": fusion.k,
-        "max_freq": fusion.max_frequency,
         "text_scan": fusion.text_scan,
         "limit": limit,
     }

@@ -13,6 +13,7 @@ import uuid
 from pathlib import Path
 from types import ModuleType
 
+import hcl2
 import pytest
 from google.cloud import pubsub_v1
 
@@ -290,13 +291,62 @@ def test_one_cloud_run_service_per_worker_kind_with_always_allocated_cpu():
     assert "min_instance_count = var.api_min_instances" in api
 
 
-def test_every_terraform_variable_and_output_has_a_description():
-    text = _tf()
+def _unquote(value: object) -> object:
+    """python-hcl2 keeps the quotes of block labels and strings; drop them."""
+    if isinstance(value, dict):
+        return {str(_unquote(k)): _unquote(v) for k, v in value.items() if k != "__is_block__"}
+    if isinstance(value, list):
+        return [_unquote(v) for v in value]
+    if isinstance(value, str) and len(value) >= 2 and value[0] == value[-1] == '"':
+        return value[1:-1]
+    return value
+
+
+def _parsed() -> dict[str, dict[str, dict]]:
+    """Every .tf file parsed with python-hcl2 (a file that is not valid HCL fails
+    here): block type -> label -> body; resources as `kind.name`."""
+    found: dict[str, dict[str, dict]] = {}
+    for path in sorted(TERRAFORM.glob("*.tf")):
+        with path.open(encoding="utf-8") as f:
+            parsed = _unquote(hcl2.load(f))
+        for block_type in ("resource", "data", "variable", "output"):
+            for entry in parsed.get(block_type, []):
+                for label, body in entry.items():
+                    if block_type in ("resource", "data"):
+                        for name, inner in body.items():
+                            found.setdefault(block_type, {})[f"{label}.{name}"] = inner
+                    else:
+                        found.setdefault(block_type, {})[label] = body
+    return found
+
+
+def test_every_terraform_file_parses_and_the_subscriptions_carry_the_policies():
+    parsed = _parsed()
+    resources = parsed["resource"]
+    worker = resources["google_pubsub_subscription.worker"]
+    assert worker["for_each"] == "${local.topology.subscriptions}"
+    assert worker["enable_message_ordering"] == "${each.value.ordered}"
+    assert worker["ack_deadline_seconds"] == "${local.ack_deadline_seconds}"
+    assert worker["dead_letter_policy"] == [
+        {
+            "dead_letter_topic": "${google_pubsub_topic.dead_letter[each.key].id}",
+            "max_delivery_attempts": "${local.max_delivery_attempts}",
+        }
+    ]
+    assert worker["retry_policy"] == [
+        {
+            "minimum_backoff": "${local.retry_min_backoff_seconds}s",
+            "maximum_backoff": "${local.retry_max_backoff_seconds}s",
+        }
+    ]
+    assert worker["expiration_policy"] == [{"ttl": ""}]  # never expires
+    [target] = resources["google_cloud_scheduler_job.compaction"]["pubsub_target"]
+    assert target["topic_name"] == '${google_pubsub_topic.event["compaction-requests"].id}'
+    assert target["attributes"]["event_type"] == "compaction.requested.v1"
     for kind in ("variable", "output"):
-        names = re.findall(rf'^{kind} "(\w+)"', text, flags=re.MULTILINE)
-        assert names
-        for name in names:
-            assert "description =" in _block(text, f'{kind} "{name}"'), f"{kind} {name}"
+        assert parsed[kind]
+        for name, body in parsed[kind].items():
+            assert body.get("description"), f"{kind} {name} has no description"
 
 
 def test_terraform_sets_only_real_settings():

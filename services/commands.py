@@ -40,6 +40,8 @@ def run_worker_command(args: argparse.Namespace, settings: Settings) -> int:
 
 
 def run_migrate(args: argparse.Namespace, settings: Settings) -> int:
+    import psycopg
+
     from shared.db.migrate import MigrationError, migrate
     from shared.db.pool import connect_kwargs
 
@@ -51,6 +53,8 @@ def run_migrate(args: argparse.Namespace, settings: Settings) -> int:
         )
     except (MigrationError, ValueError) as exc:
         return _fail(str(exc))
+    except psycopg.Error as exc:
+        return _fail(f"Postgres: {exc}")
     print("applied: " + ", ".join(applied) if applied else "up to date")
     return 0
 

@@ -441,7 +441,7 @@ class SessionBuffer:
                 else:
                     try:
                         results[i] = self._applied(appends[i], appended, tombstone)
-                    except valkey.exceptions.ValkeyError as exc:
+                    except Exception as exc:  # this turn's alone (a bad tombstone value, ...)
                         results[i] = exc
             if not lost_script:
                 break

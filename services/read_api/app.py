@@ -146,7 +146,9 @@ class RequestLog:
             finally:
                 seconds = time.perf_counter() - started
                 route = _route_template(scope)
-                API_REQUEST_SECONDS.labels(scope["method"], route, str(status)).observe(seconds)
+                # Known methods only: anyone may send any token, before authentication.
+                method = scope["method"] if scope["method"] in _METHODS else "OTHER"
+                API_REQUEST_SECONDS.labels(method, route, str(status)).observe(seconds)
                 if span is not None:
                     span.update_name(f"{scope['method']} {route}")
                     span.set_attribute("http.response.status_code", status)
@@ -157,6 +159,9 @@ class RequestLog:
                     status=status,
                     duration_ms=round(seconds * 1000, 3),
                 )
+
+
+_METHODS = frozenset({"GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"})
 
 
 def _route_template(scope: dict) -> str:

@@ -16,9 +16,12 @@ def run_keys_command(args: argparse.Namespace, settings: Settings) -> int:
     if not settings.database_url:
         print("agent-memory: AM_DATABASE_URL is not set", file=sys.stderr)
         return 2
-    with psycopg.connect(
-        settings.database_url, autocommit=True, **connect_kwargs(settings)
-    ) as conn:
+    try:
+        conn = psycopg.connect(settings.database_url, autocommit=True, **connect_kwargs(settings))
+    except psycopg.Error as exc:
+        print(f"agent-memory: Postgres: {exc}", file=sys.stderr)
+        return 1
+    with conn:
         if args.keys_command == "create":
             try:
                 key, record = create_key(conn, args.app, args.admin, args.name)

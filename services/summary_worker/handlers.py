@@ -20,14 +20,22 @@ def record_turns(
     buffer is then over a trigger goes on to summarize-before-trim on a handler
     thread. A fold that fails raises: the buffer is untouched and the message is
     redelivered, and a redelivery folds even though the append is then a no-op."""
-    keys = [_key(event) for event, _delivery in items]
-    appended = buffer.append_many(
-        [
-            (key, BufferedTurn.from_event(event), event.prev_session_id)  # type: ignore[attr-defined]
-            for key, (event, _delivery) in zip(keys, items, strict=True)
-        ]
-    )
-    return [_next_step(key, result, folder) for key, result in zip(keys, appended, strict=True)]
+    results: list[BatchResult] = []
+    appends, waiting = [], []  # what goes to Valkey, and the places of their results
+    for event, _delivery in items:
+        try:
+            key = _key(event)
+            appends.append((key, BufferedTurn.from_event(event), event.prev_session_id))  # type: ignore[attr-defined]
+        except Exception as exc:  # this event's alone: the others still go
+            results.append(exc)
+            continue
+        waiting.append(len(results))
+        results.append(Outcome.APPLIED)  # replaced below
+    for place, append, appended in zip(
+        waiting, appends, buffer.append_many(appends) if appends else [], strict=True
+    ):
+        results[place] = _next_step(append[0], appended, folder)
+    return results
 
 
 def record_turn(

@@ -303,10 +303,13 @@ class SubscriberRuntime:
             for item, result in zip(items, results, strict=True):
                 if isinstance(result, Exception):
                     self._conclude(item, error=result)
-                elif isinstance(result, Outcome):
-                    self._conclude(item, outcomes=[result])
-                else:
+                elif result is None or isinstance(result, Outcome):
+                    self._conclude(item, outcomes=[result or Outcome.APPLIED])
+                elif callable(result):
                     later(item.message, partial(self._run, item, result))
+                else:
+                    error = TypeError(f"a batch handler returned {type(result).__name__}")
+                    self._conclude(item, error=error)
 
     def _call_all(self, handlers: Sequence[Handler], item: _Item) -> list[Outcome]:
         assert item.event is not None
@@ -362,7 +365,7 @@ class SubscriberRuntime:
         seconds = time.perf_counter() - item.started
         MESSAGES.labels(self.subscription, outcome).inc()
         self._duration.observe(seconds)
-        end_span(item.span, outcome, reason)
+        end_span(item.span, outcome, reason if outcome in ("retried", "dead_lettered") else "")
         fields: dict[str, object] = {"outcome": outcome, "duration_ms": round(seconds * 1000, 3)}
         if reason:
             fields["error"] = reason

@@ -13,17 +13,23 @@ asking for less than `sslmode=require` is refused, one that says nothing gets
 
 from __future__ import annotations
 
+import os
 import threading
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+import psycopg
 from psycopg.conninfo import conninfo_to_dict
 
 ALLOYDB_LOGIN_SCOPE = "https://www.googleapis.com/auth/alloydb.login"
 # A token is refreshed this long before its expiry (tokens live about an hour).
 REFRESH_MARGIN = timedelta(minutes=5)
 _WEAK_SSL_MODES = {"disable", "allow", "prefer"}
+
+
+class DatabaseLoginError(psycopg.OperationalError):
+    """No IAM token could be had for a database login."""
 
 
 def _utcnow_naive() -> datetime:
@@ -51,16 +57,23 @@ class TokenSource:
         self._lock = threading.Lock()
 
     def token(self) -> str:
+        """The current token; `DatabaseLoginError` (a psycopg `OperationalError`, as
+        any failed login) when the credentials give none."""
         with self._lock:
-            credentials = self._load()
-            expiry = getattr(credentials, "expiry", None)
-            fresh = credentials.token and (
-                expiry is None or self._clock() < expiry - self.refresh_margin
-            )
-            if not fresh:
-                credentials.refresh(self._request())
+            try:
+                credentials = self._load()
+                expiry = getattr(credentials, "expiry", None)
+                fresh = credentials.token and (
+                    expiry is None or self._clock() < expiry - self.refresh_margin
+                )
+                if not fresh:
+                    credentials.refresh(self._request())
+            except Exception as exc:  # no credentials, a refused refresh, no network
+                raise DatabaseLoginError(
+                    f"no IAM token for the database login: {type(exc).__name__}: {exc}"
+                ) from exc
             if not credentials.token:
-                raise RuntimeError("the credentials gave no access token for the database")
+                raise DatabaseLoginError("the credentials gave no access token for the database")
             return credentials.token
 
     def _load(self) -> Any:
@@ -81,7 +94,10 @@ class TokenSource:
 def check_iam_url(database_url: str) -> dict[str, str]:
     """What IAM authentication adds to `database_url`'s parameters (`sslmode`), or
     a ValueError naming what is wrong with the URL."""
-    params = conninfo_to_dict(database_url)
+    try:
+        params = conninfo_to_dict(database_url)
+    except psycopg.Error as exc:
+        raise ValueError(f"AM_DATABASE_URL cannot be parsed: {exc}") from None
     if params.get("password"):
         raise ValueError(
             "AM_DATABASE_URL carries a password, but AM_DATABASE_IAM_AUTH=true logs in "
@@ -98,7 +114,13 @@ def check_iam_url(database_url: str) -> dict[str, str]:
             f"AM_DATABASE_URL has sslmode={mode}; IAM authentication needs TLS "
             "(sslmode=require or stricter)"
         )
-    return {} if mode else {"sslmode": "require"}
+    if mode:
+        return {}
+    # libpq's PGSSLMODE applies when the URL says nothing: keep a strict one.
+    from_environment = os.environ.get("PGSSLMODE", "")
+    if from_environment and from_environment not in _WEAK_SSL_MODES:
+        return {}
+    return {"sslmode": "require"}
 
 
 _shared: TokenSource | None = None

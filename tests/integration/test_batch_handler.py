@@ -10,7 +10,7 @@ from shared.bus.worker import BatchHandler, Outcome
 from shared.errors import PermanentError
 from shared.events import TurnRecorded
 from shared.llm import RulesLLM
-from shared.session_buffer import SessionBuffer, SessionKey
+from shared.session_buffer import SessionBuffer, SessionKey, tombstone_key
 from tests.bus_helpers import make_turn, running
 from tests.conftest import both_pull_modes
 from tests.support import wait_for
@@ -43,6 +43,9 @@ class ScriptedBatch:
             return PermanentError("turn 5 can never be applied")
         if n in (7, 9):
             return partial(self._finish, n, delivery.delivery_attempt)
+        if n == 11:
+            self._succeed(n)
+            return None  # as a plain handler may: applied
         return self._succeed(n)
 
     def _finish(self, n: int, attempt: int) -> Outcome:
@@ -119,3 +122,17 @@ def test_the_summary_workers_batch_appends_every_turn_once_and_folds(
     assert view.summary.version >= 1 and view.summary.text
     # The buffer keeps the newest turns, in created_at order.
     assert in_buffer == [t.turn_id for t in turns[-len(in_buffer) :]]
+
+
+def test_a_turn_that_fails_alone_leaves_the_rest_of_its_batch_applied(valkey_client, ids):
+    buffer = SessionBuffer(valkey_client, 3600)
+    folder = Folder(buffer, RulesLLM(), FoldPolicy())
+    broken_user = ids["user_id"] + "-broken"
+    # A tombstone that is not a time: reading it fails for this user's turn only.
+    valkey_client.set(tombstone_key(ids["app"], broken_user), "not a time")
+    turns = [make_turn(ids, 1), make_turn(ids, 2, user_id=broken_user), make_turn(ids, 3)]
+    results = record_turns([(t, None) for t in turns], buffer=buffer, folder=folder)
+    assert results[0] == results[2] == Outcome.APPLIED
+    assert isinstance(results[1], ValueError)
+    key = SessionKey(ids["app"], ids["user_id"], ids["session_id"])
+    assert [t.turn_id for t in buffer.read(key).turns] == ["turn-0001", "turn-0003"]

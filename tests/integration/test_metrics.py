@@ -5,8 +5,10 @@ test share; `test_up` scrapes the processes over HTTP)."""
 import json
 import uuid
 
+from fastapi.testclient import TestClient
 from prometheus_client import REGISTRY
 
+from services.read_api.app import create_app
 from shared.bus.dlq import DeadLetterQueues
 from shared.events import TurnRecorded, encode
 from shared.session_buffer import SessionBuffer
@@ -71,3 +73,13 @@ def test_counters_move_as_messages_are_acked_retried_duplicated_and_dead_lettere
         "handled": 6,
         "dead_letter_publishes": 1,
     }
+
+
+def test_an_unknown_http_method_is_counted_as_other(settings, topology):
+    labels = {"method": "OTHER", "route": "/healthz", "status": "405"}
+    name = "agent_memory_api_request_seconds_count"
+    before = _value(name, **labels)
+    with TestClient(create_app(settings), raise_server_exceptions=False) as client:
+        assert client.request("BREW", "/healthz").status_code == 405
+    assert _value(name, **labels) - before == 1
+    assert REGISTRY.get_sample_value(name, dict(labels, method="BREW")) is None

@@ -4,10 +4,17 @@ credentials (the only stand-ins: no AlloyDB or Google credentials here)."""
 import threading
 from datetime import datetime, timedelta
 
+import psycopg
 import pytest
 
 from shared.config import ConfigError, load_settings
-from shared.db.iam import ALLOYDB_LOGIN_SCOPE, TokenSource, check_iam_url, login_kwargs
+from shared.db.iam import (
+    ALLOYDB_LOGIN_SCOPE,
+    DatabaseLoginError,
+    TokenSource,
+    check_iam_url,
+    login_kwargs,
+)
 from shared.db.pool import _async_pool_kwargs, _pool_kwargs
 
 T0 = datetime(2026, 11, 30, 12, 0, 0)  # naive UTC, as google-auth keeps `expiry`
@@ -78,7 +85,7 @@ def test_credentials_that_give_no_token_are_an_error():
             self.refreshes += 1
 
     source = TokenSource(Empty(Clock()), clock=Clock(), request_factory=lambda: "request")
-    with pytest.raises(RuntimeError, match="no access token"):
+    with pytest.raises(DatabaseLoginError, match="no access token"):
         source.token()
 
 
@@ -148,3 +155,27 @@ def test_the_default_credentials_are_asked_for_the_alloydb_login_scope(monkeypat
     source = TokenSource(clock=clock, request_factory=lambda: "request")
     assert source.token() == "token-1"
     assert asked == [[ALLOYDB_LOGIN_SCOPE]]
+
+
+def test_credentials_that_cannot_give_a_token_are_a_database_login_error():
+    class Refused(FakeCredentials):
+        def refresh(self, request: object) -> None:
+            raise OSError("metadata server unreachable")
+
+    clock = Clock()
+    source = TokenSource(Refused(clock), clock=clock, request_factory=lambda: "request")
+    with pytest.raises(DatabaseLoginError, match="no IAM token.*OSError: metadata server"):
+        source.token()
+    assert issubclass(DatabaseLoginError, psycopg.OperationalError)  # as a refused login
+
+
+def test_a_strict_pgsslmode_from_the_environment_is_kept(monkeypatch):
+    monkeypatch.setenv("PGSSLMODE", "verify-full")
+    assert check_iam_url(URL) == {}
+    monkeypatch.setenv("PGSSLMODE", "prefer")
+    assert check_iam_url(URL) == {"sslmode": "require"}
+
+
+def test_a_url_that_cannot_be_parsed_is_a_configuration_error():
+    with pytest.raises(ConfigError, match="AM_DATABASE_IAM_AUTH: AM_DATABASE_URL cannot be parsed"):
+        load_settings(database_url=URL + "?no_such_option=1", database_iam_auth=True)

@@ -210,18 +210,25 @@ class UnaryPullDelivery:
                 if not (message.settled or message.handed_on):  # escaped without deciding
                     message.nack()
 
-    def run_later(self, message: PulledMessage, work: Callable[[], None]) -> None:
-        """Run `work`, which settles `message`, on a pool thread."""
+    def run_later(
+        self, message: PulledMessage, work: Callable[[], None], abandoned: Callable[[], None]
+    ) -> None:
+        """Run `work`, which settles `message`, on a pool thread. If the worker stops
+        before it starts, the message is nacked and `abandoned` is called instead."""
         message.handed_on = True
         try:
-            self.executor.submit(self._run_one, message, work)
+            self.executor.submit(self._run_one, message, work, abandoned)
         except RuntimeError:  # the pool shut down at the stop deadline
             message.nack()
+            abandoned()
 
-    def _run_one(self, message: PulledMessage, work: Callable[[], None]) -> None:
+    def _run_one(
+        self, message: PulledMessage, work: Callable[[], None], abandoned: Callable[[], None]
+    ) -> None:
         try:
             if self._stopping.is_set():
                 message.nack()  # not started: hand it back
+                abandoned()
                 return
             work()
         finally:

@@ -127,10 +127,14 @@ class _Item:
         )
 
 
-Later = Callable[[Message | PulledMessage, Callable[[], None]], None]
+# Runs the rest of a message's work (second argument) elsewhere, or the third
+# argument when the worker stops first.
+Later = Callable[[Message | PulledMessage, Callable[[], None], Callable[[], None]], None]
 
 
-def _inline(_message: Message | PulledMessage, work: Callable[[], None]) -> None:
+def _inline(
+    _message: Message | PulledMessage, work: Callable[[], None], _abandoned: Callable[[], None]
+) -> None:
     work()
 
 
@@ -291,7 +295,11 @@ class SubscriberRuntime:
                 batches.setdefault(id(entry), (entry, []))[1].append(item)
             else:
                 work = partial(self._call_all, entry, item)
-                later(message, partial(self._run, item, work, timed_from_here=True))
+                later(
+                    message,
+                    partial(self._run, item, work, timed_from_here=True),
+                    partial(self._abandoned, item),
+                )
         for handler, items in batches.values():
             events = [(i.event, i.delivery(self.subscription)) for i in items]
             try:
@@ -306,7 +314,11 @@ class SubscriberRuntime:
                 elif result is None or isinstance(result, Outcome):
                     self._conclude(item, outcomes=[result or Outcome.APPLIED])
                 elif callable(result):
-                    later(item.message, partial(self._run, item, result))
+                    later(
+                        item.message,
+                        partial(self._run, item, result),
+                        partial(self._abandoned, item),
+                    )
                 else:
                     error = TypeError(f"a batch handler returned {type(result).__name__}")
                     self._conclude(item, error=error)
@@ -339,6 +351,13 @@ class SubscriberRuntime:
             self._conclude(item, outcomes=outcomes)
         finally:
             structlog.contextvars.clear_contextvars()
+
+    def _abandoned(self, item: _Item) -> None:
+        """The worker stopped before `item`'s work began; its message was nacked."""
+        reason = "the worker stopped before handling it; nacked for redelivery"
+        MESSAGES.labels(self.subscription, "retried").inc()
+        end_span(item.span, "retried", reason)
+        log.warning("message handled", outcome="retried", error=reason, **self._context(item))
 
     def _context(self, item: _Item) -> dict[str, object]:
         found = {

@@ -3,6 +3,8 @@
 import threading
 from functools import partial
 
+from prometheus_client import REGISTRY
+
 from services.summary_worker.folding import Folder, FoldPolicy
 from services.summary_worker.handlers import record_turns
 from shared.bus.dlq import DeadLetterQueues
@@ -136,3 +138,29 @@ def test_a_turn_that_fails_alone_leaves_the_rest_of_its_batch_applied(valkey_cli
     assert isinstance(results[1], ValueError)
     key = SessionKey(ids["app"], ids["user_id"], ids["session_id"])
     assert [t.turn_id for t in buffer.read(key).turns] == ["turn-0001", "turn-0003"]
+
+
+def test_work_left_for_a_handler_thread_when_the_worker_stops_is_nacked_and_counted(
+    settings, topology, publisher, ids
+):
+    one_thread = settings.model_copy(update={"worker_concurrency": 1, "pull_mode": "unary"})
+    runtime: dict = {}
+    finished: list[str] = []
+
+    def handle(items):
+        # The batch holds the only handler thread; its Finish waits behind it, and
+        # the worker is told to stop before that thread is free.
+        runtime["it"].request_stop()
+        return [partial(finished.append, event.turn_id) for event, _delivery in items]
+
+    retried = (
+        "agent_memory_messages_total",
+        {"subscription": "turns-summary", "outcome": "retried"},
+    )
+    before = REGISTRY.get_sample_value(*retried) or 0.0
+    publisher.publish(make_turn(ids, 1)).result(timeout=10)
+    with running(one_thread, "turns-summary", {TurnRecorded: BatchHandler(handle)}, publisher) as r:
+        runtime["it"] = r
+        wait_for(lambda: (REGISTRY.get_sample_value(*retried) or 0.0) > before, 30, "the nack")
+    assert finished == []
+    assert REGISTRY.get_sample_value(*retried) - before == 1

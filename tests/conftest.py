@@ -17,11 +17,13 @@ import psycopg
 import pytest
 import valkey
 from psycopg_pool import ConnectionPool
+from pydantic import SecretStr
 
 from shared.bus.admin import TopologyAdmin
 from shared.bus.publisher import EventPublisher
 from shared.config import Settings, load_settings
 from shared.db.migrate import migrate
+from shared.llm.gemini import GeminiLLM
 from shared.localstack.components import (
     LocalPostgres,
     LocalPubSubEmulator,
@@ -30,6 +32,7 @@ from shared.localstack.components import (
 )
 from shared.localstack.process import ManagedProcess, free_port
 from shared.logging import configure_logging
+from tests.fake_gemini import FakeGemini
 
 TEST_PROJECT = "agent-memory-test"
 EMBEDDING_DIM = 768
@@ -157,3 +160,31 @@ def ids() -> dict[str, str]:
     """Unique identifiers for one test."""
     tag = uuid.uuid4().hex[:8]
     return {"app": f"app-{tag}", "user_id": f"user-{tag}", "session_id": f"sess-{tag}"}
+
+
+@pytest.fixture
+def app_settings(settings: Settings, ids: dict[str, str]) -> Settings:
+    """The test's settings with its own app as the API's default tenant."""
+    return settings.model_copy(update={"default_app": ids["app"]})
+
+
+@pytest.fixture
+def fake() -> Iterator[FakeGemini]:
+    """A local fake of the Gemini HTTP API, for the real google-genai client."""
+    with FakeGemini() as server:
+        yield server
+
+
+@pytest.fixture
+def gemini_llm(fake: FakeGemini) -> GeminiLLM:
+    """The `gemini` LLM provider against `fake`, with short retries. Settings of its
+    own: no database, Valkey or Pub/Sub here."""
+    settings = load_settings(
+        llm_provider="gemini",
+        gemini_api_key=SecretStr("test-key"),
+        gemini_base_url=fake.url,
+        llm_retry_initial_seconds=0.01,
+        llm_retry_seconds=5.0,
+        llm_timeout_seconds=2.0,
+    )
+    return GeminiLLM(settings)

@@ -5,15 +5,12 @@ are retried, and the prompt asks to keep every fact of the previous summary."""
 from datetime import UTC, datetime, timedelta
 
 import pytest
-from pydantic import SecretStr
 
-from shared.config import load_settings
 from shared.llm import DialogueTurn, LLMError
-from shared.llm.gemini import GeminiLLM
 from shared.llm.gemini_prompts import NOTHING_KEPT
 from shared.metrics import LLM_CALLS
 from shared.tokens import estimate_tokens
-from tests.fake_gemini import FakeGemini, error_reply, json_reply, text_reply
+from tests.fake_gemini import error_reply, json_reply, text_reply
 
 T0 = datetime(2025, 11, 1, tzinfo=UTC)
 PREVIOUS = "The user prefers Python for scripts. The API timeout must be 30 seconds."
@@ -26,33 +23,13 @@ ADDITIONS = "The user never deploys on Fridays and picked Postgres (November 202
 SUMMARY = f"{PREVIOUS}\n{ADDITIONS}"
 
 
-@pytest.fixture
-def fake():
-    with FakeGemini() as server:
-        yield server
-
-
-@pytest.fixture
-def llm(fake):
-    # No database, Valkey or Pub/Sub here: settings of their own, not the stack's.
-    settings = load_settings(
-        llm_provider="gemini",
-        gemini_api_key=SecretStr("test-key"),
-        gemini_base_url=fake.url,
-        llm_retry_initial_seconds=0.01,
-        llm_retry_seconds=5.0,
-        llm_timeout_seconds=2.0,
-    )
-    return GeminiLLM(settings)
-
-
 def _calls(outcome):
     return LLM_CALLS.labels("gemini", "compact", outcome)._value.get()
 
 
-def test_compact_keeps_the_previous_summary_and_adds_the_scripted_facts(llm, fake):
+def test_compact_keeps_the_previous_summary_and_adds_the_scripted_facts(gemini_llm, fake):
     fake.script("generateContent", json_reply({"additions": ADDITIONS}, prompt_tokens=50))
-    completion = llm.compact(PREVIOUS, EPISODES, 1500)
+    completion = gemini_llm.compact(PREVIOUS, EPISODES, 1500)
     assert (completion.value, completion.attempts) == (SUMMARY, 1)
     assert completion.usage.input_tokens == 50 and completion.usage.output_tokens > 0
     (call,) = fake.calls("generateContent")
@@ -72,35 +49,35 @@ def test_compact_keeps_the_previous_summary_and_adds_the_scripted_facts(llm, fak
     [error_reply(429), text_reply("{oops"), json_reply({"additions": 5}), json_reply({})],
     ids=["429", "not-json", "not-a-string", "no-additions"],
 )
-def test_a_429_or_an_unusable_reply_is_retried(llm, fake, failure):
+def test_a_429_or_an_unusable_reply_is_retried(gemini_llm, fake, failure):
     fake.script("generateContent", failure, json_reply({"additions": ADDITIONS}))
     retried_before = _calls("retried")
-    completion = llm.compact(PREVIOUS, EPISODES, 1500)
+    completion = gemini_llm.compact(PREVIOUS, EPISODES, 1500)
     assert (completion.value, completion.attempts) == (SUMMARY, 2)
     assert _calls("retried") - retried_before == 1
     assert len(fake.calls("generateContent")) == 2
 
 
-def test_a_refused_request_is_not_retried(llm, fake):
+def test_a_refused_request_is_not_retried(gemini_llm, fake):
     fake.script("generateContent", error_reply(400))
     with pytest.raises(LLMError, match="^compact: HTTP 400"):
-        llm.compact(PREVIOUS, EPISODES, 1500)
+        gemini_llm.compact(PREVIOUS, EPISODES, 1500)
     assert len(fake.calls("generateContent")) == 1
 
 
-def test_a_long_previous_summary_is_never_cut_and_the_episodes_still_add(llm, fake):
+def test_a_long_previous_summary_is_never_cut_and_the_episodes_still_add(gemini_llm, fake):
     previous = "The user keeps many facts. " * 100  # about 675 tokens
     fake.script("generateContent", json_reply({"additions": "The user likes tea. " * 50}))
     # 100 tokens asked: the previous summary stays whole, the additions get a quarter.
-    value = llm.compact(previous, EPISODES, 100).value
+    value = gemini_llm.compact(previous, EPISODES, 100).value
     assert value.startswith(previous.strip() + "\nThe user likes tea.")
     assert estimate_tokens(value[len(previous.strip()) + 1 :]) <= 25
     system = fake.calls("generateContent")[0].body["systemInstruction"]["parts"][0]["text"]
     assert "Stay within 25 tokens." in system
 
 
-def test_nothing_worth_keeping_and_no_previous_summary_says_so(llm, fake):
+def test_nothing_worth_keeping_and_no_previous_summary_says_so(gemini_llm, fake):
     fake.script("generateContent", json_reply({"additions": "  "}))
-    assert llm.compact("", EPISODES, 1500).value == NOTHING_KEPT
+    assert gemini_llm.compact("", EPISODES, 1500).value == NOTHING_KEPT
     fake.script("generateContent", json_reply({"additions": ""}))
-    assert llm.compact(PREVIOUS, EPISODES, 1500).value == PREVIOUS
+    assert gemini_llm.compact(PREVIOUS, EPISODES, 1500).value == PREVIOUS

@@ -16,17 +16,11 @@ from shared.embeddings import EmbeddingError, make_embedder, no_text_vector
 from shared.embeddings.gemini import GeminiEmbedder
 from shared.metrics import LLM_CALLS, LLM_TOKENS
 from shared.tokens import estimate_tokens
-from tests.fake_gemini import FakeGemini, Reply, embeddings_reply, error_reply, fake_embedding
+from tests.fake_gemini import Reply, embeddings_reply, error_reply, fake_embedding
 from tests.support import wait_for
 
 DIM = 64
 BATCH = "batchEmbedContents"
-
-
-@pytest.fixture
-def fake():
-    with FakeGemini() as server:
-        yield server
 
 
 @pytest.fixture

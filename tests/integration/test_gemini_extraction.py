@@ -5,13 +5,11 @@ the retry window, what the extraction prompt holds."""
 from datetime import UTC, datetime
 
 import pytest
-from pydantic import SecretStr
 
-from shared.config import load_settings
 from shared.llm import Candidate, Decision, ExistingMemory, ExtractionInput, LLMError
 from shared.llm.gemini import GeminiLLM
 from shared.metrics import LLM_CALLS
-from tests.fake_gemini import FakeGemini, json_reply, text_reply
+from tests.fake_gemini import json_reply, text_reply
 
 INP = ExtractionInput(
     session_id="sess_2026_02",
@@ -46,32 +44,14 @@ EXISTING = [
 ]
 
 
-@pytest.fixture
-def fake():
-    with FakeGemini() as server:
-        yield server
-
-
-@pytest.fixture
-def llm(fake):
-    # No database, Valkey or Pub/Sub here: settings of their own, not the stack's.
-    settings = load_settings(
-        llm_provider="gemini",
-        gemini_api_key=SecretStr("test-key"),
-        gemini_base_url=fake.url,
-        llm_retry_initial_seconds=0.01,
-        llm_retry_seconds=5.0,
-        llm_timeout_seconds=2.0,
-    )
-    return GeminiLLM(settings)
-
-
-def _run(llm, task):
+def _run(gemini_llm, task):
     if task == "extract":
-        return llm.extract(INP)
+        return gemini_llm.extract(INP)
     if task == "consolidate":
-        return llm.consolidate(CANDIDATE, EXISTING)
-    return llm.decompose("What is my theme and which region do I use now?", "sess_2", "sess_1")
+        return gemini_llm.consolidate(CANDIDATE, EXISTING)
+    return gemini_llm.decompose(
+        "What is my theme and which region do I use now?", "sess_2", "sess_1"
+    )
 
 
 GOOD = {
@@ -117,11 +97,11 @@ def _calls(task, outcome):
 
 
 @pytest.mark.parametrize("task", TASKS)
-def test_each_task_reads_a_good_reply_exactly(llm, fake, task):
+def test_each_task_reads_a_good_reply_exactly(gemini_llm, fake, task):
     reply, expected = GOOD[task]
     fake.script("generateContent", json_reply(reply, prompt_tokens=40))
     ok_before = _calls(task, "ok")
-    completion = _run(llm, task)
+    completion = _run(gemini_llm, task)
     assert completion.value == expected
     assert completion.attempts == 1
     assert completion.usage.input_tokens == 40 and completion.usage.output_tokens > 0
@@ -134,20 +114,20 @@ def test_each_task_reads_a_good_reply_exactly(llm, fake, task):
 
 @pytest.mark.parametrize("task", TASKS)
 @pytest.mark.parametrize("bad", ["schema", "not-json"])
-def test_a_malformed_reply_is_retried(llm, fake, task, bad):
+def test_a_malformed_reply_is_retried(gemini_llm, fake, task, bad):
     reply, expected = GOOD[task]
     first = json_reply(MALFORMED[task]) if bad == "schema" else text_reply("{oops")
     fake.script("generateContent", first, json_reply(reply))
     retried_before = _calls(task, "retried")
-    completion = _run(llm, task)
+    completion = _run(gemini_llm, task)
     assert (completion.value, completion.attempts) == (expected, 2)
     assert _calls(task, "retried") - retried_before == 1
     assert len(fake.calls("generateContent")) == 2
 
 
 @pytest.mark.parametrize("task", TASKS)
-def test_a_task_that_stays_malformed_fails_once_the_retry_window_is_over(llm, fake, task):
-    short = GeminiLLM(llm.settings.model_copy(update={"llm_retry_seconds": 0.3}))
+def test_a_task_that_stays_malformed_fails_once_the_retry_window_is_over(gemini_llm, fake, task):
+    short = GeminiLLM(gemini_llm.settings.model_copy(update={"llm_retry_seconds": 0.3}))
     fake.defaults["generateContent"] = lambda request: json_reply(MALFORMED[task])
     failed_before = _calls(task, "failed")
     with pytest.raises(LLMError, match=f"^{task}: no usable reply after"):
@@ -156,13 +136,13 @@ def test_a_task_that_stays_malformed_fails_once_the_retry_window_is_over(llm, fa
     assert len(fake.calls("generateContent")) >= 2
 
 
-def test_an_unknown_target_is_retried_until_a_known_one(llm, fake):
+def test_an_unknown_target_is_retried_until_a_known_one(gemini_llm, fake):
     fake.script(
         "generateContent",
         json_reply({"action": "DELETED", "target_id": "mem-of-someone-else", "text": ""}),
         json_reply({"action": "DELETED", "target_id": "mem-2", "text": ""}),
     )
-    completion = llm.consolidate(
+    completion = gemini_llm.consolidate(
         Candidate("editor", "preference", "global", "", "User's editor is no longer vim."),
         EXISTING,
     )
@@ -173,9 +153,9 @@ def test_an_unknown_target_is_retried_until_a_known_one(llm, fake):
     assert "User's editor is no longer vim." in prompt
 
 
-def test_the_extraction_prompt_holds_the_turn_and_the_session_ids(llm, fake):
+def test_the_extraction_prompt_holds_the_turn_and_the_session_ids(gemini_llm, fake):
     fake.script("generateContent", json_reply(MEMORIES))
-    llm.extract(INP)
+    gemini_llm.extract(INP)
     (call,) = fake.calls("generateContent")
     prompt = call.prompt_text()
     assert f"User: {INP.user}" in prompt
@@ -195,9 +175,11 @@ def test_the_extraction_prompt_holds_the_turn_and_the_session_ids(llm, fake):
     assert item["properties"]["scope"]["enum"] == ["global", "project", "session"]
 
 
-def test_the_decomposition_instruction_names_both_sessions(llm, fake):
+def test_the_decomposition_instruction_names_both_sessions(gemini_llm, fake):
     fake.script("generateContent", json_reply({"queries": ["What is my theme?"]}))
-    assert llm.decompose("What is my theme now?", "sess_2", "sess_1").value == ["What is my theme?"]
+    assert gemini_llm.decompose("What is my theme now?", "sess_2", "sess_1").value == [
+        "What is my theme?"
+    ]
     (call,) = fake.calls("generateContent")
     assert "Query: What is my theme now?" in call.prompt_text()
     system = call.body["systemInstruction"]["parts"][0]["text"]

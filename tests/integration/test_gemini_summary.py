@@ -13,14 +13,8 @@ from shared.llm.gemini import GeminiLLM
 from shared.metrics import LLM_TOKENS
 from shared.session_buffer import SessionBuffer, SessionKey
 from tests.bus_helpers import Recorder, make_turn, running, summary_handler
-from tests.fake_gemini import FakeGemini, Reply, error_reply, json_reply
+from tests.fake_gemini import Reply, error_reply, json_reply
 from tests.support import stays, wait_for
-
-
-@pytest.fixture
-def fake():
-    with FakeGemini() as server:
-        yield server
 
 
 @pytest.fixture

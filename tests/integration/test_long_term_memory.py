@@ -22,11 +22,6 @@ T0 = datetime(2026, 1, 1, tzinfo=UTC)
 
 
 @pytest.fixture
-def app_settings(settings, ids):
-    return settings.model_copy(update={"default_app": ids["app"]})
-
-
-@pytest.fixture
 def client(app_settings, topology):
     with TestClient(create_app(app_settings), raise_server_exceptions=False) as c:
         yield c

@@ -28,11 +28,6 @@ TOOL = "run_shell"
 
 
 @pytest.fixture
-def app_settings(settings, ids):
-    return settings.model_copy(update={"default_app": ids["app"]})
-
-
-@pytest.fixture
 def client(app_settings):
     with TestClient(create_app(app_settings), raise_server_exceptions=False) as c:
         yield c

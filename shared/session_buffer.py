@@ -185,20 +185,9 @@ def user_keys_pattern(app: str, user_id: str) -> str:
     return f"am:{{{_part(app)}:{_part(user_id)}:*"
 
 
-def user_meta_pattern(app: str, user_id: str) -> str:
-    """SCAN pattern of the `meta` key of every session of one user."""
-    return user_keys_pattern(app, user_id) + ":meta"
-
-
 def project_marker(project_id: str) -> str:
     """The `meta` field that says a session had a turn of this project."""
     return f"project:{project_id}"
-
-
-def session_keys_from_meta(meta_key: str) -> list[str]:
-    """Every fixed key of the session whose `meta` key this is."""
-    prefix = meta_key.removesuffix("meta")
-    return [prefix + suffix for suffix in _SUFFIXES]
 
 
 def _is_dropped(turn: BufferedTurn, tombstone: bytes | str | None) -> bool:

@@ -6,13 +6,12 @@ comes from the caller's API key (`auth.Authentication`), never from the body.
 
 from __future__ import annotations
 
-import asyncio
 import time
 import uuid
-from collections.abc import AsyncIterator, Awaitable
+from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from datetime import timedelta
-from typing import Annotated, Any, TypeVar
+from typing import Annotated, Any
 
 import orjson
 import structlog
@@ -22,7 +21,12 @@ from fastapi.responses import JSONResponse
 from starlette.routing import Match
 
 from services.read_api.auth import Authentication
-from services.read_api.errors import ApiError, install_error_handlers
+from services.read_api.errors import (
+    ApiError,
+    install_error_handlers,
+    published_or_503,
+    valkey_or_503,
+)
 from services.read_api.health import readiness
 from services.read_api.lifecycle_routes import install_lifecycle_routes
 from services.read_api.memory_routes import install_memory_routes
@@ -61,7 +65,6 @@ from shared.tracing import server_span
 
 log = structlog.get_logger("agent_memory.api")
 
-T = TypeVar("T")
 
 MAX_FUTURE = timedelta(days=1)  # how far ahead a turn's created_at may be (clock skew)
 
@@ -230,21 +233,14 @@ def _routes(app: FastAPI) -> None:
         buffered = await _buffer_turn(buffer, event)
         buffered_at = time.perf_counter()
         assert resources.publisher is not None
-        try:
-            future = resources.publisher.publish_message(message)
-            await asyncio.wait_for(
-                asyncio.wrap_future(future), resources.settings.publish_timeout_seconds
-            )
-        except Exception as exc:
-            log.warning("turn publish failed", event_id=event.event_id, error=repr(exc))
-            # The publish may still land after our timeout; a retry with this turn_id
-            # is the same event, so it can never make a second turn.
-            raise ApiError(
-                503,
-                "publish_failed",
-                "the turn could not be published; retry with the same turn_id",
-                details={"turn_id": event.turn_id, "event_id": event.event_id},
-            ) from None
+        # The publish may still land after our timeout; a retry with this turn_id is
+        # the same event, so it can never make a second turn.
+        await published_or_503(
+            resources.publisher.publish_message(message),
+            resources.settings.publish_timeout_seconds,
+            "the turn could not be published; retry with the same turn_id",
+            {"turn_id": event.turn_id, "event_id": event.event_id},
+        )
         # How long the buffer append and the wait for Pub/Sub's confirmation took
         # (the W3C Server-Timing header; bench/buffer.py reads it).
         response.headers["server-timing"] = (
@@ -270,7 +266,7 @@ def _routes(app: FastAPI) -> None:
                 carried = await buffer.read_summary(previous)
             return view, carried
 
-        view, carried = await _valkey(read())
+        view, carried = await valkey_or_503(read())
         return Response(
             orjson.dumps(_session_body(session_id, user_id, view, carried)),
             media_type="application/json",
@@ -284,7 +280,7 @@ def _routes(app: FastAPI) -> None:
         user_id: Annotated[str, Query()],
     ) -> DeleteSessionResponse:
         key = _session_key(app_id, user_id, session_id)
-        deleted = await _valkey(buffer.delete(key))
+        deleted = await valkey_or_503(buffer.delete(key))
         log.info("session deleted", session=session_id, keys=deleted)
         return DeleteSessionResponse(session_id=session_id, deleted_keys=deleted)
 
@@ -337,15 +333,6 @@ def _session_key(app_id: str, user_id: str, session_id: str) -> SessionKey:
     _require_identifier("session_id", session_id)
     _require_identifier("user_id", user_id)
     return SessionKey(app_id, user_id, session_id)
-
-
-async def _valkey(call: Awaitable[T]) -> T:
-    """Await a session store call; an outage is a 503."""
-    try:
-        return await call
-    except valkey.ValkeyError as exc:
-        log.warning("session store call failed", error=repr(exc))
-        raise ApiError(503, "valkey_unavailable", "the session store is unavailable") from None
 
 
 def _turn_event(

@@ -2,7 +2,14 @@
 
 from __future__ import annotations
 
+import asyncio
+from collections.abc import Awaitable, Mapping
+from concurrent.futures import Future
+from typing import Any, TypeVar
+
+import psycopg
 import structlog
+import valkey
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
@@ -11,6 +18,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from shared.metrics import count_store_error
 
 log = structlog.get_logger("agent_memory.api")
+T = TypeVar("T")
 
 
 class ApiError(Exception):
@@ -30,6 +38,42 @@ class ApiError(Exception):
         self.message = message
         self.field = field
         self.details = details
+
+
+async def valkey_or_503(call: Awaitable[T], message: str = "the session store is unavailable") -> T:
+    """Await a Valkey call; an outage is a 503 with `message`."""
+    try:
+        return await call
+    except valkey.ValkeyError as exc:
+        log.warning("valkey call failed", error=repr(exc))
+        raise ApiError(503, "valkey_unavailable", message) from None
+
+
+async def postgres_or_503(call: Awaitable[T]) -> T:
+    """Await a database call; an outage is a 503."""
+    try:
+        return await call
+    except (psycopg.OperationalError, TimeoutError) as exc:
+        log.warning("database call failed", error=repr(exc))
+        raise ApiError(503, "postgres_unavailable", "the memory store is unavailable") from None
+    except psycopg.errors.QueryCanceled as exc:
+        log.warning("database call timed out", error=repr(exc))
+        raise ApiError(503, "postgres_timeout", "the memory store did not answer in time") from None
+
+
+async def published_or_503(
+    future: Future,
+    timeout: float,
+    message: str = "the request could not be published",
+    details: Mapping[str, str] | None = None,
+) -> Any:
+    """Wait for a publish's confirmation; a failure or a timeout is a 503."""
+    try:
+        return await asyncio.wait_for(asyncio.wrap_future(future), timeout)
+    except Exception as exc:
+        extra = dict(details or {})
+        log.warning("publish failed", error=repr(exc), **extra)
+        raise ApiError(503, "publish_failed", message, details=extra or None) from None
 
 
 def error_body(

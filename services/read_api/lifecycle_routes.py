@@ -19,20 +19,18 @@ import valkey
 from fastapi import FastAPI, Path, Request
 from pydantic import BaseModel, Field
 
-from services.read_api.errors import ApiError
+from services.read_api.errors import ApiError, postgres_or_503, published_or_503, valkey_or_503
 from services.read_api.memory_models import Identifier, MemoryView, OptionalId, QueryText, _Request
-from services.read_api.memory_routes import _postgres, memory_view
+from services.read_api.memory_routes import memory_view
 from services.read_api.tenant import app_of, is_admin
 from shared.db.pool import UnitOfWork
 from shared.errors import InvalidEvent
-from shared.events import encode, utcnow
+from shared.events import utcnow
 from shared.memory.deletion import delete_matching, delete_project, delete_user
 from shared.session_buffer import (
     project_marker,
-    session_keys_from_meta,
     tombstone_key,
     user_keys_pattern,
-    user_meta_pattern,
 )
 
 log = structlog.get_logger("agent_memory.api")
@@ -87,7 +85,7 @@ def install_lifecycle_routes(app: FastAPI) -> None:
                 uow.commit()
                 return retired
 
-        retired = await _postgres(asyncio.to_thread(run))
+        retired = await postgres_or_503(asyncio.to_thread(run))
         return DeleteByQueryResponse(deleted=[memory_view(m) for m in retired])
 
     @app.delete("/v1/users/{user_id}/projects/{project_id}", response_model=DeletionCounts)
@@ -102,21 +100,13 @@ def install_lifecycle_routes(app: FastAPI) -> None:
                 uow.commit()
                 return done.counts
 
-        counts = await _postgres(asyncio.to_thread(run))
+        counts = await postgres_or_503(asyncio.to_thread(run))
         request.app.state.permissions.rules.clear()  # its rules are gone
-        client = request.app.state.buffer.client
-        try:
-            counts["valkey_keys"] = await _remove_project_sessions(
-                client, app_id, user_id, project_id
-            )
-        except valkey.ValkeyError as exc:
-            log.warning("project deletion: valkey part failed", user_id=user_id, error=repr(exc))
-            raise ApiError(
-                503,
-                "valkey_unavailable",
-                "the project's stored memories were deleted but its sessions could not be "
-                "removed from Valkey; repeat the request",
-            ) from None
+        counts["valkey_keys"] = await valkey_or_503(
+            _remove_project_sessions(request.app.state.buffer.client, app_id, user_id, project_id),
+            "the project's stored memories were deleted but its sessions could not be "
+            "removed from Valkey; repeat the request",
+        )
         log.info("project deleted", user_id=user_id, project_id=project_id, deleted=counts)
         return DeletionCounts(user_id=user_id, project_id=project_id, deleted=counts)
 
@@ -133,20 +123,19 @@ def install_lifecycle_routes(app: FastAPI) -> None:
                 uow.commit()
                 return done.counts, when
 
-        counts, when = await _postgres(asyncio.to_thread(run))
+        counts, when = await postgres_or_503(asyncio.to_thread(run))
         request.app.state.permissions.rules.clear()  # their rules are gone
         client = request.app.state.buffer.client
-        try:
+
+        async def forget() -> int:
             await client.set(tombstone_key(app_id, user_id), repr(when.timestamp()))
-            counts["valkey_keys"] = await _remove_keys(client, user_keys_pattern(app_id, user_id))
-        except valkey.ValkeyError as exc:
-            log.warning("user deletion: valkey part failed", user_id=user_id, error=repr(exc))
-            raise ApiError(
-                503,
-                "valkey_unavailable",
-                "the user's stored memories were deleted but their sessions could not be "
-                "removed from Valkey; repeat the request",
-            ) from None
+            return await _remove_keys(client, user_keys_pattern(app_id, user_id))
+
+        counts["valkey_keys"] = await valkey_or_503(
+            forget(),
+            "the user's stored memories were deleted but their sessions could not be "
+            "removed from Valkey; repeat the request",
+        )
         log.info("user deleted", user_id=user_id, deleted=counts)
         return DeletionCounts(user_id=user_id, deleted=counts, deleted_at=when.isoformat())
 
@@ -168,12 +157,7 @@ def install_lifecycle_routes(app: FastAPI) -> None:
         except InvalidEvent as exc:
             raise ApiError(422, "invalid_request", str(exc)) from None
         publisher = request.app.state.resources.publisher
-        try:
-            future = publisher.publish_message(encode(event))
-            await asyncio.wait_for(asyncio.wrap_future(future), settings.publish_timeout_seconds)
-        except Exception as exc:
-            log.warning("compaction publish failed", error=repr(exc))
-            raise ApiError(503, "publish_failed", "the request could not be published") from None
+        await published_or_503(publisher.publish(event), settings.publish_timeout_seconds)
         return CompactionAccepted(
             event_id=event.event_id,
             user_id=event.user_id,
@@ -187,15 +171,26 @@ async def _remove_project_sessions(
     client: valkey.asyncio.Valkey, app_id: str, user_id: str, project_id: str
 ) -> int:
     """Remove every session of the user that had a turn of the project (its summary
-    may hold the project's facts): all its keys, allow-once grants included."""
-    removed = 0
-    marker = project_marker(project_id)
-    async for meta in client.scan_iter(match=user_meta_pattern(app_id, user_id), count=1000):
-        meta_key = meta.decode() if isinstance(meta, bytes) else meta
-        if await client.hexists(meta_key, marker):
-            removed += await _remove_keys(client, meta_key.removesuffix("meta") + "grant:*")
-            removed += await client.delete(*session_keys_from_meta(meta_key))
-    return removed
+    may hold the project's facts): all its keys, allow-once grants included. One
+    SCAN of the user's keys, grouped by session (their shared hash tag); one
+    pipeline asks each session's `meta` for the project's marker."""
+    sessions: dict[str, list[str]] = {}
+    async for key in client.scan_iter(match=user_keys_pattern(app_id, user_id), count=1000):
+        name = key.decode() if isinstance(key, bytes) else key
+        sessions.setdefault(name[: name.index("}") + 1], []).append(name)
+    if not sessions:
+        return 0
+    tags = list(sessions)
+    asks = client.pipeline(transaction=False)
+    for tag in tags:
+        asks.hexists(f"{tag}:meta", project_marker(project_id))
+    marked = [tag for tag, hit in zip(tags, await asks.execute(), strict=True) if hit]
+    if not marked:
+        return 0
+    deletes = client.pipeline(transaction=False)
+    for tag in marked:
+        deletes.delete(*sessions[tag])  # one session's keys: one cluster slot
+    return sum(await deletes.execute())
 
 
 async def _remove_keys(client: valkey.asyncio.Valkey, pattern: str) -> int:

@@ -14,12 +14,11 @@ import uuid
 from datetime import datetime
 from typing import Annotated, Any
 
-import psycopg
 import structlog
 from fastapi import FastAPI, Query, Request
 from psycopg.rows import dict_row
 
-from services.read_api.errors import ApiError
+from services.read_api.errors import ApiError, postgres_or_503, published_or_503
 from services.read_api.memory_models import (
     ArchiveSearchRequest,
     ArchiveSearchResponse,
@@ -119,18 +118,6 @@ async def _fetch(
             return await cur.fetchall()
 
 
-async def _postgres(call: Any) -> Any:
-    """Await a database call; an outage is a 503."""
-    try:
-        return await call
-    except (psycopg.OperationalError, TimeoutError) as exc:
-        log.warning("database call failed", error=repr(exc))
-        raise ApiError(503, "postgres_unavailable", "the memory store is unavailable") from None
-    except psycopg.errors.QueryCanceled as exc:
-        log.warning("database call timed out", error=repr(exc))
-        raise ApiError(503, "postgres_timeout", "the memory store did not answer in time") from None
-
-
 async def search_memories(
     request: Request,
     scope: Scope,
@@ -172,7 +159,9 @@ def install_memory_routes(app: FastAPI) -> None:  # noqa: C901 - one route per n
             queries = (await asyncio.to_thread(llm.decompose, body.query, "", "")).value or [
                 body.query
             ]
-        found, _ = await _postgres(search_memories(request, scope, queries, body.k, body.kinds))
+        found, _ = await postgres_or_503(
+            search_memories(request, scope, queries, body.k, body.kinds)
+        )
         return SearchResponse(queries=queries, memories=found)
 
     @app.post("/v1/archive:search", response_model=ArchiveSearchResponse)
@@ -184,7 +173,7 @@ def install_memory_routes(app: FastAPI) -> None:  # noqa: C901 - one route per n
         params.update(
             fusion_params(Fusion.from_settings(settings), embeddings, [body.query], body.k)
         )
-        rows = await _postgres(
+        rows = await postgres_or_503(
             _fetch(request, hybrid_sql("episodes", EPISODE_COLUMNS, where), params, "episodes")
         )
         episodes = []
@@ -232,7 +221,7 @@ def install_memory_routes(app: FastAPI) -> None:  # noqa: C901 - one route per n
             f"SELECT {MEMORY_COLUMNS} FROM memories m WHERE {' AND '.join(clauses)} "
             "ORDER BY m.created_at, m.id LIMIT %(limit)s"
         )
-        rows = [MemoryRow.from_row(r) for r in await _postgres(_fetch(request, sql, params))]
+        rows = [MemoryRow.from_row(r) for r in await postgres_or_503(_fetch(request, sql, params))]
         next_cursor = None
         if len(rows) > limit:
             rows = rows[:limit]
@@ -244,7 +233,7 @@ def install_memory_routes(app: FastAPI) -> None:  # noqa: C901 - one route per n
         memory_id: str, request: Request, user_id: Annotated[Identifier, Query()]
     ) -> MemoryDetail:
         _require_uuid(memory_id)
-        rows = await _postgres(
+        rows = await postgres_or_503(
             _fetch(
                 request,
                 f"SELECT {MEMORY_COLUMNS} FROM memories m "
@@ -255,7 +244,7 @@ def install_memory_routes(app: FastAPI) -> None:  # noqa: C901 - one route per n
         if not rows:
             raise ApiError(404, "not_found", f"no memory {memory_id} for this user")
         memory = MemoryRow.from_row(rows[0])
-        revisions = await _postgres(
+        revisions = await postgres_or_503(
             _fetch(
                 request,
                 "SELECT action, old_text, new_text, event_id::text AS event_id, observed_at, "
@@ -304,7 +293,7 @@ def install_memory_routes(app: FastAPI) -> None:  # noqa: C901 - one route per n
                 uow.commit()
                 return applied
 
-        applied = await _postgres(asyncio.to_thread(write))
+        applied = await postgres_or_503(asyncio.to_thread(write))
         # The rows come from the statements that wrote them (RETURNING): current.
         memory = memory_view(applied.memory) if applied.memory is not None else None
         return WriteMemoryResponse(action=applied.action, memory=memory)
@@ -328,7 +317,7 @@ def install_memory_routes(app: FastAPI) -> None:  # noqa: C901 - one route per n
                 uow.commit()
                 return True
 
-        if not await _postgres(asyncio.to_thread(delete)):
+        if not await postgres_or_503(asyncio.to_thread(delete)):
             raise ApiError(404, "not_found", f"no live memory {memory_id} for this user")
         return DeleteMemoryResponse(memory_id=memory_id, deleted=True)
 
@@ -352,7 +341,7 @@ def install_memory_routes(app: FastAPI) -> None:  # noqa: C901 - one route per n
             session_id=body.scope.session_id or "",
         )
         message = encode(event, resources.publisher.limits)
-        await _postgres(
+        await postgres_or_503(
             _execute(
                 request,
                 "INSERT INTO operations (name, app, user_id, kind) VALUES "
@@ -360,14 +349,10 @@ def install_memory_routes(app: FastAPI) -> None:  # noqa: C901 - one route per n
                 {"name": name, "app": app_id, "user_id": body.user_id},
             )
         )
-        try:
-            await asyncio.wait_for(
-                asyncio.wrap_future(resources.publisher.publish_message(message)),
-                resources.settings.publish_timeout_seconds,
-            )
-        except Exception as exc:
-            log.warning("generate publish failed", operation=name, error=repr(exc))
-            raise ApiError(503, "publish_failed", "the request could not be published") from None
+        await published_or_503(
+            resources.publisher.publish_message(message),
+            resources.settings.publish_timeout_seconds,
+        )
         if body.wait:
             return await _wait_operation(request, name, body.user_id)
         return Operation(name=name, done=False)
@@ -390,7 +375,7 @@ async def _execute(request: Request, sql: str, params: dict[str, Any]) -> None:
 async def _operation(request: Request, name: str, user_id: str) -> Operation | None:
     if not name.startswith("operations/"):
         name = f"operations/{name}"
-    rows = await _postgres(
+    rows = await postgres_or_503(
         _fetch(
             request,
             "SELECT name, done, result, error FROM operations "

@@ -11,12 +11,10 @@ import uuid
 from typing import Annotated, Any
 
 import structlog
-import valkey
 from fastapi import FastAPI, Query, Request, Response
 
-from services.read_api.errors import ApiError
+from services.read_api.errors import ApiError, postgres_or_503, valkey_or_503
 from services.read_api.memory_models import Identifier
-from services.read_api.memory_routes import _postgres
 from services.read_api.permission_models import (
     GLOBAL_PROJECT,
     DeleteRuleResponse,
@@ -98,11 +96,9 @@ def install_permission_routes(app: FastAPI) -> None:
         command = _command(body.tool_args, settings)
         key = grant_key(app_of(request), body.user_id, body.session_id, body.tool_name, command)
         ttl = body.ttl_seconds or settings.permission_grant_ttl_seconds
-        try:
-            expires_at = await add_grant(request.app.state.buffer.client, key, ttl)
-        except valkey.ValkeyError as exc:
-            log.warning("grant not stored", error=repr(exc))
-            raise ApiError(503, "valkey_unavailable", "the grant store is unavailable") from None
+        expires_at = await valkey_or_503(
+            add_grant(request.app.state.buffer.client, key, ttl), "the grant store is unavailable"
+        )
         return GrantResponse(
             user_id=body.user_id,
             session_id=body.session_id,
@@ -114,7 +110,7 @@ def install_permission_routes(app: FastAPI) -> None:
     @app.post("/v1/permissions/rules", status_code=201)
     async def create_rule(body: RuleRequest, request: Request) -> RuleView:
         project = GLOBAL if body.project_id == GLOBAL_PROJECT else body.project_id
-        rule = await _postgres(
+        rule = await postgres_or_503(
             add_rule(
                 request.app.state.apool,
                 app_of(request),
@@ -135,7 +131,7 @@ def install_permission_routes(app: FastAPI) -> None:
         project_id: Annotated[Identifier | None, Query()] = None,
     ) -> RuleList:
         project = GLOBAL if project_id == GLOBAL_PROJECT else project_id
-        rules = await _postgres(
+        rules = await postgres_or_503(
             list_rules(request.app.state.apool, app_of(request), user_id, project)
         )
         return RuleList(rules=[_view(r) for r in rules])
@@ -147,7 +143,7 @@ def install_permission_routes(app: FastAPI) -> None:
         user_id: Annotated[Identifier | None, Query()] = None,
     ) -> DeleteRuleResponse:
         """The rule's id names it within the app; `user_id`, if given, must match."""
-        if not _is_uuid(rule_id) or not await _postgres(
+        if not _is_uuid(rule_id) or not await postgres_or_503(
             delete_rule(request.app.state.apool, app_of(request), user_id, rule_id)
         ):
             raise ApiError(404, "not_found", f"no permission rule {rule_id}")

@@ -30,7 +30,7 @@ from google.adk.models import LlmRequest
 from google.genai import types
 
 from shared.adk.limits import API_DEFAULTS, TurnLimits, query_text
-from shared.adk.turns import USER_AUTHOR, content_text, turns_from_events
+from shared.adk.turns import USER_AUTHOR, content_text, record_turn, turns_from_events
 from shared.client import AsyncMemoryClient
 
 log = structlog.get_logger("agent_memory.adk")
@@ -127,21 +127,12 @@ class AmbientMemory:
         self._instructions.pop(invocation_id, None)
         session = callback_context.session
         events = [e for e in session.events if e.invocation_id == invocation_id]
+        project = project_of(session.state, self.project_id)
+        prev = _prev_session_of(session.state)
         for found in turns_from_events(events):
-            if not found.user and not found.assistant:
-                continue
-            turn = found.fitted(self.limits)
             try:
-                await self.client.record_turn(
-                    session.id,
-                    session.user_id,
-                    turn.user,
-                    turn.assistant,
-                    project_id=project_of(session.state, self.project_id),
-                    prev_session_id=_prev_session_of(session.state),
-                    turn_id=turn.turn_id,
-                    created_at=turn.created_at,
-                    tool_events=turn.tool_events or None,
+                await record_turn(
+                    self.client, session.user_id, session.id, found, self.limits, project, prev
                 )
             except Exception as exc:
                 # The answer is already given; the turn keeps its id, so a later
@@ -149,7 +140,7 @@ class AmbientMemory:
                 log.error(
                     "turn not recorded",
                     session=session.id,
-                    turn_id=turn.turn_id,
+                    turn_id=found.turn_id,
                     error=repr(exc),
                 )
         return None

@@ -9,7 +9,6 @@ session state's `project_id` (sessions), the call's `custom_metadata["project_id
 from __future__ import annotations
 
 import contextlib
-from collections import OrderedDict
 from collections.abc import Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -20,7 +19,7 @@ from google.genai import types
 
 from shared.adk.callbacks import PREV_SESSION_STATE_KEY, project_of
 from shared.adk.limits import API_DEFAULTS, TurnLimits, query_text
-from shared.adk.turns import AdkTurn, content_text, turns_from_events
+from shared.adk.turns import AdkTurn, content_text, record_turn, turns_from_events
 from shared.client import AsyncMemoryClient
 from shared.client.errors import NotFoundError
 
@@ -29,7 +28,6 @@ if TYPE_CHECKING:
     from google.adk.sessions import Session
 
 MEMORY_AUTHOR = "user"  # what a memory is about, as ADK's own memory services say
-_REMEMBERED_TURNS = 10_000  # turns this process knows it recorded (saves a call each)
 
 
 class AgentMemoryService(BaseMemoryService):
@@ -39,7 +37,8 @@ class AgentMemoryService(BaseMemoryService):
     `add_session_to_memory` may be called after every turn: each turn's id comes
     from the ADK event id of the user's message, so a turn already recorded (by
     this call earlier, or by `memory_callbacks`' after-agent callback) is one
-    turn for the API, and turns this process recorded are not even sent again.
+    turn for the API, and turns this process recorded through the same client
+    (by either) are not even sent again.
     A turn still waiting for the model's final answer is left for a later call."""
 
     def __init__(
@@ -54,7 +53,6 @@ class AgentMemoryService(BaseMemoryService):
         self.project_id = project_id
         self.search_limit = search_limit
         self.limits = limits
-        self._recorded: OrderedDict[tuple[str, str, str], None] = OrderedDict()
 
     async def add_session_to_memory(self, session: Session) -> None:
         turns = [t for t in turns_from_events(session.events) if t.complete]
@@ -88,25 +86,11 @@ class AgentMemoryService(BaseMemoryService):
         project_id: str | None,
         prev_session_id: object,
     ) -> None:
+        prev = str(prev_session_id) if prev_session_id else None
         for found in turns:
-            key = (user_id, session_id, found.turn_id)
-            if key in self._recorded or not (found.user or found.assistant):
-                continue
-            turn = found.fitted(self.limits)
-            await self.client.record_turn(
-                session_id,
-                user_id,
-                turn.user,
-                turn.assistant,
-                project_id=project_id,
-                prev_session_id=str(prev_session_id) if prev_session_id else None,
-                turn_id=turn.turn_id,
-                created_at=turn.created_at,
-                tool_events=turn.tool_events or None,
+            await record_turn(
+                self.client, user_id, session_id, found, self.limits, project_id, prev
             )
-            self._recorded[key] = None
-            while len(self._recorded) > _REMEMBERED_TURNS:
-                self._recorded.popitem(last=False)
 
     async def add_memory(
         self,

@@ -13,10 +13,12 @@ each turn is the same turn for the API, which records a `turn_id` once.
 
 from __future__ import annotations
 
+from collections import OrderedDict
 from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from typing import Any
+from weakref import WeakKeyDictionary
 
 from google.adk.events import Event
 from google.genai import types
@@ -112,3 +114,42 @@ def _add_tools(turn: AdkTurn, event: Event, pending: dict[str, dict[str, Any]]) 
 
 def _time(event: Event) -> datetime:
     return datetime.fromtimestamp(event.timestamp, UTC)
+
+
+# Turns this process recorded, per client: the after-agent callback and
+# `AgentMemoryService` share it, so a turn one of them sent is not sent again by
+# the other (the API would take it as a duplicate, but only after the round trip).
+_REMEMBERED_TURNS = 10_000
+_recorded: WeakKeyDictionary[Any, OrderedDict[tuple[str, str, str], None]] = WeakKeyDictionary()
+
+
+async def record_turn(
+    client: Any,
+    user_id: str,
+    session_id: str,
+    found: AdkTurn,
+    limits: TurnLimits,
+    project_id: str | None,
+    prev_session_id: str | None,
+) -> None:
+    """Record `found` through `client` (an `AsyncMemoryClient`) unless it is empty or
+    this process recorded it already; raises what the client raises."""
+    seen = _recorded.setdefault(client, OrderedDict())
+    key = (user_id, session_id, found.turn_id)
+    if key in seen or not (found.user or found.assistant):
+        return
+    turn = found.fitted(limits)
+    await client.record_turn(
+        session_id,
+        user_id,
+        turn.user,
+        turn.assistant,
+        project_id=project_id,
+        prev_session_id=prev_session_id,
+        turn_id=turn.turn_id,
+        created_at=turn.created_at,
+        tool_events=turn.tool_events or None,
+    )
+    seen[key] = None
+    while len(seen) > _REMEMBERED_TURNS:
+        seen.popitem(last=False)

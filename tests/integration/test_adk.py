@@ -21,6 +21,7 @@ from google.adk.models import Gemini
 from google.adk.runners import Runner
 from google.adk.sessions import InMemorySessionService, Session
 from google.genai import Client, types
+from prometheus_client import REGISTRY
 
 from services.extraction_worker.handlers import Extraction
 from shared.adk import (
@@ -384,7 +385,8 @@ def test_the_memory_service_records_sessions_once_and_searches(api, extracted, f
         await service.add_session_to_memory(session)
         after_first = (await client.session(session_id, user)).turns
         await service.add_session_to_memory(session)
-        await AgentMemoryService(client).add_session_to_memory(session)  # no local record
+        async with api.client() as other:  # a process that recorded nothing itself
+            await AgentMemoryService(other).add_session_to_memory(session)
         after_again = (await client.session(session_id, user)).turns
         await waited(lambda: len(extracted) >= 2, "the extraction of both turns")
         await waited(memories_with(api, user, "staging database", "orchid"), "orchid")
@@ -475,6 +477,34 @@ def test_the_memory_service_records_sessions_once_and_searches(api, extracted, f
 
 def _entry_text(entry: MemoryEntry) -> str:
     return "".join(p.text or "" for p in entry.content.parts)
+
+
+def test_a_turn_the_callback_recorded_is_not_sent_again_by_the_memory_service(
+    api, fake, script, ids
+):
+    user, session_id = ids["user_id"], ids["session_id"]
+    script.on("Hello there.", text("Hi."))
+    posted = (
+        "agent_memory_api_request_seconds_count",
+        {"method": "POST", "route": "/v1/sessions/{session_id}/turns", "status": "202"},
+    )
+
+    async def scenario():
+        async with api.client() as client:
+            service = AgentMemoryService(client, project_id=PROJECT)
+            # The README's wiring: the callbacks and the memory service on one runner.
+            async with agent_runner(fake, client, memory_service=service) as runner:
+                await new_session(runner, user, session_id)
+                before = REGISTRY.get_sample_value(*posted) or 0.0
+                await ask(runner, user, session_id, "Hello there.")  # the callback records
+                await service.add_session_to_memory(await get_session(runner, user, session_id))
+                return REGISTRY.get_sample_value(*posted) - before, await client.session(
+                    session_id, user
+                )
+
+    sent, view = asyncio.run(scenario())
+    assert sent == 1  # the callback's; the memory service knew the turn
+    assert [(t.user, t.assistant) for t in view.turns] == [("Hello there.", "Hi.")]
 
 
 def test_the_guardrail_denies_when_the_api_cannot_be_reached(fake, script, ids):

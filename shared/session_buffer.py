@@ -344,6 +344,24 @@ def _append_args(turn: BufferedTurn, prev_session_id: str, ttl: int) -> list[obj
     ]
 
 
+def _queue_append(
+    pipe: Any, sha: str, key: SessionKey, turn: BufferedTurn, prev_session_id: str, ttl: int
+) -> None:
+    """An append's two commands on a pipeline: the script, then the user's tombstone
+    (read after it, on the same connection; see the module's notes)."""
+    args = _append_args(turn, prev_session_id, ttl)
+    pipe.execute_command("EVALSHA", sha, len(key.keys), *key.keys, *args)
+    pipe.get(key.tombstone)
+
+
+def _append_result(turn: BufferedTurn, reply: list, tombstone: Any) -> AppendResult:
+    """What the append's two replies say; `dropped` asks the caller to take it back."""
+    if _is_dropped(turn, tombstone):
+        return AppendResult(False, 0, 0, dropped=True)
+    added, count, tokens = reply
+    return AppendResult(bool(added), int(count), int(tokens))
+
+
 def _read_args(with_folds: bool, lock_token: str = "", lock_ms: int = 0) -> list[object]:
     return ["1" if with_folds else "0", lock_token, lock_ms]
 
@@ -413,10 +431,7 @@ class SessionBuffer:
         for attempt in (1, 2):
             pipe = self.client.pipeline(transaction=False)
             for i in todo:
-                key, turn, prev_session_id = appends[i]
-                args = _append_args(turn, prev_session_id, self.ttl_seconds)
-                pipe.execute_command("EVALSHA", self._append.sha, len(key.keys), *key.keys, *args)
-                pipe.get(key.tombstone)
+                _queue_append(pipe, self._append.sha, *appends[i], self.ttl_seconds)
             replies = pipe.execute(raise_on_error=False)
             lost_script = []
             for n, i in enumerate(todo):
@@ -442,11 +457,10 @@ class SessionBuffer:
         self, append: tuple[SessionKey, BufferedTurn, str], reply: list, tombstone: Any
     ) -> AppendResult:
         key, turn, _prev = append
-        if _is_dropped(turn, tombstone):
+        result = _append_result(turn, reply, tombstone)
+        if result.dropped:
             self._unappend(keys=key.keys, args=[turn.turn_id, turn.tokens])
-            return AppendResult(False, 0, 0, dropped=True)
-        added, count, tokens = reply
-        return AppendResult(bool(added), int(count), int(tokens))
+        return result
 
     def read(self, key: SessionKey, with_folds: bool = False) -> SessionView:
         view = _view(self._read(keys=key.keys, args=_read_args(with_folds)))
@@ -515,22 +529,20 @@ class AsyncSessionBuffer:
     async def append(
         self, key: SessionKey, turn: BufferedTurn, prev_session_id: str = ""
     ) -> AppendResult:
-        args = _append_args(turn, prev_session_id, self.ttl_seconds)
         for attempt in (1, 2):
             pipe = self.client.pipeline(transaction=False)
-            pipe.execute_command("EVALSHA", self._append.sha, len(key.keys), *key.keys, *args)
-            pipe.get(key.tombstone)
+            _queue_append(pipe, self._append.sha, key, turn, prev_session_id, self.ttl_seconds)
             try:
-                (added, count, tokens), tombstone = await pipe.execute()
+                reply, tombstone = await pipe.execute()
                 break
             except valkey.exceptions.NoScriptError:
                 if attempt == 2:
                     raise
                 await self.client.script_load(_APPEND)
-        if _is_dropped(turn, tombstone):
+        result = _append_result(turn, reply, tombstone)
+        if result.dropped:
             await self._unappend(keys=key.keys, args=[turn.turn_id, turn.tokens])
-            return AppendResult(False, 0, 0, dropped=True)
-        return AppendResult(bool(added), int(count), int(tokens))
+        return result
 
     async def read(self, key: SessionKey, with_folds: bool = False) -> SessionView:
         view = _view(await self._read(keys=key.keys, args=_read_args(with_folds)))

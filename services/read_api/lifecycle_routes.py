@@ -98,7 +98,7 @@ def install_lifecycle_routes(app: FastAPI) -> None:
             with UnitOfWork(pool) as uow:
                 done = delete_project(uow.conn, app_id, user_id, project_id)
                 uow.commit()
-                return done.counts
+                return done
 
         counts = await postgres_or_503(asyncio.to_thread(run))
         request.app.state.permissions.rules.clear()  # its rules are gone
@@ -121,7 +121,7 @@ def install_lifecycle_routes(app: FastAPI) -> None:
             with UnitOfWork(pool) as uow:
                 done, when = delete_user(uow.conn, app_id, user_id, utcnow())
                 uow.commit()
-                return done.counts, when
+                return done, when
 
         counts, when = await postgres_or_503(asyncio.to_thread(run))
         request.app.state.permissions.rules.clear()  # their rules are gone

@@ -10,6 +10,7 @@ from __future__ import annotations
 import uuid
 from typing import Annotated, Any
 
+import orjson
 import structlog
 from fastapi import FastAPI, Query, Request, Response
 
@@ -82,13 +83,8 @@ def install_permission_routes(app: FastAPI) -> None:
             tier=verdict.tier,
             rule_id=verdict.rule_id,
         )
-        answer = EvaluateResponse(
-            decision=verdict.decision,
-            tier=verdict.tier,
-            rule_id=verdict.rule_id,
-            reason=verdict.reason,
-        )
-        return Response(answer.model_dump_json(), media_type="application/json")
+        # The verdict has EvaluateResponse's fields: serialised as it is.
+        return Response(orjson.dumps(verdict), media_type="application/json")
 
     @app.post("/v1/permissions/grants", status_code=201)
     async def grant(body: GrantRequest, request: Request) -> GrantResponse:

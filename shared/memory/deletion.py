@@ -10,7 +10,6 @@ pipeline re-creates nothing. Events created after the deletion are a new start.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 from datetime import datetime
 
 import psycopg
@@ -19,28 +18,12 @@ from psycopg.rows import dict_row
 from shared.memory.store import MEMORY_COLUMNS, MemoryRow, MemoryStore, user_lock
 
 
-@dataclass
-class Deleted:
-    """Rows removed, by table."""
-
-    counts: dict[str, int] = field(default_factory=dict)
-
-    def add(self, table: str, count: int) -> None:
-        self.counts[table] = self.counts.get(table, 0) + count
-
-
-def deleted_at(conn: psycopg.Connection, app: str, user_id: str) -> datetime | None:
-    """When the user was deleted (GDPR), or None."""
+def is_tombstoned(conn: psycopg.Connection, app: str, user_id: str, created_at: datetime) -> bool:
+    """An event of this user created at `created_at` predates the user's deletion."""
     row = conn.execute(
         "SELECT deleted_at FROM deleted_users WHERE app = %s AND user_id = %s", (app, user_id)
     ).fetchone()
-    return row[0] if row else None
-
-
-def is_tombstoned(conn: psycopg.Connection, app: str, user_id: str, created_at: datetime) -> bool:
-    """An event of this user created at `created_at` predates the user's deletion."""
-    when = deleted_at(conn, app, user_id)
-    return when is not None and created_at <= when
+    return row is not None and created_at <= row[0]
 
 
 def delete_matching(
@@ -71,38 +54,35 @@ def delete_matching(
     return [store.retire(MemoryRow.from_row(r), now, None) for r in rows]
 
 
-def delete_project(conn: psycopg.Connection, app: str, user_id: str, project_id: str) -> Deleted:
+def delete_project(
+    conn: psycopg.Connection, app: str, user_id: str, project_id: str
+) -> dict[str, int]:
     """Everything of one project of the user: its memories (any scope) with their
-    revisions, its episodes and its permission rules."""
+    revisions, its episodes and its permission rules. Returns rows removed by table."""
     user_lock(conn, app, user_id)
-    done = Deleted()
     scope = {"app": app, "user_id": user_id, "project": project_id}
-    done.add(
-        "memory_revisions",
-        conn.execute(
+    done = {
+        "memory_revisions": conn.execute(
             "DELETE FROM memory_revisions r USING memories m WHERE r.memory_id = m.id "
             "AND m.app = %(app)s AND m.user_id = %(user_id)s AND m.project_id = %(project)s",
             scope,
-        ).rowcount,
-    )
+        ).rowcount
+    }
     for table in ("memories", "episodes", "permission_rules"):
-        done.add(
-            table,
-            conn.execute(
-                f"DELETE FROM {table} WHERE app = %(app)s AND user_id = %(user_id)s "
-                "AND project_id = %(project)s",
-                scope,
-            ).rowcount,
-        )
+        done[table] = conn.execute(
+            f"DELETE FROM {table} WHERE app = %(app)s AND user_id = %(user_id)s "
+            "AND project_id = %(project)s",
+            scope,
+        ).rowcount
     return done
 
 
 def delete_user(
     conn: psycopg.Connection, app: str, user_id: str, now: datetime
-) -> tuple[Deleted, datetime]:
+) -> tuple[dict[str, int], datetime]:
     """Everything of the user in the app, and the tombstone at `now`: the API's
     clock, the one that stamps the `created_at` of recorded turns, so the two
-    compare on one clock. Returns the counts and the tombstone's time."""
+    compare on one clock. Returns rows removed by table and the tombstone's time."""
     user_lock(conn, app, user_id)
     when = conn.execute(
         "INSERT INTO deleted_users (app, user_id, deleted_at) VALUES (%s, %s, %s) "
@@ -110,12 +90,10 @@ def delete_user(
         "RETURNING deleted_at",
         (app, user_id, now),
     ).fetchone()[0]
-    done = Deleted()
-    for table in ("memory_revisions", "memories", "episodes", "permission_rules", "operations"):
-        done.add(
-            table,
-            conn.execute(
-                f"DELETE FROM {table} WHERE app = %s AND user_id = %s", (app, user_id)
-            ).rowcount,
-        )
+    done = {
+        table: conn.execute(
+            f"DELETE FROM {table} WHERE app = %s AND user_id = %s", (app, user_id)
+        ).rowcount
+        for table in ("memory_revisions", "memories", "episodes", "permission_rules", "operations")
+    }
     return done, when

@@ -54,6 +54,7 @@ from shared.events import (
 )
 from shared.identifiers import identifier_problem
 from shared.metrics import API_REQUEST_SECONDS, count_store_error
+from shared.permissions import Guardrail
 from shared.session_buffer import (
     AsyncSessionBuffer,
     BufferedTurn,
@@ -94,6 +95,8 @@ def create_app(settings: Settings | None = None, **overrides: Any) -> FastAPI:
         app.state.resources = resources
         app.state.buffer = AsyncSessionBuffer(async_client, resolved.session_ttl_seconds)
         app.state.apool = await make_async_pool(resolved, max_size=16, name="agent-memory-api")
+        # Its caches and matching threads live as long as this run of the app.
+        app.state.permissions = Guardrail()
         if resolved.auth_disabled:
             log.warning(
                 "authentication is disabled (AM_AUTH_DISABLED=true): every request is "

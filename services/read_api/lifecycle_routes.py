@@ -11,8 +11,8 @@ events of the user drop (see shared/session_buffer.py).
 from __future__ import annotations
 
 import asyncio
-from datetime import datetime
-from typing import Annotated
+from collections.abc import Callable
+from typing import Annotated, Any, TypeVar
 
 import structlog
 import valkey
@@ -33,6 +33,7 @@ from shared.session_buffer import (
     user_keys_pattern,
 )
 
+T = TypeVar("T")
 log = structlog.get_logger("agent_memory.api")
 
 PathId = Annotated[Identifier, Path()]
@@ -75,32 +76,23 @@ def install_lifecycle_routes(app: FastAPI) -> None:
     ) -> DeleteByQueryResponse:
         """adk-memory's semantics: with a project, that project's memories only;
         without one, global memories only (project memories are untouched)."""
-        app_id, pool = app_of(request), request.app.state.resources.pool
-
-        def run() -> list:
-            with UnitOfWork(pool) as uow:
-                retired = delete_matching(
-                    uow.conn, app_id, body.user_id, body.project_id or "", body.query, utcnow()
-                )
-                uow.commit()
-                return retired
-
-        retired = await postgres_or_503(asyncio.to_thread(run))
+        retired = await _committed(
+            request,
+            delete_matching,
+            app_of(request),
+            body.user_id,
+            body.project_id or "",
+            body.query,
+            utcnow(),
+        )
         return DeleteByQueryResponse(deleted=[memory_view(m) for m in retired])
 
     @app.delete("/v1/users/{user_id}/projects/{project_id}", response_model=DeletionCounts)
     async def remove_project(
         user_id: PathId, project_id: PathId, request: Request
     ) -> DeletionCounts:
-        app_id, pool = app_of(request), request.app.state.resources.pool
-
-        def run() -> dict[str, int]:
-            with UnitOfWork(pool) as uow:
-                done = delete_project(uow.conn, app_id, user_id, project_id)
-                uow.commit()
-                return done
-
-        counts = await postgres_or_503(asyncio.to_thread(run))
+        app_id = app_of(request)
+        counts = await _committed(request, delete_project, app_id, user_id, project_id)
         request.app.state.permissions.rules.clear()  # its rules are gone
         counts["valkey_keys"] = await valkey_or_503(
             _remove_project_sessions(request.app.state.buffer.client, app_id, user_id, project_id),
@@ -115,15 +107,8 @@ def install_lifecycle_routes(app: FastAPI) -> None:
         """GDPR: everything of the user in this app, and a tombstone so that the
         user's events created before now are dropped wherever they arrive later.
         Safe to repeat (a Valkey outage answers 503 after the Postgres part)."""
-        app_id, pool = app_of(request), request.app.state.resources.pool
-
-        def run() -> tuple[dict[str, int], datetime]:
-            with UnitOfWork(pool) as uow:
-                done, when = delete_user(uow.conn, app_id, user_id, utcnow())
-                uow.commit()
-                return done, when
-
-        counts, when = await postgres_or_503(asyncio.to_thread(run))
+        app_id = app_of(request)
+        counts, when = await _committed(request, delete_user, app_id, user_id, utcnow())
         request.app.state.permissions.rules.clear()  # their rules are gone
         client = request.app.state.buffer.client
 
@@ -165,6 +150,20 @@ def install_lifecycle_routes(app: FastAPI) -> None:
             retention_days=event.retention_days,
             batch_limit=event.batch_limit,
         )
+
+
+async def _committed(request: Request, work: Callable[..., T], *args: Any) -> T:
+    """`work(conn, *args)` in one committed transaction on a worker thread (the
+    deletions are blocking psycopg code); a database outage is a 503."""
+    pool = request.app.state.resources.pool
+
+    def run() -> T:
+        with UnitOfWork(pool) as uow:
+            done = work(uow.conn, *args)
+            uow.commit()
+            return done
+
+    return await postgres_or_503(asyncio.to_thread(run))
 
 
 async def _remove_project_sessions(

@@ -33,7 +33,6 @@ from shared.events import format_time
 from shared.identifiers import text_problem
 from shared.permissions import (
     GLOBAL,
-    Guardrail,
     Rule,
     ToolCall,
     add_grant,
@@ -49,9 +48,6 @@ log = structlog.get_logger("agent_memory.api")
 
 
 def install_permission_routes(app: FastAPI) -> None:
-    guard = Guardrail()
-    # The deletion routes clear its rule cache; the lifespan closes it.
-    app.state.permissions = guard
 
     @app.post("/v1/permissions:evaluate", response_model=EvaluateResponse)
     async def evaluate(body: EvaluateRequest, request: Request) -> Response:
@@ -64,7 +60,7 @@ def install_permission_routes(app: FastAPI) -> None:
             tool_name=body.tool_name,
             command=_command(body.tool_args, settings),
         )
-        verdict = await guard.evaluate(
+        verdict = await request.app.state.permissions.evaluate(
             call,
             settings.exempt_tools,
             request.app.state.apool,
@@ -117,7 +113,7 @@ def install_permission_routes(app: FastAPI) -> None:
                 body.action,
             )
         )
-        guard.rules.clear()
+        request.app.state.permissions.rules.clear()
         return _view(rule)
 
     @app.get("/v1/permissions/rules")
@@ -143,7 +139,7 @@ def install_permission_routes(app: FastAPI) -> None:
             delete_rule(request.app.state.apool, app_of(request), user_id, rule_id)
         ):
             raise ApiError(404, "not_found", f"no permission rule {rule_id}")
-        guard.rules.clear()
+        request.app.state.permissions.rules.clear()
         return DeleteRuleResponse(id=rule_id, deleted=True)
 
 

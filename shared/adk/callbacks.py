@@ -51,7 +51,7 @@ def project_of(state: Mapping[str, Any], default: str | None) -> str | None:
     return str(value) if value else default
 
 
-def _prev_session_of(state: Mapping[str, Any]) -> str | None:
+def prev_session_of(state: Mapping[str, Any]) -> str | None:
     value = state.get(PREV_SESSION_STATE_KEY)
     return str(value) if value else None
 
@@ -110,7 +110,7 @@ class AmbientMemory:
                 session.id,
                 _query_of(ctx),
                 project_id=project_of(ctx.state, self.project_id),
-                prev_session_id=_prev_session_of(ctx.state),
+                prev_session_id=prev_session_of(ctx.state),
                 k=self.k,
                 token_budget=self.token_budget,
             )
@@ -128,7 +128,7 @@ class AmbientMemory:
         session = callback_context.session
         events = [e for e in session.events if e.invocation_id == invocation_id]
         project = project_of(session.state, self.project_id)
-        prev = _prev_session_of(session.state)
+        prev = prev_session_of(session.state)
         for found in turns_from_events(events):
             try:
                 await record_turn(

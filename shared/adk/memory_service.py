@@ -17,7 +17,7 @@ from google.adk.memory.base_memory_service import SearchMemoryResponse
 from google.adk.memory.memory_entry import MemoryEntry
 from google.genai import types
 
-from shared.adk.callbacks import PREV_SESSION_STATE_KEY, project_of
+from shared.adk.callbacks import prev_session_of, project_of
 from shared.adk.limits import API_DEFAULTS, TurnLimits, query_text
 from shared.adk.turns import AdkTurn, content_text, record_turn, turns_from_events
 from shared.client import AsyncMemoryClient
@@ -56,7 +56,7 @@ class AgentMemoryService(BaseMemoryService):
 
     async def add_session_to_memory(self, session: Session) -> None:
         turns = [t for t in turns_from_events(session.events) if t.complete]
-        prev = session.state.get(PREV_SESSION_STATE_KEY) or None
+        prev = prev_session_of(session.state)
         project = project_of(session.state, self.project_id)
         await self._record(session.user_id, session.id, turns, project, prev)
 
@@ -75,7 +75,7 @@ class AgentMemoryService(BaseMemoryService):
             raise ValueError("add_events_to_memory needs the session_id: turns belong to one")
         metadata = custom_metadata or {}
         project = project_of(metadata, self.project_id)
-        prev = metadata.get(PREV_SESSION_STATE_KEY) or None
+        prev = prev_session_of(metadata)
         await self._record(user_id, session_id, turns_from_events(events), project, prev)
 
     async def _record(
@@ -84,12 +84,11 @@ class AgentMemoryService(BaseMemoryService):
         session_id: str,
         turns: Iterable[AdkTurn],
         project_id: str | None,
-        prev_session_id: object,
+        prev_session_id: str | None,
     ) -> None:
-        prev = str(prev_session_id) if prev_session_id else None
         for found in turns:
             await record_turn(
-                self.client, user_id, session_id, found, self.limits, project_id, prev
+                self.client, user_id, session_id, found, self.limits, project_id, prev_session_id
             )
 
     async def add_memory(

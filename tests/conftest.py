@@ -16,13 +16,18 @@ from pathlib import Path
 import psycopg
 import pytest
 import valkey
+from fastapi.testclient import TestClient
 from psycopg_pool import ConnectionPool
 from pydantic import SecretStr
 
+from services.extraction_worker.handlers import Extraction
+from services.read_api.app import create_app
 from shared.bus.admin import TopologyAdmin
 from shared.bus.publisher import EventPublisher
 from shared.config import Settings, load_settings
 from shared.db.migrate import migrate
+from shared.embeddings import make_embedder
+from shared.llm import RulesLLM
 from shared.llm.gemini import GeminiLLM
 from shared.localstack.components import (
     LocalPostgres,
@@ -166,6 +171,20 @@ def ids() -> dict[str, str]:
 def app_settings(settings: Settings, ids: dict[str, str]) -> Settings:
     """The test's settings with its own app as the API's default tenant."""
     return settings.model_copy(update={"default_app": ids["app"]})
+
+
+@pytest.fixture
+def client(app_settings: Settings, topology: TopologyAdmin) -> Iterator[TestClient]:
+    """The read API of the test's app, in process (modules with other needs define
+    their own `client`)."""
+    with TestClient(create_app(app_settings), raise_server_exceptions=False) as c:
+        yield c
+
+
+@pytest.fixture
+def extraction(app_settings: Settings, pool: ConnectionPool) -> Extraction:
+    """The extraction worker's handlers with the offline `rules` LLM."""
+    return Extraction(pool, RulesLLM(), make_embedder(app_settings), app_settings)
 
 
 @pytest.fixture

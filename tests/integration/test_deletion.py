@@ -3,29 +3,12 @@ and a whole user (GDPR) whose late and replayed events then create nothing."""
 
 from datetime import UTC, datetime, timedelta
 
-import pytest
-from fastapi.testclient import TestClient
-
-from services.extraction_worker.handlers import TURNS_CONSUMER, Extraction
-from services.read_api.app import create_app
+from services.extraction_worker.handlers import TURNS_CONSUMER
 from shared.bus.dlq import DeadLetterQueues
-from shared.embeddings import make_embedder
 from shared.events import TurnRecorded
-from shared.llm import RulesLLM
 from shared.session_buffer import SessionBuffer, SessionKey, user_keys_pattern
 from tests.bus_helpers import Recorder, make_turn, running, summary_handler
 from tests.support import run_cli, wait_for
-
-
-@pytest.fixture
-def client(app_settings, topology):
-    with TestClient(create_app(app_settings), raise_server_exceptions=False) as c:
-        yield c
-
-
-@pytest.fixture
-def extraction(app_settings, pool):
-    return Extraction(pool, RulesLLM(), make_embedder(app_settings), app_settings)
 
 
 def write(client, user_id, text, scope="global", **extra):

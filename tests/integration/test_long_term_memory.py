@@ -21,17 +21,6 @@ from tests.support import wait_for
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
 
 
-@pytest.fixture
-def client(app_settings, topology):
-    with TestClient(create_app(app_settings), raise_server_exceptions=False) as c:
-        yield c
-
-
-@pytest.fixture
-def extraction(app_settings, pool):
-    return Extraction(pool, RulesLLM(), make_embedder(app_settings), app_settings)
-
-
 def write(client, user_id, text, scope="global", kind="preference", **extra):
     body = {"user_id": user_id, "text": text, "scope": scope, "kind": kind, **extra}
     response = client.post("/v1/memories", json=body)

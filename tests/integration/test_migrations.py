@@ -1,3 +1,4 @@
+import random
 import threading
 
 import psycopg
@@ -9,6 +10,7 @@ from shared.db.migrate import (
     discover,
     migrate,
 )
+from shared.memory.search import vector_text
 from tests.support import run_cli
 
 
@@ -45,12 +47,42 @@ def test_migrate_creates_the_tables_and_is_idempotent(fresh_database):
         (2, "revision_history"),
         (3, "inline_vectors"),
         (4, "api_keys"),
+        (5, "inline_text"),
     ]
     assert "USING hnsw (embedding vector_cosine_ops)" in indexes["memories_embedding"]
     assert "USING gin (tsv)" in indexes["memories_tsv"]
     assert "USING hnsw (embedding vector_cosine_ops)" in indexes["episodes_embedding"]
     live = indexes["memories_live_entity"]
     assert "UNIQUE" in live and "app, user_id, scope, project_id" in live
+
+
+def test_a_rows_text_and_tsvector_stay_in_the_row_beside_a_dense_embedding(fresh_database):
+    # A Gemini embedding does not compress: 768 floats are 3 KB, more than the 2 KB
+    # at which Postgres starts moving values out of a row. What search reads on
+    # every candidate row (text, tsv) must not be among them.
+    migrate(fresh_database, 768)
+    rng = random.Random(5)
+    dense = vector_text([rng.uniform(-1, 1) for _ in range(768)])
+    text = "For project CloudRetail the backend is FastAPI on AlloyDB; " * 5
+    with psycopg.connect(fresh_database) as conn:
+        conn.execute(
+            "INSERT INTO memories (app, user_id, scope, kind, text, embedding, observed_at) "
+            "VALUES ('a', 'u', 'global', 'fact', %s, %s::vector, now())",
+            (text, dense),
+        )
+        conn.execute(
+            "INSERT INTO episodes (app, user_id, session_id, turn_id, event_id, user_text, "
+            "assistant_text, text, embedding, created_at) VALUES ('a', 'u', 's', 't', "
+            "gen_random_uuid(), %s, %s, %s, %s::vector, now())",
+            (text, text, text + text, dense),
+        )
+        for table in ("memories", "episodes"):
+            toasted = conn.execute(
+                "SELECT pg_column_toast_chunk_id(text) IS NOT NULL, "
+                "pg_column_toast_chunk_id(tsv) IS NOT NULL, "
+                f"pg_column_toast_chunk_id(embedding) IS NOT NULL FROM {table}"
+            ).fetchone()
+            assert toasted == (False, False, False), table
 
 
 def test_two_concurrent_migrations_apply_each_file_once(fresh_database):

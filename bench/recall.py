@@ -38,6 +38,7 @@ import random
 import shutil
 import sys
 import tempfile
+from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
@@ -275,14 +276,14 @@ def main() -> int:
                 embedder,
                 data,
                 "recall",
-                Fusion(1.0, 0.0, configured.k, configured.candidates),
+                replace(configured, vector_weight=1.0, text_weight=0.0),
             ),
             "full text only": recall(
                 pool,
                 embedder,
                 data,
                 "recall",
-                Fusion(0.0, 1.0, configured.k, configured.candidates),
+                replace(configured, vector_weight=0.0, text_weight=1.0),
             ),
             f"hybrid ({configured.vector_weight}/{configured.text_weight})": recall(
                 pool, embedder, data, "recall", configured

@@ -118,6 +118,8 @@ class Settings(BaseSettings):
     search_candidates: int = Field(default=50, ge=1, le=1000)
     search_text_max_frequency: float = Field(default=0.05, gt=0, le=1)
     search_text_scan_limit: int = Field(default=1000, ge=1)
+    # Scopes with fewer rows are ranked by exact distance, not through HNSW.
+    search_exact_below: int = Field(default=5000, ge=0, le=100_000)
     consolidation_neighbours: int = Field(default=5, ge=1, le=50)
     context_token_budget: int = Field(default=2000, ge=100, le=100_000)
     context_recent_turns: int = Field(default=4, ge=0, le=100)

@@ -58,6 +58,7 @@ from shared.memory.search import (
     episode_filter,
     fusion_params,
     hybrid_sql,
+    memory_count_filter,
     memory_filter,
 )
 from shared.memory.store import MEMORY_COLUMNS, MemoryRow, MemoryStore, user_lock
@@ -134,7 +135,13 @@ async def search_memories(
     params["pinned_limit"] = 50
     rows = await _fetch(
         request,
-        hybrid_sql("memories", MEMORY_COLUMNS, where, pinned_rules=pinned),
+        hybrid_sql(
+            "memories",
+            MEMORY_COLUMNS,
+            where,
+            pinned_rules=pinned,
+            count_where=memory_count_filter(scope),
+        ),
         params,
         searching="memories",
     )

@@ -1,12 +1,23 @@
 """Hybrid retrieval (DESIGN §5) in one SQL statement.
 
 For each sub-query, two rankings over the same scoped rows: vector distance
-(HNSW, cosine; `hnsw.iterative_scan` is on for every connection, so a selective
-scope filter still yields its rows) and full-text rank (`ts_rank_cd` over the
+(cosine) and full-text rank (`ts_rank_cd` over the
 GIN-indexed `tsv`, where the question matches rows sharing ANY of its meaningful
 lexemes: the OR of them, not the AND that `plainto_tsquery` would build).
 Reciprocal rank fusion sums `weight / (k + rank)` over both rankings and all
 sub-queries.
+
+The vector ranking is exact when the scope has fewer than
+`AM_SEARCH_EXACT_BELOW` rows (counted first, up to that number, on the scope's
+index), through the HNSW index otherwise. HNSW walks the whole table's graph
+and drops the rows of other users and scopes as it goes (`hnsw.iterative_scan`
+is on for every connection, so it keeps walking until it has its candidates):
+for a scope that is a small share of the table that is thousands of rows
+thrown away, while sorting the scope's own few thousand rows by distance is
+cheaper. Postgres's planner makes that choice from sampled statistics and made
+it both ways for the same user between two loads of bench/retrieval.py (search
+p50 27 or 57 ms for the 10,000-memory user); the count makes it the same every
+time. The other branch is never executed.
 
 "Meaningful": a lexeme that Postgres's statistics find in more than
 `AM_SEARCH_TEXT_MAX_FREQUENCY` of the rows ("user", "prefer" in a memory store)
@@ -59,6 +70,8 @@ class Fusion:
     max_frequency: float = 0.05
     # Rows the full-text side ranks at most per sub-query (bounds its cost).
     text_scan: int = 1000
+    # Scopes with fewer rows than this are ranked by exact distance (0: never).
+    exact_below: int = 5000
 
     @classmethod
     def from_settings(cls, settings: Settings) -> Fusion:
@@ -69,6 +82,7 @@ class Fusion:
             settings.search_candidates,
             settings.search_text_max_frequency,
             settings.search_text_scan_limit,
+            settings.search_exact_below,
         )
 
 
@@ -173,24 +187,39 @@ qt AS (
 )"""
 
 
-def memory_filter(scope: Scope, kinds: list[str] | None) -> tuple[str, dict[str, Any]]:
-    """The WHERE clause (alias `m`) of the live memories `scope` may see."""
-    params: dict[str, Any] = {"app": scope.app, "user_id": scope.user_id}
+def _live_in_scope(scope: Scope, session_rows: str) -> str:
+    """Live rows of the scope's app and user: global ones, the project's, and
+    `session_rows` when the scope names a session."""
     visible = ["m.scope = 'global'"]
     if scope.project_id:
         visible.append("(m.scope = 'project' AND m.project_id = %(project_id)s)")
-        params["project_id"] = scope.project_id
     if scope.session_id:
-        visible.append("(m.scope = 'session' AND m.session_id = %(session_id)s)")
-        params["session_id"] = scope.session_id
-    clause = (
+        visible.append(session_rows)
+    return (
         "m.app = %(app)s AND m.user_id = %(user_id)s AND m.valid_to IS NULL "
         f"AND ({' OR '.join(visible)})"
     )
+
+
+def memory_filter(scope: Scope, kinds: list[str] | None) -> tuple[str, dict[str, Any]]:
+    """The WHERE clause (alias `m`) of the live memories `scope` may see."""
+    params: dict[str, Any] = {"app": scope.app, "user_id": scope.user_id}
+    if scope.project_id:
+        params["project_id"] = scope.project_id
+    if scope.session_id:
+        params["session_id"] = scope.session_id
+    clause = _live_in_scope(scope, "(m.scope = 'session' AND m.session_id = %(session_id)s)")
     if kinds:
         clause += " AND m.kind = ANY(%(kinds)s)"
         params["kinds"] = list(kinds)
     return clause, params
+
+
+def memory_count_filter(scope: Scope) -> str:
+    """Rows of at least `memory_filter`'s, which the scope index (`memories_scope`)
+    answers alone, so that counting them reads no table row: any kind, and the
+    memories of every session when one is named. Same parameters."""
+    return _live_in_scope(scope, "m.scope = 'session'")
 
 
 def episode_filter(
@@ -219,22 +248,39 @@ def hybrid_sql(
     where: str,
     *,
     pinned_rules: bool = False,
+    count_where: str | None = None,
 ) -> str:
     """The statement: fused rows (`pinned` false) and, if asked, every rule the
     filter admits (`pinned` true; score 0). Parameters: the filter's, those of
-    `fusion_params`, and `frequent` (the table's `FrequentLexemes`)."""
+    `fusion_params`, and `frequent` (the table's `FrequentLexemes`). The exact-or-
+    HNSW choice counts the rows of `count_where` (`where` if not given): a filter
+    admitting at least `where`'s rows, cheaper to count."""
     fused = f"""
 WITH q AS (
     SELECT u.qi, u.emb, u.qtext
     FROM unnest(%(embeddings)s::text[]::vector[], %(texts)s::text[])
         WITH ORDINALITY AS u(emb, qtext, qi)
 ),{_lexemes()},
+sizing AS (
+    SELECT count(*) < %(exact_below)s AS exact FROM (
+        SELECT 1 FROM {table} m WHERE {count_where or where} LIMIT %(exact_below)s
+    ) s
+),
 vec AS (
-    SELECT v.id, row_number() OVER (PARTITION BY qt.qi ORDER BY v.dist, v.id) AS rank
-    FROM qt CROSS JOIN LATERAL (
-        SELECT m.id, m.embedding <=> qt.emb AS dist FROM {table} m
-        WHERE {where} AND m.embedding IS NOT NULL
-        ORDER BY m.embedding <=> qt.emb LIMIT %(candidates)s
+    SELECT v.id, row_number() OVER (PARTITION BY v.qi ORDER BY v.dist, v.id) AS rank
+    FROM (
+        SELECT qt.qi, h.id, h.dist FROM qt CROSS JOIN LATERAL (
+            SELECT m.id, m.embedding <=> qt.emb AS dist FROM {table} m
+            WHERE {where} AND m.embedding IS NOT NULL
+            ORDER BY m.embedding <=> qt.emb LIMIT %(candidates)s
+        ) h WHERE NOT (SELECT exact FROM sizing)
+        UNION ALL
+        -- `+ 0`: an order the HNSW index cannot give, so the scope's rows are sorted.
+        SELECT qt.qi, e.id, e.dist FROM qt CROSS JOIN LATERAL (
+            SELECT m.id, m.embedding <=> qt.emb AS dist FROM {table} m
+            WHERE {where} AND m.embedding IS NOT NULL
+            ORDER BY (m.embedding <=> qt.emb) + 0 LIMIT %(candidates)s
+        ) e WHERE (SELECT exact FROM sizing)
     ) v
 ),
 txt AS (
@@ -291,5 +337,6 @@ def fusion_params(
         "wt": fusion.text_weight,
         "rrf_k": fusion.k,
         "text_scan": fusion.text_scan,
+        "exact_below": fusion.exact_below,
         "limit": limit,
     }

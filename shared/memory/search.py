@@ -255,6 +255,15 @@ def hybrid_sql(
     `fusion_params`, and `frequent` (the table's `FrequentLexemes`). The exact-or-
     HNSW choice counts the rows of `count_where` (`where` if not given): a filter
     admitting at least `where`'s rows, cheaper to count."""
+
+    def nearest(order: str, unless_exact: str) -> str:
+        """Each sub-query's `candidates` nearest rows by `order`, if the count says so."""
+        return f"""SELECT qt.qi, n.id, n.dist FROM qt CROSS JOIN LATERAL (
+            SELECT m.id, m.embedding <=> qt.emb AS dist FROM {table} m
+            WHERE {where} AND m.embedding IS NOT NULL
+            ORDER BY {order} LIMIT %(candidates)s
+        ) n WHERE {unless_exact} (SELECT exact FROM sizing)"""
+
     fused = f"""
 WITH q AS (
     SELECT u.qi, u.emb, u.qtext
@@ -269,18 +278,10 @@ sizing AS (
 vec AS (
     SELECT v.id, row_number() OVER (PARTITION BY v.qi ORDER BY v.dist, v.id) AS rank
     FROM (
-        SELECT qt.qi, h.id, h.dist FROM qt CROSS JOIN LATERAL (
-            SELECT m.id, m.embedding <=> qt.emb AS dist FROM {table} m
-            WHERE {where} AND m.embedding IS NOT NULL
-            ORDER BY m.embedding <=> qt.emb LIMIT %(candidates)s
-        ) h WHERE NOT (SELECT exact FROM sizing)
+        {nearest("m.embedding <=> qt.emb", "NOT")}
         UNION ALL
         -- `+ 0`: an order the HNSW index cannot give, so the scope's rows are sorted.
-        SELECT qt.qi, e.id, e.dist FROM qt CROSS JOIN LATERAL (
-            SELECT m.id, m.embedding <=> qt.emb AS dist FROM {table} m
-            WHERE {where} AND m.embedding IS NOT NULL
-            ORDER BY (m.embedding <=> qt.emb) + 0 LIMIT %(candidates)s
-        ) e WHERE (SELECT exact FROM sizing)
+        {nearest("(m.embedding <=> qt.emb) + 0", "")}
     ) v
 ),
 txt AS (

@@ -45,7 +45,7 @@ def record_turn(
     result = record_turns([(event, delivery)], buffer=buffer, folder=folder)[0]
     if isinstance(result, Exception):
         raise result
-    return result if isinstance(result, Outcome) else result() or Outcome.APPLIED
+    return result if isinstance(result, Outcome) else result()
 
 
 def _key(event: Event) -> SessionKey:

@@ -78,7 +78,8 @@ class PulledMessage:
 class UnaryPullDelivery:
     """Pulls messages for one subscription and hands each pull's messages to
     `callback` on a pool thread; the callback settles each message or hands it to
-    `run_later` (another pool thread)."""
+    `run_later` (another pool thread). Unless `whole_pulls`, each message is its
+    own call, on its own thread."""
 
     def __init__(
         self,
@@ -88,8 +89,10 @@ class UnaryPullDelivery:
         concurrency: int,
         lease_seconds: int,
         thread_name: str,
+        whole_pulls: bool = True,
     ) -> None:
         self.subscriber = subscriber
+        self.whole_pulls = whole_pulls
         self.path = subscription_path
         self.callback = callback
         self.concurrency = concurrency
@@ -279,12 +282,13 @@ class UnaryPullDelivery:
                     # ours (sent with the next settle flush, before any nack), so a
                     # worker killed now has its messages back within seconds.
                     self._to_extend.extend(r.ack_id for r in received)
-                if received:
+                pulled = [PulledMessage(r, self) for r in received]
+                for part in [pulled] if self.whole_pulls and pulled else [[m] for m in pulled]:
                     try:
-                        self.executor.submit(self._run, [PulledMessage(r, self) for r in received])
+                        self.executor.submit(self._run, part)
                     except RuntimeError:  # the pool shut down at the stop deadline
-                        for r in received:
-                            self.settle(r.ack_id, ack=False)
+                        for message in part:
+                            message.nack()
         except BaseException as exc:
             self._error = exc
             log.error("pull loop failed", subscription=self.path, error=repr(exc))

@@ -181,6 +181,9 @@ class SubscriberRuntime:
     def start(self) -> None:
         threads = f"handler-{self.subscription}"
         if self.mode == "unary":
+            # A pull goes to one thread only where a batch handler can take it
+            # whole; otherwise each message is decoded and handled on its own.
+            batches = any(isinstance(e, BatchHandler) for e in self.handlers.values())
             self._unary = UnaryPullDelivery(
                 self.subscriber,
                 self.subscription_path,
@@ -188,6 +191,7 @@ class SubscriberRuntime:
                 self.concurrency,
                 self.settings.lease_extension_seconds,
                 threads,
+                whole_pulls=batches,
             )
             self._unary.start()
         else:
@@ -270,14 +274,15 @@ class SubscriberRuntime:
         self._on_messages([message], _inline)
 
     def _on_pull(self, messages: list[PulledMessage]) -> None:
-        """Unary pull: one pull's messages; events of a `BatchHandler` are handled
-        together here, every other message (and every `Finish`) on its own thread."""
+        """Unary pull. Whole pulls (a table with a `BatchHandler`): events of a
+        `BatchHandler` are handled together here, every other message (and every
+        `Finish`) on its own thread. Otherwise one message, every step inline."""
         assert self._unary is not None
-        self._on_messages(messages, self._unary.run_later)
+        self._on_messages(messages, self._unary.run_later if self._unary.whole_pulls else _inline)
 
     def _on_messages(self, messages: Sequence[Message | PulledMessage], later: Later) -> None:
         started = time.perf_counter()
-        batches: dict[int, tuple[BatchHandler, list[_Item]]] = {}
+        batches: dict[BatchHandler, list[_Item]] = {}
         for message in messages:
             item = _Item(message, dict(message.attributes), message.delivery_attempt or 1, started)
             item.span = start_consumer_span(self.subscription, item.attributes)
@@ -292,7 +297,7 @@ class SubscriberRuntime:
                 self._conclude(item, error=exc)
                 continue
             if isinstance(entry, BatchHandler):
-                batches.setdefault(id(entry), (entry, []))[1].append(item)
+                batches.setdefault(entry, []).append(item)
             else:
                 work = partial(self._call_all, entry, item)
                 later(
@@ -300,7 +305,7 @@ class SubscriberRuntime:
                     partial(self._run, item, work, timed_from_here=True),
                     partial(self._abandoned, item),
                 )
-        for handler, items in batches.values():
+        for handler, items in batches.items():
             events = [(i.event, i.delivery(self.subscription)) for i in items]
             try:
                 results = list(handler.handle(events))  # type: ignore[arg-type]

@@ -9,7 +9,8 @@ sub-queries.
 
 The vector ranking is exact when the scope has fewer than
 `AM_SEARCH_EXACT_BELOW` rows (counted first, up to that number, on the scope's
-index), through the HNSW index otherwise. HNSW walks the whole table's graph
+index); otherwise Postgres's planner orders the rows, through the HNSW index
+for a large scope. HNSW walks the whole table's graph
 and drops the rows of other users and scopes as it goes (`hnsw.iterative_scan`
 is on for every connection, so it keeps walking until it has its candidates):
 for a scope that is a small share of the table that is thousands of rows

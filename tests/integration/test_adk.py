@@ -23,7 +23,6 @@ from google.adk.sessions import InMemorySessionService, Session
 from google.genai import Client, types
 from prometheus_client import REGISTRY
 
-from services.extraction_worker.handlers import Extraction
 from shared.adk import (
     AgentMemoryService,
     TurnLimits,
@@ -36,9 +35,7 @@ from shared.adk import (
 from shared.adk.limits import TRUNCATED
 from shared.api_keys import create_key
 from shared.client import AsyncMemoryClient, MemoryClient
-from shared.embeddings import make_embedder
 from shared.events import TurnRecorded
-from shared.llm import RulesLLM
 from shared.localstack.process import free_port
 from tests.bus_helpers import running
 from tests.fake_gemini import FakeGemini, Request
@@ -126,10 +123,9 @@ def api(app_settings, topology, api_key) -> Iterator[Api]:
 
 
 @pytest.fixture
-def extracted(app_settings, topology, pool, publisher) -> Iterator[list[TurnRecorded]]:
+def extracted(app_settings, topology, pool, publisher, extraction) -> Iterator[list[TurnRecorded]]:
     """The extraction handler on the turns the API publishes; the turns it handled."""
     handled: list[TurnRecorded] = []
-    extraction = Extraction(pool, RulesLLM(), make_embedder(app_settings), app_settings)
 
     def handle(event, delivery):
         outcome = extraction.handle_turn(event, delivery)

@@ -292,9 +292,8 @@ def test_the_extraction_transaction_is_all_or_nothing(settings, topology, publis
 
 
 def test_generate_returns_an_operation_that_reports_each_action(
-    client, app_settings, publisher, pool, ids
+    client, app_settings, publisher, pool, ids, extraction
 ):
-    extraction = Extraction(pool, RulesLLM(), make_embedder(app_settings), app_settings)
     table = {MemoriesGenerate: [extraction.handle_generate]}
     body = {
         "user_id": ids["user_id"],

@@ -359,6 +359,7 @@ def install_memory_routes(app: FastAPI) -> None:  # noqa: C901 - one route per n
         await published_or_503(
             resources.publisher.publish_message(message),
             resources.settings.publish_timeout_seconds,
+            details={"operation": name},
         )
         if body.wait:
             return await _wait_operation(request, name, body.user_id)

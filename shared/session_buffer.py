@@ -185,6 +185,12 @@ def user_keys_pattern(app: str, user_id: str) -> str:
     return f"am:{{{_part(app)}:{_part(user_id)}:*"
 
 
+def meta_key_of(key: str) -> str:
+    """The `meta` key of the session that `key` (any key of a session) belongs to:
+    its hash tag ends at the first `}` (the escaped parts hold none)."""
+    return f"{key[: key.index('}') + 1]}:meta"
+
+
 def project_marker(project_id: str) -> str:
     """The `meta` field that says a session had a turn of this project."""
     return f"project:{project_id}"

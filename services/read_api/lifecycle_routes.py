@@ -28,6 +28,7 @@ from shared.errors import InvalidEvent
 from shared.events import utcnow
 from shared.memory.deletion import delete_matching, delete_project, delete_user
 from shared.session_buffer import (
+    meta_key_of,
     project_marker,
     tombstone_key,
     user_keys_pattern,
@@ -173,22 +174,22 @@ async def _remove_project_sessions(
     may hold the project's facts): all its keys, allow-once grants included. One
     SCAN of the user's keys, grouped by session (their shared hash tag); one
     pipeline asks each session's `meta` for the project's marker."""
-    sessions: dict[str, list[str]] = {}
+    sessions: dict[str, list[str]] = {}  # meta key -> the session's keys
     async for key in client.scan_iter(match=user_keys_pattern(app_id, user_id), count=1000):
         name = key.decode() if isinstance(key, bytes) else key
-        sessions.setdefault(name[: name.index("}") + 1], []).append(name)
+        sessions.setdefault(meta_key_of(name), []).append(name)
     if not sessions:
         return 0
-    tags = list(sessions)
+    metas = list(sessions)
     asks = client.pipeline(transaction=False)
-    for tag in tags:
-        asks.hexists(f"{tag}:meta", project_marker(project_id))
-    marked = [tag for tag, hit in zip(tags, await asks.execute(), strict=True) if hit]
+    for meta in metas:
+        asks.hexists(meta, project_marker(project_id))
+    marked = [meta for meta, hit in zip(metas, await asks.execute(), strict=True) if hit]
     if not marked:
         return 0
     deletes = client.pipeline(transaction=False)
-    for tag in marked:
-        deletes.delete(*sessions[tag])  # one session's keys: one cluster slot
+    for meta in marked:
+        deletes.delete(*sessions[meta])  # one session's keys: one cluster slot
     return sum(await deletes.execute())
 
 

@@ -76,7 +76,15 @@ def _tracer() -> Any:
     provider = _override or trace.get_tracer_provider()
     if isinstance(provider, trace.ProxyTracerProvider | trace.NoOpTracerProvider):
         return None
-    return provider.get_tracer(_TRACER)
+    global _cached
+    cached_provider, tracer = _cached  # one tuple: read whole, whatever other threads do
+    if cached_provider is not provider:  # one tracer per provider, not one per span
+        tracer = provider.get_tracer(_TRACER)
+        _cached = (provider, tracer)
+    return tracer
+
+
+_cached: tuple[Any, Any] = (None, None)  # the provider `_tracer` saw last, and its tracer
 
 
 def with_trace_context(attributes: Mapping[str, str]) -> dict[str, str]:

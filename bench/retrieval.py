@@ -8,8 +8,8 @@ sentences from a fixed vocabulary plus two words from a Zipf-like tail of 5,000
 projects. It embeds them with the configured provider (`hash` by default),
 loads them with COPY, builds the HNSW and GIN indexes, loads the HNSW index
 and the table into Postgres's cache (`pg_prewarm`, as a running service would
-have them; `AM_POSTGRES_SHARED_BUFFERS` must hold them), and reports how long
-each step took. Then, for the user with 100,000 memories and the one with
+have them; about 800 MB each, so `AM_POSTGRES_SHARED_BUFFERS` is 2GB unless set),
+and reports how long each step took. Then, for the user with 100,000 memories and the one with
 10,000, it sends sequential searches (k=10, inside a project: the project's and
 the global memories) and contexts (the same, plus the session from Valkey and
 the pinned rules), every query text new (so the query-embedding cache never
@@ -23,6 +23,7 @@ from __future__ import annotations
 import argparse
 import http.client
 import json
+import os
 import random
 import statistics
 import sys
@@ -262,6 +263,7 @@ def main() -> int:
     parser.add_argument("--total", type=int, default=200_000)
     parser.add_argument("--requests", type=int, default=300)
     args = parser.parse_args()
+    os.environ.setdefault("AM_POSTGRES_SHARED_BUFFERS", "2GB")
     with bench_stack(services=("api",)) as (stack, endpoints, settings):
         embedder = make_embedder(settings)
         timings = load(
@@ -271,7 +273,10 @@ def main() -> int:
             settings.embedding_dim,
             embedder,
         )
-        print(f"loaded {args.total} memories: {timings} (seconds)")
+        print(
+            f"loaded {args.total} memories: {timings} (seconds); "
+            f"shared_buffers {settings.postgres_shared_buffers}"
+        )
         client = Client(endpoints.api_url, stack.dev_api_key or "")
         rng = random.Random(7)
         for _ in range(30):  # warm-up: connections, plans, the index's pages

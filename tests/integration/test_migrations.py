@@ -48,6 +48,7 @@ def test_migrate_creates_the_tables_and_is_idempotent(fresh_database):
         (3, "inline_vectors"),
         (4, "api_keys"),
         (5, "inline_text"),
+        (6, "uncompressed_rows"),
     ]
     assert "USING hnsw (embedding vector_cosine_ops)" in indexes["memories_embedding"]
     assert "USING gin (tsv)" in indexes["memories_tsv"]
@@ -56,33 +57,53 @@ def test_migrate_creates_the_tables_and_is_idempotent(fresh_database):
     assert "UNIQUE" in live and "app, user_id, scope, project_id" in live
 
 
-def test_a_rows_text_and_tsvector_stay_in_the_row_beside_a_dense_embedding(fresh_database):
+# Every column search reads on a candidate row, whether it is compressed or moved
+# to TOAST, and the embedding's size in the row.
+LAYOUT_SQL = """SELECT pg_column_toast_chunk_id(app) IS NOT NULL,
+    pg_column_toast_chunk_id(user_id) IS NOT NULL, pg_column_toast_chunk_id(project_id) IS NOT NULL,
+    pg_column_toast_chunk_id(text) IS NOT NULL, pg_column_toast_chunk_id(tsv) IS NOT NULL,
+    pg_column_toast_chunk_id(embedding) IS NOT NULL,
+    pg_column_compression(user_id), pg_column_compression(project_id),
+    pg_column_compression(text), pg_column_compression(tsv), pg_column_compression(embedding),
+    pg_column_size(embedding) FROM {table} WHERE user_id = %s"""
+
+
+@pytest.mark.parametrize("embedding", ["dense", "sparse"])
+def test_a_row_is_stored_whole_and_uncompressed_when_it_fits_a_page(fresh_database, embedding):
     # A Gemini embedding does not compress: 768 floats are 3 KB, more than the 2 KB
-    # at which Postgres starts moving values out of a row. What search reads on
-    # every candidate row (text, tsv) must not be among them.
+    # at which Postgres by default starts compressing a row's values and moving
+    # them to TOAST. Before migration 0006 that moved a UUID user id and a long
+    # project id out of the row and compressed the text; a sparse (hash) embedding
+    # was itself compressed (about 280 bytes), and every exact distance
+    # decompressed it again. Nothing search reads may be either.
     migrate(fresh_database, 768)
     rng = random.Random(5)
-    dense = vector_text([rng.uniform(-1, 1) for _ in range(768)])
+    if embedding == "dense":
+        values = [rng.uniform(-1, 1) for _ in range(768)]
+    else:
+        values = [0.0] * 768
+        for i in rng.sample(range(768), 40):
+            values[i] = rng.uniform(-1, 1)
+    user_id = "3f2a9c1e-7b4d-4e8a-9f1c-2d3e4f5a6b7c"
+    project_id = "project-0123456789abcdef0123456789"
     text = "For project CloudRetail the backend is FastAPI on AlloyDB; " * 5
     with psycopg.connect(fresh_database) as conn:
         conn.execute(
-            "INSERT INTO memories (app, user_id, scope, kind, text, embedding, observed_at) "
-            "VALUES ('a', 'u', 'global', 'fact', %s, %s::vector, now())",
-            (text, dense),
+            "INSERT INTO memories (app, user_id, project_id, scope, kind, text, embedding, "
+            "observed_at) VALUES ('app-with-a-long-enough-name', %s, %s, 'project', 'fact', %s, "
+            "%s::vector, now())",
+            (user_id, project_id, text, vector_text(values)),
         )
         conn.execute(
-            "INSERT INTO episodes (app, user_id, session_id, turn_id, event_id, user_text, "
-            "assistant_text, text, embedding, created_at) VALUES ('a', 'u', 's', 't', "
-            "gen_random_uuid(), %s, %s, %s, %s::vector, now())",
-            (text, text, text + text, dense),
+            "INSERT INTO episodes (app, user_id, project_id, session_id, turn_id, event_id, "
+            "user_text, assistant_text, text, embedding, created_at) VALUES "
+            "('app-with-a-long-enough-name', %s, %s, 's', 't', gen_random_uuid(), %s, %s, %s, "
+            "%s::vector, now())",
+            (user_id, project_id, text, text, text + text, vector_text(values)),
         )
         for table in ("memories", "episodes"):
-            toasted = conn.execute(
-                "SELECT pg_column_toast_chunk_id(text) IS NOT NULL, "
-                "pg_column_toast_chunk_id(tsv) IS NOT NULL, "
-                f"pg_column_toast_chunk_id(embedding) IS NOT NULL FROM {table}"
-            ).fetchone()
-            assert toasted == (False, False, False), table
+            layout = conn.execute(LAYOUT_SQL.format(table=table), (user_id,)).fetchone()
+            assert layout == (False,) * 6 + (None,) * 5 + (8 + 4 * 768,), table
 
 
 def test_two_concurrent_migrations_apply_each_file_once(fresh_database):

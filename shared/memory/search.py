@@ -68,7 +68,7 @@ class Fusion:
     k: int = 60
     candidates: int = 50
     # Lexemes in more of the rows than this do not select rows (they still rank).
-    max_frequency: float = 0.05
+    max_frequency: float = 0.02
     # Rows the full-text side ranks at most per sub-query (bounds its cost).
     text_scan: int = 1000
     # Scopes with fewer rows than this are ranked by exact distance (0: never).

@@ -52,6 +52,7 @@ from shared.memory.consolidate import Consolidator, Source, new_memory
 from shared.memory.context import assemble
 from shared.memory.search import (
     FREQUENT,
+    SCOPE_SIZES,
     Fusion,
     Ranked,
     Scope,
@@ -97,6 +98,7 @@ def scored(m: MemoryRow, ranked: Ranked) -> ScoredMemory:
 
 def _split(row: dict[str, Any]) -> tuple[dict[str, Any], Ranked, bool]:
     ranked = Ranked(float(row.pop("score")), row.pop("vrank"), row.pop("trank"))
+    row.pop("exact")
     return row, ranked, bool(row.pop("pinned"))
 
 
@@ -128,11 +130,13 @@ async def search_memories(
     pinned: bool = False,
 ) -> tuple[list[ScoredMemory], list[MemoryRow]]:
     """Fused top-k memories and, if asked, the scope's pinned rules: one statement."""
-    settings = request.app.state.resources.settings
+    fusion = Fusion.from_settings(request.app.state.resources.settings)
     embeddings = await _embed(request, queries)
     where, params = memory_filter(scope, kinds)
-    params.update(fusion_params(Fusion.from_settings(settings), embeddings, queries, k))
+    params.update(fusion_params(fusion, embeddings, queries, k))
     params["pinned_limit"] = 50
+    sized = SCOPE_SIZES.key("memories", scope, fusion.exact_below)
+    exact = SCOPE_SIZES.cached(sized)
     rows = await _fetch(
         request,
         hybrid_sql(
@@ -141,10 +145,13 @@ async def search_memories(
             where,
             pinned_rules=pinned,
             count_where=memory_count_filter(scope),
+            exact=exact,
         ),
         params,
         searching="memories",
     )
+    if exact is None and rows:
+        SCOPE_SIZES.store(sized, bool(rows[0]["exact"]))
     found, rules = [], []
     for row in rows:
         fields, ranked, is_pinned = _split(row)

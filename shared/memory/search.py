@@ -18,7 +18,9 @@ thrown away, while sorting the scope's own few thousand rows by distance is
 cheaper. Postgres's planner makes that choice from sampled statistics and made
 it both ways for the same user between two loads of bench/retrieval.py (search
 p50 27 or 57 ms for the 10,000-memory user); the count makes it the same every
-time. The other branch is never executed.
+time. The other branch is never executed. A caller that knows the count's
+answer (`SCOPE_SIZES`, what a statement of the last minute found) passes it, and
+the statement then has only the one ranking.
 
 "Meaningful": a lexeme that Postgres's statistics find in more than
 `AM_SEARCH_TEXT_MAX_FREQUENCY` of the rows ("user", "prefer" in a memory store)
@@ -43,12 +45,15 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any
+from typing import Any, Generic, TypeVar
 
 import psycopg
 from psycopg.rows import tuple_row
 
 from shared.config import Settings
+
+K = TypeVar("K")
+V = TypeVar("V")
 
 
 @dataclass(frozen=True)
@@ -118,12 +123,8 @@ ORDER BY x.elem"""
 FREQUENT_TTL_SECONDS = 60.0
 
 
-class FrequentLexemes:
-    """`FREQUENT_SQL` per (table, fraction), kept `ttl` seconds in this process.
-    Read inside the search statement, the statistics cost every query about 1 ms of
-    planning and 2 ms of execution (the pg_stats view joins four catalogs with
-    privilege checks; bench/retrieval.py); they change only when the table is
-    analysed."""
+class Expiring(Generic[K, V]):
+    """Values kept `ttl` seconds in this process, shared by its threads."""
 
     def __init__(
         self, ttl: float = FREQUENT_TTL_SECONDS, clock: Callable[[], float] = time.monotonic
@@ -131,39 +132,71 @@ class FrequentLexemes:
         self.ttl = ttl
         self._clock = clock
         self._lock = threading.Lock()
-        self._found: dict[tuple[str, float], tuple[float, list[str]]] = {}
+        self._found: dict[K, tuple[float, V]] = {}
 
-    def _cached(self, key: tuple[str, float]) -> list[str] | None:
+    def cached(self, key: K) -> V | None:
         with self._lock:
             entry = self._found.get(key)
         return entry[1] if entry is not None and entry[0] > self._clock() else None
 
-    def _store(self, key: tuple[str, float], lexemes: list[str]) -> list[str]:
+    def store(self, key: K, value: V) -> V:
         with self._lock:
-            self._found[key] = (self._clock() + self.ttl, lexemes)
-        return lexemes
+            self._found[key] = (self._clock() + self.ttl, value)
+        return value
+
+
+class FrequentLexemes(Expiring[tuple[str, float], list[str]]):
+    """`FREQUENT_SQL` per (table, fraction), kept `ttl` seconds in this process.
+    Read inside the search statement, the statistics cost every query about 1 ms of
+    planning and 2 ms of execution (the pg_stats view joins four catalogs with
+    privilege checks; bench/retrieval.py); they change only when the table is
+    analysed."""
 
     def get(self, conn: psycopg.Connection, table: str, fraction: float) -> list[str]:
         key = (table, fraction)
-        found = self._cached(key)
+        found = self.cached(key)
         if found is None:
             with conn.cursor(row_factory=tuple_row) as cur:
                 rows = cur.execute(FREQUENT_SQL, key).fetchall()
-            found = self._store(key, [row[0] for row in rows])
+            found = self.store(key, [row[0] for row in rows])
         return found
 
     async def aget(self, conn: psycopg.AsyncConnection, table: str, fraction: float) -> list[str]:
         key = (table, fraction)
-        found = self._cached(key)
+        found = self.cached(key)
         if found is None:
             async with conn.cursor(row_factory=tuple_row) as cur:
                 await cur.execute(FREQUENT_SQL, key)
                 rows = await cur.fetchall()
-            found = self._store(key, [row[0] for row in rows])
+            found = self.store(key, [row[0] for row in rows])
         return found
 
 
 FREQUENT = FrequentLexemes()
+
+
+class ScopeSizes(Expiring[tuple[str, str, str, str, bool, int], bool]):
+    """Whether a scope's vector ranking is exact (fewer rows than `exact_below`), as
+    the last statement that counted it found, kept `ttl` seconds in this process:
+    a statement told so does not count again nor plan the other ranking (2.5 ms of
+    the 100,000- and the 10,000-memory user's search, bench/retrieval.py's data).
+    A scope that grows past the threshold meanwhile is ranked the old way for at
+    most `ttl` seconds: both ways are right, only their cost differs."""
+
+    @staticmethod
+    def key(table: str, scope: Scope, exact_below: int) -> tuple[str, str, str, str, bool, int]:
+        # What `memory_count_filter` counts: a named session counts every session's rows.
+        return (
+            table,
+            scope.app,
+            scope.user_id,
+            scope.project_id,
+            bool(scope.session_id),
+            exact_below,
+        )
+
+
+SCOPE_SIZES = ScopeSizes()
 
 
 def _lexemes() -> str:
@@ -250,12 +283,15 @@ def hybrid_sql(
     *,
     pinned_rules: bool = False,
     count_where: str | None = None,
+    exact: bool | None = None,
 ) -> str:
     """The statement: fused rows (`pinned` false) and, if asked, every rule the
-    filter admits (`pinned` true; score 0). Parameters: the filter's, those of
-    `fusion_params`, and `frequent` (the table's `FrequentLexemes`). The exact-or-
-    HNSW choice counts the rows of `count_where` (`where` if not given): a filter
-    admitting at least `where`'s rows, cheaper to count."""
+    filter admits (`pinned` true; score 0), each with `exact`, whether the vector
+    ranking was exact. Parameters: the filter's, those of `fusion_params`, and
+    `frequent` (the table's `FrequentLexemes`). With `exact` None the statement
+    decides, counting the rows of `count_where` (`where` if not given: a filter
+    admitting at least `where`'s rows, cheaper to count); given (a count a recent
+    statement made, `SCOPE_SIZES`), it only has the one ranking to plan and run."""
 
     def nearest(order: str, unless_exact: str) -> str:
         """Each sub-query's `candidates` nearest rows by `order`, if the count says so."""
@@ -263,26 +299,37 @@ def hybrid_sql(
             SELECT m.id, m.embedding <=> qt.emb AS dist FROM {table} m
             WHERE {where} AND m.embedding IS NOT NULL
             ORDER BY {order} LIMIT %(candidates)s
-        ) n WHERE {unless_exact} (SELECT exact FROM sizing)"""
+        ) n{unless_exact}"""
+
+    planned = "m.embedding <=> qt.emb"
+    # `+ 0`: an order the HNSW index cannot give, so the scope's rows are sorted.
+    sorted_ = "(m.embedding <=> qt.emb) + 0"
+    if exact is None:
+        sizing = f"""
+sizing AS (
+    SELECT count(*) < %(exact_below)s AS exact FROM (
+        SELECT 1 FROM {table} m WHERE {count_where or where} LIMIT %(exact_below)s
+    ) s
+),"""
+        nearest_rows = f"""{nearest(planned, " WHERE NOT (SELECT exact FROM sizing)")}
+        UNION ALL
+        {nearest(sorted_, " WHERE (SELECT exact FROM sizing)")}"""
+        was_exact = "(SELECT exact FROM sizing)"
+    else:
+        sizing = ""
+        nearest_rows = nearest(sorted_ if exact else planned, "")
+        was_exact = "true" if exact else "false"
 
     fused = f"""
 WITH q AS (
     SELECT u.qi, u.emb, u.qtext
     FROM unnest(%(embeddings)s::text[]::vector[], %(texts)s::text[])
         WITH ORDINALITY AS u(emb, qtext, qi)
-),{_lexemes()},
-sizing AS (
-    SELECT count(*) < %(exact_below)s AS exact FROM (
-        SELECT 1 FROM {table} m WHERE {count_where or where} LIMIT %(exact_below)s
-    ) s
-),
+),{_lexemes()},{sizing}
 vec AS (
     SELECT v.id, row_number() OVER (PARTITION BY v.qi ORDER BY v.dist, v.id) AS rank
     FROM (
-        {nearest("m.embedding <=> qt.emb", "NOT")}
-        UNION ALL
-        -- `+ 0`: an order the HNSW index cannot give, so the scope's rows are sorted.
-        {nearest("(m.embedding <=> qt.emb) + 0", "")}
+        {nearest_rows}
     ) v
 ),
 txt AS (
@@ -308,14 +355,14 @@ fused AS (
     ) s GROUP BY id
 )"""
     ranked = f"""(
-    SELECT {columns}, f.score, f.vrank, f.trank, false AS pinned
+    SELECT {columns}, f.score, f.vrank, f.trank, false AS pinned, {was_exact} AS exact
     FROM fused f JOIN {table} m ON m.id = f.id
     ORDER BY f.score DESC, m.id LIMIT %(limit)s
 )"""
     if not pinned_rules:
         return f"{fused}\n{ranked}"
     rules = f"""(
-    SELECT {columns}, 0::float8, NULL::bigint, NULL::bigint, true AS pinned
+    SELECT {columns}, 0::float8, NULL::bigint, NULL::bigint, true AS pinned, {was_exact}
     FROM {table} m WHERE {where} AND m.kind = 'rule'
     ORDER BY m.observed_at DESC, m.id LIMIT %(pinned_limit)s
 )"""

@@ -11,6 +11,7 @@ from psycopg.rows import dict_row
 
 from services.read_api.memory_routes import MEMORY_COLUMNS
 from shared.memory.search import (
+    SCOPE_SIZES,
     Fusion,
     Scope,
     fusion_params,
@@ -51,17 +52,21 @@ def vectors(pool, ids) -> dict[str, list[float]]:
     return found
 
 
-def _search(pool, ids, query: list[float], exact_below: int) -> tuple[list[str], list[dict]]:
-    """The vector ranking alone (text weight 0): the ids in order, and the plan."""
+def _search(
+    pool, ids, query: list[float], exact_below: int, exact: bool | None = None
+) -> tuple[list[str], list[dict], set[bool]]:
+    """The vector ranking alone (text weight 0): the ids in order, the plan, and
+    what the rows say of the ranking (`exact`)."""
     fusion = replace(Fusion(), vector_weight=1.0, text_weight=0.0, exact_below=exact_below)
     where, params = memory_filter(Scope(ids["app"], ids["user_id"]), None)
     params.update(fusion_params(fusion, [query], ["no words in common"], 10))
     params["frequent"] = []
-    sql = hybrid_sql("memories", MEMORY_COLUMNS, where)
+    sql = hybrid_sql("memories", MEMORY_COLUMNS, where, exact=exact)
     with pool.connection() as conn, conn.cursor(row_factory=dict_row) as cur:
         rows = cur.execute(sql, params).fetchall()
         plan = cur.execute("EXPLAIN (ANALYZE, FORMAT JSON) " + sql, params).fetchone()
-    return [r["id"] for r in rows], list(_nodes(plan["QUERY PLAN"][0]["Plan"]))
+    nodes = list(_nodes(plan["QUERY PLAN"][0]["Plan"]))
+    return [r["id"] for r in rows], nodes, {r["exact"] for r in rows}
 
 
 def _nodes(node: dict):
@@ -86,8 +91,9 @@ def _branches_run(plan: list[dict]) -> dict[str, bool]:
 def test_a_scope_below_the_threshold_is_ranked_by_exact_distance(pool, ids, vectors):
     query = _unit(random.Random(12))
     expected = sorted(vectors, key=lambda i: (_cosine_distance(vectors[i], query), i))[:10]
-    found, plan = _search(pool, ids, query, exact_below=ROWS + 1)
+    found, plan, reported = _search(pool, ids, query, exact_below=ROWS + 1)
     assert found == expected
+    assert reported == {True}
     assert _branches_run(plan) == {"exact": True, "ordered by the planner": False}
     assert not any(n.get("Index Name") == "memories_embedding" for n in plan if n["Actual Loops"])
 
@@ -96,9 +102,48 @@ def test_a_scope_at_the_threshold_is_left_to_the_planner(pool, ids, vectors):
     # ...which may take the HNSW index (for 40 rows it sorts them itself).
     query = _unit(random.Random(12))
     for exact_below in (ROWS, 0):  # 0: never exact
-        found, plan = _search(pool, ids, query, exact_below=exact_below)
+        found, plan, reported = _search(pool, ids, query, exact_below=exact_below)
         assert len(found) == 10 and set(found) <= set(vectors)
+        assert reported == {False}
         assert _branches_run(plan) == {"exact": False, "ordered by the planner": True}
+
+
+def test_a_statement_told_the_count_plans_and_runs_only_that_ranking(pool, ids, vectors):
+    query = _unit(random.Random(12))
+    expected = sorted(vectors, key=lambda i: (_cosine_distance(vectors[i], query), i))[:10]
+    counted, _, _ = _search(pool, ids, query, exact_below=0)  # the planner's order, counted
+    for exact, same_as in ((True, expected), (False, counted)):
+        # A count would say the opposite: the statement must not count.
+        opposite = ROWS if exact else ROWS + 1
+        found, plan, reported = _search(pool, ids, query, exact_below=opposite, exact=exact)
+        assert found == same_as
+        assert reported == {exact}
+        assert _branches_run(plan) == {}
+        assert not any(n.get("CTE Name") == "sizing" for n in plan)
+
+
+def test_a_search_keeps_its_scopes_count_for_the_next_search_of_that_scope(
+    client, app_settings, ids
+):
+    for i in range(3):
+        body = {"user_id": ids["user_id"], "text": f"I prefer tool number {i}.", "scope": "global"}
+        written = client.post(
+            "/v1/memories", json={**body, "kind": "preference", "consolidate": False}
+        )
+        assert written.status_code == 201, written.text
+    sized = SCOPE_SIZES.key(
+        "memories", Scope(ids["app"], ids["user_id"]), app_settings.search_exact_below
+    )
+    assert SCOPE_SIZES.cached(sized) is None
+    answers = []
+    for _ in range(2):
+        response = client.post(
+            "/v1/memories:search", json={"user_id": ids["user_id"], "query": "which tool"}
+        )
+        assert response.status_code == 200, response.text
+        answers.append(response.json()["memories"])
+        assert SCOPE_SIZES.cached(sized) is True  # 3 rows: below the threshold
+    assert len(answers[0]) == 3 and answers[1] == answers[0]
 
 
 def test_the_count_admits_every_row_of_the_scope_and_reads_only_the_index(pool, ids):

@@ -124,14 +124,20 @@ FREQUENT_TTL_SECONDS = 60.0
 
 
 class Expiring(Generic[K, V]):
-    """Values kept `ttl` seconds in this process, shared by its threads."""
+    """Values kept `ttl` seconds in this process, shared by its threads; at most
+    `size` of them (storing one more forgets the oldest), and none past its time."""
 
     def __init__(
-        self, ttl: float = FREQUENT_TTL_SECONDS, clock: Callable[[], float] = time.monotonic
+        self,
+        ttl: float = FREQUENT_TTL_SECONDS,
+        clock: Callable[[], float] = time.monotonic,
+        size: int = 10_000,
     ) -> None:
         self.ttl = ttl
+        self.size = size
         self._clock = clock
         self._lock = threading.Lock()
+        # Oldest first: a value stored again moves to the end.
         self._found: dict[K, tuple[float, V]] = {}
 
     def cached(self, key: K) -> V | None:
@@ -140,9 +146,19 @@ class Expiring(Generic[K, V]):
         return entry[1] if entry is not None and entry[0] > self._clock() else None
 
     def store(self, key: K, value: V) -> V:
+        now = self._clock()
         with self._lock:
-            self._found[key] = (self._clock() + self.ttl, value)
+            self._found.pop(key, None)
+            self._found[key] = (now + self.ttl, value)
+            while self._found:
+                oldest = next(iter(self._found))
+                if self._found[oldest][0] > now and len(self._found) <= self.size:
+                    break
+                del self._found[oldest]
         return value
+
+    def __len__(self) -> int:
+        return len(self._found)
 
 
 class FrequentLexemes(Expiring[tuple[str, float], list[str]]):
@@ -181,7 +197,8 @@ class ScopeSizes(Expiring[tuple[str, str, str, str, bool, int], bool]):
     a statement told so does not count again nor plan the other ranking (2.5 ms of
     the 100,000- and the 10,000-memory user's search, bench/retrieval.py's data).
     A scope that grows past the threshold meanwhile is ranked the old way for at
-    most `ttl` seconds: both ways are right, only their cost differs."""
+    most `ttl` seconds: both ways are right, only their cost differs. One entry per
+    scope searched in the last minute, 10,000 at most (`Expiring.size`)."""
 
     @staticmethod
     def key(table: str, scope: Scope, exact_below: int) -> tuple[str, str, str, str, bool, int]:

@@ -115,7 +115,7 @@ class Settings(BaseSettings):
     search_text_weight: float = Field(default=0.6, ge=0)
     search_rrf_k: int = Field(default=60, ge=1)
     # Rows each ranker contributes before fusion.
-    search_candidates: int = Field(default=50, ge=1, le=1000)
+    search_candidates: int = Field(default=30, ge=1, le=1000)
     search_text_max_frequency: float = Field(default=0.02, gt=0, le=1)
     search_text_scan_limit: int = Field(default=1000, ge=1)
     # Scopes with fewer rows are ranked by exact distance, not through HNSW.

@@ -71,7 +71,7 @@ class Fusion:
     vector_weight: float = 0.4
     text_weight: float = 0.6
     k: int = 60
-    candidates: int = 50
+    candidates: int = 30
     # Lexemes in more of the rows than this do not select rows (they still rank).
     max_frequency: float = 0.02
     # Rows the full-text side ranks at most per sub-query (bounds its cost).

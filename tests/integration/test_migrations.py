@@ -49,6 +49,7 @@ def test_migrate_creates_the_tables_and_is_idempotent(fresh_database):
         (4, "api_keys"),
         (5, "inline_text"),
         (6, "uncompressed_rows"),
+        (7, "gin_without_pending_list"),
     ]
     assert "USING hnsw (embedding vector_cosine_ops)" in indexes["memories_embedding"]
     assert "USING gin (tsv)" in indexes["memories_tsv"]
@@ -104,6 +105,33 @@ def test_a_row_is_stored_whole_and_uncompressed_when_it_fits_a_page(fresh_databa
         for table in ("memories", "episodes"):
             layout = conn.execute(LAYOUT_SQL.format(table=table), (user_id,)).fetchone()
             assert layout == (False,) * 6 + (None,) * 5 + (8 + 4 * 768,), table
+
+
+def test_new_rows_go_straight_into_the_full_text_indexes(fresh_database):
+    # A GIN pending list is read whole by every search until a vacuum merges it.
+    migrate(fresh_database, 768)
+    with psycopg.connect(fresh_database, autocommit=True) as conn:
+        conn.execute("CREATE EXTENSION IF NOT EXISTS pgstattuple")
+        for i in range(20):
+            conn.execute(
+                "INSERT INTO memories (app, user_id, scope, kind, text, observed_at) "
+                "VALUES ('a', 'u', 'global', 'fact', %s, now())",
+                (f"The deploy window number {i} is on Tuesdays.",),
+            )
+            conn.execute(
+                "INSERT INTO episodes (app, user_id, session_id, turn_id, event_id, user_text, "
+                "assistant_text, text, created_at) VALUES ('a', 'u', 's', %s, "
+                "gen_random_uuid(), 'x', 'y', %s, now())",
+                (f"t{i}", f"We talked about deploy window {i}."),
+            )
+        for index in ("memories_tsv", "episodes_tsv"):
+            options = conn.execute(
+                "SELECT reloptions FROM pg_class WHERE relname = %s", (index,)
+            ).fetchone()[0]
+            pending = conn.execute(
+                "SELECT pending_pages, pending_tuples FROM pgstatginindex(%s::regclass)", (index,)
+            ).fetchone()
+            assert (options, pending) == (["fastupdate=off"], (0, 0)), index
 
 
 def test_two_concurrent_migrations_apply_each_file_once(fresh_database):

@@ -194,7 +194,9 @@ def load(database_url: str, app: str, total: int, dim: int, embedder) -> dict[st
         )
         timings["hnsw_index_s"] = time.perf_counter() - started
         started = time.perf_counter()
-        conn.execute("CREATE INDEX memories_tsv ON memories USING gin (tsv)")
+        conn.execute(  # as migration 0007 leaves it
+            "CREATE INDEX memories_tsv ON memories USING gin (tsv) WITH (fastupdate = off)"
+        )
         timings["gin_index_s"] = time.perf_counter() - started
         # A running service's table has been vacuumed (its visibility map set); a
         # fresh load is vacuumed by autovacuum within a minute, during tens of

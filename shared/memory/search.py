@@ -146,8 +146,8 @@ class Expiring(Generic[K, V]):
         return entry[1] if entry is not None and entry[0] > self._clock() else None
 
     def store(self, key: K, value: V) -> V:
-        now = self._clock()
         with self._lock:
+            now = self._clock()
             self._found.pop(key, None)
             self._found[key] = (now + self.ttl, value)
             while self._found:
@@ -191,7 +191,7 @@ class FrequentLexemes(Expiring[tuple[str, float], list[str]]):
 FREQUENT = FrequentLexemes()
 
 
-class ScopeSizes(Expiring[tuple[str, str, str, str, bool, int], bool]):
+class ScopeSizes(Expiring[tuple[str, str, str, str, str, int], bool]):
     """Whether a scope's vector ranking is exact (fewer rows than `exact_below`), as
     the last statement that counted it found, kept `ttl` seconds in this process:
     a statement told so does not count again nor plan the other ranking (2.5 ms of
@@ -201,16 +201,10 @@ class ScopeSizes(Expiring[tuple[str, str, str, str, bool, int], bool]):
     scope searched in the last minute, 10,000 at most (`Expiring.size`)."""
 
     @staticmethod
-    def key(table: str, scope: Scope, exact_below: int) -> tuple[str, str, str, str, bool, int]:
-        # What `memory_count_filter` counts: a named session counts every session's rows.
-        return (
-            table,
-            scope.app,
-            scope.user_id,
-            scope.project_id,
-            bool(scope.session_id),
-            exact_below,
-        )
+    def key(table: str, scope: Scope, exact_below: int) -> tuple[str, str, str, str, str, int]:
+        # What the statement counts: `memory_count_filter`'s rows, with the scope's values.
+        count = memory_count_filter(scope)
+        return (table, count, scope.app, scope.user_id, scope.project_id, exact_below)
 
 
 SCOPE_SIZES = ScopeSizes()

@@ -172,8 +172,14 @@ def load(database_url: str, app: str, total: int, dim: int, embedder) -> dict[st
     timings["embed_s"] = time.perf_counter() - started
     with psycopg.connect(database_url, autocommit=True) as conn:
         register_vector(conn)
-        conn.execute("DROP INDEX IF EXISTS memories_embedding")
-        conn.execute("DROP INDEX IF EXISTS memories_tsv")
+        # Loaded without the search indexes, then each built as the migrations define it.
+        rebuilt = {"hnsw_index_s": "memories_embedding", "gin_index_s": "memories_tsv"}
+        definitions = {
+            timing: conn.execute("SELECT pg_get_indexdef(%s::regclass)", (index,)).fetchone()[0]
+            for timing, index in rebuilt.items()
+        }
+        for index in rebuilt.values():
+            conn.execute(f"DROP INDEX {index}")
         started = time.perf_counter()
         with (
             conn.cursor() as cur,
@@ -188,16 +194,10 @@ def load(database_url: str, app: str, total: int, dim: int, embedder) -> dict[st
         timings["copy_s"] = time.perf_counter() - started
         conn.execute("SET maintenance_work_mem = '4GB'")
         conn.execute("SET max_parallel_maintenance_workers = 1")
-        started = time.perf_counter()
-        conn.execute(
-            "CREATE INDEX memories_embedding ON memories USING hnsw (embedding vector_cosine_ops)"
-        )
-        timings["hnsw_index_s"] = time.perf_counter() - started
-        started = time.perf_counter()
-        conn.execute(  # as migration 0007 leaves it
-            "CREATE INDEX memories_tsv ON memories USING gin (tsv) WITH (fastupdate = off)"
-        )
-        timings["gin_index_s"] = time.perf_counter() - started
+        for timing, definition in definitions.items():
+            started = time.perf_counter()
+            conn.execute(definition)
+            timings[timing] = time.perf_counter() - started
         # A running service's table has been vacuumed (its visibility map set); a
         # fresh load is vacuumed by autovacuum within a minute, during tens of
         # seconds of the measurement (seen in pg_stat_progress_vacuum) unless here.

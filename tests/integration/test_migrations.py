@@ -134,6 +134,24 @@ def test_new_rows_go_straight_into_the_full_text_indexes(fresh_database):
             assert (options, pending) == (["fastupdate=off"], (0, 0)), index
 
 
+def test_migration_0007_merges_a_pending_list_already_there(fresh_database):
+    migrate(fresh_database, 768)
+    (migration,) = [m for m in discover() if m.path.name == "0007_gin_without_pending_list.sql"]
+    with psycopg.connect(fresh_database, autocommit=True) as conn:
+        conn.execute("CREATE EXTENSION IF NOT EXISTS pgstattuple")
+        conn.execute("ALTER INDEX memories_tsv SET (fastupdate = on)")  # as before 0007
+        for i in range(20):
+            conn.execute(
+                "INSERT INTO memories (app, user_id, scope, kind, text, observed_at) "
+                "VALUES ('a', 'u', 'global', 'fact', %s, now())",
+                (f"The deploy window number {i} is on Tuesdays.",),
+            )
+        pending = "SELECT pending_tuples FROM pgstatginindex('memories_tsv'::regclass)"
+        assert conn.execute(pending).fetchone() == (20,)
+        conn.execute(migration.sql(768))
+        assert conn.execute(pending).fetchone() == (0,)
+
+
 def test_two_concurrent_migrations_apply_each_file_once(fresh_database):
     results: list[list[str]] = []
     errors: list[BaseException] = []

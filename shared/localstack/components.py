@@ -308,6 +308,10 @@ def sdk_roots() -> list[Path]:
     ]
 
 
+def _java_opts(users: str) -> str:
+    return " ".join([*EMULATOR_JVM_OPTS, users]).strip()
+
+
 def find_emulator(configured: Path | None, roots: list[Path] | None = None) -> Path:
     """The emulator script: AM_PUBSUB_EMULATOR_BIN, else the Google Cloud SDK's copy."""
     if configured is not None:
@@ -321,6 +325,16 @@ def find_emulator(configured: Path | None, roots: list[Path] | None = None) -> P
     raise ComponentError(INSTALL_HINT)
 
 
+# The emulator's JVM: the C1 compiler only, and the serial collector. With the JVM's
+# defaults the emulator is still compiling with C2 minutes into a run, and it took
+# about 10 CPU-seconds of bench/buffer.py's 20-second measurement (half a core of this
+# 2-core machine, more than the API); with these, 3.5. bench/pipeline.py drained its
+# 10,000-event backlog no slower (1,406 against 1,213 events/s). The SDK's script
+# reads JAVA_OPTS; JAVA_OPTS or CLOUD_PUBSUB_EMULATOR_OPTS set by the user come after
+# these, so they win.
+EMULATOR_JVM_OPTS = ("-XX:TieredStopAtLevel=1", "-XX:+UseSerialGC")
+
+
 class LocalPubSubEmulator:
     """The Google Cloud SDK's Pub/Sub emulator (in memory; topology re-applied at start)."""
 
@@ -332,6 +346,7 @@ class LocalPubSubEmulator:
             "pubsub-emulator",
             [str(binary), "--host=127.0.0.1", f"--port={port}"],
             log_dir / "pubsub-emulator.log",
+            env={**os.environ, "JAVA_OPTS": _java_opts(os.environ.get("JAVA_OPTS", ""))},
         )
 
     @property

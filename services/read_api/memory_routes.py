@@ -11,11 +11,13 @@ import asyncio
 import base64
 import json
 import uuid
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Annotated, Any
 
+import orjson
 import structlog
-from fastapi import FastAPI, Query, Request
+from fastapi import FastAPI, Query, Request, Response
 from psycopg.rows import dict_row
 
 from services.read_api.errors import ApiError, postgres_or_503, published_or_503
@@ -24,8 +26,6 @@ from services.read_api.memory_models import (
     ArchiveSearchResponse,
     ContextRequest,
     ContextResponse,
-    ContextSummary,
-    ContextTurn,
     DeleteMemoryResponse,
     EpisodeView,
     GenerateRequest,
@@ -37,7 +37,6 @@ from services.read_api.memory_models import (
     Operation,
     RevisionView,
     ScopeName,
-    ScoredMemory,
     SearchRequest,
     SearchResponse,
     WriteMemoryRequest,
@@ -74,26 +73,41 @@ def _time(value: datetime | None) -> str | None:
     return format_time(value) if value is not None else None
 
 
+def memory_fields(m: MemoryRow) -> dict[str, Any]:
+    """A memory as `MemoryView` lays it out, as plain data."""
+    return {
+        "id": m.id,
+        "scope": m.scope,
+        "kind": m.kind,
+        "project_id": m.project_id or None,
+        "session_id": m.session_id or None,
+        "entity_name": m.entity_name,
+        "text": m.text,
+        "observed_at": format_time(m.observed_at),
+        "created_at": format_time(m.created_at),
+        "updated_at": format_time(m.updated_at),
+        "deleted_at": _time(m.valid_to),
+    }
+
+
 def memory_view(m: MemoryRow) -> MemoryView:
-    return MemoryView(
-        id=m.id,
-        scope=m.scope,  # type: ignore[arg-type]
-        kind=m.kind,  # type: ignore[arg-type]
-        project_id=m.project_id or None,
-        session_id=m.session_id or None,
-        entity_name=m.entity_name,
-        text=m.text,
-        observed_at=format_time(m.observed_at),
-        created_at=format_time(m.created_at),
-        updated_at=format_time(m.updated_at),
-        deleted_at=_time(m.valid_to),
-    )
+    return MemoryView(**memory_fields(m))
 
 
-def scored(m: MemoryRow, ranked: Ranked) -> ScoredMemory:
-    return ScoredMemory(
-        **memory_view(m).model_dump(), score=round(ranked.score, 6), rankers=ranked.rankers
-    )
+@dataclass(frozen=True, slots=True)
+class Found:
+    """A memory a search ranked, and how."""
+
+    memory: MemoryRow
+    ranked: Ranked
+
+    def fields(self) -> dict[str, Any]:
+        """As `ScoredMemory` lays it out, as plain data."""
+        return {
+            **memory_fields(self.memory),
+            "score": round(self.ranked.score, 6),
+            "rankers": self.ranked.rankers,
+        }
 
 
 def _split(row: dict[str, Any]) -> tuple[dict[str, Any], Ranked, bool]:
@@ -128,7 +142,7 @@ async def search_memories(
     k: int,
     kinds: list[str] | None = None,
     pinned: bool = False,
-) -> tuple[list[ScoredMemory], list[MemoryRow]]:
+) -> tuple[list[Found], list[MemoryRow]]:
     """Fused top-k memories and, if asked, the scope's pinned rules: one statement."""
     fusion = Fusion.from_settings(request.app.state.resources.settings)
     embeddings = await _embed(request, queries)
@@ -159,13 +173,13 @@ async def search_memories(
         if is_pinned:
             rules.append(memory)
         else:
-            found.append(scored(memory, ranked))
+            found.append(Found(memory, ranked))
     return found, rules
 
 
 def install_memory_routes(app: FastAPI) -> None:  # noqa: C901 - one route per nested function
     @app.post("/v1/memories:search", response_model=SearchResponse)
-    async def memories_search(body: SearchRequest, request: Request) -> SearchResponse:
+    async def memories_search(body: SearchRequest, request: Request) -> Response:
         scope = Scope(app_of(request), body.user_id, body.project_id or "")
         queries = [body.query]
         if body.decompose:
@@ -176,7 +190,9 @@ def install_memory_routes(app: FastAPI) -> None:  # noqa: C901 - one route per n
         found, _ = await postgres_or_503(
             search_memories(request, scope, queries, body.k, body.kinds)
         )
-        return SearchResponse(queries=queries, memories=found)
+        # Laid out as SearchResponse (a test checks), serialised once: building the
+        # models cost more than the rest of the route's Python.
+        return _json({"queries": queries, "memories": [f.fields() for f in found]})
 
     @app.post("/v1/archive:search", response_model=ArchiveSearchResponse)
     async def archive_search(body: ArchiveSearchRequest, request: Request) -> ArchiveSearchResponse:
@@ -267,7 +283,7 @@ def install_memory_routes(app: FastAPI) -> None:  # noqa: C901 - one route per n
             )
         )
         return MemoryDetail(
-            **memory_view(memory).model_dump(),
+            **memory_fields(memory),
             revisions=[
                 RevisionView(
                     **{
@@ -336,8 +352,8 @@ def install_memory_routes(app: FastAPI) -> None:  # noqa: C901 - one route per n
         return DeleteMemoryResponse(memory_id=memory_id, deleted=True)
 
     @app.post("/v1/context", response_model=ContextResponse)
-    async def context(body: ContextRequest, request: Request) -> ContextResponse:
-        return await build_context(body, request)
+    async def context(body: ContextRequest, request: Request) -> Response:
+        return _json(await build_context(body, request))
 
     @app.post("/v1/memories:generate", response_model=Operation, status_code=202)
     async def generate(body: GenerateRequest, request: Request) -> Operation:
@@ -380,6 +396,10 @@ def install_memory_routes(app: FastAPI) -> None:  # noqa: C901 - one route per n
         if operation is None:
             raise ApiError(404, "not_found", f"no operation {name} for this user")
         return operation
+
+
+def _json(body: dict[str, Any]) -> Response:
+    return Response(orjson.dumps(body), media_type="application/json")
 
 
 async def _execute(request: Request, sql: str, params: dict[str, Any]) -> None:
@@ -445,8 +465,9 @@ def _decode_cursor(cursor: str) -> tuple[datetime, str]:
         ) from None
 
 
-async def build_context(body: ContextRequest, request: Request) -> ContextResponse:
-    """Session part (Valkey) and memory part (Postgres) at once; each may degrade."""
+async def build_context(body: ContextRequest, request: Request) -> dict[str, Any]:
+    """Session part (Valkey) and memory part (Postgres) at once; each may degrade.
+    Laid out as `ContextResponse` (a test checks), as plain data."""
     settings = request.app.state.resources.settings
     buffer = request.app.state.buffer
     app_id = app_of(request)
@@ -481,49 +502,45 @@ async def build_context(body: ContextRequest, request: Request) -> ContextRespon
     else:
         found, rules = memories
     rolling = (
-        ContextSummary(
-            session_id=body.session_id, text=view.summary.text, version=view.summary.version
-        )
+        {"session_id": body.session_id, "text": view.summary.text, "version": view.summary.version}
         if view is not None and view.summary.version
         else None
     )
     carried_view = (
-        ContextSummary(
-            session_id=body.prev_session_id or view.prev_session_id,
-            text=carried.text,
-            version=carried.version,
-        )
+        {
+            "session_id": body.prev_session_id or view.prev_session_id,
+            "text": carried.text,
+            "version": carried.version,
+        }
         if carried is not None and carried.version and view is not None
         else None
     )
     turns = list(view.turns)[-settings.context_recent_turns :] if view is not None else []
-    recent = [
-        ContextTurn(
-            turn_id=t.turn_id,
-            created_at=format_time(t.created_at),
-            user=t.user,
-            assistant=t.assistant,
-        )
-        for t in turns
-    ]
-    pinned = [memory_view(m) for m in rules]
     built = assemble(
         rules=[m.text for m in rules],
-        summary=rolling.text if rolling else "",
-        carried=carried_view.text if carried_view else "",
-        carried_from=carried_view.session_id if carried_view else "",
+        summary=rolling["text"] if rolling else "",
+        carried=carried_view["text"] if carried_view else "",
+        carried_from=carried_view["session_id"] if carried_view else "",
         turns=[(t.user, t.assistant) for t in turns],
-        memories=[f"[{m.scope} {m.kind}] {m.text}" for m in found],
+        memories=[f"[{f.memory.scope} {f.memory.kind}] {f.memory.text}" for f in found],
         budget=body.token_budget or settings.context_token_budget,
     )
-    return ContextResponse(
-        rolling_summary=rolling,
-        carried_summary=carried_view,
-        recent_turns=recent,
-        pinned_rules=pinned,
-        memories=found,
-        system_instruction=built.text,
-        tokens=built.tokens,
-        omitted=built.omitted,
-        degraded=degraded,
-    )
+    return {
+        "rolling_summary": rolling,
+        "carried_summary": carried_view,
+        "recent_turns": [
+            {
+                "turn_id": t.turn_id,
+                "created_at": format_time(t.created_at),
+                "user": t.user,
+                "assistant": t.assistant,
+            }
+            for t in turns
+        ],
+        "pinned_rules": [memory_fields(m) for m in rules],
+        "memories": [f.fields() for f in found],
+        "system_instruction": built.text,
+        "tokens": built.tokens,
+        "omitted": built.omitted,
+        "degraded": degraded,
+    }

@@ -11,6 +11,7 @@ from fastapi.testclient import TestClient
 from prometheus_client import REGISTRY
 
 from services.read_api.app import create_app
+from services.read_api.memory_models import ContextResponse, SearchResponse
 from services.read_api.models import SessionResponse
 from services.summary_worker.folding import Folder, FoldPolicy
 from shared.events import TurnRecorded, format_time
@@ -375,3 +376,48 @@ def test_a_dead_folders_lock_only_delays_the_fold_until_it_expires(valkey_client
     )
     assert versions == [1]
     assert [t.turn_id for t in buffer.read(key).turns] == [f"turn-{n:04d}" for n in range(8, 12)]
+
+
+def test_the_context_body_is_what_its_model_lays_out(client, settings, valkey_client, ids):
+    """The context route builds its body as plain data: with every part filled in,
+    it must be exactly what `ContextResponse` lays out (and a search's `SearchResponse`)."""
+    previous = ids["session_id"]
+    _record_and_fold(client, settings, valkey_client, ids)
+    user = ids["user_id"]
+    for text, kind in (("Never deploy on Fridays.", "rule"), ("User prefers option 3.", "fact")):
+        written = client.post(
+            "/v1/memories", json={"user_id": user, "text": text, "kind": kind, "scope": "global"}
+        )
+        assert written.status_code == 201, written.text
+    new = previous + "-next"
+    body = _turn_body(ids, 50, prev_session_id=previous)
+    assert client.post(f"/v1/sessions/{new}/turns", json=body).status_code == 202
+
+    def context(session_id):
+        query = {"user_id": user, "session_id": session_id, "query": "which option do I prefer?"}
+        response = client.post("/v1/context", json=query)
+        assert response.status_code == 200, response.text
+        body = response.json()
+        assert ContextResponse.model_validate(body).model_dump() == body
+        return body
+
+    folded = context(previous)
+    assert folded["rolling_summary"]["version"] == 1
+    assert [t["turn_id"] for t in folded["recent_turns"]] == [f"turn-{n:04d}" for n in range(8, 12)]
+    assert [r["text"] for r in folded["pinned_rules"]] == ["Never deploy on Fridays."]
+    # Ranked first; the rule, pinned, may be found too (two memories in all).
+    assert folded["memories"][0]["text"] == "User prefers option 3."
+    assert folded["memories"][0]["rankers"] and folded["memories"][0]["score"] > 0
+    carried = context(new)
+    assert carried["carried_summary"] == {
+        "session_id": previous,
+        "text": folded["rolling_summary"]["text"],
+        "version": 1,
+    }
+    assert carried["rolling_summary"] is None and carried["degraded"] == []
+
+    response = client.post("/v1/memories:search", json={"user_id": user, "query": "option"})
+    assert response.status_code == 200, response.text
+    found = response.json()
+    assert SearchResponse.model_validate(found).model_dump() == found
+    assert found["memories"][0]["text"] == "User prefers option 3."

@@ -338,7 +338,7 @@ EMULATOR_JVM_OPTS = ("-XX:TieredStopAtLevel=1", "-XX:+UseSerialGC")
 class LocalPubSubEmulator:
     """The Google Cloud SDK's Pub/Sub emulator (in memory; topology re-applied at start)."""
 
-    def __init__(self, binary: Path, port: int, log_dir: Path) -> None:
+    def __init__(self, binary: Path, port: int, log_dir: Path, nice: int = 0) -> None:
         if shutil.which("java") is None and not os.environ.get("JAVA_HOME"):
             raise ComponentError("the Pub/Sub emulator needs Java 17 (`java` is not on PATH)")
         self.port = port
@@ -347,6 +347,7 @@ class LocalPubSubEmulator:
             [str(binary), "--host=127.0.0.1", f"--port={port}"],
             log_dir / "pubsub-emulator.log",
             env={**os.environ, "JAVA_OPTS": _java_opts(os.environ.get("JAVA_OPTS", ""))},
+            nice=nice,
         )
 
     @property

@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import os
 import pwd
+import shutil
 import signal
 import socket
 import subprocess
@@ -46,6 +47,16 @@ def tail(path: Path, lines: int = 20) -> str:
         return "(no log)"
 
 
+def niced(nice: int) -> list[str]:
+    """The argv prefix that runs a command `nice` steps below normal CPU priority."""
+    if nice <= 0:
+        return []
+    command = shutil.which("nice")
+    if command is None:
+        raise RuntimeError("the `nice` command is not on PATH")
+    return [command, "-n", str(nice)]
+
+
 class ManagedProcess:
     """Start, signal and stop one child (and its descendants) with its output in a log file."""
 
@@ -58,9 +69,12 @@ class ManagedProcess:
         user: str | None = None,
         cwd: Path | None = None,
         stop_signal: int = signal.SIGTERM,
+        nice: int = 0,
     ) -> None:
         self.name = name
-        self.argv = list(argv)
+        # `nice` (the command) lowers the CPU priority, then runs argv in its place:
+        # the same process, and every thread it starts, at that priority.
+        self.argv = [*niced(nice), *argv]
         self.log_path = log_path
         self.env = dict(env) if env is not None else None
         self.user = user

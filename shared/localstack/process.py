@@ -49,11 +49,9 @@ def tail(path: Path, lines: int = 20) -> str:
 
 def niced(nice: int) -> list[str]:
     """The argv prefix that runs a command `nice` steps below normal CPU priority."""
-    if nice <= 0:
+    command = shutil.which("nice") if nice > 0 else None
+    if command is None:  # without the command (not on PATH) at normal priority
         return []
-    command = shutil.which("nice")
-    if command is None:
-        raise RuntimeError("the `nice` command is not on PATH")
     return [command, "-n", str(nice)]
 
 

@@ -27,11 +27,14 @@ def test_the_users_java_opts_come_after_ours_so_they_win():
     ]
 
 
-def test_a_managed_process_runs_niced_through_the_nice_command(tmp_path):
+def test_a_managed_process_runs_niced_through_the_nice_command(tmp_path, monkeypatch):
     from shared.localstack.process import ManagedProcess, niced
 
     assert niced(0) == []
     assert niced(10)[1:] == ["-n", "10"] and niced(10)[0].endswith("nice")
+    with monkeypatch.context() as without:
+        without.setenv("PATH", str(tmp_path))  # no `nice` here: normal priority
+        assert niced(10) == []
     proc = ManagedProcess("sleeper", ["sleep", "30"], tmp_path / "sleeper.log", nice=7)
     proc.start()
     try:

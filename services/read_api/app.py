@@ -13,7 +13,6 @@ from contextlib import asynccontextmanager
 from datetime import timedelta
 from typing import Annotated, Any
 
-import orjson
 import structlog
 import valkey
 from fastapi import Depends, FastAPI, Query, Request, Response
@@ -35,6 +34,7 @@ from services.read_api.models import (
     RecordTurnRequest,
     RecordTurnResponse,
     SessionResponse,
+    json_response,
 )
 from services.read_api.permission_routes import install_permission_routes
 from services.read_api.tenant import app_of
@@ -270,10 +270,7 @@ def _routes(app: FastAPI) -> None:
             return view, carried
 
         view, carried = await valkey_or_503(read())
-        return Response(
-            orjson.dumps(_session_body(session_id, user_id, view, carried)),
-            media_type="application/json",
-        )
+        return json_response(_session_body(session_id, user_id, view, carried))
 
     @app.delete("/v1/sessions/{session_id}")
     async def delete_session(

@@ -15,7 +15,6 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Annotated, Any
 
-import orjson
 import structlog
 from fastapi import FastAPI, Query, Request, Response
 from psycopg.rows import dict_row
@@ -42,6 +41,7 @@ from services.read_api.memory_models import (
     WriteMemoryRequest,
     WriteMemoryResponse,
 )
+from services.read_api.models import json_response
 from services.read_api.tenant import app_of
 from shared.db.pool import UnitOfWork
 from shared.events import MemoriesGenerate, encode, format_time, utcnow
@@ -190,9 +190,7 @@ def install_memory_routes(app: FastAPI) -> None:  # noqa: C901 - one route per n
         found, _ = await postgres_or_503(
             search_memories(request, scope, queries, body.k, body.kinds)
         )
-        # Laid out as SearchResponse (a test checks), serialised once: building the
-        # models cost more than the rest of the route's Python.
-        return _json({"queries": queries, "memories": [f.fields() for f in found]})
+        return json_response({"queries": queries, "memories": [f.fields() for f in found]})
 
     @app.post("/v1/archive:search", response_model=ArchiveSearchResponse)
     async def archive_search(body: ArchiveSearchRequest, request: Request) -> ArchiveSearchResponse:
@@ -353,7 +351,7 @@ def install_memory_routes(app: FastAPI) -> None:  # noqa: C901 - one route per n
 
     @app.post("/v1/context", response_model=ContextResponse)
     async def context(body: ContextRequest, request: Request) -> Response:
-        return _json(await build_context(body, request))
+        return json_response(await build_context(body, request))
 
     @app.post("/v1/memories:generate", response_model=Operation, status_code=202)
     async def generate(body: GenerateRequest, request: Request) -> Operation:
@@ -396,10 +394,6 @@ def install_memory_routes(app: FastAPI) -> None:  # noqa: C901 - one route per n
         if operation is None:
             raise ApiError(404, "not_found", f"no operation {name} for this user")
         return operation
-
-
-def _json(body: dict[str, Any]) -> Response:
-    return Response(orjson.dumps(body), media_type="application/json")
 
 
 async def _execute(request: Request, sql: str, params: dict[str, Any]) -> None:

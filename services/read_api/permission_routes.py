@@ -10,12 +10,12 @@ from __future__ import annotations
 import uuid
 from typing import Annotated, Any
 
-import orjson
 import structlog
 from fastapi import FastAPI, Query, Request, Response
 
 from services.read_api.errors import ApiError, postgres_or_503, valkey_or_503
 from services.read_api.memory_models import Identifier
+from services.read_api.models import json_response
 from services.read_api.permission_models import (
     GLOBAL_PROJECT,
     DeleteRuleResponse,
@@ -80,7 +80,7 @@ def install_permission_routes(app: FastAPI) -> None:
             rule_id=verdict.rule_id,
         )
         # The verdict has EvaluateResponse's fields: serialised as it is.
-        return Response(orjson.dumps(verdict), media_type="application/json")
+        return json_response(verdict)
 
     @app.post("/v1/permissions/grants", status_code=201)
     async def grant(body: GrantRequest, request: Request) -> GrantResponse:

@@ -17,6 +17,7 @@ import pytest
 from fastapi.testclient import TestClient
 
 from services.read_api.app import create_app
+from services.read_api.permission_models import EvaluateResponse
 from shared.db.migrate import migrate
 from shared.localstack.components import LocalPostgres, LocalValkey
 from shared.localstack.process import free_port
@@ -62,7 +63,10 @@ def call_body(ids, command, project=PROJECT, tool=TOOL, session=None):
 def evaluate(client, ids, command, **where):
     response = client.post("/v1/permissions:evaluate", json=call_body(ids, command, **where))
     assert response.status_code == 200, response.text
-    return response.json()
+    verdict = response.json()
+    # The route serialises the verdict as it is: it must be what the model lays out.
+    assert EvaluateResponse.model_validate(verdict).model_dump() == verdict
+    return verdict
 
 
 def outcome(verdict):

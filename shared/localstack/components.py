@@ -9,6 +9,7 @@ from __future__ import annotations
 import importlib.util
 import os
 import pwd
+import re
 import secrets
 import shutil
 import signal
@@ -308,10 +309,6 @@ def sdk_roots() -> list[Path]:
     ]
 
 
-def _java_opts(users: str) -> str:
-    return " ".join([*EMULATOR_JVM_OPTS, users]).strip()
-
-
 def find_emulator(configured: Path | None, roots: list[Path] | None = None) -> Path:
     """The emulator script: AM_PUBSUB_EMULATOR_BIN, else the Google Cloud SDK's copy."""
     if configured is not None:
@@ -326,13 +323,23 @@ def find_emulator(configured: Path | None, roots: list[Path] | None = None) -> P
 
 
 # The emulator's JVM: the C1 compiler only, and the serial collector. With the JVM's
-# defaults the emulator is still compiling with C2 minutes into a run, and it took
-# about 10 CPU-seconds of bench/buffer.py's 20-second measurement (half a core of this
-# 2-core machine, more than the API); with these, 3.5. bench/pipeline.py drained its
-# 10,000-event backlog no slower (1,406 against 1,213 events/s). The SDK's script
-# reads JAVA_OPTS; JAVA_OPTS or CLOUD_PUBSUB_EMULATOR_OPTS set by the user come after
-# these, so they win.
+# defaults it took 8.5-10.7 CPU-seconds of bench/buffer.py's 20-second measurement
+# (half a core of this 2-core machine, more than the API); with these, 3.2-4.1. Over
+# a whole run with both compilers, the compiler threads took 7.2 of its 13.0
+# CPU-seconds; with C1 alone, 0.55 of 5.1. bench/pipeline.py drained its 10,000-event
+# backlog no slower (1,406 against 1,213 events/s). The SDK's script reads JAVA_OPTS;
+# the user's JAVA_OPTS and CLOUD_PUBSUB_EMULATOR_OPTS come after these, so they win.
 EMULATOR_JVM_OPTS = ("-XX:TieredStopAtLevel=1", "-XX:+UseSerialGC")
+# A JVM given two collectors refuses to start: the user's choice replaces ours.
+_COLLECTOR = re.compile(r"-XX:\+Use\w*GC\b")
+
+
+def _java_opts(users: str, emulator_opts: str = "") -> str:
+    """JAVA_OPTS for the emulator: ours, then the user's JAVA_OPTS (`users`). The
+    script adds CLOUD_PUBSUB_EMULATOR_OPTS (`emulator_opts`) after both."""
+    chosen = _COLLECTOR.search(f"{users} {emulator_opts}")
+    ours = [o for o in EMULATOR_JVM_OPTS if not (chosen and _COLLECTOR.fullmatch(o))]
+    return " ".join([*ours, users]).strip()
 
 
 class LocalPubSubEmulator:
@@ -346,7 +353,13 @@ class LocalPubSubEmulator:
             "pubsub-emulator",
             [str(binary), "--host=127.0.0.1", f"--port={port}"],
             log_dir / "pubsub-emulator.log",
-            env={**os.environ, "JAVA_OPTS": _java_opts(os.environ.get("JAVA_OPTS", ""))},
+            env={
+                **os.environ,
+                "JAVA_OPTS": _java_opts(
+                    os.environ.get("JAVA_OPTS", ""),
+                    os.environ.get("CLOUD_PUBSUB_EMULATOR_OPTS", ""),
+                ),
+            },
             nice=nice,
         )
 

@@ -25,6 +25,10 @@ def test_the_users_java_opts_come_after_ours_so_they_win():
         "-Xmx256m",
         "-XX:TieredStopAtLevel=4",
     ]
+    # Two collectors stop the JVM at start-up: a collector the user chose replaces ours,
+    # in JAVA_OPTS or in CLOUD_PUBSUB_EMULATOR_OPTS.
+    assert _java_opts("-XX:+UseG1GC") == "-XX:TieredStopAtLevel=1 -XX:+UseG1GC"
+    assert _java_opts("", "-XX:+UseParallelGC") == "-XX:TieredStopAtLevel=1"
 
 
 def test_a_managed_process_runs_niced_through_the_nice_command(tmp_path, monkeypatch):

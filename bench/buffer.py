@@ -40,9 +40,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench.common import (  # noqa: E402
     AppliedLog,
+    MachineTime,
     bench_stack,
     cpu_seconds,
     cpu_used,
+    describe_machine,
     percentile,
     wait_applied,
 )
@@ -173,9 +175,11 @@ def main() -> int:
             warm = run_sessions(endpoints.api_url, key, args.sessions, args.interval, 3.0)
             wait_applied(log, [e for s in warm for e in s.event_ids], timeout=120)
             before, cpu_before = commandstats(client), cpu_seconds(stack)
+            machine_time = MachineTime()
             sessions = run_sessions(
                 endpoints.api_url, key, args.sessions, args.interval, args.seconds
             )
+            machine = machine_time.report()
             # Count the worker's operations for these turns too: wait until it handled them.
             wait_applied(log, [e for s in sessions for e in s.event_ids], timeout=120)
             after, cpu = commandstats(client), cpu_used(stack, cpu_before)
@@ -203,6 +207,7 @@ def main() -> int:
         "valkey_commands_per_turn": round(sum(delta.values()) / turns, 2),
         "valkey_commands_by_name": dict(sorted(delta.items(), key=lambda kv: -kv[1])),
         "cpu_seconds_by_process": cpu,
+        "machine": machine,
     }
     record = results["record_turn_without_publish_wait_ms"]
     view = results["session_view_ms"]
@@ -215,7 +220,8 @@ def main() -> int:
     print(
         f"session view: p50 {view['p50']} ms, p99 {view['p99']} ms (target p99 < 5 ms)\n"
         f"Valkey per turn: {results['valkey_round_trips_per_turn']} round trips, "
-        f"{results['valkey_commands_per_turn']} commands (API and summary worker)"
+        f"{results['valkey_commands_per_turn']} commands (API and summary worker)\n"
+        f"{describe_machine(machine)}"
     )
     print(json.dumps(results, indent=2))
     return 0

@@ -32,7 +32,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from bench.common import bench_stack, percentile  # noqa: E402
+from bench.common import MachineTime, bench_stack, describe_machine, percentile  # noqa: E402
 
 USER = "bench-user"
 PROJECT = "bench-project"
@@ -156,7 +156,9 @@ def main() -> int:
                 raise SystemExit(f"rule not written: {status} {answer}")
             write_ms.append(took)
         run_clients(endpoints.api_url, key, args.clients, 2.0)  # warm up
+        machine_time = MachineTime()
         clients = run_clients(endpoints.api_url, key, args.clients, args.seconds)
+        machine = machine_time.report()
         cache_seconds = float(
             os.environ.get("AM_PERMISSION_CACHE_SECONDS", settings.permission_cache_seconds)
         )
@@ -179,6 +181,7 @@ def main() -> int:
         "evaluate_ms": summarize(latencies),
         "evaluate_ms_by_decision": {name: summarize(v) for name, v in by_decision.items()},
         "write_rule_ms_p50": round(statistics.median(write_ms), 2),
+        "machine": machine,
     }
     e = results["evaluate_ms"]
     print(
@@ -186,6 +189,7 @@ def main() -> int:
         f"{cache_seconds} s: {results['evaluations_per_second']} evaluations/s, "
         f"p50 {e['p50']} ms, p99 {e['p99']} ms, max {e['max']} ms (target p99 < 5 ms)"
     )
+    print(describe_machine(machine))
     print(json.dumps(results, indent=2))
     return 0
 

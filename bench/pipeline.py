@@ -43,9 +43,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench.common import (  # noqa: E402
     AppliedLog,
+    MachineTime,
     bench_stack,
     cpu_seconds,
     cpu_used,
+    describe_machine,
     percentile,
     wait_applied,
 )
@@ -210,6 +212,7 @@ def run(
     try:
         # Warm up the path (connections, JIT of the emulator) before measuring.
         warm_up(publisher, log)
+        machine_time = MachineTime()
         count = int(args.rate * args.seconds)
         direct_run = uuid.uuid4().hex[:6]
 
@@ -234,6 +237,7 @@ def run(
         results["lag_api"]["response_ms_p99"] = round(percentile(response_ms, 99), 1)
         if not args.skip_burst:
             results["throughput"] = backlog_drain(stack, publisher, log, args.burst)
+        results["machine"] = machine_time.report()
 
     finally:
         publisher.stop()
@@ -252,6 +256,7 @@ def run(
             f"p99 {r['lag_ms_p99']} ms, max {r['lag_ms_max']} ms ({r['events']} events)"
             f"  target p99 < 150 ms"
         )
+    print(describe_machine(results["machine"]))
     print(json.dumps(results, indent=2))
 
 

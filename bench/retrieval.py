@@ -37,7 +37,7 @@ import psycopg  # noqa: E402
 from pgvector import Vector  # noqa: E402
 from pgvector.psycopg import register_vector  # noqa: E402
 
-from bench.common import bench_stack, percentile  # noqa: E402
+from bench.common import MachineTime, bench_stack, describe_machine, percentile  # noqa: E402
 from shared.embeddings import make_embedder  # noqa: E402
 
 SUBJECTS = [
@@ -229,8 +229,9 @@ class Client:
         return took, json.loads(data)
 
 
-def measure(client: Client, user: str, requests: int, rng: random.Random) -> dict[str, dict]:
+def measure(client: Client, user: str, requests: int, rng: random.Random) -> dict:
     search, context, found = [], [], []
+    machine_time = MachineTime()
     for i in range(requests):
         project = rng.choice(PROJECTS)
         took, answer = client.post(
@@ -262,6 +263,7 @@ def measure(client: Client, user: str, requests: int, rng: random.Random) -> dic
         "search_ms": summary(search),
         "context_ms": summary(context),
         "results_per_search_min": min(found),
+        "machine": machine_time.report(),
     }
 
 
@@ -296,7 +298,8 @@ def main() -> int:
         print(
             f"{counts[user]:>7} memories for the user: search p50 {r['search_ms']['p50']} ms, "
             f"p99 {r['search_ms']['p99']} ms (target < 25); context p50 "
-            f"{r['context_ms']['p50']} ms, p99 {r['context_ms']['p99']} ms (target < 30)"
+            f"{r['context_ms']['p50']} ms, p99 {r['context_ms']['p99']} ms (target < 30)\n"
+            f"  {describe_machine(r['machine'])}"
         )
     print(
         json.dumps(

@@ -345,7 +345,7 @@ def _java_opts(users: str, emulator_opts: str = "") -> str:
 class LocalPubSubEmulator:
     """The Google Cloud SDK's Pub/Sub emulator (in memory; topology re-applied at start)."""
 
-    def __init__(self, binary: Path, port: int, log_dir: Path, nice: int = 0) -> None:
+    def __init__(self, binary: Path, port: int, log_dir: Path) -> None:
         if shutil.which("java") is None and not os.environ.get("JAVA_HOME"):
             raise ComponentError("the Pub/Sub emulator needs Java 17 (`java` is not on PATH)")
         self.port = port
@@ -360,7 +360,6 @@ class LocalPubSubEmulator:
                     os.environ.get("CLOUD_PUBSUB_EMULATOR_OPTS", ""),
                 ),
             },
-            nice=nice,
         )
 
     @property

@@ -5,7 +5,6 @@ from __future__ import annotations
 import contextlib
 import os
 import pwd
-import shutil
 import signal
 import socket
 import subprocess
@@ -47,14 +46,6 @@ def tail(path: Path, lines: int = 20) -> str:
         return "(no log)"
 
 
-def niced(nice: int) -> list[str]:
-    """The argv prefix that runs a command `nice` steps below normal CPU priority."""
-    command = shutil.which("nice") if nice > 0 else None
-    if command is None:  # without the command (not on PATH) at normal priority
-        return []
-    return [command, "-n", str(nice)]
-
-
 class ManagedProcess:
     """Start, signal and stop one child (and its descendants) with its output in a log file."""
 
@@ -67,12 +58,9 @@ class ManagedProcess:
         user: str | None = None,
         cwd: Path | None = None,
         stop_signal: int = signal.SIGTERM,
-        nice: int = 0,
     ) -> None:
         self.name = name
-        # `nice` (the command) lowers the CPU priority, then runs argv in its place:
-        # the same process, and every thread it starts, at that priority.
-        self.argv = [*niced(nice), *argv]
+        self.argv = list(argv)
         self.log_path = log_path
         self.env = dict(env) if env is not None else None
         self.user = user

@@ -51,15 +51,6 @@ STOP_COMPONENTS_SECONDS = 2.5
 KILL_WAIT_SECONDS = 0.5
 HEALTHY_AFTER_SECONDS = 60.0
 SERVICE_SHUTDOWN_SECONDS = 5.0  # what a worker child gets to drain, inside STOP_SERVICES_SECONDS
-# The background of the pipeline (the workers and the Pub/Sub emulator) runs this
-# many `nice` steps below the read path (the API, Valkey, PostgreSQL): on one
-# machine a request is answered first, and the pipeline takes the CPU left.
-# bench/buffer.py, session view p99 ms: workers at 10, against 0, in six interleaved
-# pairs, 4.18 / 9.95, 4.18 / 5.38, 4.02 / 4.10, ...; with the emulator at 10 too,
-# 4.10, 4.67, 4.52. The emulator goes with the workers: with the workers alone
-# lowered, the emulator took their CPU and bench/pipeline.py drained 1,145
-# events/s, against 1,844 with neither and 1,589 with both.
-BACKGROUND_NICE = 10
 
 
 class StackError(RuntimeError):
@@ -196,10 +187,7 @@ class LocalStack:
         emulator_host = s.pubsub_emulator_host or ""
         if not emulator_host and s.pubsub_backend == "emulator":
             emulator = LocalPubSubEmulator(
-                find_emulator(s.pubsub_emulator_bin),
-                self._port(s.pubsub_port),
-                self.log_dir,
-                nice=BACKGROUND_NICE,
+                find_emulator(s.pubsub_emulator_bin), self._port(s.pubsub_port), self.log_dir
             )
             self.components.append(emulator.process)
             emulator_host = self._recorded(emulator.start, emulator.process)
@@ -262,13 +250,7 @@ class LocalStack:
         env = self.child_environment()
         port = self.metrics_ports.setdefault(name, free_port())
         env["AM_METRICS_PORT"], env["AM_METRICS_HOST"] = str(port), "127.0.0.1"
-        proc = ManagedProcess(
-            name,
-            self._service_argv(name),
-            self.log_dir / f"{name}.log",
-            env=env,
-            nice=0 if name == "api" else BACKGROUND_NICE,
-        )
+        proc = ManagedProcess(name, self._service_argv(name), self.log_dir / f"{name}.log", env=env)
         proc.start()
         self.service_procs[name] = proc
         self._write_pids()

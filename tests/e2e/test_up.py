@@ -17,7 +17,6 @@ import pytest
 import valkey
 
 from shared.localstack.process import free_port
-from shared.localstack.stack import BACKGROUND_NICE
 from tests.support import REPO, wait_for
 
 
@@ -100,26 +99,6 @@ def _episodes(database_url: str, user_id: str) -> int:
         ).fetchone()[0]
 
 
-# What each process of the stack has in its command line.
-STACK_PROCESSES = (
-    "services.cli api",
-    "worker summary",
-    "worker extraction",
-    "worker compaction",
-    "valkey-server",
-    "postgres -D",
-    "pubsub",
-)
-
-
-def _thread_nice(pid: int) -> set[int]:
-    """The `nice` value of each of the process's threads (/proc/<pid>/task/*/stat)."""
-    values = set()
-    for task in Path(f"/proc/{pid}/task").iterdir():
-        values.add(int(task.joinpath("stat").read_text().rsplit(")", 1)[1].split()[16]))
-    return values
-
-
 @pytest.mark.slow
 def test_up_runs_the_stack_and_stops_it_cleanly(tmp_path):
     data_dir = tmp_path / "stack"
@@ -142,24 +121,6 @@ def test_up_runs_the_stack_and_stops_it_cleanly(tmp_path):
             assert expected in names
         for kind in ("summary", "extraction", "compaction"):
             assert f"services.cli worker {kind}" in names
-        # The workers and the emulator run every thread at `nice` 10 (BACKGROUND_NICE);
-        # the API, Valkey and PostgreSQL at 0.
-        niceness = {}
-        for p in children:
-            line = " ".join(p.cmdline())
-            for part in STACK_PROCESSES:
-                if part in line:
-                    niceness.setdefault(part, set()).update(_thread_nice(p.pid))
-        background = {BACKGROUND_NICE}
-        assert niceness == {
-            "services.cli api": {0},
-            "worker summary": background,
-            "worker extraction": background,
-            "worker compaction": background,
-            "valkey-server": {0},
-            "postgres -D": {0},
-            "pubsub": background,
-        }
 
         ready = httpx.get(f"{up.api_url}/readyz", timeout=10)
         assert ready.status_code == 200, ready.text

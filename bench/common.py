@@ -68,8 +68,8 @@ def cpu_used(stack: LocalStack, before: dict[str, float]) -> dict[str, float]:
 
 class MachineTime:
     """What the machine's CPUs did from construction to `report()`, from the first
-    line of /proc/stat: the share of their time the hypervisor gave to other guests
-    (steal) and the share they were idle, in percent.
+    line of /proc/stat: the share of their time in which they had work and the
+    hypervisor did not run them (steal), and the share they were idle, in percent.
 
     On this project's 2-core virtual machine the tails follow the steal: three
     bench/buffer.py runs back to back had session-view p99 19.0, 4.1 and 6.0 ms with

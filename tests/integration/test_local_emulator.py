@@ -28,4 +28,3 @@ def test_the_users_java_opts_come_after_ours_so_they_win():
     # in JAVA_OPTS or in CLOUD_PUBSUB_EMULATOR_OPTS.
     assert _java_opts("-XX:+UseG1GC") == "-XX:TieredStopAtLevel=1 -XX:+UseG1GC"
     assert _java_opts("", "-XX:+UseParallelGC") == "-XX:TieredStopAtLevel=1"
-

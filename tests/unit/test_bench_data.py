@@ -29,8 +29,7 @@ def test_machine_time_reports_the_stolen_and_idle_shares_between_two_readings(tm
     report = machine.report()
     assert report == {"steal_percent": 10.0, "idle_percent": 50.0}
     assert describe_machine(report) == (
-        "machine during the measurement: 10.0% of the CPU time stolen by the hypervisor, "
-        "50.0% idle"
+        "machine during the measurement: 10.0% of the CPU time stolen by the hypervisor, 50.0% idle"
     )
     assert MachineTime(tmp_path / "missing").report() == {}
     assert describe_machine({}) == "machine: no /proc/stat steal counter here"

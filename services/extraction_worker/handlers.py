@@ -172,21 +172,7 @@ def operation_result(applied: list[Applied]) -> list[dict[str, Any]]:
     for a in applied:
         if a.memory is None or a.action in ("NONE", "HISTORY"):
             continue
-        m = a.memory
-        result.append(
-            {
-                "action": a.action,
-                "memory": {
-                    "id": m.id,
-                    "scope": m.scope,
-                    "kind": m.kind,
-                    "project_id": m.project_id or None,
-                    "session_id": m.session_id or None,
-                    "entity_name": m.entity_name,
-                    "text": a.text,
-                },
-            }
-        )
+        result.append({"action": a.action, "memory": {**a.memory.identity(), "text": a.text}})
     return result
 
 

@@ -76,12 +76,7 @@ def _time(value: datetime | None) -> str | None:
 def memory_fields(m: MemoryRow) -> dict[str, Any]:
     """A memory as `MemoryView` lays it out, as plain data."""
     return {
-        "id": m.id,
-        "scope": m.scope,
-        "kind": m.kind,
-        "project_id": m.project_id or None,
-        "session_id": m.session_id or None,
-        "entity_name": m.entity_name,
+        **m.identity(),
         "text": m.text,
         "observed_at": format_time(m.observed_at),
         "created_at": format_time(m.created_at),

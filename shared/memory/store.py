@@ -47,6 +47,18 @@ class MemoryRow:
     def from_row(cls, row: dict[str, Any]) -> MemoryRow:
         return cls(**{name: row[name] for name in cls.__dataclass_fields__})
 
+    def identity(self) -> dict[str, Any]:
+        """Which memory this is, as the API and operation results name it (an empty
+        project or session is null there)."""
+        return {
+            "id": self.id,
+            "scope": self.scope,
+            "kind": self.kind,
+            "project_id": self.project_id or None,
+            "session_id": self.session_id or None,
+            "entity_name": self.entity_name,
+        }
+
 
 @dataclass(frozen=True)
 class Revision:

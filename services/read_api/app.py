@@ -15,7 +15,7 @@ from typing import Annotated, Any
 
 import structlog
 import valkey
-from fastapi import Depends, FastAPI, Query, Request, Response
+from fastapi import FastAPI, Query, Request, Response
 from fastapi.responses import JSONResponse
 from starlette.routing import Match
 
@@ -183,25 +183,6 @@ def _route_template(scope: dict) -> str:
     return getattr(route, "path", None) or "unmatched"
 
 
-# Async so FastAPI calls them on the event loop, not through a thread pool.
-async def get_resources(request: Request) -> Resources:
-    return request.app.state.resources
-
-
-async def get_buffer(request: Request) -> AsyncSessionBuffer:
-    return request.app.state.buffer
-
-
-async def get_app_id(request: Request) -> str:
-    """The tenant of this request."""
-    return app_of(request)
-
-
-Res = Annotated[Resources, Depends(get_resources)]
-Buffer = Annotated[AsyncSessionBuffer, Depends(get_buffer)]
-AppId = Annotated[str, Depends(get_app_id)]
-
-
 def _require_identifier(field: str, value: str) -> str:
     problem = identifier_problem(value)
     if problem:
@@ -215,8 +196,9 @@ def _routes(app: FastAPI) -> None:
         return {"status": "ok"}
 
     @app.get("/readyz")
-    async def readyz(resources: Res, request: Request) -> JSONResponse:
-        checks = await readiness(resources, request.app.state.buffer.client)
+    async def readyz(request: Request) -> JSONResponse:
+        state = request.app.state
+        checks = await readiness(state.resources, state.buffer.client)
         down = sorted(name for name, ok in checks.items() if not ok)
         status = 503 if down else 200
         body = {"status": "unavailable" if down else "ready", "down": down}
@@ -224,16 +206,12 @@ def _routes(app: FastAPI) -> None:
 
     @app.post("/v1/sessions/{session_id}/turns", status_code=202)
     async def record_turn(
-        session_id: str,
-        body: RecordTurnRequest,
-        resources: Res,
-        buffer: Buffer,
-        app_id: AppId,
-        response: Response,
+        session_id: str, body: RecordTurnRequest, request: Request, response: Response
     ) -> RecordTurnResponse:
-        event, message = _turn_event(app_id, session_id, body, resources.settings)
+        resources: Resources = request.app.state.resources
+        event, message = _turn_event(app_of(request), session_id, body, resources.settings)
         started = time.perf_counter()
-        buffered = await _buffer_turn(buffer, event)
+        buffered = await _buffer_turn(request.app.state.buffer, event)
         buffered_at = time.perf_counter()
         assert resources.publisher is not None
         # The publish may still land after our timeout; a retry with this turn_id is
@@ -254,12 +232,11 @@ def _routes(app: FastAPI) -> None:
 
     @app.get("/v1/sessions/{session_id}", response_model=SessionResponse)
     async def get_session(
-        session_id: str,
-        buffer: Buffer,
-        app_id: AppId,
-        user_id: Annotated[str, Query()],
+        session_id: str, request: Request, user_id: Annotated[str, Query()]
     ) -> Response:
+        app_id = app_of(request)
         key = _session_key(app_id, user_id, session_id)
+        buffer: AsyncSessionBuffer = request.app.state.buffer
 
         async def read() -> tuple[SessionView, Summary | None]:
             view = await buffer.read(key, with_folds=True)
@@ -274,13 +251,10 @@ def _routes(app: FastAPI) -> None:
 
     @app.delete("/v1/sessions/{session_id}")
     async def delete_session(
-        session_id: str,
-        buffer: Buffer,
-        app_id: AppId,
-        user_id: Annotated[str, Query()],
+        session_id: str, request: Request, user_id: Annotated[str, Query()]
     ) -> DeleteSessionResponse:
-        key = _session_key(app_id, user_id, session_id)
-        deleted = await valkey_or_503(buffer.delete(key))
+        key = _session_key(app_of(request), user_id, session_id)
+        deleted = await valkey_or_503(request.app.state.buffer.delete(key))
         log.info("session deleted", session=session_id, keys=deleted)
         return DeleteSessionResponse(session_id=session_id, deleted_keys=deleted)
 

@@ -191,6 +191,24 @@ def test_summarize_before_trim_by_tokens(valkey_client, ids):
     assert view.tokens == 40
 
 
+def test_a_buffer_longer_than_one_read_slice_reads_whole_and_in_order(valkey_client, ids):
+    # With the summary worker down, nothing trims: the read script fetches the turns
+    # in slices of 1,000, so 2,001 turns cross two slice edges. Appended newest
+    # first, so only their times order them.
+    buffer = SessionBuffer(valkey_client, 3600)
+    key = SessionKey(ids["app"], ids["user_id"], ids["session_id"])
+    turns = [
+        BufferedTurn.from_event(make_turn(ids, n, created_at=T0 + timedelta(seconds=n)))
+        for n in range(2001)
+    ]
+    results = buffer.append_many([(key, turn, "") for turn in reversed(turns)])
+    assert all(r.added for r in results)
+    view = buffer.read(key)
+    assert [t.turn_id for t in view.turns] == [t.turn_id for t in turns]
+    assert view.turns[1000].user == turns[1000].user
+    assert (view.turns_total, view.tokens) == (2001, sum(t.tokens for t in turns))
+
+
 def test_a_fold_is_stored_only_against_the_version_and_turns_it_read(valkey_client, ids):
     buffer = SessionBuffer(valkey_client, 3600)
     key = SessionKey(ids["app"], ids["user_id"], ids["session_id"])

@@ -127,7 +127,11 @@ def create_app(settings: Settings | None = None, **overrides: Any) -> FastAPI:
 
 class RequestLog:
     """One log line per request: method, path, status, duration. Plain ASGI, because
-    Starlette's BaseHTTPMiddleware costs more CPU than the record-turn route itself."""
+    Starlette's BaseHTTPMiddleware costs more CPU than the record-turn route itself.
+
+    Every response also says how long the API took until it started answering, as
+    `app;dur=<ms>` in its `Server-Timing` header (after any entry the route set), so
+    a client can tell the API's time from the network's and its own."""
 
     def __init__(self, app: Any) -> None:
         self.app = app
@@ -144,6 +148,8 @@ class RequestLog:
             nonlocal status
             if message["type"] == "http.response.start":
                 status = message["status"]
+                took = f"app;dur={(time.perf_counter() - started) * 1000:.3f}".encode()
+                message["headers"] = _with_timing(message.get("headers") or [], took)
             await send(message)
 
         with server_span(scope) as span:
@@ -165,6 +171,18 @@ class RequestLog:
                     status=status,
                     duration_ms=round(seconds * 1000, 3),
                 )
+
+
+def _with_timing(headers: list, entry: bytes) -> list:
+    """`headers` with `entry` added to their Server-Timing header (one header, so a
+    client that keeps one value per name still sees every entry)."""
+    found = [i for i, (name, _) in enumerate(headers) if name.lower() == b"server-timing"]
+    if not found:
+        return [*headers, (b"server-timing", entry)]
+    headers = list(headers)
+    name, value = headers[found[0]]
+    headers[found[0]] = (name, value + b", " + entry)
+    return headers
 
 
 _METHODS = frozenset({"GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"})

@@ -15,7 +15,6 @@ from pathlib import Path
 import psutil
 
 from shared.config import Settings, load_settings
-from shared.localstack.process import free_port
 from shared.localstack.stack import Endpoints, LocalStack
 from shared.logging import configure_logging
 from shared.waiting import poll
@@ -30,11 +29,12 @@ def bench_stack(
     unwinds to that too)."""
     configure_logging("console", "WARNING")
     data_dir = Path(tempfile.mkdtemp(prefix="agent-memory-bench-"))
-    settings = load_settings(api_port=free_port(), database_url=None, valkey_url=None)
-    stack = LocalStack(settings, data_dir, services=services)
+    settings = load_settings(database_url=None, valkey_url=None)
+    stack = LocalStack(settings, data_dir, services=services, any_api_port=True)
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     try:
-        yield stack, stack.start(), settings
+        endpoints = stack.start()
+        yield stack, endpoints, stack.settings
     finally:
         stack.stop()
         shutil.rmtree(data_dir, ignore_errors=True)

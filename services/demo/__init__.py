@@ -27,7 +27,6 @@ from services.demo import reference, report, session
 from services.demo.api import Api, DemoError, llm_tokens
 from shared.config import Settings
 from shared.localstack.components import ComponentError
-from shared.localstack.process import free_port
 from shared.localstack.stack import LocalStack, StackError
 
 
@@ -44,7 +43,6 @@ def run_demo(
 ) -> int:
     data_dir = Path(tempfile.mkdtemp(prefix="agent-memory-demo-"))
     updates: dict[str, object] = {
-        "api_port": free_port(),
         "database_url": None,
         "valkey_url": None,
         "pubsub_emulator_host": None,
@@ -58,7 +56,7 @@ def run_demo(
     # The stack's processes read their providers from the environment it passes on.
     os.environ["AM_LLM_PROVIDER"] = providers["llm"]
     os.environ["AM_EMBEDDING_PROVIDER"] = providers["embeddings"]
-    stack = LocalStack(demo_settings, data_dir, fast=not keep)
+    stack = LocalStack(demo_settings, data_dir, fast=not keep, any_api_port=True)
     # SIGTERM (a CI timeout, `kill`) must still stop the stack: make it unwind.
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     say(f"starting a fresh local stack in {data_dir} ...")

@@ -90,8 +90,13 @@ class LocalStack:
         data_dir: Path | None = None,
         services: tuple[str, ...] = SERVICES,
         fast: bool = False,
+        any_api_port: bool = False,
     ) -> None:
         self.settings = settings
+        # Choose the API's port once the components listen (instead of
+        # `settings.api_port`): the emulator's JVM also listens on a port the kernel
+        # picks, which can be a port chosen free before it started.
+        self.any_api_port = any_api_port
         self.data_dir = (data_dir or settings.data_dir).resolve()
         self.services = services
         self.fast = fast
@@ -101,6 +106,7 @@ class LocalStack:
         self.endpoints: Endpoints | None = None
         self.dev_api_key: str | None = None
         self.metrics_ports: dict[str, int] = {}  # service -> its Prometheus port
+        self._chosen_ports: set[int] = set()
         self._lock_file: IO[str] | None = None
         self._restarts: dict[str, int] = {}
         self._stopping = threading.Event()
@@ -162,7 +168,18 @@ class LocalStack:
         state.unlink(missing_ok=True)
 
     def _port(self, configured: int | None) -> int:
-        return configured or free_port()
+        return configured or self._free_port()
+
+    def _free_port(self) -> int:
+        """A free port that is not the API's and not one this stack chose before:
+        `free_port` only finds a port nothing listens on now, so without this a
+        component could be given the API's port before the API binds it."""
+        taken = {self.settings.api_port, *self._chosen_ports}
+        port = free_port()
+        while port in taken:
+            port = free_port()
+        self._chosen_ports.add(port)
+        return port
 
     def _start_components(self) -> Endpoints:
         s = self.settings
@@ -191,6 +208,8 @@ class LocalStack:
             )
             self.components.append(emulator.process)
             emulator_host = self._recorded(emulator.start, emulator.process)
+        if "api" in self.services and self.any_api_port:
+            self.settings = s = s.model_copy(update={"api_port": self._free_port()})
         if "api" in self.services and port_is_open(s.api_port, s.api_host):
             raise StackError(
                 f"port {s.api_port} is in use; set AM_API_PORT to a free port for this stack"
@@ -248,7 +267,9 @@ class LocalStack:
     def start_service(self, name: str) -> None:
         """Start (or start again) one service process, its metrics on a port of its own."""
         env = self.child_environment()
-        port = self.metrics_ports.setdefault(name, free_port())
+        if name not in self.metrics_ports:
+            self.metrics_ports[name] = self._free_port()
+        port = self.metrics_ports[name]
         env["AM_METRICS_PORT"], env["AM_METRICS_HOST"] = str(port), "127.0.0.1"
         proc = ManagedProcess(name, self._service_argv(name), self.log_dir / f"{name}.log", env=env)
         proc.start()

@@ -5,6 +5,7 @@ project scoping, and `agent-memory compact`."""
 
 import argparse
 import json
+import threading
 import uuid
 from concurrent.futures import Future
 from datetime import timedelta
@@ -335,7 +336,22 @@ def test_a_sweep_compacts_each_user_with_old_episodes_once_even_when_redelivered
         pool, RulesLLM(), make_embedder(settings), settings, _FailingOnce(publisher)
     )
     recorder = Recorder()
-    table = {CompactionRequested: [recorder.wrap(compaction.handle_request)]}
+    # The users' requests wait until the redelivered sweep has run: had the second
+    # user's first request been applied before, the redelivery would find no old
+    # episodes of theirs and rightly publish nothing for them (seen once in CI).
+    swept_twice = threading.Event()
+
+    def handle(event, delivery):
+        if event.user_id:
+            assert swept_twice.wait(30), "the sweep was not redelivered"
+            return compaction.handle_request(event, delivery)
+        try:
+            return compaction.handle_request(event, delivery)
+        finally:
+            if delivery.delivery_attempt >= 2:
+                swept_twice.set()
+
+    table = {CompactionRequested: [recorder.wrap(handle)]}
     sweep = CompactionRequested(
         event_id=str(uuid.uuid4()),
         app=ids["app"],
@@ -351,7 +367,7 @@ def test_a_sweep_compacts_each_user_with_old_episodes_once_even_when_redelivered
             60,
             "both users' old episodes folded",
         )
-        wait_for(lambda: len(recorder.calls) == 5, 30, "two sweep attempts and three requests")
+        wait_for(lambda: recorder.count() == 5, 30, "two sweep attempts and three requests")
 
     first, again = [d for d in recorder.deliveries if d.attributes["event_id"] == sweep.event_id]
     assert first.publish_time == again.publish_time  # the same message, redelivered

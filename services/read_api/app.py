@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import time
 import uuid
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterable
 from contextlib import asynccontextmanager
 from datetime import timedelta
 from typing import Annotated, Any
@@ -173,16 +173,15 @@ class RequestLog:
                 )
 
 
-def _with_timing(headers: list, entry: bytes) -> list:
+def _with_timing(headers: Iterable[tuple[bytes, bytes]], entry: bytes) -> list:
     """`headers` with `entry` added to their Server-Timing header (one header, so a
     client that keeps one value per name still sees every entry)."""
-    found = [i for i, (name, _) in enumerate(headers) if name.lower() == b"server-timing"]
-    if not found:
-        return [*headers, (b"server-timing", entry)]
-    headers = list(headers)
-    name, value = headers[found[0]]
-    headers[found[0]] = (name, value + b", " + entry)
-    return headers
+    headers = list(headers)  # ASGI allows any iterable of pairs
+    for i, (name, value) in enumerate(headers):
+        if name.lower() == b"server-timing":
+            headers[i] = (name, value + b", " + entry)
+            return headers
+    return [*headers, (b"server-timing", entry)]
 
 
 _METHODS = frozenset({"GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"})

@@ -131,7 +131,8 @@ class RequestLog:
 
     Every response also says how long the API took until it started answering, as
     `app;dur=<ms>` in its `Server-Timing` header (after any entry the route set), so
-    a client can tell the API's time from the network's and its own."""
+    a client can tell the API's time from the network's and its own. Not the 500 of
+    an unexpected error: FastAPI sends it from outside this middleware."""
 
     def __init__(self, app: Any) -> None:
         self.app = app

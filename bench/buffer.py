@@ -8,14 +8,23 @@ read their session view, one turn every `--interval` seconds per session
 (staggered, open loop: a slow answer does not lower the offered load). Sessions
 grow past the trigger, so the summary worker folds while the API serves.
 
+Two phases of `--seconds` each, differing only in when a session reads its view:
+
+- `after_turn`: right after its own turn is recorded. The sessions are staggered
+  evenly, so a view meets no other session's request in the API.
+- `random_moment`: at a random moment of its interval (the same moments in every
+  run), as an agent reads its context when its user speaks, independent of the
+  other sessions. Views then meet other sessions' record-turns and what follows
+  them (the publish, the emulator, the summary worker), as under real traffic.
+
 Record-turn latency is measured by the client and reported twice: in full, and
 without the wait for Pub/Sub's publish confirmation, which the API reports in
 its `Server-Timing` header (`publish;dur=`). The session view's latency is
 reported as the client measured it (the target) and as the API did (`app;dur=`,
 until it started to answer): the difference is the network, the client and the
 scheduling of both on this machine. Valkey operations come from
-`INFO commandstats` before and after, divided by the turns recorded; they
-include the summary worker's (its append, its fold checks and folds).
+`INFO commandstats` before and after both phases, divided by the turns recorded;
+they include the summary worker's (its append, its fold checks and folds).
 
 One turn per session per second is an agent's pace at most (a turn waits for an
 LLM); 50 sessions then offer 50 turns/s and 50 views/s. `--interval 0.25`
@@ -30,6 +39,7 @@ from __future__ import annotations
 import argparse
 import http.client
 import json
+import random
 import statistics
 import sys
 import threading
@@ -56,6 +66,12 @@ from bench.common import (  # noqa: E402
 # carried summary. Everything else (SET, GET, DEL, HGET, ...) runs inside the scripts.
 ROUND_TRIP_COMMANDS = {"evalsha", "hmget"}
 
+# The two phases, in the order they run: when each session reads its view.
+PHASES = {
+    "after_turn": "views right after the session's own turn",
+    "random_moment": "views at a random moment of each session's interval",
+}
+
 
 class Session(threading.Thread):
     """One agent session: record a turn, read the view, every `interval` seconds."""
@@ -68,7 +84,10 @@ class Session(threading.Thread):
         start_at: float,
         interval: float,
         until: float,
+        view_offset: float | None = None,
     ):
+        """`view_offset`: read the view this many seconds into each interval; None:
+        right after the turn."""
         super().__init__(daemon=True)
         host, port = api_url.removeprefix("http://").split(":")
         self.conn = http.client.HTTPConnection(host, int(port), timeout=30)
@@ -77,6 +96,7 @@ class Session(threading.Thread):
         self.start_at = start_at
         self.interval = interval
         self.until = until
+        self.view_offset = view_offset
         self.record_ms: list[float] = []
         self.record_without_publish_ms: list[float] = []
         self.view_ms: list[float] = []
@@ -116,6 +136,8 @@ class Session(threading.Thread):
             self.event_ids.append(answer.get("event_id", ""))
             self.record_ms.append(took)
             self.record_without_publish_ms.append(took - _timing(headers, "publish"))
+            if self.view_offset is not None:
+                time.sleep(max(0.0, due + self.view_offset - time.monotonic()))
             took, headers, _ = self._call(
                 "GET", f"/v1/sessions/{self.session_id}?user_id=bench-user"
             )
@@ -140,14 +162,27 @@ def commandstats(client: valkey.Valkey) -> dict[str, int]:
 
 
 def run_sessions(
-    api_url: str, api_key: str, count: int, interval: float, seconds: float
+    api_url: str,
+    api_key: str,
+    count: int,
+    interval: float,
+    seconds: float,
+    random_views: bool = False,
 ) -> list[Session]:
+    """`count` sessions staggered evenly over one interval; with `random_views`,
+    each reads its view at its own random moment of the interval (seeded by its
+    place, so every run draws the same moments), not right after its turn."""
     run = uuid.uuid4().hex[:6]
     t0 = time.monotonic() + 0.5
-    # Staggered over one interval.
     sessions = [
         Session(
-            api_url, api_key, f"bench-{run}-{i}", t0 + i * interval / count, interval, t0 + seconds
+            api_url,
+            api_key,
+            f"bench-{run}-{i}",
+            t0 + i * interval / count,
+            interval,
+            t0 + seconds,
+            random.Random(i).uniform(0.0, interval) if random_views else None,
         )
         for i in range(count)
     ]
@@ -183,58 +218,78 @@ def main() -> int:
             warm = run_sessions(endpoints.api_url, key, args.sessions, args.interval, 3.0)
             wait_applied(log, [e for s in warm for e in s.event_ids], timeout=120)
             before, cpu_before = commandstats(client), cpu_seconds(stack)
-            machine_time = MachineTime()
-            sessions = run_sessions(
-                endpoints.api_url, key, args.sessions, args.interval, args.seconds
-            )
-            machine = machine_time.report()
+            phases: dict[str, tuple[list[Session], dict[str, float]]] = {}
+            for phase in PHASES:
+                machine_time = MachineTime()
+                sessions = run_sessions(
+                    endpoints.api_url,
+                    key,
+                    args.sessions,
+                    args.interval,
+                    args.seconds,
+                    random_views=phase == "random_moment",
+                )
+                phases[phase] = (sessions, machine_time.report())
             # Count the worker's operations for these turns too: wait until it handled them.
-            wait_applied(log, [e for s in sessions for e in s.event_ids], timeout=120)
+            everyone = [s for sessions, _ in phases.values() for s in sessions]
+            wait_applied(log, [e for s in everyone for e in s.event_ids], timeout=120)
             after, cpu = commandstats(client), cpu_used(stack, cpu_before)
         finally:
             client.close()
 
-    errors = [e for s in sessions for e in s.errors]
+    errors = [e for s in everyone for e in s.errors]
     if errors:
         print(f"{len(errors)} requests failed, first: {errors[0]}")
         return 1
-    turns = sum(len(s.record_ms) for s in sessions)
+    turns = sum(len(s.record_ms) for s in everyone)
     delta = {name: after.get(name, 0) - before.get(name, 0) for name in after}
     delta = {name: calls for name, calls in delta.items() if calls > 0 and name != "info"}
     round_trips = sum(calls for name, calls in delta.items() if name in ROUND_TRIP_COMMANDS)
     results = {
         "sessions": args.sessions,
-        "turns": turns,
-        "turns_per_second": round(turns / args.seconds, 1),
+        "turns_per_second": round(turns / args.seconds / len(PHASES), 1),
+        **{phase: phase_figures(*phases[phase]) for phase in PHASES},
+        "valkey_round_trips_per_turn": round(round_trips / turns, 2),
+        "valkey_commands_per_turn": round(sum(delta.values()) / turns, 2),
+        "valkey_commands_by_name": dict(sorted(delta.items(), key=lambda kv: -kv[1])),
+        "cpu_seconds_by_process": cpu,
+    }
+    print(
+        f"\n{args.sessions} concurrent sessions, {results['turns_per_second']} turns/s and as "
+        "many views/s; targets: record-turn p99 < 10 ms without the publish wait, "
+        "session view p99 < 5 ms"
+    )
+    for phase in PHASES:
+        figures = results[phase]
+        record, full = figures["record_turn_without_publish_wait_ms"], figures["record_turn_ms"]
+        view, in_api = figures["session_view_ms"], figures["session_view_in_api_ms"]
+        print(
+            f"{PHASES[phase]}:\n"
+            f"  session view: p50 {view['p50']} ms, p99 {view['p99']} ms; "
+            f"inside the API p50 {in_api['p50']} ms, p99 {in_api['p99']} ms\n"
+            f"  record-turn: p50 {record['p50']} ms, p99 {record['p99']} ms without the "
+            f"publish wait; with it p50 {full['p50']} ms, p99 {full['p99']} ms\n"
+            f"  {describe_machine(figures['machine'])}"
+        )
+    print(
+        f"Valkey per turn: {results['valkey_round_trips_per_turn']} round trips, "
+        f"{results['valkey_commands_per_turn']} commands (API and summary worker)"
+    )
+    print(json.dumps(results, indent=2))
+    return 0
+
+
+def phase_figures(sessions: list[Session], machine: dict[str, float]) -> dict:
+    return {
+        "turns": sum(len(s.record_ms) for s in sessions),
         "record_turn_ms": summarize([v for s in sessions for v in s.record_ms]),
         "record_turn_without_publish_wait_ms": summarize(
             [v for s in sessions for v in s.record_without_publish_ms]
         ),
         "session_view_ms": summarize([v for s in sessions for v in s.view_ms]),
         "session_view_in_api_ms": summarize([v for s in sessions for v in s.view_in_api_ms]),
-        "valkey_round_trips_per_turn": round(round_trips / turns, 2),
-        "valkey_commands_per_turn": round(sum(delta.values()) / turns, 2),
-        "valkey_commands_by_name": dict(sorted(delta.items(), key=lambda kv: -kv[1])),
-        "cpu_seconds_by_process": cpu,
         "machine": machine,
     }
-    record = results["record_turn_without_publish_wait_ms"]
-    view, in_api = results["session_view_ms"], results["session_view_in_api_ms"]
-    print(
-        f"\nrecord-turn at {args.sessions} concurrent sessions ({results['turns_per_second']} "
-        f"turns/s): p50 {record['p50']} ms, p99 {record['p99']} ms without the publish wait "
-        f"(target p99 < 10 ms); with it p50 {results['record_turn_ms']['p50']} ms, "
-        f"p99 {results['record_turn_ms']['p99']} ms"
-    )
-    print(
-        f"session view: p50 {view['p50']} ms, p99 {view['p99']} ms (target p99 < 5 ms); "
-        f"inside the API p50 {in_api['p50']} ms, p99 {in_api['p99']} ms\n"
-        f"Valkey per turn: {results['valkey_round_trips_per_turn']} round trips, "
-        f"{results['valkey_commands_per_turn']} commands (API and summary worker)\n"
-        f"{describe_machine(machine)}"
-    )
-    print(json.dumps(results, indent=2))
-    return 0
 
 
 if __name__ == "__main__":

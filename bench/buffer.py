@@ -12,8 +12,9 @@ Two phases of `--seconds` each, differing only in when a session reads its view:
 
 - `after_turn`: right after its own turn is recorded. The sessions are staggered
   evenly, so a view meets no other session's request in the API.
-- `random_moment`: at a random moment of its interval (the same moments in every
-  run), as an agent reads its context when its user speaks, independent of the
+- `random_moment`: at a random moment of each interval, drawn anew every
+  interval (from a generator seeded by the session's place, so every run draws
+  the same moments), as an agent reads its context when its user speaks, independent of the
   other sessions. Views then meet other sessions' record-turns and what follows
   them (the publish, the emulator, the summary worker), as under real traffic.
 
@@ -69,7 +70,7 @@ ROUND_TRIP_COMMANDS = {"evalsha", "hmget"}
 # The two phases, in the order they run: when each session reads its view.
 PHASES = {
     "after_turn": "views right after the session's own turn",
-    "random_moment": "views at a random moment of each session's interval",
+    "random_moment": "views at a random moment of each interval",
 }
 
 
@@ -84,10 +85,10 @@ class Session(threading.Thread):
         start_at: float,
         interval: float,
         until: float,
-        view_offset: float | None = None,
+        view_moments: random.Random | None = None,
     ):
-        """`view_offset`: read the view this many seconds into each interval; None:
-        right after the turn."""
+        """`view_moments`: draws, for each interval, when in it to read the view;
+        None: right after the turn."""
         super().__init__(daemon=True)
         host, port = api_url.removeprefix("http://").split(":")
         self.conn = http.client.HTTPConnection(host, int(port), timeout=30)
@@ -96,7 +97,7 @@ class Session(threading.Thread):
         self.start_at = start_at
         self.interval = interval
         self.until = until
-        self.view_offset = view_offset
+        self.view_moments = view_moments
         self.record_ms: list[float] = []
         self.record_without_publish_ms: list[float] = []
         self.view_ms: list[float] = []
@@ -136,8 +137,9 @@ class Session(threading.Thread):
             self.event_ids.append(answer.get("event_id", ""))
             self.record_ms.append(took)
             self.record_without_publish_ms.append(took - _timing(headers, "publish"))
-            if self.view_offset is not None:
-                time.sleep(max(0.0, due + self.view_offset - time.monotonic()))
+            if self.view_moments is not None:
+                moment = due + self.view_moments.uniform(0.0, self.interval)
+                time.sleep(max(0.0, moment - time.monotonic()))
             took, headers, _ = self._call(
                 "GET", f"/v1/sessions/{self.session_id}?user_id=bench-user"
             )
@@ -170,8 +172,8 @@ def run_sessions(
     random_views: bool = False,
 ) -> list[Session]:
     """`count` sessions staggered evenly over one interval; with `random_views`,
-    each reads its view at its own random moment of the interval (seeded by its
-    place, so every run draws the same moments), not right after its turn."""
+    each reads its view at a random moment of each interval (seeded by its place,
+    so every run draws the same moments), not right after its turn."""
     run = uuid.uuid4().hex[:6]
     t0 = time.monotonic() + 0.5
     sessions = [
@@ -182,7 +184,7 @@ def run_sessions(
             t0 + i * interval / count,
             interval,
             t0 + seconds,
-            random.Random(i).uniform(0.0, interval) if random_views else None,
+            random.Random(i) if random_views else None,
         )
         for i in range(count)
     ]

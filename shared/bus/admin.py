@@ -26,6 +26,7 @@ from google.pubsub_v1.types import (
     Topic,
 )
 
+from shared.bus.clients import publisher_client, subscriber_client
 from shared.bus.topology import (
     SUBSCRIPTIONS,
     TOPICS,
@@ -72,8 +73,8 @@ class TopologyAdmin:
         self.settings = settings
         self.project = settings.google_cloud_project
         self.prefix = settings.topic_prefix
-        self.publisher = publisher or pubsub_v1.PublisherClient()
-        self.subscriber = subscriber or pubsub_v1.SubscriberClient()
+        self.publisher = publisher or publisher_client()
+        self.subscriber = subscriber or subscriber_client()
         self.schemas = schemas or pubsub_v1.SchemaServiceClient()
 
     # -- names -------------------------------------------------------------

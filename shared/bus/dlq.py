@@ -17,6 +17,7 @@ from datetime import UTC, datetime, timedelta
 from google.api_core import exceptions as gexc
 from google.cloud import pubsub_v1
 
+from shared.bus.clients import subscriber_client
 from shared.bus.publisher import EventPublisher, publishable
 from shared.bus.topology import (
     SUBSCRIPTIONS,
@@ -151,7 +152,7 @@ class DeadLetterQueues:
         publisher: EventPublisher | None = None,
     ) -> None:
         self.settings = settings
-        self.subscriber = subscriber or pubsub_v1.SubscriberClient()
+        self.subscriber = subscriber or subscriber_client()
         self._publisher = publisher
 
     @property

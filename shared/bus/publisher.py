@@ -19,6 +19,7 @@ import structlog
 from google.cloud import pubsub_v1
 from google.pubsub_v1.types import PubsubMessage
 
+from shared.bus.clients import publisher_client
 from shared.bus.topology import full_name
 from shared.config import Settings
 from shared.events import Event, Limits, OutgoingMessage, encode
@@ -157,7 +158,7 @@ class EventPublisher:
     ) -> None:
         # The library's client gives the generated client (channel, emulator,
         # credentials) and names; its own batching publisher is not used.
-        self.client = client or pubsub_v1.PublisherClient()
+        self.client = client or publisher_client()
         self._sender = _Sender(self.client, block_when_full)
         self.project = settings.google_cloud_project
         self.prefix = settings.topic_prefix

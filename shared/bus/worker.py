@@ -33,6 +33,7 @@ from google.cloud.pubsub_v1.subscriber.message import Message
 from google.cloud.pubsub_v1.subscriber.scheduler import ThreadScheduler
 from google.cloud.pubsub_v1.types import FlowControl
 
+from shared.bus.clients import subscriber_client
 from shared.bus.publisher import EventPublisher
 from shared.bus.topology import dead_letter_name, full_name
 from shared.bus.unary_pull import PREFETCH_FACTOR, PulledMessage, UnaryPullDelivery
@@ -54,6 +55,10 @@ DEAD_LETTER_REASON = "dead_letter_reason"
 DEAD_LETTER_SUBSCRIPTION = "dead_letter_subscription"
 DEAD_LETTER_ATTEMPT = "dead_letter_delivery_attempt"
 DEAD_LETTER_ORDERING_KEY = "dead_letter_ordering_key"
+# Set by `dlq replay`: the one subscription a replayed message is meant for. Every
+# other subscription of its topic acknowledges it without handling it (a filter on
+# the subscription would do the same on Pub/Sub, but the emulator ignores filters).
+REPLAYED_FOR = "replayed_for"
 MAX_ATTRIBUTE_BYTES = 1000  # Pub/Sub allows 1024 bytes per attribute value
 
 
@@ -161,7 +166,7 @@ class SubscriberRuntime:
         self.subscription = subscription
         self.handlers = handlers
         self.publisher = publisher
-        self.subscriber = subscriber or pubsub_v1.SubscriberClient()
+        self.subscriber = subscriber or subscriber_client()
         self.concurrency = concurrency
         self.limits = Limits(settings.max_message_bytes, settings.max_tool_events_bytes)
         project = settings.google_cloud_project

@@ -23,7 +23,7 @@ SUMMARY_FOLDS = Counter(
 MESSAGES = Counter(
     "agent_memory_messages",
     "Messages a worker settled, by subscription and outcome "
-    "(acked, duplicate, dropped, retried, dead_lettered).",
+    "(acked, duplicate, dropped, skipped, retried, dead_lettered).",
     ["subscription", "outcome"],
 )
 HANDLER_SECONDS = Histogram(

@@ -74,6 +74,8 @@ class Outcome(StrEnum):
     DUPLICATE = "duplicate"  # already applied earlier: nothing changed
     # The event's user was deleted (GDPR) after the event was created: nothing applied.
     DROPPED = "dropped"
+    # A replay meant for another subscription of the topic: acknowledged, not handled.
+    SKIPPED = "skipped"
 
 
 @dataclass(frozen=True)
@@ -291,6 +293,10 @@ class SubscriberRuntime:
         for message in messages:
             item = _Item(message, dict(message.attributes), message.delivery_attempt or 1, started)
             item.span = start_consumer_span(self.subscription, item.attributes)
+            meant_for = item.attributes.get(REPLAYED_FOR)
+            if meant_for and meant_for != self.subscription:
+                self._conclude(item, outcomes=[Outcome.SKIPPED])
+                continue
             try:
                 item.event = decode(message.data, item.attributes, self.limits)
                 entry = self.handlers.get(type(item.event))
@@ -399,7 +405,7 @@ class SubscriberRuntime:
         if reason:
             fields["error"] = reason
         fields.update(self._context(item))
-        if outcome in ("acked", "duplicate", "dropped"):
+        if outcome in ("acked", "duplicate", "dropped", "skipped"):
             log.info("message handled", **fields)
         else:
             log.warning("message handled", **fields)
@@ -424,6 +430,8 @@ class SubscriberRuntime:
             return "duplicate", ""
         if all(o == Outcome.DROPPED for o in outcomes):
             return "dropped", "the user was deleted after this event was created"
+        if all(o == Outcome.SKIPPED for o in outcomes):
+            return "skipped", f"a replay for {attributes.get(REPLAYED_FOR)}"
         return "acked", ""
 
     def _dead_letter(

@@ -22,8 +22,12 @@ from services.compaction_worker import handlers as compaction
 from services.extraction_worker import handlers as extraction
 from services.summary_worker import handlers as summary
 from shared.bootstrap import Resources, bootstrap
-from shared.bus.worker import HandlerTable, SubscriberRuntime
+from shared.bus.clients import subscriber_client
+from shared.bus.dependencies import Dependencies
+from shared.bus.topology import full_name
+from shared.bus.worker import DeadLetterHook, HandlerTable, SubscriberRuntime
 from shared.config import Settings
+from shared.health import worker_probes
 from shared.metrics import serve_metrics
 from shared.tracing import configure as configure_tracing
 
@@ -42,6 +46,8 @@ class WorkerKind:
     # events/s at 16 and 1,300 at 64 (its handlers wait mostly on Valkey round
     # trips); a Postgres worker's concurrency is the size of its connection pool.
     default_concurrency: int
+    # What a subscription's dead letters must tell before they go (see DeadLetterHook).
+    dead_letter_hooks: Callable[[Resources], dict[str, DeadLetterHook]] | None = None
 
 
 WORKERS: dict[str, WorkerKind] = {
@@ -60,6 +66,7 @@ WORKERS: dict[str, WorkerKind] = {
         embedder=True,
         handlers=extraction.handlers,
         default_concurrency=16,
+        dead_letter_hooks=extraction.dead_letter_hooks,
     ),
     "compaction": WorkerKind(
         postgres=True,
@@ -98,17 +105,48 @@ def run_worker(kind: str, settings: Settings) -> int:
         publisher=True,
         pool_size=concurrency,
     )
-    serve_metrics(settings.metrics_host, settings.metrics_port)
+    tables = spec.handlers(resources)
+    hooks = spec.dead_letter_hooks(resources) if spec.dead_letter_hooks else {}
+    subscriber = subscriber_client()
+    paths = [
+        subscriber.subscription_path(
+            settings.google_cloud_project, full_name(settings.topic_prefix, name)
+        )
+        for name in tables
+    ]
+    dependencies = Dependencies(
+        worker_probes(
+            settings,
+            pool=resources.pool,
+            valkey_client=resources.valkey,
+            llm=spec.llm,
+            embeddings=spec.embedder,
+            subscriber=subscriber,
+            subscription_paths=paths,
+        ),
+        retry_min=settings.dependency_retry_min_seconds,
+        retry_max=settings.dependency_retry_max_seconds,
+        probe_interval=settings.dependency_probe_seconds,
+    )
+    serve_metrics(settings.metrics_host, settings.metrics_port, down=dependencies.down)
     configure_tracing(settings.tracing, f"agent-memory-worker-{kind}")
     stop = threading.Event()
     for signum in (signal.SIGTERM, signal.SIGINT):
         signal.signal(signum, lambda *_: stop.set())
     runtimes = [
         SubscriberRuntime(
-            settings, subscription, table, resources.publisher, concurrency=concurrency
+            settings,
+            subscription,
+            table,
+            resources.publisher,
+            concurrency=concurrency,
+            subscriber=subscriber,
+            dependencies=dependencies,
+            on_dead_letter=hooks.get(subscription),
         )
-        for subscription, table in spec.handlers(resources).items()
+        for subscription, table in tables.items()
     ]
+    dependencies.start()
     exit_code = 0
     try:
         for runtime in runtimes:
@@ -136,5 +174,6 @@ def run_worker(kind: str, settings: Settings) -> int:
             sys.stderr.flush()
             os._exit(exit_code or 1)
     finally:
+        dependencies.close()
         resources.close()
     return exit_code

@@ -20,6 +20,9 @@ from pydantic import (
 )
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+# Pub/Sub's limit on one message, less room for its attributes and ordering key.
+MAX_PUBSUB_MESSAGE_BYTES = 10_000_000 - 64 * 1024
+
 
 class ConfigError(Exception):
     """A configuration variable is missing or invalid."""
@@ -66,6 +69,12 @@ class Settings(BaseSettings):
     worker_shutdown_seconds: float = Field(default=8.0, gt=0, le=600)
     lease_extension_seconds: int = Field(default=10, ge=10, le=600)
     publish_timeout_seconds: float = Field(default=10.0, gt=0)
+    # A worker whose dependency is down holds its messages and probes the
+    # dependency with backoff from the minimum to the maximum (and Postgres and
+    # Valkey every AM_DEPENDENCY_PROBE_SECONDS while they are up).
+    dependency_retry_min_seconds: float = Field(default=0.5, gt=0, le=60)
+    dependency_retry_max_seconds: float = Field(default=30.0, gt=0, le=600)
+    dependency_probe_seconds: float = Field(default=10.0, gt=0, le=600)
 
     # Read API.
     api_host: str = "127.0.0.1"
@@ -77,8 +86,18 @@ class Settings(BaseSettings):
     # A verified key is trusted this long before it is looked up again (so a
     # revoked key stops working within this time; 0: look up every request).
     auth_cache_seconds: float = Field(default=5.0, ge=0, le=300)
+    # How long a request waits for its key's lookup before answering 503.
+    auth_lookup_timeout_seconds: float = Field(default=2.0, gt=0, le=60)
+    # While Postgres is unreachable, a key verified within this time is still
+    # trusted (0: never), so recording turns goes on through a database outage.
+    auth_stale_seconds: float = Field(default=300.0, ge=0, le=86400)
     max_message_bytes: int = Field(default=32 * 1024, ge=1)
     max_tool_events_bytes: int = Field(default=256 * 1024, ge=1)
+    # The largest event the API publishes (its JSON body): a request whose event
+    # would be larger is refused with 413. Pub/Sub takes messages of up to 10 MB.
+    max_event_bytes: int = Field(
+        default=MAX_PUBSUB_MESSAGE_BYTES, ge=1024, le=MAX_PUBSUB_MESSAGE_BYTES
+    )
 
     # Short-term memory (the summary worker's summarize-before-trim).
     summary_trigger_turns: int = Field(default=10, ge=1)

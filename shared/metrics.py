@@ -3,7 +3,13 @@ serves them on `AM_METRICS_PORT` when that is set (`serve_metrics`)."""
 
 from __future__ import annotations
 
-from prometheus_client import Counter, Histogram, start_http_server
+import json
+import threading
+from collections.abc import Callable, Iterable
+from wsgiref.simple_server import WSGIRequestHandler, make_server
+
+from prometheus_client import Counter, Gauge, Histogram, make_wsgi_app
+from prometheus_client.exposition import ThreadingWSGIServer
 
 LLM_TOKENS = Counter(
     "agent_memory_llm_tokens",
@@ -44,6 +50,17 @@ STORE_ERRORS = Counter(
     "handler or a request.",
     ["store"],
 )
+DEPENDENCY_UP = Gauge(
+    "agent_memory_dependency_up",
+    "1 while a worker's dependency (valkey, postgres, pubsub, llm, embeddings) answers, "
+    "0 while it is down and the worker holds its messages.",
+    ["dependency"],
+)
+MESSAGES_HELD = Gauge(
+    "agent_memory_messages_held",
+    "Messages a worker holds, leased and unsettled, until a dependency is back.",
+    ["subscription"],
+)
 API_REQUEST_SECONDS = Histogram(
     "agent_memory_api_request_seconds",
     "Read API request latency, by method, route (its template) and status.",
@@ -52,10 +69,41 @@ API_REQUEST_SECONDS = Histogram(
 )
 
 
-def serve_metrics(host: str, port: int | None) -> None:
-    """Serve this process's metrics over HTTP (a daemon thread), if a port is set."""
-    if port:
-        start_http_server(port, addr=host)
+# What the process's readiness check answers: the names of what is down (empty: ready).
+Readiness = Callable[[], Iterable[str]]
+
+
+def serve_metrics(host: str, port: int | None, down: Readiness | None = None) -> None:
+    """Serve this process's metrics over HTTP (a daemon thread), if a port is set;
+    also `/healthz` and, given `down`, `/readyz` (503 naming what is down)."""
+    if not port:
+        return
+    metrics = make_wsgi_app()
+
+    def app(environ: dict, start_response: Callable) -> list[bytes]:
+        path = environ.get("PATH_INFO", "")
+        if path == "/healthz":
+            return _json(start_response, "200 OK", {"status": "ok"})
+        if path == "/readyz":
+            missing = sorted(down()) if down is not None else []
+            status = "503 Service Unavailable" if missing else "200 OK"
+            body = {"status": "unavailable" if missing else "ready", "down": missing}
+            return _json(start_response, status, body)
+        return metrics(environ, start_response)
+
+    server = make_server(host, port, app, ThreadingWSGIServer, handler_class=_Quiet)
+    threading.Thread(target=server.serve_forever, name="metrics", daemon=True).start()
+
+
+def _json(start_response: Callable, status: str, body: dict) -> list[bytes]:
+    data = json.dumps(body).encode()
+    start_response(status, [("Content-Type", "application/json")])
+    return [data]
+
+
+class _Quiet(WSGIRequestHandler):
+    def log_message(self, format: str, *args: object) -> None:  # noqa: A002 - the base's name
+        """Scrapes and probes are not worth a log line each."""
 
 
 def count_llm_tokens(provider: str, task: str, input_tokens: int, output_tokens: int) -> None:

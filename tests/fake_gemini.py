@@ -2,8 +2,9 @@
 through `HttpOptions(base_url=...)` (or `AM_GEMINI_BASE_URL`).
 
 It speaks the JSON of `models/{model}:generateContent`, `:embedContent` and
-`:batchEmbedContents`, and Vertex AI's `:predict` (what google-genai sends for
-text-embedding models on Vertex AI). Replies are scripted per method (a queue of `Reply`s,
+`:batchEmbedContents`, Vertex AI's `:predict` (what google-genai sends for
+text-embedding models on Vertex AI), and `GET models/{model}` (method `get`: the
+workers' probe of the endpoint). Replies are scripted per method (a queue of `Reply`s,
 each with a status, a body and a latency); when a method's queue is empty its
 `default` function answers. Every request is recorded.
 """
@@ -43,7 +44,7 @@ class Reply:
 
 @dataclass
 class Request:
-    method: str  # generateContent, embedContent, batchEmbedContents, predict
+    method: str  # generateContent, embedContent, batchEmbedContents, predict, get
     model: str
     body: dict[str, Any]
     api_key: str | None
@@ -134,6 +135,10 @@ def fake_embedding(text: str, dimension: int) -> list[float]:
     return [v / norm for v in values]
 
 
+def _default_get(request: Request) -> Reply:
+    return Reply(body={"name": f"models/{request.model}", "displayName": request.model})
+
+
 def _default_generate(request: Request) -> Reply:
     return error_reply(500, "fake gemini: no scripted reply for generateContent")
 
@@ -189,6 +194,7 @@ class FakeGemini:
             "embedContent": _default_embed,
             "batchEmbedContents": _default_batch_embed,
             "predict": _default_predict,
+            "get": _default_get,
         }
     )
     requests: list[Request] = field(default_factory=list)
@@ -225,12 +231,23 @@ class FakeGemini:
         class Handler(BaseHTTPRequestHandler):
             protocol_version = "HTTP/1.1"
 
+            def do_GET(self) -> None:  # noqa: N802 - the stdlib's name
+                model = self.path.split("?", 1)[0].rsplit("/", 1)[-1]
+                request = Request(
+                    "get",
+                    model,
+                    {},
+                    self.headers.get("x-goog-api-key"),
+                    self.headers.get("authorization"),
+                )
+                self._send(fake._next(request))
+
             def do_POST(self) -> None:  # noqa: N802 - the stdlib's name
                 length = int(self.headers.get("content-length") or 0)
                 body = json.loads(self.rfile.read(length) or b"{}")
                 path = self.path.split("?", 1)[0]
                 model, _, method = path.rsplit("/", 1)[-1].partition(":")
-                if method not in fake.defaults:
+                if method not in fake.defaults or method == "get":
                     self._send(error_reply(404, f"fake gemini: unknown method {path}"))
                     return
                 request = Request(

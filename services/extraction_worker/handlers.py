@@ -11,7 +11,10 @@ from the start; the ledger makes a second commit impossible.
 
 from __future__ import annotations
 
+import contextlib
+import json
 from dataclasses import dataclass
+from functools import partial
 from typing import Any
 
 import structlog
@@ -19,7 +22,7 @@ from psycopg.types.json import Jsonb
 from psycopg_pool import ConnectionPool
 
 from shared.bootstrap import Resources
-from shared.bus.worker import Delivery, HandlerTable, Outcome
+from shared.bus.worker import DeadLetter, DeadLetterHook, Delivery, HandlerTable, Outcome
 from shared.config import Settings
 from shared.db.pool import UnitOfWork
 from shared.db.repositories import Episode, Episodes, ProcessedEvents
@@ -177,10 +180,38 @@ def operation_result(applied: list[Applied]) -> list[dict[str, Any]]:
 
 
 def finish_operation(conn: Any, name: str, applied: list[Applied]) -> None:
+    # Also after a failure: a replayed event that succeeds clears its error.
     conn.execute(
-        "UPDATE operations SET done = true, result = %s, updated_at = now() WHERE name = %s",
+        "UPDATE operations SET done = true, result = %s, error = NULL, updated_at = now() "
+        "WHERE name = %s",
         (Jsonb({"generated_memories": operation_result(applied)}), name),
     )
+
+
+def fail_operation(pool: ConnectionPool, letter: DeadLetter) -> None:
+    """A generate request that goes to the dead letters ends its operation with the
+    reason, so that no client waits on it forever (a replay that succeeds later
+    sets its result). Read from the raw body when the event could not be decoded."""
+    name, app = "", letter.attributes.get("app", "")
+    if isinstance(letter.event, MemoriesGenerate):
+        name, app = letter.event.operation, letter.event.app
+    else:
+        with contextlib.suppress(ValueError, AttributeError):
+            body = json.loads(letter.data)
+            name, app = str(body.get("operation", "")), str(body.get("app", app))
+    if not name.startswith("operations/"):
+        return
+    with pool.connection() as conn:
+        conn.execute(
+            "UPDATE operations SET done = true, error = %s, updated_at = now() "
+            "WHERE name = %s AND app = %s AND NOT done",
+            (f"dead-lettered: {letter.reason}", name, app),
+        )
+
+
+def dead_letter_hooks(resources: Resources) -> dict[str, DeadLetterHook]:
+    assert resources.pool is not None
+    return {GENERATE_CONSUMER: partial(fail_operation, resources.pool)}
 
 
 def handlers(resources: Resources) -> dict[str, HandlerTable]:

@@ -22,6 +22,7 @@ from starlette.routing import Match
 from services.read_api.auth import Authentication
 from services.read_api.errors import (
     ApiError,
+    encode_or_4xx,
     install_error_handlers,
     published_or_503,
     valkey_or_503,
@@ -41,14 +42,12 @@ from services.read_api.tenant import app_of
 from shared.bootstrap import Resources, bootstrap, make_async_valkey
 from shared.config import Settings, load_settings
 from shared.db.pool import make_async_pool
-from shared.errors import InvalidEvent
 from shared.events import (
     Limits,
     OutgoingMessage,
     ToolEvent,
     TurnRecorded,
     derived_event_id,
-    encode,
     format_time,
     utcnow,
 )
@@ -366,12 +365,7 @@ def _turn_event(
         assistant=body.assistant,
         tool_events=_tool_events(body),
     )
-    try:
-        message = encode(event, Limits(settings.max_message_bytes, settings.max_tool_events_bytes))
-    except InvalidEvent as exc:
-        problem = str(exc).removeprefix(f"{TurnRecorded.EVENT_TYPE}: ")
-        raise ApiError(422, "invalid_request", problem, field=problem.split(":", 1)[0]) from None
-    return event, message
+    return event, encode_or_4xx(event, Limits.from_settings(settings))
 
 
 def _tool_events(body: RecordTurnRequest) -> tuple[ToolEvent, ...]:

@@ -6,13 +6,18 @@ one dictionary lookup per request once a key is known: verified keys are kept
 for `AM_AUTH_CACHE_SECONDS`, so a revoked key stops working within that time.
 
 Missing, unknown and revoked keys are all answered the same 401, and the
-answer never says whether a key exists for some other app.
+answer never says whether a key exists for some other app. A lookup bounded by
+`AM_AUTH_LOOKUP_TIMEOUT_SECONDS` that fails (Postgres down or hanging) answers 503,
+unless the key was verified within `AM_AUTH_STALE_SECONDS`.
 """
 
 from __future__ import annotations
 
+import asyncio
 import time
-from typing import Any
+from collections.abc import Awaitable
+from dataclasses import dataclass, replace
+from typing import Any, TypeVar
 
 import structlog
 from fastapi.responses import JSONResponse
@@ -24,6 +29,7 @@ from shared.metrics import count_store_error
 
 log = structlog.get_logger("agent_memory.api")
 
+T = TypeVar("T")
 PROTECTED_PREFIX = "/v1/"
 MAX_CACHED_KEYS = 10_000
 
@@ -31,8 +37,8 @@ MAX_CACHED_KEYS = 10_000
 class Authentication:
     def __init__(self, app: Any) -> None:
         self.app = app
-        # sha256 of a key -> (app, admin, monotonic time until which it is trusted)
-        self._known: dict[bytes, tuple[str, bool, float]] = {}
+        # sha256 of a key -> what its last lookup found
+        self._known: dict[bytes, _Known] = {}
 
     async def __call__(self, scope: dict, receive: Any, send: Any) -> None:
         if scope["type"] != "http" or not scope["path"].startswith(PROTECTED_PREFIX):
@@ -53,26 +59,66 @@ class Authentication:
             return
         digest = key_hash(key)
         known = self._known.get(digest)
-        if known is None or known[2] < time.monotonic():
+        now = time.monotonic()
+        if known is None or known.trusted_until < now:
             try:
-                found = await _lookup(api.state.apool, digest)
-            except PostgresError as exc:  # a pool timeout is one too
-                count_store_error(exc)
-                log.warning("api key lookup failed", error=repr(exc))
-                await _deny(
-                    scope, receive, send, 503, "authentication is unavailable: Postgres is down"
+                found = await within(
+                    _lookup(api.state.apool, digest), settings.auth_lookup_timeout_seconds
                 )
-                return
-            if found is None:
-                self._known.pop(digest, None)
-                await _deny(scope, receive, send, 401, "invalid or revoked API key")
-                return
-            if len(self._known) >= MAX_CACHED_KEYS:
-                self._known.clear()
-            known = (found[0], found[1], time.monotonic() + settings.auth_cache_seconds)
-            self._known[digest] = known
-        state["app_id"], state["admin"] = known[0], known[1]
+            except (PostgresError, TimeoutError) as exc:  # a pool timeout is one too
+                count_store_error(exc)
+                if known is None or now - known.verified_at > settings.auth_stale_seconds:
+                    log.warning("api key lookup failed", error=repr(exc))
+                    await _deny(
+                        scope, receive, send, 503, "authentication is unavailable: Postgres is down"
+                    )
+                    return
+                # Verified a short while ago, and no revocation can be written while
+                # Postgres is down: go on, so recording turns outlives the outage.
+                # The next lookup is tried after the usual cache time, not per request.
+                log.info("api key lookup failed; trusting its last verification", error=repr(exc))
+                known = replace(known, trusted_until=now + settings.auth_cache_seconds)
+                self._known[digest] = known
+            else:
+                if found is None:
+                    self._known.pop(digest, None)
+                    await _deny(scope, receive, send, 401, "invalid or revoked API key")
+                    return
+                if len(self._known) >= MAX_CACHED_KEYS:
+                    self._known.clear()
+                known = _Known(found[0], found[1], now + settings.auth_cache_seconds, now)
+                self._known[digest] = known
+        state["app_id"], state["admin"] = known.app, known.admin
         await self.app(scope, receive, send)
+
+
+@dataclass(frozen=True, slots=True)
+class _Known:
+    """A key found valid: its app, whether it is an admin key, until when it is
+    trusted without a lookup, and when it was last looked up."""
+
+    app: str
+    admin: bool
+    trusted_until: float
+    verified_at: float
+
+
+async def within(call: Awaitable[T], seconds: float) -> T:
+    """`call`'s result, or TimeoutError after `seconds` at the latest. Unlike
+    `asyncio.wait_for` it does not wait for the call to wind down: a query on a
+    server that hangs takes seconds more to cancel."""
+    task = asyncio.ensure_future(call)
+    done, _ = await asyncio.wait({task}, timeout=seconds)
+    if not done:
+        task.cancel()
+        task.add_done_callback(_consume)
+        raise TimeoutError(f"no answer within {seconds} s")
+    return task.result()
+
+
+def _consume(task: asyncio.Future) -> None:
+    if not task.cancelled():
+        task.exception()  # retrieved, so asyncio does not report it as lost
 
 
 def _bearer(scope: dict) -> str | None:

@@ -15,6 +15,8 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
+from shared.errors import EventTooLarge, InvalidEvent
+from shared.events import Event, Limits, OutgoingMessage, encode
 from shared.metrics import count_store_error
 
 log = structlog.get_logger("agent_memory.api")
@@ -74,6 +76,18 @@ async def published_or_503(
         extra = dict(details or {})
         log.warning("publish failed", error=repr(exc), **extra)
         raise ApiError(503, "publish_failed", message, details=extra or None) from None
+
+
+def encode_or_4xx(event: Event, limits: Limits) -> OutgoingMessage:
+    """The event's message, or the API's error naming the field that is wrong: 413
+    when the event would be larger than the bus takes, else 422."""
+    try:
+        return encode(event, limits)
+    except EventTooLarge as exc:
+        raise ApiError(413, "too_large", str(exc), field=exc.field) from None
+    except InvalidEvent as exc:
+        problem = str(exc).removeprefix(f"{event.EVENT_TYPE}: ")
+        raise ApiError(422, "invalid_request", problem, field=problem.split(":", 1)[0]) from None
 
 
 def error_body(

@@ -19,7 +19,7 @@ import structlog
 from fastapi import FastAPI, Query, Request, Response
 from psycopg.rows import dict_row
 
-from services.read_api.errors import ApiError, postgres_or_503, published_or_503
+from services.read_api.errors import ApiError, encode_or_4xx, postgres_or_503, published_or_503
 from services.read_api.memory_models import (
     ArchiveSearchRequest,
     ArchiveSearchResponse,
@@ -44,7 +44,7 @@ from services.read_api.memory_models import (
 from services.read_api.models import json_response
 from services.read_api.tenant import app_of
 from shared.db.pool import UnitOfWork
-from shared.events import MemoriesGenerate, encode, format_time, utcnow
+from shared.events import MemoriesGenerate, format_time, utcnow
 from shared.events.models import ContentEvent
 from shared.llm.base import Candidate
 from shared.memory.consolidate import Consolidator, Source, new_memory
@@ -363,7 +363,7 @@ def install_memory_routes(app: FastAPI) -> None:  # noqa: C901 - one route per n
             project_id=body.scope.project_id or "",
             session_id=body.scope.session_id or "",
         )
-        message = encode(event, resources.publisher.limits)
+        message = encode_or_4xx(event, resources.publisher.limits)
         await postgres_or_503(
             _execute(
                 request,
@@ -372,11 +372,23 @@ def install_memory_routes(app: FastAPI) -> None:  # noqa: C901 - one route per n
                 {"name": name, "app": app_id, "user_id": body.user_id},
             )
         )
-        await published_or_503(
-            resources.publisher.publish_message(message),
-            resources.settings.publish_timeout_seconds,
-            details={"operation": name},
-        )
+        try:
+            await published_or_503(
+                resources.publisher.publish_message(message),
+                resources.settings.publish_timeout_seconds,
+                details={"operation": name},
+            )
+        except ApiError:
+            # No worker will ever see it: the operation ends here, never pending.
+            await postgres_or_503(
+                _execute(
+                    request,
+                    "UPDATE operations SET done = true, error = %(error)s, "
+                    "updated_at = now() WHERE name = %(name)s",
+                    {"name": name, "error": "Pub/Sub did not confirm the request; send it again"},
+                )
+            )
+            raise
         if body.wait:
             return await _wait_operation(request, name, body.user_id)
         return Operation(name=name, done=False)

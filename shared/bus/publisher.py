@@ -162,7 +162,7 @@ class EventPublisher:
         self._sender = _Sender(self.client, block_when_full)
         self.project = settings.google_cloud_project
         self.prefix = settings.topic_prefix
-        self.limits = limits or Limits(settings.max_message_bytes, settings.max_tool_events_bytes)
+        self.limits = limits or Limits.from_settings(settings)
 
     def topic_path(self, short: str) -> str:
         return self.client.topic_path(self.project, full_name(self.prefix, short))

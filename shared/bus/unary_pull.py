@@ -32,6 +32,7 @@ from google.cloud import pubsub_v1
 log = structlog.get_logger("agent_memory.worker")
 
 PULL_TIMEOUT_SECONDS = 2.5  # the emulator answers an empty pull about 1 s before this
+PULL_ERROR_PAUSE_SECONDS = 1.0
 ACK_FLUSH_SECONDS = 0.05  # acks wait at most this long, to go in batches
 MAX_IDS_PER_REQUEST = 1000
 
@@ -74,6 +75,15 @@ class PulledMessage:
         self.settled = True
         self._delivery.settle(self.ack_id, ack=False)
 
+    def defer(self) -> None:
+        """Someone else settles it later (a nack after its retry backoff)."""
+        self.handed_on = True
+
+    def keep_leased(self) -> None:
+        """Held for a dependency, not stuck: keep extending its lease past
+        MAX_LEASE_SECONDS."""
+        self._delivery.keep_leased(self.ack_id)
+
 
 class UnaryPullDelivery:
     """Pulls messages for one subscription and hands each pull's messages to
@@ -90,8 +100,13 @@ class UnaryPullDelivery:
         lease_seconds: int,
         thread_name: str,
         whole_pulls: bool = True,
+        may_pull: Callable[[], bool] | None = None,
+        on_error: Callable[[Exception], None] | None = None,
     ) -> None:
         self.subscriber = subscriber
+        # False while a dependency is down: nothing new is pulled meanwhile.
+        self.may_pull = may_pull or (lambda: True)
+        self.on_error = on_error or (lambda _exc: None)
         self.whole_pulls = whole_pulls
         self.path = subscription_path
         self.callback = callback
@@ -163,6 +178,11 @@ class UnaryPullDelivery:
     def in_flight(self) -> int:
         with self._cond:
             return len(self._leased)
+
+    def keep_leased(self, ack_id: str) -> None:
+        with self._cond:
+            if ack_id in self._leased:
+                self._leased[ack_id] = time.monotonic()
 
     # -- settling --------------------------------------------------------------------
     def settle(self, ack_id: str, ack: bool) -> None:
@@ -258,8 +278,10 @@ class UnaryPullDelivery:
         try:
             while not self._stopping.is_set():
                 with self._cond:
-                    while len(self._leased) >= self.max_outstanding and not self._stopping.is_set():
-                        self._cond.wait(timeout=0.5)
+                    while not self._stopping.is_set() and (
+                        len(self._leased) >= self.max_outstanding or not self.may_pull()
+                    ):
+                        self._cond.wait(timeout=0.2)
                     want = self.max_outstanding - len(self._leased)
                 if self._stopping.is_set():
                     return
@@ -269,7 +291,13 @@ class UnaryPullDelivery:
                         timeout=PULL_TIMEOUT_SECONDS,
                     )
                     received = list(type(response).pb(response).received_messages)
-                except (gexc.DeadlineExceeded, gexc.ServiceUnavailable, gexc.RetryError):
+                except gexc.DeadlineExceeded:  # nothing to deliver within the timeout
+                    received = []
+                except (gexc.GoogleAPICallError, gexc.RetryError) as exc:
+                    # Pub/Sub down, or the subscription gone (an emulator restarted
+                    # before its topology is applied again): wait, then pull again.
+                    self.on_error(exc)
+                    self._stopping.wait(PULL_ERROR_PAUSE_SECONDS)
                     received = []
                 if received and self._stopping.is_set():
                     # Pulled as we were stopping: hand them straight back.

@@ -2,13 +2,14 @@
 
 Streaming pull (on Pub/Sub) or unary pull (on the emulator; see `unary_pull`)
 with explicit flow control and a thread pool of the same size (sized to the
-worker's connection pool). For each message: decode and validate,
-run the handlers, and only then acknowledge. A `PermanentError` (a bad message)
-is dead-lettered at once; any other error is nacked so Pub/Sub redelivers it
-with the subscription's backoff, and on the last allowed attempt the runtime
-dead-letters it itself with the error as the reason. (On the emulator an ordered
-subscription drops a message that exhausts its attempts instead of forwarding
-it, so the runtime never leaves that step to Pub/Sub.) One log line per message.
+worker's connection pool). For each message: decode and validate, run the
+handlers, and only then acknowledge; `settling` decides what an error means
+(dead-letter now, hold for a dependency, retry after a backoff). One log line
+per message.
+
+While a dependency is down (`dependencies`) the runtime pulls nothing new, and
+every message it holds waits, leased, until the dependency answers; then it is
+handled again from the start. Its delivery attempts are not spent on it.
 
 A `BatchHandler` takes all events of its type from one unary pull in one call
 (the summary worker appends them to Valkey in one pipeline instead of one round
@@ -18,12 +19,11 @@ ack, retry or dead letter, and slow remainders run on handler threads.
 
 from __future__ import annotations
 
+import threading
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
-from datetime import datetime
-from enum import StrEnum
+from dataclasses import dataclass
 from functools import partial
 from typing import Any
 
@@ -33,82 +33,63 @@ from google.cloud.pubsub_v1.subscriber.message import Message
 from google.cloud.pubsub_v1.subscriber.scheduler import ThreadScheduler
 from google.cloud.pubsub_v1.types import FlowControl
 
+from shared.bus.attributes import (
+    DEAD_LETTER_ATTEMPT,
+    DEAD_LETTER_ORDERING_KEY,
+    DEAD_LETTER_REASON,
+    DEAD_LETTER_SUBSCRIPTION,
+    MAX_ATTRIBUTE_BYTES,
+    REPLAYED_FOR,
+    truncate_utf8,
+)
 from shared.bus.clients import subscriber_client
+from shared.bus.contract import (
+    BatchHandler,
+    BatchResult,
+    DeadLetter,
+    DeadLetterHook,
+    Delivery,
+    Finish,
+    Handler,
+    HandlerTable,
+    Outcome,
+)
+from shared.bus.dependencies import Dependencies
 from shared.bus.publisher import EventPublisher
+from shared.bus.settling import HELD, Pending, Settler
 from shared.bus.topology import dead_letter_name, full_name
 from shared.bus.unary_pull import PREFETCH_FACTOR, PulledMessage, UnaryPullDelivery
 from shared.config import Settings
-from shared.errors import PermanentError, is_permanent
+from shared.errors import PermanentError
 from shared.events import Event, Limits, decode
-from shared.metrics import (
-    DEAD_LETTER_PUBLISHES,
-    HANDLER_SECONDS,
-    MESSAGES,
-    count_store_error,
-)
+from shared.metrics import HANDLER_SECONDS, MESSAGES, MESSAGES_HELD
 from shared.tracing import current, end_span, start_consumer_span
+
+__all__ = [
+    "DEAD_LETTER_ATTEMPT",
+    "DEAD_LETTER_ORDERING_KEY",
+    "DEAD_LETTER_REASON",
+    "DEAD_LETTER_SUBSCRIPTION",
+    "MAX_ATTRIBUTE_BYTES",
+    "REPLAYED_FOR",
+    "BatchHandler",
+    "BatchResult",
+    "DeadLetter",
+    "DeadLetterHook",
+    "Delivery",
+    "Finish",
+    "Handler",
+    "HandlerTable",
+    "Outcome",
+    "SubscriberRuntime",
+    "truncate_utf8",
+]
 
 log = structlog.get_logger("agent_memory.worker")
 
-# Attributes a dead-lettering step adds; replay removes them again.
-DEAD_LETTER_REASON = "dead_letter_reason"
-DEAD_LETTER_SUBSCRIPTION = "dead_letter_subscription"
-DEAD_LETTER_ATTEMPT = "dead_letter_delivery_attempt"
-DEAD_LETTER_ORDERING_KEY = "dead_letter_ordering_key"
-# Set by `dlq replay`: the one subscription a replayed message is meant for. Every
-# other subscription of its topic acknowledges it without handling it (a filter on
-# the subscription would do the same on Pub/Sub, but the emulator ignores filters).
-REPLAYED_FOR = "replayed_for"
-MAX_ATTRIBUTE_BYTES = 1000  # Pub/Sub allows 1024 bytes per attribute value
-
-
-def truncate_utf8(text: str, max_bytes: int) -> str:
-    """At most `max_bytes` of UTF-8, cut on a character boundary."""
-    return text.encode("utf-8")[:max_bytes].decode("utf-8", errors="ignore")
-
-
-class Outcome(StrEnum):
-    """What a handler did with an event."""
-
-    APPLIED = "applied"
-    DUPLICATE = "duplicate"  # already applied earlier: nothing changed
-    # The event's user was deleted (GDPR) after the event was created: nothing applied.
-    DROPPED = "dropped"
-    # A replay meant for another subscription of the topic: acknowledged, not handled.
-    SKIPPED = "skipped"
-
-
-@dataclass(frozen=True)
-class Delivery:
-    """Facts about the message being handled, for handlers that need them."""
-
-    subscription: str
-    message_id: str
-    delivery_attempt: int
-    publish_time: datetime | None
-    ordering_key: str = ""
-    attributes: Mapping[str, str] = field(default_factory=dict)
-
-
-Handler = Callable[[Event, Delivery], Outcome | None]
-# The rest of one message's work, run on a handler thread (e.g. a slow LLM step).
-Finish = Callable[[], Outcome | None]
-BatchResult = Outcome | Exception | Finish
-
-
-@dataclass(frozen=True, eq=False)
-class BatchHandler:
-    """Takes every event of its type from one pull in one call, so that their
-    common first step costs one round trip (the summary worker appends a whole
-    pull to Valkey in one pipeline). For each (event, delivery), in order, it
-    returns the outcome, the exception that event failed with (nacked or
-    dead-lettered like any handler error), or a `Finish` that completes the event
-    on a handler thread. With streaming pull each call holds one event."""
-
-    handle: Callable[[Sequence[tuple[Event, Delivery]]], Sequence[BatchResult]]
-
-
-HandlerTable = Mapping[type, Sequence[Handler] | BatchHandler]
+# Streaming pull: how long the library keeps extending a held message's lease. A
+# message held through a longer outage comes back as a new delivery attempt.
+MAX_LEASE_SECONDS = 7 * 24 * 3600
 
 
 @dataclass
@@ -163,6 +144,8 @@ class SubscriberRuntime:
         *,
         concurrency: int,
         subscriber: pubsub_v1.SubscriberClient | None = None,
+        dependencies: Dependencies | None = None,
+        on_dead_letter: DeadLetterHook | None = None,
     ) -> None:
         self.settings = settings
         self.subscription = subscription
@@ -171,18 +154,32 @@ class SubscriberRuntime:
         self.subscriber = subscriber or subscriber_client()
         self.concurrency = concurrency
         self.limits = Limits(settings.max_message_bytes, settings.max_tool_events_bytes)
+        # Without probes a dependency counts as back once its backoff has passed.
+        self.dependencies = dependencies or Dependencies(
+            retry_min=settings.dependency_retry_min_seconds,
+            retry_max=settings.dependency_retry_max_seconds,
+        )
         project = settings.google_cloud_project
         self.subscription_path = self.subscriber.subscription_path(
             project, full_name(settings.topic_prefix, subscription)
         )
-        self.dead_letter_topic = publisher.client.topic_path(
-            project, full_name(settings.topic_prefix, dead_letter_name(subscription))
+        self.settler = Settler(
+            settings,
+            subscription,
+            publisher,
+            publisher.client.topic_path(
+                project, full_name(settings.topic_prefix, dead_letter_name(subscription))
+            ),
+            self.dependencies,
+            on_dead_letter,
         )
         self.mode = resolve_pull_mode(settings)
         self._future: pubsub_v1.subscriber.futures.StreamingPullFuture | None = None
         self._executor: ThreadPoolExecutor | None = None
         self._unary: UnaryPullDelivery | None = None
         self._duration = HANDLER_SECONDS.labels(subscription)
+        self._held = MESSAGES_HELD.labels(subscription)
+        self._stopping = threading.Event()
 
     # -- lifecycle -----------------------------------------------------------
     def start(self) -> None:
@@ -199,6 +196,8 @@ class SubscriberRuntime:
                 self.settings.lease_extension_seconds,
                 threads,
                 whole_pulls=batches,
+                may_pull=lambda: self.dependencies.ready,
+                on_error=lambda exc: self.dependencies.report("pubsub", exc),
             )
             self._unary.start()
         else:
@@ -211,6 +210,7 @@ class SubscriberRuntime:
                 flow_control=FlowControl(
                     max_messages=self.concurrency * PREFETCH_FACTOR,
                     max_duration_per_lease_extension=self.settings.lease_extension_seconds,
+                    max_lease_duration=MAX_LEASE_SECONDS,
                 ),
                 scheduler=ThreadScheduler(executor=self._executor),
                 await_callbacks_on_shutdown=True,
@@ -224,6 +224,8 @@ class SubscriberRuntime:
 
     def request_stop(self) -> None:
         """Stop taking new messages (returns at once; `stop` waits for the drain)."""
+        self._stopping.set()
+        self.settler.flush()
         if self._unary is not None:
             self._unary.request_stop()
         if self._future is not None:
@@ -232,11 +234,14 @@ class SubscriberRuntime:
     def stop(self, timeout: float | None = None) -> bool:
         """Stop pulling, let in-flight handlers finish for at most `timeout` seconds.
 
-        Messages held but not started are nacked (redelivered elsewhere). Returns
-        False if handlers were still running at the deadline; their messages are
-        not acknowledged and come back when their lease ends.
+        Messages held but not started (or held for a dependency) are nacked
+        (redelivered elsewhere). Returns False if handlers were still running at
+        the deadline; their messages are not acknowledged and come back when their
+        lease ends.
         """
         timeout = self.settings.worker_shutdown_seconds if timeout is None else timeout
+        self._stopping.set()
+        self.settler.flush()
         if self._unary is not None:
             drained = self._unary.stop(timeout)
         elif self._future is not None:
@@ -250,6 +255,7 @@ class SubscriberRuntime:
                 log.warning("worker stream ended with an error", error=repr(exc))
         else:
             return True
+        self.settler.close()
         if not drained:
             log.warning(
                 "worker stop deadline passed with handlers running",
@@ -275,6 +281,10 @@ class SubscriberRuntime:
             return self._unary.running
         return self._future is not None and not self._future.done()
 
+    def in_flight(self) -> int:
+        """Messages leased and not yet settled (unary pull only; else 0)."""
+        return self._unary.in_flight() if self._unary is not None else 0
+
     # -- messages --------------------------------------------------------------
     def _on_message(self, message: Message | PulledMessage) -> None:
         """Streaming pull: one message on a handler thread, every step inline."""
@@ -288,7 +298,53 @@ class SubscriberRuntime:
         self._on_messages(messages, self._unary.run_later if self._unary.whole_pulls else _inline)
 
     def _on_messages(self, messages: Sequence[Message | PulledMessage], later: Later) -> None:
+        """Handle `messages`; those held for a dependency wait here, leased, until
+        it answers, and are handled again from the start."""
+        pending = list(messages)
+        while pending:
+            if not self._await_dependencies(pending):
+                return
+            pending = self._dispatch(pending, later)
+
+    def _await_dependencies(self, held: list[Message | PulledMessage]) -> bool:
+        """Wait until every dependency answers: True; or the worker stops first:
+        False, and `held` is handed back (nacked) for redelivery."""
+        if self.dependencies.ready:
+            return True
+        self._held.inc(len(held))
+        try:
+            while not self.dependencies.wait_until_ready(self._stopping, timeout=60.0):
+                if self._stopping.is_set():
+                    break
+                for message in held:  # however long the outage, they stay ours
+                    if isinstance(message, PulledMessage):
+                        message.keep_leased()
+            else:
+                return True
+        finally:
+            self._held.dec(len(held))
+        down = ", ".join(sorted(self.dependencies.down())) or "a dependency"
+        reason = f"the worker stopped while {down} was down; nacked for redelivery"
+        for message in held:
+            message.nack()
+            MESSAGES.labels(self.subscription, "retried").inc()
+            log.warning(
+                "message handled",
+                outcome="retried",
+                error=reason,
+                subscription=self.subscription,
+                message_id=message.message_id,
+                event_id=message.attributes.get("event_id"),
+            )
+        return False
+
+    def _dispatch(
+        self, messages: Sequence[Message | PulledMessage], later: Later
+    ) -> list[Message | PulledMessage]:
+        """Decode and handle `messages`; the ones held for a dependency are returned
+        (work run elsewhere waits for its dependency there)."""
         started = time.perf_counter()
+        held: list[Message | PulledMessage] = []
         batches: dict[BatchHandler, list[_Item]] = {}
         for message in messages:
             item = _Item(message, dict(message.attributes), message.delivery_attempt or 1, started)
@@ -305,39 +361,58 @@ class SubscriberRuntime:
                         f"no handler for {item.event.EVENT_TYPE} on {self.subscription}"
                     )
             except Exception as exc:
-                self._conclude(item, error=exc)
+                if not self._conclude(item, error=exc):
+                    held.append(message)
                 continue
             if isinstance(entry, BatchHandler):
                 batches.setdefault(entry, []).append(item)
             else:
                 work = partial(self._call_all, entry, item)
-                later(
-                    message,
-                    partial(self._run, item, work, timed_from_here=True),
-                    partial(self._abandoned, item),
-                )
-        for handler, items in batches.items():
-            events = [(i.event, i.delivery(self.subscription)) for i in items]
-            try:
-                results = list(handler.handle(events))  # type: ignore[arg-type]
-                if len(results) != len(items):
-                    raise RuntimeError(f"{len(results)} results for {len(items)} events")
-            except Exception as exc:
-                results = [exc] * len(items)
-            for item, result in zip(items, results, strict=True):
-                if isinstance(result, Exception):
-                    self._conclude(item, error=result)
-                elif result is None or isinstance(result, Outcome):
-                    self._conclude(item, outcomes=[result or Outcome.APPLIED])
-                elif callable(result):
+                if later is _inline:
+                    if not self._run(item, work, timed_from_here=True):
+                        held.append(message)
+                else:
                     later(
-                        item.message,
-                        partial(self._run, item, result),
+                        message,
+                        partial(self._run_elsewhere, item, work, timed_from_here=True),
                         partial(self._abandoned, item),
                     )
+        for handler, items in batches.items():
+            held.extend(self._run_batch(handler, items, later))
+        return held
+
+    def _run_batch(
+        self, handler: BatchHandler, items: list[_Item], later: Later
+    ) -> list[Message | PulledMessage]:
+        events = [(i.event, i.delivery(self.subscription)) for i in items]
+        try:
+            results = list(handler.handle(events))  # type: ignore[arg-type]
+            if len(results) != len(items):
+                raise RuntimeError(f"{len(results)} results for {len(items)} events")
+        except Exception as exc:
+            results = [exc] * len(items)
+        held = []
+        for item, result in zip(items, results, strict=True):
+            if isinstance(result, Exception):
+                settled = self._conclude(item, error=result)
+            elif result is None or isinstance(result, Outcome):
+                settled = self._conclude(item, outcomes=[result or Outcome.APPLIED])
+            elif callable(result):
+                if later is _inline:
+                    settled = self._run(item, result)
                 else:
-                    error = TypeError(f"a batch handler returned {type(result).__name__}")
-                    self._conclude(item, error=error)
+                    later(
+                        item.message,
+                        partial(self._run_elsewhere, item, result),
+                        partial(self._abandoned, item),
+                    )
+                    settled = True
+            else:
+                error = TypeError(f"a batch handler returned {type(result).__name__}")
+                settled = self._conclude(item, error=error)
+            if not settled:
+                held.append(item.message)
+        return held
 
     def _call_all(self, handlers: Sequence[Handler], item: _Item) -> list[Outcome]:
         assert item.event is not None
@@ -350,9 +425,9 @@ class SubscriberRuntime:
         work: Callable[[], list[Outcome] | Outcome | None],
         *,
         timed_from_here: bool = False,
-    ) -> None:
+    ) -> bool:
         """Run the rest of `item` on this thread, its log context bound for the
-        handlers' own log lines."""
+        handlers' own log lines. False: held for a dependency."""
         if timed_from_here:
             item.started = time.perf_counter()
         structlog.contextvars.clear_contextvars()
@@ -361,12 +436,24 @@ class SubscriberRuntime:
             with current(item.span):
                 done = work()
         except Exception as exc:
-            self._conclude(item, error=exc)
+            return self._conclude(item, error=exc)
         else:
             outcomes = done if isinstance(done, list) else [done or Outcome.APPLIED]
-            self._conclude(item, outcomes=outcomes)
+            return self._conclude(item, outcomes=outcomes)
         finally:
             structlog.contextvars.clear_contextvars()
+
+    def _run_elsewhere(
+        self,
+        item: _Item,
+        work: Callable[[], list[Outcome] | Outcome | None],
+        *,
+        timed_from_here: bool = False,
+    ) -> None:
+        """`_run` on a handler thread; held, the message is handled again from the
+        start once its dependency answers."""
+        if not self._run(item, work, timed_from_here=timed_from_here):
+            self._on_messages([item.message], _inline)
 
     def _abandoned(self, item: _Item) -> None:
         """The worker stopped before `item`'s work began; its message was nacked."""
@@ -394,9 +481,17 @@ class SubscriberRuntime:
         item: _Item,
         outcomes: list[Outcome] | None = None,
         error: Exception | None = None,
-    ) -> None:
-        """Ack, nack or dead-letter the message, then write its one log line."""
-        outcome, reason = self._settle(item, outcomes or [], error)
+    ) -> bool:
+        """Ack, nack or dead-letter the message, then write its one log line; or
+        hold it for a dependency (False), to be handled again."""
+        pending = Pending(item.message, item.attributes, item.attempt, item.event)
+        outcome, reason = self.settler.settle(pending, outcomes or [], error)
+        if outcome == HELD:
+            end_span(item.span, HELD, reason)
+            log.debug(
+                "message held", dependency=pending.dependency, error=reason, **self._context(item)
+            )
+            return False
         seconds = time.perf_counter() - item.started
         MESSAGES.labels(self.subscription, outcome).inc()
         self._duration.observe(seconds)
@@ -409,57 +504,4 @@ class SubscriberRuntime:
             log.info("message handled", **fields)
         else:
             log.warning("message handled", **fields)
-
-    def _settle(
-        self, item: _Item, outcomes: list[Outcome], error: Exception | None
-    ) -> tuple[str, str]:
-        message, attributes, attempt = item.message, item.attributes, item.attempt
-        if error is not None:
-            count_store_error(error)
-            if is_permanent(error):
-                return self._dead_letter(message, attributes, attempt, str(error))
-            reason = f"{type(error).__name__}: {error}"
-            if attempt >= self.settings.max_delivery_attempts:
-                return self._dead_letter(
-                    message, attributes, attempt, f"failed {attempt} attempts; last error {reason}"
-                )
-            message.nack()
-            return "retried", reason
-        message.ack()
-        if all(o == Outcome.DUPLICATE for o in outcomes):
-            return "duplicate", ""
-        if all(o == Outcome.DROPPED for o in outcomes):
-            return "dropped", "the user was deleted after this event was created"
-        if all(o == Outcome.SKIPPED for o in outcomes):
-            return "skipped", f"a replay for {attributes.get(REPLAYED_FOR)}"
-        return "acked", ""
-
-    def _dead_letter(
-        self,
-        message: Message | PulledMessage,
-        attributes: dict[str, str],
-        attempt: int,
-        reason: str,
-    ) -> tuple[str, str]:
-        """Publish the message unchanged to the dead-letter topic with its reason, then ack.
-
-        If the dead-letter publish is not confirmed the message is nacked instead,
-        so it is never lost between the two topics.
-        """
-        dead = dict(attributes)
-        dead[DEAD_LETTER_REASON] = truncate_utf8(reason, MAX_ATTRIBUTE_BYTES)
-        dead[DEAD_LETTER_SUBSCRIPTION] = self.subscription
-        dead[DEAD_LETTER_ATTEMPT] = str(attempt)
-        if message.ordering_key:
-            dead[DEAD_LETTER_ORDERING_KEY] = message.ordering_key
-        try:
-            self.publisher.publish_raw(self.dead_letter_topic, message.data, dead).result(
-                timeout=self.settings.publish_timeout_seconds
-            )
-        except Exception as exc:
-            DEAD_LETTER_PUBLISHES.labels(self.subscription, "failed").inc()
-            message.nack()
-            return "retried", f"dead-letter publish failed ({exc!r}); reason was: {reason}"
-        DEAD_LETTER_PUBLISHES.labels(self.subscription, "ok").inc()
-        message.ack()
-        return "dead_lettered", reason
+        return True

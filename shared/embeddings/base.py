@@ -12,6 +12,8 @@ import math
 from collections.abc import Iterator, Sequence
 from typing import Protocol, TypeVar
 
+from shared.errors import DependencyError
+
 T = TypeVar("T")
 
 
@@ -19,6 +21,14 @@ class EmbeddingError(Exception):
     """No usable embedding: retries ran out, the request was refused, or the reply
     was unusable (such as a vector of the wrong dimension). Transient for the
     message that caused it (nack, then dead-letter after attempts)."""
+
+
+class EmbeddingUnavailable(EmbeddingError, DependencyError):
+    """The embedding endpoint did not answer, kept failing or rate-limiting, or
+    refused our credentials: not the event's fault (see `LLMUnavailable`)."""
+
+    def __init__(self, message: str) -> None:
+        DependencyError.__init__(self, "embeddings", message)
 
 
 class Embedder(Protocol):

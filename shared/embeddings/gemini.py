@@ -25,7 +25,13 @@ from google import genai
 from google.genai import types
 
 from shared.config import Settings
-from shared.embeddings.base import EmbeddingError, batches, no_text_vector, unit_vector
+from shared.embeddings.base import (
+    EmbeddingError,
+    EmbeddingUnavailable,
+    batches,
+    no_text_vector,
+    unit_vector,
+)
 from shared.llm.gemini import Attempt, make_client, retry_delay
 from shared.metrics import LLM_CALLS, count_llm_tokens
 from shared.tokens import estimate_tokens
@@ -129,6 +135,7 @@ class GeminiEmbedder:
             Attempt(self.name, _METRIC_TASK[task_type], attempt, started),
             self.settings,
             EmbeddingError,
+            EmbeddingUnavailable,
             "no embeddings",
         )
 

@@ -13,7 +13,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from shared.errors import InvalidEvent, UnknownEventType
+from shared.config import Settings
+from shared.errors import EventTooLarge, InvalidEvent, UnknownEventType
 from shared.events.models import (
     EVENT_TYPES,
     CompactionRequested,
@@ -30,10 +31,18 @@ SCHEMA_VERSION = "1"
 
 @dataclass(frozen=True)
 class Limits:
-    """Size rules applied to event texts, the same ones the API applies."""
+    """Size rules applied to event texts, the same ones the API applies; and, when
+    an event is encoded for publishing, to its whole body."""
 
     max_message_bytes: int = 32 * 1024
     max_tool_events_bytes: int = 256 * 1024
+    max_event_bytes: int | None = None
+
+    @classmethod
+    def from_settings(cls, settings: Settings) -> Limits:
+        return cls(
+            settings.max_message_bytes, settings.max_tool_events_bytes, settings.max_event_bytes
+        )
 
 
 @dataclass(frozen=True)
@@ -54,7 +63,15 @@ def encode(event: Event, limits: Limits | None = None) -> OutgoingMessage:
     problem = _record_problem(event.EVENT_TYPE, record, limits or Limits())
     if problem:
         raise InvalidEvent(f"{event.EVENT_TYPE}: {problem}")
-    data = json.dumps(record, ensure_ascii=False, separators=(",", ":")).encode("utf-8")
+    data = _json(record)
+    limit = (limits or Limits()).max_event_bytes
+    if limit is not None and len(data) > limit:
+        largest = max(record, key=lambda name: len(_json(record[name])))
+        raise EventTooLarge(
+            f"{largest}: the event would be {len(data)} bytes, over the limit of {limit} "
+            f"bytes (AM_MAX_EVENT_BYTES)",
+            largest,
+        )
     attributes = {
         "event_id": event.event_id,
         "event_type": event.EVENT_TYPE,
@@ -62,6 +79,10 @@ def encode(event: Event, limits: Limits | None = None) -> OutgoingMessage:
         "app": event.app,
     }
     return OutgoingMessage(event.TOPIC, data, attributes, event.ordering_key)
+
+
+def _json(value: Any) -> bytes:
+    return json.dumps(value, ensure_ascii=False, separators=(",", ":")).encode("utf-8")
 
 
 def decode(data: bytes, attributes: Mapping[str, str], limits: Limits | None = None) -> Event:

@@ -11,6 +11,8 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Generic, Protocol, TypeVar
 
+from shared.errors import DependencyError
+
 T = TypeVar("T")
 
 SUMMARY_INSTRUCTION = (
@@ -110,6 +112,15 @@ class MalformedReply(Exception):
 class LLMError(Exception):
     """The provider gave no usable answer: retries ran out, or the request was refused.
     Transient for the message that caused it (nack, then dead-letter after attempts)."""
+
+
+class LLMUnavailable(LLMError, DependencyError):
+    """The LLM endpoint did not answer, kept failing or rate-limiting until the
+    retries ran out, or refused our credentials: the provider's fault, not the
+    event's (the worker holds the message until the endpoint answers)."""
+
+    def __init__(self, message: str) -> None:
+        DependencyError.__init__(self, "llm", message)
 
 
 class LLM(Protocol):

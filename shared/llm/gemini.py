@@ -37,6 +37,7 @@ from shared.llm.base import (
     ExistingMemory,
     ExtractionInput,
     LLMError,
+    LLMUnavailable,
     MalformedReply,
     Usage,
 )
@@ -56,6 +57,7 @@ except ImportError:  # pragma: no cover - depends on the installed google-genai
     pass
 
 _RETRIED_STATUS = {408, 429}
+_CREDENTIALS_REFUSED = {401, 403}
 _BACKOFF_CAP_SECONDS = 8.0
 
 _SUMMARY_SCHEMA = {
@@ -205,6 +207,7 @@ class GeminiLLM:
                         Attempt(self.name, task, attempt, started),
                         self.settings,
                         LLMError,
+                        LLMUnavailable,
                         "no usable reply",
                     )
                 )
@@ -226,21 +229,26 @@ def retry_delay(
     attempt: Attempt,
     settings: Settings,
     error: type[Exception],
+    unavailable: type[Exception],
     gave_up: str,
 ) -> float:
-    """The backoff before the next attempt after `exc`, or `error` when there is
-    none: `exc` is not worth retrying, or the next attempt would start after
-    AM_LLM_RETRY_SECONDS. Counts the attempt in the metrics. Shared by every
-    Gemini call (generation and embeddings)."""
+    """The backoff before the next attempt after `exc`, or an exception when there
+    is none: `error` when the event may be the cause (a refused request, replies
+    that stayed unusable), `unavailable` when the endpoint is (it stayed down,
+    timing out or rate-limiting until the next attempt would start after
+    AM_LLM_RETRY_SECONDS, or it refused our credentials). Counts the attempt in
+    the metrics. Shared by every Gemini call (generation and embeddings)."""
     task = attempt.task
     if not _retryable(exc):
         LLM_CALLS.labels(attempt.provider, task, "failed").inc()
-        raise error(f"{task}: {_describe(exc)}") from exc
+        refused = isinstance(exc, genai_errors.APIError) and exc.code in _CREDENTIALS_REFUSED
+        raise (unavailable if refused else error)(f"{task}: {_describe(exc)}") from exc
     delay = _backoff(settings.llm_retry_initial_seconds, attempt.number)
     elapsed = time.monotonic() - attempt.started
     if elapsed + delay > settings.llm_retry_seconds:
         LLM_CALLS.labels(attempt.provider, task, "failed").inc()
-        raise error(
+        cls = error if isinstance(exc, MalformedReply) else unavailable
+        raise cls(
             f"{task}: {gave_up} after {attempt.number} attempts in {elapsed:.1f} s; "
             f"last: {_describe(exc)}"
         ) from exc

@@ -342,6 +342,12 @@ def _java_opts(users: str, emulator_opts: str = "") -> str:
     return " ".join([*ours, users]).strip()
 
 
+def _log_since(path: Path, offset: int) -> str:
+    with open(path, "rb") as f:
+        f.seek(offset)
+        return f.read().decode(errors="replace")
+
+
 class LocalPubSubEmulator:
     """The Google Cloud SDK's Pub/Sub emulator (in memory; topology re-applied at start)."""
 
@@ -367,10 +373,16 @@ class LocalPubSubEmulator:
         return f"127.0.0.1:{self.port}"
 
     def start(self) -> str:
+        # Only what this run writes: a restart appends to the same log.
+        log_path = self.process.log_path
+        offset = log_path.stat().st_size if log_path.exists() else 0
         self.process.start()
 
         def ready() -> bool:
-            return port_is_open(self.port) and "Server started" in tail(self.process.log_path, 50)
+            return port_is_open(self.port) and "Server started" in _log_since(log_path, offset)
 
         _wait(ready, self.process, "the Pub/Sub emulator", STARTUP_TIMEOUT_SECONDS)
         return self.host
+
+
+Component = LocalPostgres | LocalValkey | LocalPubSubEmulator

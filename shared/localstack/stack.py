@@ -32,6 +32,7 @@ from shared.bus.admin import TopologyAdmin
 from shared.config import Settings
 from shared.db.migrate import MigrationError, migrate
 from shared.localstack.components import (
+    Component,
     ComponentError,
     LocalPostgres,
     LocalPubSubEmulator,
@@ -102,6 +103,8 @@ class LocalStack:
         self.fast = fast
         self.log_dir = self.data_dir / "logs"
         self.components: list[ManagedProcess] = []
+        # process name -> the component that starts it again (same port and data)
+        self._restartable: dict[str, Component] = {}
         self.service_procs: dict[str, ManagedProcess] = {}
         self.endpoints: Endpoints | None = None
         self.dev_api_key: str | None = None
@@ -192,22 +195,19 @@ class LocalStack:
                 fast=self.fast,
                 shared_buffers=s.postgres_shared_buffers,
             )
-            self.components.append(postgres.process)
-            database_url = self._recorded(postgres.start, postgres.process)
+            database_url = self._start_component(postgres)
         valkey_url = s.valkey_url
         if not valkey_url:
             valkey = LocalValkey(
                 self.data_dir, self._port(s.valkey_port), self.log_dir, fast=self.fast
             )
-            self.components.append(valkey.process)
-            valkey_url = self._recorded(valkey.start, valkey.process)
+            valkey_url = self._start_component(valkey)
         emulator_host = s.pubsub_emulator_host or ""
         if not emulator_host and s.pubsub_backend == "emulator":
             emulator = LocalPubSubEmulator(
                 find_emulator(s.pubsub_emulator_bin), self._port(s.pubsub_port), self.log_dir
             )
-            self.components.append(emulator.process)
-            emulator_host = self._recorded(emulator.start, emulator.process)
+            emulator_host = self._start_component(emulator)
         if "api" in self.services and self.any_api_port:
             self.settings = s = s.model_copy(update={"api_port": self._free_port()})
         if "api" in self.services and port_is_open(s.api_port, s.api_host):
@@ -221,6 +221,11 @@ class LocalStack:
             pubsub_emulator_host=emulator_host,
             google_cloud_project=s.google_cloud_project,
         )
+
+    def _start_component(self, component: Component) -> str:
+        self.components.append(component.process)
+        self._restartable[component.process.name] = component
+        return self._recorded(component.start, component.process)
 
     def _prepare(self) -> None:
         assert self.endpoints is not None
@@ -237,6 +242,10 @@ class LocalStack:
         # The Pub/Sub client reads the emulator address from the environment.
         if self.endpoints.pubsub_emulator_host:
             os.environ["PUBSUB_EMULATOR_HOST"] = self.endpoints.pubsub_emulator_host
+        self._apply_topology()
+
+    def _apply_topology(self) -> None:
+        assert self.endpoints is not None
         settings = self.settings.model_copy(
             update={"pubsub_emulator_host": self.endpoints.pubsub_emulator_host or None}
         )
@@ -325,34 +334,69 @@ class LocalStack:
 
     # -- run -----------------------------------------------------------------
     def watch_once(self) -> None:
-        """Restart a service that died (with backoff); report a component that died."""
+        """Start again, with backoff, a component or a service that exited."""
+        for proc in list(self.components):
+            if self._due_for_restart(proc.name, proc):
+                self._restart_component(proc)
         for name, proc in list(self.service_procs.items()):
-            if proc.running and time.monotonic() - proc.started_at > HEALTHY_AFTER_SECONDS:
-                self._restarts[name] = 0  # it has recovered: the backoff starts over
-            if proc.running or self._stopping.is_set():
-                continue
-            count = self._restarts.get(name, 0)
-            delay = min(30.0, 2.0**count)
-            if time.monotonic() - proc.started_at < delay:
+            if not self._due_for_restart(name, proc):
                 continue
             log.error(
                 "service exited; restarting",
                 service=name,
                 exit_code=proc.exit_code(),
-                restarts=count + 1,
+                restarts=self._restarts[name],
                 log_tail=tail(proc.log_path, 5),
             )
             proc.close_log()
-            self._restarts[name] = count + 1
             self.start_service(name)
-        for proc in self.components:
-            if not proc.running and not getattr(proc, "_reported", False):
-                proc._reported = True  # type: ignore[attr-defined]
-                log.error(
-                    "component exited; the stack continues without it",
-                    component=proc.name,
-                    exit_code=proc.exit_code(),
-                )
+
+    def _due_for_restart(self, name: str, proc: ManagedProcess) -> bool:
+        """Exited, and its backoff (1, 2, 4 … 30 s after its last start) has passed;
+        counts the restart. A process that ran a minute starts its backoff over."""
+        if proc.running and time.monotonic() - proc.started_at > HEALTHY_AFTER_SECONDS:
+            self._restarts[name] = 0
+        if proc.running or self._stopping.is_set():
+            return False
+        count = self._restarts.get(name, 0)
+        if time.monotonic() - proc.started_at < min(30.0, 2.0**count):
+            return False
+        self._restarts[name] = count + 1
+        return True
+
+    def _restart_component(self, proc: ManagedProcess) -> None:
+        """The same component on the same port and data. What is left of its process
+        group goes first: PostgreSQL's backends outlive a killed postmaster and keep
+        its shared memory, which a new postmaster refuses to share."""
+        component = self._restartable[proc.name]
+        log.error(
+            "component exited; restarting it",
+            component=proc.name,
+            exit_code=proc.exit_code(),
+            restarts=self._restarts[proc.name],
+            log_tail=tail(proc.log_path, 5),
+        )
+        proc.send(signal.SIGKILL)
+        proc.close_log()
+        try:
+            poll(lambda: not _alive(proc.group_pids()), 10, f"{proc.name}'s group to exit", 0.05)
+            component.start()
+        except (ComponentError, TimeoutError) as exc:
+            log.error(
+                "component did not start again; retrying", component=proc.name, error=str(exc)
+            )
+            return
+        self._write_pids()
+        if isinstance(component, LocalPubSubEmulator):
+            # The emulator keeps everything in memory: its topics and subscriptions
+            # are gone with it, and so is every message it had not delivered.
+            try:
+                self._apply_topology()
+            except Exception as exc:  # it is retried at its next restart check
+                log.error("topology not applied after the emulator restarted", error=repr(exc))
+                proc.send(signal.SIGKILL)
+                return
+        log.warning("component restarted", component=proc.name, pid=proc.pid)
 
     def install_signal_handlers(self) -> None:
         """SIGINT/SIGTERM: during start-up, unwind (start() stops what it started);
@@ -408,6 +452,16 @@ class LocalStack:
         for proc in procs:
             proc.wait(kill_deadline - time.monotonic())
             proc.close_log()
+
+
+def _alive(pids: list[int]) -> list[int]:
+    """`pids` but the zombies: they hold nothing, whoever reaps them."""
+    alive = []
+    for pid in pids:
+        with contextlib.suppress(psutil.Error):
+            if psutil.Process(pid).status() != psutil.STATUS_ZOMBIE:
+                alive.append(pid)
+    return alive
 
 
 DEV_KEY_FILE = "dev-api-key"

@@ -1,0 +1,20 @@
+"""The attributes the bus adds to a message on its way through dead letters and
+replays; every module that reads or writes them names them from here."""
+
+from __future__ import annotations
+
+# Added by a worker when it dead-letters a message; a replay removes them again.
+DEAD_LETTER_REASON = "dead_letter_reason"
+DEAD_LETTER_SUBSCRIPTION = "dead_letter_subscription"
+DEAD_LETTER_ATTEMPT = "dead_letter_delivery_attempt"
+DEAD_LETTER_ORDERING_KEY = "dead_letter_ordering_key"
+# Set by `dlq replay`: the one subscription a replayed message is meant for. Every
+# other subscription of its topic acknowledges it without handling it (a filter on
+# the subscription would do the same on Pub/Sub, but the emulator ignores filters).
+REPLAYED_FOR = "replayed_for"
+MAX_ATTRIBUTE_BYTES = 1000  # Pub/Sub allows 1024 bytes per attribute value
+
+
+def truncate_utf8(text: str, max_bytes: int) -> str:
+    """At most `max_bytes` of UTF-8, cut on a character boundary."""
+    return text.encode("utf-8")[:max_bytes].decode("utf-8", errors="ignore")

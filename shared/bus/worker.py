@@ -183,6 +183,7 @@ class SubscriberRuntime:
 
     # -- lifecycle -----------------------------------------------------------
     def start(self) -> None:
+        self.dependencies.start()  # shared by the process's runtimes: once is enough
         threads = f"handler-{self.subscription}"
         if self.mode == "unary":
             # A pull goes to one thread only where a batch handler can take it

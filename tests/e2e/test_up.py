@@ -99,6 +99,28 @@ def _episodes(database_url: str, user_id: str) -> int:
         ).fetchone()[0]
 
 
+def _pid(data_dir: Path, name: str) -> int:
+    entries = json.loads((data_dir / "pids.json").read_text())
+    return next(e["pid"] for e in entries if e["name"] == name)
+
+
+def _wait_restarted(up: Up, name: str) -> None:
+    """`up` started `name` again (a new pid in pids.json) and the API is ready again."""
+
+    def restarts() -> int:
+        lines = [line for line in up.output().splitlines() if "component restarted" in line]
+        return sum(json.loads(line)["component"] == name for line in lines)
+
+    before = restarts()
+    wait_for(lambda: restarts() == before + 1, 60, f"`up` to restart {name}", interval=0.1)
+    wait_for(
+        lambda: httpx.get(f"{up.api_url}/readyz", timeout=10).status_code == 200,
+        60,
+        f"readyz to answer 200 again after {name} restarted",
+        interval=0.1,
+    )
+
+
 @pytest.mark.slow
 def test_up_runs_the_stack_and_stops_it_cleanly(tmp_path):
     data_dir = tmp_path / "stack"
@@ -206,7 +228,8 @@ def test_up_runs_the_stack_and_stops_it_cleanly(tmp_path):
         assert second.returncode == 1
         assert f"already running for {data_dir.resolve()}" in second.stderr
 
-        # Valkey goes away: readiness says 503 and names it.
+        # Valkey goes away: readiness says 503 and names it, until `up` has started
+        # it again on the same port and data (the session's buffer is still there).
         valkey.Valkey.from_url(endpoints["valkey_url"]).shutdown(nosave=True)
         not_ready = wait_for(
             lambda: (r := httpx.get(f"{up.api_url}/readyz", timeout=10)).status_code == 503 and r,
@@ -214,6 +237,30 @@ def test_up_runs_the_stack_and_stops_it_cleanly(tmp_path):
             "readyz to report Valkey down",
         )
         assert not_ready.json()["down"] == ["valkey"]
+        _wait_restarted(up, "valkey")
+        view = httpx.get(
+            f"{up.api_url}/v1/sessions/s-up", params={"user_id": "u-up"}, headers=auth, timeout=5
+        )
+        assert view.status_code == 200 and view.json()["summary"]["version"] == 1, view.text
+
+        # Postgres and then the emulator killed: each is started again by itself, the
+        # topology is applied to the new emulator, and a turn recorded after both
+        # restarts goes through the whole pipeline.
+        for name in ("postgres", "pubsub-emulator"):
+            os.kill(_pid(data_dir, name), signal.SIGKILL)
+            _wait_restarted(up, name)
+        body = {"user_id": "u-up", "user": "After the restarts.", "assistant": "Noted."}
+        posted = httpx.post(
+            f"{up.api_url}/v1/sessions/s-up/turns", json=body, headers=auth, timeout=10
+        )
+        assert posted.status_code == 202, posted.text
+        wait_for(lambda: _episodes(endpoints["database_url"], "u-up") == 12, 60, "the archive")
+        restarted = [line for line in up.output().splitlines() if "component restarted" in line]
+        assert [json.loads(line)["component"] for line in restarted] == [
+            "valkey",
+            "postgres",
+            "pubsub-emulator",
+        ]
     finally:
         children = up.descendants()
         code, took = up.stop()
@@ -229,7 +276,7 @@ def test_up_runs_the_stack_and_stops_it_cleanly(tmp_path):
     beside = Up(tmp_path / "beside", free_port())
     try:
         endpoints = again.wait_ready()
-        assert _episodes(endpoints["database_url"], "u-up") == 11
+        assert _episodes(endpoints["database_url"], "u-up") == 12
         other = beside.wait_ready()
         assert other["database_url"] != endpoints["database_url"]
         assert httpx.get(f"{beside.api_url}/readyz", timeout=10).status_code == 200

@@ -15,6 +15,8 @@ from tests.bus_helpers import Recorder, make_turn, running
 from tests.dlq_helpers import dead_letter, pull_all
 from tests.support import REPO, run_cli, settings_env, stays, wait_for
 
+_ORIGINAL = {"event_id", "event_type", "schema_version", "app"}
+
 
 def _skipped(subscription: str) -> float:
     labels = {"subscription": subscription, "outcome": "skipped"}
@@ -97,19 +99,23 @@ def test_letters_that_fail_again_go_back_once_and_the_run_ends(settings, topolog
     for letters in (after_first, after_second):
         assert sorted(letter.event_id for letter in letters) == expected
         assert {letter.reason for letter in letters} == {"still broken"}
-        assert {letter.attributes[REPLAYED_FOR] for letter in letters} == {"turns-summary"}
     assert sorted(label for (label, _a, _o) in recorder.calls) == sorted(
         [t.turn_id for t in turns] * 2
     )
-    # Each run tags what it publishes with its own id; a replay of a letter that was
-    # replayed before carries one replayed_for, one run id and no old dead-letter reason.
-    first_run = {letter.attributes[REPLAY_RUN] for letter in after_first}
-    second_run = {letter.attributes[REPLAY_RUN] for letter in after_second}
-    assert len(first_run) == len(second_run) == 1 and first_run != second_run
-    replayed_again = recorder.deliveries[-1].attributes
-    assert replayed_again[REPLAYED_FOR] == "turns-summary"
-    assert replayed_again[REPLAY_RUN] in second_run
-    assert not [k for k in replayed_again if k.startswith("dead_letter_")]
+    # Each run tags what it publishes with its own id. A letter replayed a second
+    # time carries its original attributes, one replayed_for and the second run's id,
+    # and none of its dead-lettering.
+    runs = []
+    for deliveries in (recorder.deliveries[:150], recorder.deliveries[150:]):
+        assert {d.attributes[REPLAYED_FOR] for d in deliveries} == {"turns-summary"}
+        assert {k for d in deliveries for k in d.attributes if not k.startswith("goog")} == {
+            *_ORIGINAL,
+            REPLAYED_FOR,
+            REPLAY_RUN,
+        }
+        (run,) = {d.attributes[REPLAY_RUN] for d in deliveries}
+        runs.append(run)
+    assert runs[0] != runs[1]
 
 
 def test_replay_by_event_id_needs_every_id_present(settings, topology, publisher, ids):

@@ -41,12 +41,8 @@ def run_dlq_command(args: argparse.Namespace, settings: Settings) -> int:
             return actions[args.dlq_command](args, queues)
     except (KeyError, MissingEvents) as exc:
         return _fail(str(exc.args[0]), 2)
-    except gexc.NotFound as exc:
-        return _fail(f"Pub/Sub: {_one_line(exc)} (run `agent-memory topology apply`?)")
     except (gexc.GoogleAPICallError, gexc.RetryError) as exc:
-        where = settings.pubsub_emulator_host
-        target = f"the Pub/Sub emulator at {where}" if where else "Pub/Sub"
-        return _fail(f"{target} did not answer: {_one_line(exc)}")
+        return _fail(_pubsub_error(settings, exc))
     except KeyboardInterrupt:
         return _fail("interrupted; what was read is back in the dead letters", INTERRUPTED)
     finally:
@@ -117,10 +113,12 @@ def _replay(args: argparse.Namespace, queues: DeadLetterQueues) -> int:
         result = replay(queues, name, flt, args.limit, args.dry_run, say, progress)
         if result.interrupted:
             say("interrupted; what was read and not replayed is back in the dead letters")
+    if result.error is not None:
+        _fail(_pubsub_error(queues.settings, result.error))
     print(result.summary(args.dry_run))
     if result.interrupted:
         return INTERRUPTED
-    return 1 if result.failed else 0
+    return 1 if result.failed or result.error is not None else 0
 
 
 def _purge(args: argparse.Namespace, queues: DeadLetterQueues) -> int:
@@ -140,6 +138,14 @@ def _purge(args: argparse.Namespace, queues: DeadLetterQueues) -> int:
 def _fail(message: str, code: int = 1) -> int:
     print(f"agent-memory: {message}", file=sys.stderr)
     return code
+
+
+def _pubsub_error(settings: Settings, exc: gexc.GoogleAPICallError | gexc.RetryError) -> str:
+    if isinstance(exc, gexc.NotFound):
+        return f"Pub/Sub: {_one_line(exc)} (run `agent-memory topology apply`?)"
+    where = settings.pubsub_emulator_host
+    target = f"the Pub/Sub emulator at {where}" if where else "Pub/Sub"
+    return f"{target} did not answer: {_one_line(exc)}"
 
 
 def _count(n: int) -> str:

@@ -69,6 +69,8 @@ class ReplayResult:
     skipped: int = 0
     failed: int = 0
     interrupted: bool = False
+    # The Pub/Sub error that ended the run early, if one did.
+    error: gexc.GoogleAPICallError | gexc.RetryError | None = None
 
     def summary(self, dry_run: bool = False) -> str:
         verb = "would replay" if dry_run else "replayed"
@@ -86,8 +88,9 @@ def replay(
 ) -> ReplayResult:
     """Replay the matching dead letters of subscription `name` (at most `limit`).
 
-    Ctrl-C (`queues.stop`) ends the run after the batch in hand: the result
-    says so, and everything read and not replayed is handed back."""
+    Ctrl-C (`queues.stop`) or a failing Pub/Sub ends the run after the batch in
+    hand: the result says so, and everything read and not replayed is handed
+    back. MissingEvents (raised) if an event id is not there: nothing changed."""
     spec = queues.spec(name)
     flt = flt or ReplayFilter()
     with queues.lease(name) as lease:
@@ -110,6 +113,8 @@ def replay(
                     run.take(batch)
         except KeyboardInterrupt:
             run.result.interrupted = True
+        except (gexc.GoogleAPICallError, gexc.RetryError) as exc:
+            run.result.error = exc
     return run.result
 
 

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import re
 import threading
-from collections.abc import Callable, Collection
+from collections.abc import Callable, Collection, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
@@ -251,7 +251,7 @@ class Lease:
                     timeout=CALL_SECONDS,
                     retry=_RETRY,
                 )
-            except gexc.GoogleAPICallError as exc:
+            except gexc.GoogleAPIError as exc:
                 # Not lost: they come back by themselves when the lease ends.
                 log.warning(
                     "could not hand dead letters back; they return within 10 minutes",
@@ -260,13 +260,18 @@ class Lease:
                     error=repr(exc),
                 )
 
-    def read_all(self, progress: Progress = _no_progress) -> int:
-        """Hold every message of the subscription; how many there are."""
+    def batches(
+        self, cap: int | None = None, progress: Progress = _no_progress
+    ) -> Iterator[list[DeadLetter]]:
+        """Pull until the subscription has nothing new left (or `cap` messages are read)."""
         count = 0
-        while batch := self.pull():
+        while cap is None or count < cap:
+            batch = self.pull(PULL_BATCH if cap is None else min(PULL_BATCH, cap - count))
+            if not batch:
+                return
             count += len(batch)
             progress(len(batch))
-        return count
+            yield batch
 
 
 class DeadLetterQueues:
@@ -319,29 +324,18 @@ class DeadLetterQueues:
     # -- reading ---------------------------------------------------------------
     def peek(self, name: str, limit: int | None = None) -> list[DeadLetter]:
         """Read up to `limit` messages (all without one) without consuming them."""
-        letters: list[DeadLetter] = []
         with self.lease(name) as lease:
-            while limit is None or len(letters) < limit:
-                want = PULL_BATCH if limit is None else min(PULL_BATCH, limit - len(letters))
-                batch = lease.pull(want)
-                if not batch:
-                    break
-                letters.extend(batch)
-        return letters
+            return [letter for batch in lease.batches(limit) for letter in batch]
 
     def show(self, name: str, limit: int, progress: Progress = _no_progress) -> Listing:
         """How many messages wait (up to COUNT_CAP) and the `limit` oldest of those read."""
         oldest: list[DeadLetter] = []
         total = 0
         with self.lease(name) as lease:
-            while total < COUNT_CAP:
-                batch = lease.pull(min(PULL_BATCH, COUNT_CAP - total))
-                if not batch:
-                    break
+            for batch in lease.batches(COUNT_CAP, progress):
                 total += len(batch)
-                progress(len(batch))
                 oldest.extend(batch)
-                if len(oldest) > 2 * limit:  # keep memory bounded: only `limit` are shown
+                if len(oldest) > 2 * limit:  # memory stays bounded: only `limit` are shown
                     oldest = sorted(oldest, key=_published)[:limit]
         return Listing(total, sorted(oldest, key=_published)[:limit])
 
@@ -357,15 +351,8 @@ class DeadLetterQueues:
 
         def count(spec: SubscriptionSpec) -> tuple[SubscriptionSpec, str, int]:
             path = self.dead_letter_path(spec)
-            total = 0
             with Lease(self, path) as lease:
-                while total < COUNT_CAP:
-                    batch = lease.pull(min(PULL_BATCH, COUNT_CAP - total))
-                    if not batch:
-                        break
-                    total += len(batch)
-                    counted(len(batch))
-            return spec, path, total
+                return spec, path, sum(len(b) for b in lease.batches(COUNT_CAP, counted))
 
         with ThreadPoolExecutor(len(SUBSCRIPTIONS), thread_name_prefix="dlq-count") as pool:
             return list(pool.map(count, SUBSCRIPTIONS))
@@ -377,9 +364,8 @@ class DeadLetterQueues:
         many messages were read. MissingEvents (nothing changed) if an id is not there."""
         found: list[DeadLetter] = []
         total = 0
-        while batch := lease.pull():
+        for batch in lease.batches(None, progress):
             total += len(batch)
-            progress(len(batch))
             found.extend(letter for letter in batch if letter.event_id in event_ids)
         missing = sorted(set(event_ids) - {letter.event_id for letter in found})
         if missing:

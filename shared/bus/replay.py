@@ -109,8 +109,10 @@ def replay(
             if flt.event_ids:
                 run.selected()
             else:
-                while not run.done and (batch := lease.pull()):
+                for batch in lease.batches():
                     run.take(batch)
+                    if run.done:
+                        break
         except KeyboardInterrupt:
             run.result.interrupted = True
         except (gexc.GoogleAPICallError, gexc.RetryError) as exc:

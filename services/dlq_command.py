@@ -18,9 +18,11 @@ from contextlib import contextmanager
 
 from google.api_core import exceptions as gexc
 from google.auth.exceptions import GoogleAuthError
+from tqdm import tqdm
 
 from shared.bus.dlq import COUNT_CAP, DeadLetterQueues, MissingEvents
 from shared.bus.replay import ReplayFilter, replay
+from shared.bus.topology import subscription_spec
 from shared.config import Settings
 
 INTERRUPTED = 130
@@ -31,6 +33,11 @@ def run_dlq_command(args: argparse.Namespace, settings: Settings) -> int:
     if problem:
         print(problem, file=sys.stderr)
         return 2
+    if args.dlq_command != "list":
+        try:
+            args.subscription = subscription_spec(args.subscription, settings.topic_prefix).name
+        except KeyError as exc:
+            return _fail(str(exc.args[0]), 2)
     try:
         queues = DeadLetterQueues(settings)
     except GoogleAuthError as exc:
@@ -39,8 +46,8 @@ def run_dlq_command(args: argparse.Namespace, settings: Settings) -> int:
     try:
         with _stop_on_sigint(queues.stop):
             return actions[args.dlq_command](args, queues)
-    except (KeyError, MissingEvents) as exc:
-        return _fail(str(exc.args[0]), 2)
+    except MissingEvents as exc:
+        return _fail(str(exc), 2)
     except (gexc.GoogleAPICallError, gexc.RetryError) as exc:
         return _fail(_pubsub_error(settings, exc))
     except KeyboardInterrupt:
@@ -87,7 +94,7 @@ def _list(args: argparse.Namespace, queues: DeadLetterQueues) -> int:
 
 
 def _show(args: argparse.Namespace, queues: DeadLetterQueues) -> int:
-    name = queues.spec(args.subscription).name
+    name = args.subscription
     with _progress(f"reading {name}") as (progress, _say):
         listing = queues.show(name, args.limit, progress)
     noun = "dead letter" if listing.total == 1 else "dead letters"
@@ -101,7 +108,7 @@ def _show(args: argparse.Namespace, queues: DeadLetterQueues) -> int:
 
 
 def _replay(args: argparse.Namespace, queues: DeadLetterQueues) -> int:
-    name = queues.spec(args.subscription).name
+    name = args.subscription
     flt = ReplayFilter(
         event_type=args.event_type,
         app=args.app,
@@ -122,7 +129,7 @@ def _replay(args: argparse.Namespace, queues: DeadLetterQueues) -> int:
 
 
 def _purge(args: argparse.Namespace, queues: DeadLetterQueues) -> int:
-    name = queues.spec(args.subscription).name
+    name = args.subscription
     event_ids = list(dict.fromkeys(args.event_ids))
     with _progress(f"reading {name}") as (progress, say):
         purged = queues.purge(name, event_ids, args.yes, lambda letter: say(letter.line(), True))
@@ -164,8 +171,6 @@ Say = Callable[..., None]
 def _progress(what: str) -> Iterator[tuple[Callable[[int], None], Say]]:
     """A counter with its rate on stderr if that is a terminal, and a way to print
     lines (to stderr, or to stdout with `out=True`) that does not garble it."""
-    from tqdm import tqdm
-
     bar = tqdm(
         desc=what,
         unit=" letters",
@@ -188,7 +193,8 @@ def _progress(what: str) -> Iterator[tuple[Callable[[int], None], Say]]:
 def _stop_on_sigint(stop: threading.Event) -> Iterator[None]:
     """Ctrl-C sets `stop` (the command ends at its next step, cleanly); a second
     Ctrl-C interrupts at once."""
-    previous = signal.getsignal(signal.SIGINT)
+    # None (set outside Python) and SIG_DFL (0) become Python's own: KeyboardInterrupt.
+    previous = signal.getsignal(signal.SIGINT) or signal.default_int_handler
     if threading.current_thread() is not threading.main_thread() or previous == signal.SIG_IGN:
         yield
         return

@@ -88,9 +88,10 @@ def replay(
 ) -> ReplayResult:
     """Replay the matching dead letters of subscription `name` (at most `limit`).
 
-    Ctrl-C (`queues.stop`) or a failing Pub/Sub ends the run after the batch in
-    hand: the result says so, and everything read and not replayed is handed
-    back. MissingEvents (raised) if an event id is not there: nothing changed."""
+    Ctrl-C (`queues.stop`) ends the run after the batch in hand, a Pub/Sub error
+    where it happens: the result says so, and everything read and not replayed
+    is handed back. MissingEvents (raised) if an event id is not there: nothing
+    has changed then."""
     spec = queues.spec(name)
     flt = flt or ReplayFilter()
     with queues.lease(name) as lease:
@@ -171,8 +172,10 @@ class _Run:
                 self.result.replayed += 1
                 self.progress(1)
                 self.say(f"would replay {letter.label} for {self.subscription}")
-            return
-        self._publish(chosen)
+        else:
+            self._publish(chosen)
+        if self.limit is not None and self.result.replayed >= self.limit:
+            self.done = True  # no need to read further
 
     def _publish(self, chosen: list[DeadLetter]) -> None:
         publisher = self.queues.publisher
@@ -212,7 +215,7 @@ class _Run:
         try:
             # Only now, with the publishes confirmed, may the dead letters go.
             self.lease.ack(confirmed)
-        except gexc.GoogleAPICallError as exc:
+        except gexc.GoogleAPIError as exc:
             # Replayed, but still in the dead letters: handed back at the end, and
             # replayed again by a later run, which the consumers' ledgers make harmless.
             self.result.failed += len(confirmed)

@@ -9,10 +9,32 @@ import argparse
 import os
 import sys
 from collections.abc import Sequence
+from datetime import timedelta
 from pathlib import Path
 
 from shared.config import ConfigError, Settings, load_settings
 from shared.logging import configure_logging
+
+_SUB_HELP = "a subscription: its short name (turns-summary), full id or dead-letter name"
+
+
+def _age(text: str) -> timedelta:
+    from shared.bus.dlq import parse_age
+
+    try:
+        return parse_age(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def _at_least_one(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, not {value}")
+    return value
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -29,20 +51,55 @@ def _parser() -> argparse.ArgumentParser:
     topology = sub.add_parser("topology", help="Pub/Sub topics and subscriptions")
     topology.add_argument("action", choices=["apply", "show"])
 
-    dlq = sub.add_parser("dlq", help="dead-lettered messages")
+    dlq = sub.add_parser("dlq", help="dead-lettered messages: count, show, replay, purge")
     dlq_sub = dlq.add_subparsers(dest="dlq_command", required=True, metavar="ACTION")
     dlq_sub.add_parser("list", help="each subscription's dead-letter subscription and its count")
     show = dlq_sub.add_parser("show", help="print dead letters without consuming them")
-    show.add_argument("subscription")
-    show.add_argument("--limit", type=int, default=20)
-    replay = dlq_sub.add_parser("replay", help="re-publish dead letters to their original topic")
-    replay.add_argument("subscription")
-    replay.add_argument("--event-type")
-    replay.add_argument("--app")
-    replay.add_argument("--older-than", help="only dead letters older than this (90s, 15m, 2h, 7d)")
-    replay.add_argument("--newer-than", help="only dead letters newer than this")
-    replay.add_argument("--limit", type=int)
-    replay.add_argument("--dry-run", action="store_true")
+    show.add_argument("subscription", metavar="SUB", help=_SUB_HELP)
+    show.add_argument(
+        "--limit", type=_at_least_one, default=20, metavar="N", help="print the N oldest (20)"
+    )
+    replay = dlq_sub.add_parser(
+        "replay", help="re-publish dead letters for the subscription that dead-lettered them"
+    )
+    replay.add_argument("subscription", metavar="SUB", help=_SUB_HELP)
+    replay.add_argument(
+        "--event-id",
+        action="append",
+        dest="event_ids",
+        metavar="ID",
+        help="only this event (repeatable); if one is not there, nothing is replayed",
+    )
+    replay.add_argument("--event-type", metavar="T", help="only events of this type")
+    replay.add_argument("--app", metavar="A", help="only events of this app")
+    replay.add_argument(
+        "--older-than",
+        type=_age,
+        metavar="D",
+        help="only dead letters older than D (90s, 15m, 2h, 7d), counted from their dead-lettering",
+    )
+    replay.add_argument(
+        "--newer-than", type=_age, metavar="D", help="only dead letters newer than D"
+    )
+    replay.add_argument("--limit", type=_at_least_one, metavar="N", help="replay at most N")
+    replay.add_argument(
+        "--dry-run", action="store_true", help="print what would be replayed; change nothing"
+    )
+    purge = dlq_sub.add_parser(
+        "purge", help="delete dead letters that must never be replayed (asks for --yes)"
+    )
+    purge.add_argument("subscription", metavar="SUB", help=_SUB_HELP)
+    purge.add_argument(
+        "--event-id",
+        action="append",
+        dest="event_ids",
+        metavar="ID",
+        required=True,
+        help="the event to delete (repeatable); if one is not there, nothing is deleted",
+    )
+    purge.add_argument(
+        "--yes", action="store_true", help="delete them; without it they are only shown"
+    )
 
     compact = sub.add_parser(
         "compact", help="publish compaction requests (old episodes into long-term summaries)"

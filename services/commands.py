@@ -79,50 +79,9 @@ def run_topology(args: argparse.Namespace, settings: Settings) -> int:
 
 
 def run_dlq(args: argparse.Namespace, settings: Settings) -> int:
-    from google.api_core import exceptions as gexc
+    from services.dlq_command import run_dlq_command
 
-    from shared.bus.dlq import COUNT_CAP, DeadLetterQueues, ReplayFilter, parse_age
-
-    queues = DeadLetterQueues(settings)
-    try:
-        if args.dlq_command == "list":
-            for spec, path, count in queues.counts():
-                shown = f"{count}+" if count >= COUNT_CAP else str(count)
-                print(f"{spec.name:<28} {path.rsplit('/', 1)[1]:<40} {shown}")
-            return 0
-        if args.dlq_command == "show":
-            letters = queues.peek(args.subscription, args.limit)
-            print(f"{len(letters)} dead letter(s) in {args.subscription} (not consumed)")
-            for letter in letters:
-                age = int(letter.age().total_seconds())
-                print(
-                    f"{letter.event_id or letter.message_id}  {letter.event_type or '?'}  "
-                    f"app={letter.app or '?'}  attempts={letter.attempts}  age={age}s  "
-                    f"reason={letter.reason}"
-                )
-            return 0
-        flt = ReplayFilter(
-            event_type=args.event_type,
-            app=args.app,
-            older_than=parse_age(args.older_than) if args.older_than else None,
-            newer_than=parse_age(args.newer_than) if args.newer_than else None,
-        )
-        result = queues.replay(
-            args.subscription,
-            flt,
-            limit=args.limit,
-            dry_run=args.dry_run,
-            progress=lambda line: print(line, file=sys.stderr, flush=True),
-        )
-        print(result.summary(args.dry_run))
-        return 1 if result.failed else 0
-    except (KeyError, ValueError) as exc:
-        return _fail(str(exc).strip("'\""))
-    except gexc.GoogleAPICallError as exc:
-        hint = " (run `agent-memory topology apply`?)" if isinstance(exc, gexc.NotFound) else ""
-        return _fail(f"Pub/Sub refused the request: {exc.message}{hint}")
-    finally:
-        queues.close()
+    return run_dlq_command(args, settings)
 
 
 def run_compact(args: argparse.Namespace, settings: Settings) -> int:

@@ -1,20 +1,32 @@
-"""Dead letters: count, inspect and replay (`agent-memory dlq list|show|replay`).
+"""Dead letters: count, inspect and purge (`agent-memory dlq list|show|purge`);
+replay is in `shared.bus.replay`.
 
 Reading is done with synchronous pulls on the dead-letter subscription, whose
-ack deadline is the maximum (600 s), so what one command has read stays with
-it until it acknowledges (replayed) or nacks (shown, skipped, failed) it.
-A message is acknowledged in the dead-letter subscription only after its
-re-publish to the original topic is confirmed.
+ack deadline is the maximum (600 s). What one command has read stays with it (a
+`Lease`) until it acknowledges it (replayed, purged) or hands it back with
+modifyAckDeadline 0, which it does with everything else before it ends, also
+when interrupted. Since nothing is handed back earlier, no pull of a command
+returns a message twice, and a pull that finds nothing new means all is read.
+
+On the emulator a pull asks to be answered at once (`return_immediately`,
+deprecated on Pub/Sub but accepted): an empty pull then takes milliseconds
+instead of its whole timeout. Pub/Sub itself may answer such a pull with
+nothing while messages wait, so there a pull waits up to PULL_TIMEOUT_SECONDS.
 """
 
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
+import threading
+from collections.abc import Callable, Collection, Iterator
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
+from types import TracebackType
 
+import structlog
 from google.api_core import exceptions as gexc
+from google.api_core import retry as retries
 from google.cloud import pubsub_v1
 
 from shared.bus.clients import subscriber_client
@@ -32,20 +44,40 @@ from shared.bus.worker import (
     DEAD_LETTER_ORDERING_KEY,
     DEAD_LETTER_REASON,
     DEAD_LETTER_SUBSCRIPTION,
+    REPLAYED_FOR,
 )
 from shared.config import Settings
 from shared.errors import InvalidEvent
 from shared.events import decode
 
-PULL_BATCH = 100
+log = structlog.get_logger(__name__)
+
+PULL_BATCH = 100  # the emulator never returns more per pull
 COUNT_CAP = 10_000
 PULL_TIMEOUT_SECONDS = 3.0
+# Each call, retries included, ends within this: a Pub/Sub that does not answer
+# is reported after seconds, not after the library's default of 60 s.
+CALL_SECONDS = 3.0
+_RETRY = retries.Retry(
+    initial=0.1,
+    maximum=1.0,
+    multiplier=2.0,
+    predicate=retries.if_exception_type(
+        gexc.Aborted, gexc.InternalServerError, gexc.ServiceUnavailable, gexc.Unknown
+    ),
+    timeout=CALL_SECONDS,
+)
+# Set by `dlq replay` on what it publishes: the run's id (see shared.bus.replay).
+REPLAY_RUN = "replay_run"
 _PUBSUB_PREFIX = "CloudPubSubDeadLetterSource"
-_OUR_ATTRIBUTES = {
+# Added on the way into the dead letters or by a replay: never part of the original.
+_ADDED_ATTRIBUTES = {
     DEAD_LETTER_REASON,
     DEAD_LETTER_SUBSCRIPTION,
     DEAD_LETTER_ATTEMPT,
     DEAD_LETTER_ORDERING_KEY,
+    REPLAYED_FOR,
+    REPLAY_RUN,
 }
 
 
@@ -56,6 +88,10 @@ def parse_age(text: str) -> timedelta:
         raise ValueError(f"{text!r} is not a duration such as 90s, 15m, 2h, 7d")
     unit = {"": 1, "s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}[match.group(2)]
     return timedelta(seconds=float(match.group(1)) * unit)
+
+
+class MissingEvents(ValueError):
+    """Event ids asked for that are not in the dead-letter subscription."""
 
 
 @dataclass
@@ -79,6 +115,10 @@ class DeadLetter:
         return self.attributes.get("app", "")
 
     @property
+    def label(self) -> str:
+        return f"{self.event_id or self.message_id} ({self.event_type or '?'})"
+
+    @property
     def attempts(self) -> int:
         raw = self.attributes.get(DEAD_LETTER_ATTEMPT) or self.attributes.get(
             f"{_PUBSUB_PREFIX}DeliveryCount", "0"
@@ -96,12 +136,20 @@ class DeadLetter:
     def age(self, now: datetime | None = None) -> timedelta:
         return (now or datetime.now(UTC)) - self.dead_lettered_at
 
+    def line(self) -> str:
+        """One line for `dlq show` and `dlq purge`."""
+        return (
+            f"{self.event_id or self.message_id}  {self.event_type or '?'}  "
+            f"app={self.app or '?'}  attempts={self.attempts}  "
+            f"age={int(self.age().total_seconds())}s  reason={self.reason}"
+        )
+
     def original_attributes(self) -> dict[str, str]:
-        """The attributes the message had before it was dead-lettered."""
+        """The attributes the message had when it was first published."""
         return {
             k: v
             for k, v in publishable(self.attributes).items()
-            if k not in _OUR_ATTRIBUTES and not k.startswith(_PUBSUB_PREFIX)
+            if k not in _ADDED_ATTRIBUTES and not k.startswith(_PUBSUB_PREFIX)
         }
 
     def ordering_key(self) -> str:
@@ -115,35 +163,122 @@ class DeadLetter:
 
 
 @dataclass(frozen=True)
-class ReplayFilter:
-    event_type: str | None = None
-    app: str | None = None
-    older_than: timedelta | None = None
-    newer_than: timedelta | None = None
+class Listing:
+    """What `dlq show` prints: how many wait (at least, if COUNT_CAP) and the oldest."""
 
-    def matches(self, letter: DeadLetter, now: datetime) -> bool:
-        if self.event_type and letter.event_type != self.event_type:
-            return False
-        if self.app and letter.app != self.app:
-            return False
-        if self.older_than is not None and letter.age(now) < self.older_than:
-            return False
-        return not (self.newer_than is not None and letter.age(now) > self.newer_than)
+    total: int
+    letters: list[DeadLetter]
 
 
-@dataclass
-class ReplayResult:
-    replayed: int = 0
-    skipped: int = 0
-    failed: int = 0
+Progress = Callable[[int], None]
 
-    def summary(self, dry_run: bool = False) -> str:
-        verb = "would replay" if dry_run else "replayed"
-        return f"{verb} {self.replayed}, skipped {self.skipped}, failed {self.failed}"
+
+def _no_progress(_count: int) -> None:
+    pass
+
+
+class Lease:
+    """The messages one command has pulled from one dead-letter subscription and
+    not acknowledged; leaving the `with` block hands them all back."""
+
+    def __init__(self, queues: DeadLetterQueues, path: str) -> None:
+        self.queues = queues
+        self.path = path
+        self.held: dict[str, str] = {}  # message id -> ack id
+        self._seen: set[str] = set()
+
+    def __enter__(self) -> Lease:
+        return self
+
+    def __exit__(
+        self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.release()
+
+    def pull(self, want: int = PULL_BATCH) -> list[DeadLetter]:
+        """Up to `want` messages this lease has not read before; [] when none are left."""
+        self.queues.check_stop()
+        subscriber = self.queues.subscriber
+        request = {"subscription": self.path, "max_messages": want}
+        if self.queues.return_immediately:
+            request["return_immediately"] = True
+        try:
+            response = subscriber.pull(request=request, timeout=PULL_TIMEOUT_SECONDS, retry=_RETRY)
+        except gexc.DeadlineExceeded:
+            if self.queues.return_immediately:
+                raise  # the emulator answers at once: this one does not answer at all
+            return []  # Pub/Sub had nothing for the whole timeout
+        letters = []
+        for received in response.received_messages:
+            message = received.message
+            self.held[message.message_id] = received.ack_id
+            if message.message_id in self._seen:
+                continue  # its lease ran out during a long command: only its ack id is new
+            self._seen.add(message.message_id)
+            letters.append(
+                DeadLetter(
+                    ack_id=received.ack_id,
+                    message_id=message.message_id,
+                    data=bytes(message.data),
+                    attributes=dict(message.attributes),
+                    dead_lettered_at=message.publish_time,
+                )
+            )
+        return letters
+
+    def ack(self, letters: list[DeadLetter]) -> None:
+        """Remove `letters` from the dead-letter subscription for good."""
+        for chunk in ack_id_chunks([self.held[letter.message_id] for letter in letters]):
+            self.queues.subscriber.acknowledge(
+                request={"subscription": self.path, "ack_ids": chunk},
+                timeout=CALL_SECONDS,
+                retry=_RETRY,
+            )
+        for letter in letters:
+            del self.held[letter.message_id]
+
+    def release(self) -> None:
+        """Hand everything held back to the subscription, unacknowledged."""
+        ack_ids, self.held = list(self.held.values()), {}
+        for chunk in ack_id_chunks(ack_ids):
+            try:
+                self.queues.subscriber.modify_ack_deadline(
+                    request={
+                        "subscription": self.path,
+                        "ack_ids": chunk,
+                        "ack_deadline_seconds": 0,
+                    },
+                    timeout=CALL_SECONDS,
+                    retry=_RETRY,
+                )
+            except gexc.GoogleAPIError as exc:
+                # Not lost: they come back by themselves when the lease ends.
+                log.warning(
+                    "could not hand dead letters back; they return within 10 minutes",
+                    subscription=self.path,
+                    count=len(chunk),
+                    error=repr(exc),
+                )
+
+    def batches(
+        self, cap: int | None = None, progress: Progress = _no_progress
+    ) -> Iterator[list[DeadLetter]]:
+        """Pull until the subscription has nothing new left (or `cap` messages are read)."""
+        count = 0
+        while cap is None or count < cap:
+            batch = self.pull(PULL_BATCH if cap is None else min(PULL_BATCH, cap - count))
+            if not batch:
+                return
+            count += len(batch)
+            progress(len(batch))
+            yield batch
 
 
 class DeadLetterQueues:
-    """Operations on the dead-letter subscriptions of one project and prefix."""
+    """Operations on the dead-letter subscriptions of one project and prefix.
+
+    `stop` ends a command at its next pull (Ctrl-C): it raises KeyboardInterrupt
+    there, and what was read is handed back on the way out."""
 
     def __init__(
         self,
@@ -153,6 +288,8 @@ class DeadLetterQueues:
     ) -> None:
         self.settings = settings
         self.subscriber = subscriber or subscriber_client()
+        self.return_immediately = bool(settings.pubsub_emulator_host)
+        self.stop = threading.Event()
         self._publisher = publisher
 
     @property
@@ -167,6 +304,10 @@ class DeadLetterQueues:
             self._publisher.stop()
             self._publisher = None
 
+    def check_stop(self) -> None:
+        if self.stop.is_set():
+            raise KeyboardInterrupt
+
     def dead_letter_path(self, spec: SubscriptionSpec) -> str:
         return self.subscriber.subscription_path(
             self.settings.google_cloud_project,
@@ -174,147 +315,85 @@ class DeadLetterQueues:
         )
 
     def spec(self, name: str) -> SubscriptionSpec:
+        """The subscription `name` stands for; KeyError naming the known ones if none."""
         return subscription_spec(name, self.settings.topic_prefix)
 
+    def lease(self, name: str) -> Lease:
+        return Lease(self, self.dead_letter_path(self.spec(name)))
+
     # -- reading ---------------------------------------------------------------
-    def _batches(self, path: str, limit: int | None) -> Iterator[list[DeadLetter]]:
-        """Yield batches of unread messages until the subscription has none left (or `limit`)."""
-        seen: set[str] = set()
-        while limit is None or len(seen) < limit:
-            want = PULL_BATCH if limit is None else min(PULL_BATCH, limit - len(seen))
-            try:
-                response = self.subscriber.pull(
-                    request={"subscription": path, "max_messages": want},
-                    timeout=PULL_TIMEOUT_SECONDS,
-                )
-            except (gexc.DeadlineExceeded, gexc.RetryError):
-                return
-            fresh = [r for r in response.received_messages if r.message.message_id not in seen]
-            if not fresh:
-                return
-            batch = []
-            for received in fresh:
-                seen.add(received.message.message_id)
-                message = received.message
-                batch.append(
-                    DeadLetter(
-                        ack_id=received.ack_id,
-                        message_id=message.message_id,
-                        data=bytes(message.data),
-                        attributes=dict(message.attributes),
-                        dead_lettered_at=message.publish_time,
-                    )
-                )
-            yield batch
-
-    def _release(self, path: str, letters: list[DeadLetter]) -> None:
-        """Hand messages back to the subscription unacknowledged."""
-        for chunk in ack_id_chunks([letter.ack_id for letter in letters]):
-            self.subscriber.modify_ack_deadline(
-                request={"subscription": path, "ack_ids": chunk, "ack_deadline_seconds": 0}
-            )
-
-    def _read_and_release(self, path: str, limit: int | None) -> list[DeadLetter]:
-        letters: list[DeadLetter] = []
-        try:
-            for batch in self._batches(path, limit):
-                letters.extend(batch)
-        finally:
-            self._release(path, letters)
-        return letters
-
     def peek(self, name: str, limit: int | None = None) -> list[DeadLetter]:
-        """Read messages without consuming them."""
-        return self._read_and_release(self.dead_letter_path(self.spec(name)), limit)
+        """Read up to `limit` messages (all without one) without consuming them."""
+        with self.lease(name) as lease:
+            return [letter for batch in lease.batches(limit) for letter in batch]
 
-    def counts(self) -> list[tuple[SubscriptionSpec, str, int]]:
+    def show(self, name: str, limit: int, progress: Progress = _no_progress) -> Listing:
+        """How many messages wait (up to COUNT_CAP) and the `limit` oldest of those read."""
+        oldest: list[DeadLetter] = []
+        total = 0
+        with self.lease(name) as lease:
+            for batch in lease.batches(COUNT_CAP, progress):
+                total += len(batch)
+                oldest.extend(batch)
+                if len(oldest) > 2 * limit:  # memory stays bounded: only `limit` are shown
+                    oldest = sorted(oldest, key=_published)[:limit]
+        return Listing(total, sorted(oldest, key=_published)[:limit])
+
+    def counts(self, progress: Progress = _no_progress) -> list[tuple[SubscriptionSpec, str, int]]:
         """Per subscription: its dead-letter subscription and how many messages wait
-        there (read, then handed back; at most COUNT_CAP are counted)."""
-        found = []
-        for spec in SUBSCRIPTIONS:
-            path = self.dead_letter_path(spec)
-            found.append((spec, path, len(self._read_and_release(path, COUNT_CAP))))
-        return found
+        there (read, then handed back; at most COUNT_CAP are counted). The four are
+        read at once."""
+        lock = threading.Lock()
 
-    # -- replay ------------------------------------------------------------------
-    def replay(
+        def counted(count: int) -> None:
+            with lock:
+                progress(count)
+
+        def count(spec: SubscriptionSpec) -> tuple[SubscriptionSpec, str, int]:
+            path = self.dead_letter_path(spec)
+            with Lease(self, path) as lease:
+                return spec, path, sum(len(b) for b in lease.batches(COUNT_CAP, counted))
+
+        with ThreadPoolExecutor(len(SUBSCRIPTIONS), thread_name_prefix="dlq-count") as pool:
+            return list(pool.map(count, SUBSCRIPTIONS))
+
+    def find(
+        self, lease: Lease, event_ids: Collection[str], progress: Progress = _no_progress
+    ) -> tuple[list[DeadLetter], int]:
+        """Read the whole subscription into `lease`: the messages of `event_ids` and how
+        many messages were read. MissingEvents (nothing changed) if an id is not there."""
+        found: list[DeadLetter] = []
+        total = 0
+        for batch in lease.batches(None, progress):
+            total += len(batch)
+            found.extend(letter for letter in batch if letter.event_id in event_ids)
+        missing = sorted(set(event_ids) - {letter.event_id for letter in found})
+        if missing:
+            listed = ", ".join(missing)
+            ids = f"event id {listed} is" if len(missing) == 1 else f"event ids {listed} are"
+            raise MissingEvents(f"{ids} not in {lease.path.rsplit('/', 1)[1]}; nothing was changed")
+        return found, total
+
+    # -- purge -------------------------------------------------------------------
+    def purge(
         self,
         name: str,
-        flt: ReplayFilter | None = None,
-        limit: int | None = None,
-        dry_run: bool = False,
-        progress: Callable[[str], None] | None = None,
-    ) -> ReplayResult:
-        """Re-publish matching dead letters to their original topic, then ack each one."""
-        spec = self.spec(name)
-        run = _ReplayRun(
-            queues=self,
-            path=self.dead_letter_path(spec),
-            topic_path=self.publisher.topic_path(spec.topic),
-            flt=flt or ReplayFilter(),
-            dry_run=dry_run,
-            say=progress or (lambda _line: None),
-        )
-        try:
-            for batch in self._batches(run.path, None):
-                for letter in batch:
-                    if limit is not None and run.result.replayed >= limit:
-                        run.held.append(letter)  # read but not considered: handed back untouched
-                    else:
-                        run.consider(letter)
-                if limit is not None and run.result.replayed >= limit:
-                    break
-        finally:
-            self._release(run.path, run.held)
-        return run.result
+        event_ids: Collection[str],
+        confirmed: bool,
+        show: Callable[[DeadLetter], None],
+        progress: Progress = _no_progress,
+    ) -> int:
+        """Acknowledge (delete) the dead letters of `event_ids` if `confirmed`, after
+        passing each to `show`; all ids must be there, or nothing changes. How many."""
+        with self.lease(name) as lease:
+            found, _total = self.find(lease, event_ids, progress)
+            for letter in found:
+                show(letter)
+            if confirmed:
+                self.check_stop()
+                lease.ack(found)
+        return len(found)
 
 
-@dataclass
-class _ReplayRun:
-    """One `dlq replay`: what it has decided so far and what it must hand back."""
-
-    queues: DeadLetterQueues
-    path: str
-    topic_path: str
-    flt: ReplayFilter
-    dry_run: bool
-    say: Callable[[str], None]
-    now: datetime = field(default_factory=lambda: datetime.now(UTC))
-    result: ReplayResult = field(default_factory=ReplayResult)
-    held: list[DeadLetter] = field(default_factory=list)
-
-    def consider(self, letter: DeadLetter) -> None:
-        if not self.flt.matches(letter, self.now):
-            self.result.skipped += 1
-            self.held.append(letter)
-            return
-        label = f"{letter.event_id or letter.message_id} ({letter.event_type or '?'})"
-        topic = self.topic_path.rsplit("/", 1)[1]
-        if self.dry_run:
-            self.result.replayed += 1
-            self.held.append(letter)
-            self.say(f"would replay {label} to {topic}")
-            return
-        try:
-            self.queues.publisher.publish_raw(
-                self.topic_path, letter.data, letter.original_attributes(), letter.ordering_key()
-            ).result(timeout=self.queues.settings.publish_timeout_seconds)
-        except Exception as exc:
-            self.result.failed += 1
-            self.held.append(letter)
-            self.say(f"failed {label}: {exc!r}")
-            return
-        # Only now, with the publish confirmed, may the dead letter go.
-        try:
-            self.queues.subscriber.acknowledge(
-                request={"subscription": self.path, "ack_ids": [letter.ack_id]}
-            )
-        except gexc.GoogleAPICallError as exc:
-            # Replayed, but still in the dead letters, leased to this run: it becomes
-            # visible again when that lease ends, and a later replay then sends it
-            # again, which the consumers' ledgers make harmless.
-            self.result.failed += 1
-            self.say(f"republished {label} but could not acknowledge it: {exc!r}")
-            return
-        self.result.replayed += 1
-        self.say(f"replayed {label} to {topic}")
+def _published(letter: DeadLetter) -> datetime:
+    return letter.dead_lettered_at

@@ -1,7 +1,8 @@
 import json
 import uuid
 
-from shared.bus.dlq import DeadLetterQueues
+from shared.bus.dlq import REPLAY_RUN, DeadLetterQueues
+from shared.bus.worker import REPLAYED_FOR
 from shared.events import TurnRecorded, encode
 from shared.session_buffer import SessionBuffer, SessionKey
 from tests.bus_helpers import Recorder, failing, make_turn, running, summary_handler
@@ -62,11 +63,13 @@ def test_invalid_messages_are_dead_lettered_once_with_a_reason_and_never_handled
     assert len(letters) == 4
     shown = run_cli(settings, "dlq", "show", "turns-summary")
     assert shown.returncode == 0, shown.stderr
-    assert "4 dead letter(s) in turns-summary (not consumed)" in shown.stdout
+    assert shown.stdout.splitlines()[0] == "4 dead letters in turns-summary (not consumed)"
     assert "reason=unknown event_type attribute 'turn.exploded.v1'" in shown.stdout
     listed = run_cli(settings, "dlq", "list")
     assert listed.returncode == 0, listed.stderr
-    counts = {line.split()[0]: int(line.split()[-1]) for line in listed.stdout.splitlines()}
+    header, *rows = listed.stdout.splitlines()
+    assert header.split() == ["SUBSCRIPTION", "DEAD-LETTER", "SUBSCRIPTION", "WAITING"]
+    counts = {line.split()[0]: int(line.split()[-1]) for line in rows}
     assert counts == {
         "turns-summary": 4,
         "turns-extraction": 0,
@@ -122,18 +125,22 @@ def test_a_handler_that_always_fails_ends_in_the_dead_letters_and_replay_applies
         replay = run_cli(settings, "dlq", "replay", "turns-summary")
         assert replay.returncode == 0, replay.stderr
         assert replay.stdout.strip().splitlines()[-1] == "replayed 1, skipped 0, failed 0"
-        assert f"replayed {turn.event_id} (turn.recorded.v1)" in replay.stderr
+        assert f"replayed {turn.event_id} (turn.recorded.v1) for turns-summary" in replay.stderr
         wait_for(lambda: "applied" in recorder.outcomes("turn-0001"), 60, "the replayed event")
 
     assert recorder.outcomes("turn-0001").count("applied") == 1
-    # The replayed message is the original: same event id, attributes and ordering key.
+    # The replayed message is the original (same event id, attributes and ordering
+    # key), addressed to the subscription that dead-lettered it, with the run's id.
     first, replayed = recorder.deliveries[0], recorder.deliveries[-1]
     assert replayed.ordering_key == first.ordering_key == turn.ordering_key
-    assert {k: v for k, v in replayed.attributes.items() if not k.startswith("goog")} == {
+    attributes = {k: v for k, v in replayed.attributes.items() if not k.startswith("goog")}
+    assert len(attributes.pop(REPLAY_RUN)) == 32
+    assert attributes == {
         "event_id": turn.event_id,
         "event_type": "turn.recorded.v1",
         "schema_version": "1",
         "app": ids["app"],
+        REPLAYED_FOR: "turns-summary",
     }
     key = SessionKey(ids["app"], ids["user_id"], ids["session_id"])
     assert [t.turn_id for t in buffer.read(key).turns] == ["turn-0001"]
@@ -185,5 +192,5 @@ def test_replay_filters_dry_run_and_limit(settings, topology, publisher, ids):
     assert sorted(letter.app for letter in left) == ["app-a", "app-b"]
 
     bad = run_cli(settings, "dlq", "replay", "no-such-subscription")
-    assert bad.returncode == 1
-    assert "unknown subscription 'no-such-subscription'" in bad.stderr
+    assert bad.returncode == 2
+    assert bad.stderr.startswith("agent-memory: unknown subscription 'no-such-subscription'; ")

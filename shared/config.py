@@ -54,7 +54,9 @@ class Settings(BaseSettings):
 
     # Pub/Sub topology.
     topic_prefix: str = "agent-memory-"
-    max_delivery_attempts: int = Field(default=5, ge=5, le=100)
+    # The worker's attempts; the subscriptions dead-letter after one more (see
+    # shared/bus/admin.py), the backstop for a message no worker ever settled.
+    max_delivery_attempts: int = Field(default=5, ge=5, le=99)
     ack_deadline_seconds: int = Field(default=30, ge=10, le=600)
     retry_min_backoff_seconds: int = Field(default=1, ge=0, le=600)
     retry_max_backoff_seconds: int = Field(default=60, ge=0, le=600)

@@ -44,9 +44,11 @@ resource "google_pubsub_subscription" "worker" {
   enable_message_ordering = each.value.ordered
   ack_deadline_seconds    = local.ack_deadline_seconds
 
+  # One more delivery than the workers' AM_MAX_DELIVERY_ATTEMPTS: on that extra one
+  # the worker dead-letters, with a reason, a message it never settled.
   dead_letter_policy {
     dead_letter_topic     = google_pubsub_topic.dead_letter[each.key].id
-    max_delivery_attempts = local.max_delivery_attempts
+    max_delivery_attempts = local.max_delivery_attempts + 1
   }
 
   retry_policy {

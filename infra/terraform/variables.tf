@@ -47,13 +47,13 @@ variable "ack_deadline_seconds" {
 }
 
 variable "max_delivery_attempts" {
-  description = "Deliveries before Pub/Sub dead-letters a message, 5-100 (AM_MAX_DELIVERY_ATTEMPTS). null: the default of shared/config.py."
+  description = "Attempts before a worker dead-letters a message, 5-99 (AM_MAX_DELIVERY_ATTEMPTS; the subscriptions' dead-letter policy is one more). null: the default of shared/config.py."
   type        = number
   default     = null
 
   validation {
-    condition     = var.max_delivery_attempts == null || (coalesce(var.max_delivery_attempts, 5) >= 5 && coalesce(var.max_delivery_attempts, 5) <= 100)
-    error_message = "max_delivery_attempts must be between 5 and 100."
+    condition     = var.max_delivery_attempts == null || (coalesce(var.max_delivery_attempts, 5) >= 5 && coalesce(var.max_delivery_attempts, 5) <= 99)
+    error_message = "max_delivery_attempts must be between 5 and 99."
   }
 }
 

@@ -15,7 +15,7 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from shared.errors import EventTooLarge, InvalidEvent
+from shared.errors import DependencyError, EventTooLarge, InvalidEvent
 from shared.events import Event, Limits, OutgoingMessage, encode
 from shared.metrics import count_store_error
 
@@ -138,6 +138,13 @@ def install_error_handlers(app: FastAPI) -> None:
             status_code=exc.status,
             content=error_body(exc.code, exc.message, fields, exc.details),
         )
+
+    @app.exception_handler(DependencyError)
+    async def _dependency(_request: Request, exc: DependencyError) -> JSONResponse:
+        # The LLM or embedding endpoint gave up (its retries ran out): not the request's fault.
+        log.warning("dependency unavailable", dependency=exc.dependency, error=str(exc))
+        message = f"the {exc.dependency} endpoint is unavailable; retry later"
+        return JSONResponse(status_code=503, content=error_body("dependency_unavailable", message))
 
     @app.exception_handler(StarletteHTTPException)
     async def _http(_request: Request, exc: StarletteHTTPException) -> JSONResponse:

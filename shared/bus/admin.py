@@ -112,7 +112,12 @@ class TopologyAdmin:
                     ordered=spec.ordered,
                     ack_deadline_seconds=s.ack_deadline_seconds,
                     dead_letter_topic=self.topic_path(dlq),
-                    max_delivery_attempts=s.max_delivery_attempts,
+                    # One more than the worker's own: a message that comes back after
+                    # its last attempt was never settled (the worker crashed or was
+                    # stopped on it), and the worker dead-letters it on receipt, with a
+                    # reason, before Pub/Sub would (without one) or the emulator would
+                    # drop it (it drops what an ordered subscription gives up on).
+                    max_delivery_attempts=s.max_delivery_attempts + 1,
                     retry_min=s.retry_min_backoff_seconds,
                     retry_max=max(s.retry_max_backoff_seconds, s.retry_min_backoff_seconds),
                 )

@@ -354,6 +354,15 @@ class SubscriberRuntime:
             if meant_for and meant_for != self.subscription:
                 self._conclude(item, outcomes=[Outcome.SKIPPED])
                 continue
+            if item.attempt > self.settings.max_delivery_attempts:
+                # Not run again: whatever happened on its last attempt may happen again.
+                unsettled = PermanentError(
+                    f"delivered {item.attempt} times; attempt {item.attempt - 1} ended "
+                    "without an outcome (a worker crashed or was stopped while handling it)"
+                )
+                if not self._conclude(item, error=unsettled):
+                    held.append(message)
+                continue
             try:
                 item.event = decode(message.data, item.attributes, self.limits)
                 entry = self.handlers.get(type(item.event))

@@ -13,6 +13,7 @@ from pydantic import SecretStr
 
 from shared.config import load_settings
 from shared.embeddings import EmbeddingError, make_embedder, no_text_vector
+from shared.embeddings.base import EmbeddingUnavailable
 from shared.embeddings.gemini import GeminiEmbedder
 from shared.metrics import LLM_CALLS, LLM_TOKENS
 from shared.tokens import estimate_tokens
@@ -113,8 +114,10 @@ def test_a_retryable_failure_is_retried_and_then_succeeds(gemini_settings, fake,
 def test_a_refused_request_fails_at_once(gemini_settings, fake):
     fake.script(BATCH, error_reply(400, "bad request"))
     failed_before = _calls("embed_documents", "failed")
-    with pytest.raises(EmbeddingError, match="embed_documents: HTTP 400 INVALID_ARGUMENT"):
+    refused = "embed_documents: HTTP 400 INVALID_ARGUMENT"
+    with pytest.raises(EmbeddingError, match=refused) as raised:
         GeminiEmbedder(gemini_settings).embed(["alpha"])
+    assert not isinstance(raised.value, EmbeddingUnavailable)  # the request's fault
     assert len(fake.calls(BATCH)) == 1
     assert _calls("embed_documents", "failed") - failed_before == 1
 
@@ -122,7 +125,7 @@ def test_a_refused_request_fails_at_once(gemini_settings, fake):
 def test_retries_stop_at_the_deadline(gemini_settings, fake):
     settings = gemini_settings.model_copy(update={"llm_retry_seconds": 0.3})
     fake.defaults[BATCH] = lambda request: error_reply(503, "overloaded")
-    with pytest.raises(EmbeddingError, match=r"no embeddings after \d+ attempts.*HTTP 503"):
+    with pytest.raises(EmbeddingUnavailable, match=r"no embeddings after \d+ attempts.*HTTP 503"):
         GeminiEmbedder(settings).embed_queries(["alpha"])
     assert len(fake.calls(BATCH)) >= 2
 

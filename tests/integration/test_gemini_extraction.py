@@ -6,10 +6,12 @@ from datetime import UTC, datetime
 
 import pytest
 
+from shared.errors import dependency_of
 from shared.llm import Candidate, Decision, ExistingMemory, ExtractionInput, LLMError
+from shared.llm.base import LLMUnavailable
 from shared.llm.gemini import GeminiLLM
 from shared.metrics import LLM_CALLS
-from tests.fake_gemini import json_reply, text_reply
+from tests.fake_gemini import error_reply, json_reply, text_reply
 
 INP = ExtractionInput(
     session_id="sess_2026_02",
@@ -130,10 +132,34 @@ def test_a_task_that_stays_malformed_fails_once_the_retry_window_is_over(gemini_
     short = GeminiLLM(gemini_llm.settings.model_copy(update={"llm_retry_seconds": 0.3}))
     fake.defaults["generateContent"] = lambda request: json_reply(MALFORMED[task])
     failed_before = _calls(task, "failed")
-    with pytest.raises(LLMError, match=f"^{task}: no usable reply after"):
+    with pytest.raises(LLMError, match=f"^{task}: no usable reply after") as raised:
         _run(short, task)
+    # Replies came back, just not usable ones: the event may be the cause.
+    assert not isinstance(raised.value, LLMUnavailable)
     assert _calls(task, "failed") - failed_before == 1
     assert len(fake.calls("generateContent")) >= 2
+
+
+@pytest.mark.parametrize("status", [429, 503])
+def test_an_endpoint_that_stays_down_until_the_window_is_over_is_unavailable(
+    gemini_llm, fake, status
+):
+    short = GeminiLLM(gemini_llm.settings.model_copy(update={"llm_retry_seconds": 0.3}))
+    fake.defaults["generateContent"] = lambda request: error_reply(status)
+    with pytest.raises(LLMUnavailable, match=f"^extract: no usable reply after .*HTTP {status}"):
+        _run(short, "extract")
+    assert dependency_of(LLMUnavailable("x")) == "llm"
+
+
+@pytest.mark.parametrize(("status", "unavailable"), [(400, False), (401, True), (403, True)])
+def test_refused_credentials_are_the_endpoints_fault_a_bad_request_the_events(
+    gemini_llm, fake, status, unavailable
+):
+    fake.script("generateContent", error_reply(status))
+    with pytest.raises(LLMError) as raised:
+        _run(gemini_llm, "extract")
+    assert isinstance(raised.value, LLMUnavailable) is unavailable
+    assert len(fake.calls("generateContent")) == 1
 
 
 def test_an_unknown_target_is_retried_until_a_known_one(gemini_llm, fake):

@@ -322,3 +322,45 @@ def test_a_message_that_fails_on_a_dependency_which_answers_its_probe_is_dead_le
     # Held three times after the probe passed, then each further failure is the
     # event's: one attempt each until the fifth.
     assert calls == [1, 1, 1, 1, 1, 2, 3, 4, 5]
+
+
+def test_record_turn_answers_within_its_timeout_while_postgres_is_frozen(
+    stack, app_settings, topology, pool, ids
+):
+    from shared.api_keys import create_key
+    from tests.support import serve_api
+
+    settings = app_settings.model_copy(
+        update={
+            "auth_disabled": False,
+            "auth_cache_seconds": 0,  # every request looks its key up
+            "auth_lookup_timeout_seconds": 1.0,
+        }
+    )
+    with pool.connection() as conn:
+        known, _ = create_key(conn, ids["app"])
+        unknown, _ = create_key(conn, ids["app"])  # valid, but never used before the freeze
+        conn.commit()
+    postgres = next(p for p in stack.processes if p.name == "postgres")
+
+    def record(key: str, n: int) -> tuple[int, float]:
+        started = time.monotonic()
+        answer = httpx.post(
+            f"{url}/v1/sessions/{ids['session_id']}/turns",
+            json={"user_id": ids["user_id"], "user": f"turn {n}", "assistant": "ok"},
+            headers={"Authorization": f"Bearer {key}"},
+            timeout=30,
+        )
+        return answer.status_code, time.monotonic() - started
+
+    with serve_api(settings) as url:
+        assert record(known, 1)[0] == 202
+        _freeze(postgres.pid, signal.SIGSTOP)
+        try:
+            stale, stale_took = record(known, 2)
+            refused, refused_took = record(unknown, 3)
+        finally:
+            _freeze(postgres.pid, signal.SIGCONT)
+    # The key verified before the freeze is still trusted; the other cannot be checked.
+    assert stale == 202 and stale_took < 3.0, (stale, stale_took)
+    assert refused == 503 and refused_took < 3.0, (refused, refused_took)

@@ -25,7 +25,7 @@ def test_subscriptions_have_dead_letters_retry_and_ordering(settings, topology):
     )
     assert sub.enable_message_ordering is True
     assert sub.dead_letter_policy.dead_letter_topic == topology.topic_path("turns-summary-dlq")
-    assert sub.dead_letter_policy.max_delivery_attempts == 5
+    assert sub.dead_letter_policy.max_delivery_attempts == 6  # the worker's 5, and a backstop
     assert sub.retry_policy.maximum_backoff.total_seconds() == 1
     dlq = topology.subscriber.get_subscription(
         request={"subscription": topology.subscription_path("turns-summary-dlq")}

@@ -121,7 +121,7 @@ def _terraform_subscriptions(project: str) -> set[DesiredSubscription]:
                 ordered=spec["ordered"],
                 ack_deadline_seconds=d["ack_deadline_seconds"],
                 dead_letter_topic=topic(spec["dead_letter"]),
-                max_delivery_attempts=d["max_delivery_attempts"],
+                max_delivery_attempts=d["max_delivery_attempts"] + 1,
                 retry_min=d["retry_min_backoff_seconds"],
                 retry_max=max(d["retry_max_backoff_seconds"], d["retry_min_backoff_seconds"]),
             )
@@ -152,7 +152,7 @@ def test_terraform_subscriptions_are_the_ones_topology_apply_creates():
     for spec in SUBSCRIPTIONS:
         worker = by_name[f"agent-memory-{spec.name}"]
         assert worker.dead_letter_topic == f"projects/p/topics/agent-memory-{spec.name}-dlq"
-        assert (worker.max_delivery_attempts, worker.ack_deadline_seconds) == (5, 30)
+        assert (worker.max_delivery_attempts, worker.ack_deadline_seconds) == (6, 30)
         assert (worker.retry_min, worker.retry_max) == (1, 60)
         assert f"agent-memory-{spec.name}-dlq" in by_name
 
@@ -211,7 +211,7 @@ def test_pubsub_tf_reads_the_topology():
         "enable_message_ordering = each.value.ordered",
         "ack_deadline_seconds = local.ack_deadline_seconds",
         "dead_letter_topic = google_pubsub_topic.dead_letter[each.key].id",
-        "max_delivery_attempts = local.max_delivery_attempts",
+        "max_delivery_attempts = local.max_delivery_attempts + 1",
         'minimum_backoff = "${local.retry_min_backoff_seconds}s"',
         'maximum_backoff = "${local.retry_max_backoff_seconds}s"',
     ):
@@ -330,7 +330,7 @@ def test_every_terraform_file_parses_and_the_subscriptions_carry_the_policies():
     assert worker["dead_letter_policy"] == [
         {
             "dead_letter_topic": "${google_pubsub_topic.dead_letter[each.key].id}",
-            "max_delivery_attempts": "${local.max_delivery_attempts}",
+            "max_delivery_attempts": "${local.max_delivery_attempts + 1}",
         }
     ]
     assert worker["retry_policy"] == [

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from functools import partial
+from typing import TYPE_CHECKING
 
 import psycopg
 import valkey
@@ -17,6 +18,9 @@ from psycopg_pool import ConnectionPool
 from shared.bus.dependencies import Probe
 from shared.config import Settings
 from shared.db.pool import connect_kwargs
+
+if TYPE_CHECKING:
+    from google import genai
 
 PROBE_TIMEOUT_SECONDS = 2.0
 
@@ -40,11 +44,21 @@ def check_valkey(client: valkey.Valkey) -> None:
     client.ping()  # the client's socket timeout bounds it
 
 
-def check_gemini(settings: Settings, model: str) -> None:
-    """Does the endpoint answer, and take our credentials? (No tokens are spent.)"""
-    from shared.llm.gemini import make_client
+def check_gemini_generation(client: genai.Client, model: str) -> None:
+    """Does the model answer the smallest request of the kind the handlers make?
+    (Its metadata would answer while generation is overloaded or rate-limited.)"""
+    from google.genai import types  # loads only where Gemini is chosen
 
-    make_client(settings).models.get(model=model)
+    config = types.GenerateContentConfig(max_output_tokens=1)
+    client.models.generate_content(model=model, contents="ping", config=config)
+
+
+def check_gemini_embedding(client: genai.Client, model: str, dim: int) -> None:
+    """Does the embedding model embed one short text?"""
+    from google.genai import types
+
+    config = types.EmbedContentConfig(output_dimensionality=dim)
+    client.models.embed_content(model=model, contents=["ping"], config=config)
 
 
 def check_pubsub(subscriber: pubsub_v1.SubscriberClient, paths: Sequence[str]) -> None:
@@ -74,8 +88,16 @@ def worker_probes(
         )
     if valkey_client is not None:
         probes["valkey"] = Probe(partial(check_valkey, valkey_client), periodic=True)
-    if llm and settings.llm_provider == "gemini":
-        probes["llm"] = Probe(partial(check_gemini, settings, settings.llm_model))
-    if embeddings and settings.embedding_provider == "gemini":
-        probes["embeddings"] = Probe(partial(check_gemini, settings, settings.embedding_model))
+    generation = llm and settings.llm_provider == "gemini"
+    embedding = embeddings and settings.embedding_provider == "gemini"
+    if generation or embedding:
+        from shared.llm.gemini import make_client
+
+        # One client, kept by the probes: a client that is dropped closes its connections.
+        client = make_client(settings)
+        if generation:
+            probes["llm"] = Probe(partial(check_gemini_generation, client, settings.llm_model))
+        if embedding:
+            model, dim = settings.embedding_model, settings.embedding_dim
+            probes["embeddings"] = Probe(partial(check_gemini_embedding, client, model, dim))
     return probes

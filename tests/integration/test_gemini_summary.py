@@ -2,14 +2,18 @@
 endpoint, inside the summary worker on the real Valkey and Pub/Sub emulator."""
 
 from datetime import UTC, datetime
+from functools import partial
 
 import pytest
 from pydantic import SecretStr
 
+from shared.bus.dependencies import Dependencies, Probe
 from shared.bus.dlq import DeadLetterQueues
+from shared.bus.worker import SubscriberRuntime
 from shared.events import ToolEvent, TurnRecorded
+from shared.health import check_gemini_generation
 from shared.llm import DialogueTurn, LLMError
-from shared.llm.gemini import GeminiLLM
+from shared.llm.gemini import GeminiLLM, make_client
 from shared.metrics import LLM_TOKENS
 from shared.session_buffer import SessionBuffer, SessionKey
 from tests.bus_helpers import Recorder, make_turn, running, summary_handler
@@ -104,34 +108,50 @@ def _reported(reply):
     return usage.get("promptTokenCount", 0) + usage.get("candidatesTokenCount", 0)
 
 
-def test_a_summary_that_keeps_failing_leaves_the_buffer_and_dead_letters_the_event(
+def test_a_model_that_stays_overloaded_holds_the_fold_until_it_answers(
     gemini_settings, topology, publisher, valkey_client, fake, ids
 ):
+    # The model answers 503 past the retry window: not the event's fault. The
+    # worker holds the turn that crossed the trigger (its delivery attempts
+    # untouched, the buffer as it was), probes the model with a one-token
+    # request, and folds once the model answers again.
     failing = gemini_settings.model_copy(update={"llm_retry_seconds": 0.3})
     fake.defaults["generateContent"] = lambda request: error_reply(503, "overloaded")
     buffer = SessionBuffer(valkey_client, 3600)
     recorder = Recorder()
     handler = recorder.wrap(summary_handler(buffer, GeminiLLM(failing)))
     key = SessionKey(ids["app"], ids["user_id"], ids["session_id"])
-    with running(failing, "turns-summary", {TurnRecorded: [handler]}, publisher):
+    probe = partial(check_gemini_generation, make_client(failing), failing.llm_model)
+    dependencies = Dependencies({"llm": Probe(probe)}, retry_min=0.2, retry_max=0.5)
+    runtime = SubscriberRuntime(
+        failing,
+        "turns-summary",
+        {TurnRecorded: [handler]},
+        publisher,
+        concurrency=4,
+        dependencies=dependencies,
+    )
+    runtime.start()
+    try:
         turns = _turns(ids, 11)
         _fill_then_cross(publisher, buffer, key, turns)
-        letters = wait_for(
-            lambda: DeadLetterQueues(failing).peek("turns-summary") or None,
-            120,
-            "the failing event in the dead letters",
-            interval=0.3,
-        )
-    (letter,) = letters
-    # The event that crossed the trigger: attempted 5 times, then dead-lettered.
+        wait_for(lambda: "llm" in dependencies.down(), 60, "the worker to see the model down")
+        probes = len(fake.calls("generateContent"))
+        wait_for(lambda: len(fake.calls("generateContent")) > probes + 1, 30, "probes of the model")
+        view = buffer.read(key, with_folds=True)
+        assert [t.turn_id for t in view.turns] == [t.turn_id for t in turns]
+        assert (view.summary.version, view.folds) == (0, {})
+
+        fake.defaults["generateContent"] = lambda request: json_reply({"summary": "Options."})
+        wait_for(lambda: buffer.read(key).summary.version == 1, 60, "the fold once it answers")
+        wait_for(lambda: runtime.in_flight() == 0, 30, "every message settled")
+    finally:
+        runtime.stop(timeout=10)
+        dependencies.close()
     failed = [label for (label, _a, outcome) in recorder.calls if outcome.startswith("error")]
-    assert failed == ["turn-0011"] * 5
-    assert letter.event_id == turns[10].event_id
-    assert letter.reason.startswith("failed 5 attempts; last error LLMError: summarize: no usable")
-    assert "HTTP 503 UNAVAILABLE" in letter.reason
-    view = buffer.read(key, with_folds=True)
-    assert [t.turn_id for t in view.turns] == [t.turn_id for t in turns]
-    assert (view.summary.version, view.folds) == (0, {})
+    assert set(failed) == {"turn-0011"}
+    assert {attempt for (_label, attempt, _o) in recorder.calls} == {1}
+    assert DeadLetterQueues(failing).peek("turns-summary") == []
 
 
 def test_a_timeout_is_retried_and_a_refused_request_is_not(gemini_settings, fake):

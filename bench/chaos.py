@@ -1534,10 +1534,7 @@ def main() -> int:
             if time.monotonic() >= started + args.deadline:
                 rows.append(Row(name, "-", recovery="skipped", failures=["global deadline"]))
                 continue
-            if stack is None or not wait_until(stack.healthy, time.monotonic() + 15, 0.5):
-                if stack is not None:
-                    say("  the stack is not healthy: restarting it")
-                    stop_stack(stack)
+            if stack is None:
                 stacks += 1
                 stack = Stack(root, stacks)
                 say(f"starting agent-memory up (data dir {stack.data_dir})")
@@ -1552,6 +1549,7 @@ def main() -> int:
             began = time.monotonic()
             row = SCENARIOS[name](ctx, name)
             rows.append(row)
+            usable = usable_after(stack, ctx, row)
             say(
                 f"    {'PASS' if row.ok else 'FAIL'} in {time.monotonic() - began:.0f} s"
                 + ("" if row.ok else ": " + "; ".join(row.failures))
@@ -1559,6 +1557,10 @@ def main() -> int:
             if not row.recovered:
                 say("    log tails of the stack's processes:")
                 say(indent(stack.log_tails(), "      "))
+            if not usable:
+                say("  the stack is not healthy: the next scenario gets a new one")
+                stop_stack(stack)
+                stack = None
     except StackError as exc:
         say(f"the stack could not be started: {exc}")
         if stack is not None:
@@ -1578,6 +1580,23 @@ def main() -> int:
     if interrupted:
         return 130
     return 0 if rows and all(r.ok for r in rows) else 1
+
+
+def usable_after(stack: Stack, ctx: Context, row: Row) -> bool:
+    """Is the stack fit for the next scenario? Every process alive and the API ready,
+    and a probe turn carried all the way (buffered, concluded by the summary worker,
+    archived) within 30 s: a stalled worker is alive and ready too. A stack that
+    fails only the probe counts against the scenario that left it so."""
+    # A restarted worker may still be starting; a component that never came back won't.
+    if not wait_until(stack.healthy, ctx.until(15 if row.recovered else 0), 0.5):
+        return False
+    probe = make_turns(ctx.app, ctx.users(f"{row.name}-probe", 1), 1, 1, "probe")
+    Burst(stack, probe, rate=10, threads=1).start().join(ctx.until(SEND_BUDGET))
+    if probe[0].event_id and settle(stack, ctx.app, probe, ctx.until(30)).at is not None:
+        return True
+    row.fail("afterwards the stack did not carry a probe turn through within 30 s")
+    row.recovered = False
+    return False
 
 
 def stop_stack(stack: Stack) -> None:

@@ -6,7 +6,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: venv test demo up lint format bench clean
+.PHONY: venv test demo up lint format bench chaos clean
 
 venv: $(STAMP)
 
@@ -35,6 +35,10 @@ format: $(STAMP)
 
 bench: $(STAMP)
 	$(BIN)/python bench/pipeline.py
+
+# Faults injected into a running `agent-memory up` (bench/chaos.py); ARGS="--only NAME".
+chaos: $(STAMP)
+	$(BIN)/python bench/chaos.py $(ARGS)
 
 clean:
 	rm -rf $(VENV) .pytest_cache .ruff_cache

@@ -16,6 +16,8 @@ from concurrent.futures import Future
 from dataclasses import dataclass
 
 import structlog
+from google.api_core import exceptions as gexc
+from google.api_core import retry as retries
 from google.cloud import pubsub_v1
 from google.pubsub_v1.types import PubsubMessage
 
@@ -47,12 +49,31 @@ class _Pending:
     future: Future
 
 
+# What the generated client retries (its own default, whose 600 s deadline would
+# hold every later publish behind one batch while Pub/Sub is down).
+_RETRIED = retries.if_exception_type(
+    gexc.Aborted,
+    gexc.DeadlineExceeded,
+    gexc.InternalServerError,
+    gexc.ResourceExhausted,
+    gexc.ServiceUnavailable,
+    gexc.Unknown,
+)
+
+
 class _Sender:
     """The queue and the thread that empties it."""
 
-    def __init__(self, client: pubsub_v1.PublisherClient, block_when_full: bool) -> None:
+    def __init__(
+        self, client: pubsub_v1.PublisherClient, block_when_full: bool, timeout: float
+    ) -> None:
         self.api = client.api
         self.block_when_full = block_when_full
+        # One batch gets at most what a caller waits for its confirmation.
+        self.timeout = timeout
+        self.retry = retries.Retry(
+            predicate=_RETRIED, initial=0.1, maximum=2.0, multiplier=2.0, timeout=timeout
+        )
         self._cond = threading.Condition()
         self._queue: list[_Pending] = []
         self._count = 0  # queued and in flight
@@ -108,21 +129,35 @@ class _Sender:
                     return
                 taken, self._queue = self._queue, []
             for batch in _batches(taken):
-                self._send(batch)
+                try:
+                    self._send(batch)
+                except Exception as exc:  # the thread must outlive anything a batch does
+                    log.error("publish batch failed unexpectedly", error=repr(exc))
                 with self._cond:
                     self._count -= len(batch)
                     self._bytes -= sum(p.size for p in batch)
                     self._cond.notify_all()
 
     def _send(self, batch: list[_Pending]) -> None:
+        # A caller that stopped waiting may have cancelled its future (asyncio does,
+        # on a timeout); it is published all the same (its event id makes a second
+        # one harmless), but only a claimed future takes a result.
+        claimed = [p.future.set_running_or_notify_cancel() for p in batch]
         try:
-            response = self.api.publish(topic=batch[0].topic, messages=[p.message for p in batch])
+            response = self.api.publish(
+                topic=batch[0].topic,
+                messages=[p.message for p in batch],
+                retry=self.retry,
+                timeout=self.timeout,
+            )
         except Exception as exc:  # every message of the batch fails with it
-            for p in batch:
-                p.future.set_exception(exc)
+            for p, mine in zip(batch, claimed, strict=True):
+                if mine:
+                    p.future.set_exception(exc)
             return
-        for p, message_id in zip(batch, response.message_ids, strict=True):
-            p.future.set_result(message_id)
+        for p, mine, message_id in zip(batch, claimed, response.message_ids, strict=True):
+            if mine:
+                p.future.set_result(message_id)
 
 
 def _batches(pending: list[_Pending]) -> list[list[_Pending]]:
@@ -159,7 +194,7 @@ class EventPublisher:
         # The library's client gives the generated client (channel, emulator,
         # credentials) and names; its own batching publisher is not used.
         self.client = client or publisher_client()
-        self._sender = _Sender(self.client, block_when_full)
+        self._sender = _Sender(self.client, block_when_full, settings.publish_timeout_seconds)
         self.project = settings.google_cloud_project
         self.prefix = settings.topic_prefix
         self.limits = limits or Limits.from_settings(settings)
@@ -200,6 +235,8 @@ class EventPublisher:
     def _after_publish(
         self, future: Future, topic_path: str, ordering_key: str, attributes: Mapping[str, str]
     ) -> None:
+        if future.cancelled():
+            return
         exc = future.exception()
         if exc is None:
             return

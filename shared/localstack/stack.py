@@ -365,9 +365,10 @@ class LocalStack:
         return True
 
     def _restart_component(self, proc: ManagedProcess) -> None:
-        """The same component on the same port and data. What is left of its process
-        group goes first: PostgreSQL's backends outlive a killed postmaster and keep
-        its shared memory, which a new postmaster refuses to share."""
+        """The same component on the same port and data, after what is left of its
+        process group. (PostgreSQL's backends each lead a session of their own; they
+        exit once they notice the postmaster gone, and until then a new postmaster
+        refuses their shared memory: the start fails and is tried again.)"""
         component = self._restartable[proc.name]
         log.error(
             "component exited; restarting it",
@@ -378,25 +379,32 @@ class LocalStack:
         )
         proc.send(signal.SIGKILL)
         proc.close_log()
+        # A new emulator starts empty: a publish that reaches a topic before its
+        # subscriptions exist is lost. The services wait, stopped, until it has them.
+        emulator = isinstance(component, LocalPubSubEmulator)
+        paused = self._pause_services() if emulator else []
         try:
             poll(lambda: not _alive(proc.group_pids()), 10, f"{proc.name}'s group to exit", 0.05)
             component.start()
-        except (ComponentError, TimeoutError) as exc:
+            self._write_pids()
+            if emulator:
+                self._apply_topology()
+        except Exception as exc:  # tried again at its next restart check
             log.error(
                 "component did not start again; retrying", component=proc.name, error=str(exc)
             )
+            proc.send(signal.SIGKILL)
             return
-        self._write_pids()
-        if isinstance(component, LocalPubSubEmulator):
-            # The emulator keeps everything in memory: its topics and subscriptions
-            # are gone with it, and so is every message it had not delivered.
-            try:
-                self._apply_topology()
-            except Exception as exc:  # it is retried at its next restart check
-                log.error("topology not applied after the emulator restarted", error=repr(exc))
-                proc.send(signal.SIGKILL)
-                return
+        finally:
+            for service in paused:
+                service.send(signal.SIGCONT)
         log.warning("component restarted", component=proc.name, pid=proc.pid)
+
+    def _pause_services(self) -> list[ManagedProcess]:
+        paused = [p for p in self.service_procs.values() if p.running]
+        for service in paused:
+            service.send(signal.SIGSTOP)
+        return paused
 
     def install_signal_handlers(self) -> None:
         """SIGINT/SIGTERM: during start-up, unwind (start() stops what it started);

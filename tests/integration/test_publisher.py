@@ -80,3 +80,27 @@ def test_stop_sends_what_is_queued_then_refuses(settings, topology, plain_topic)
     assert len(pull_all(topology, subscription, 50)) == 50
     with pytest.raises(RuntimeError, match="stopped"):
         publisher.publish_raw(topic, b"late", {})
+
+
+def test_a_caller_that_stops_waiting_never_stops_the_sender(settings, monkeypatch):
+    # Pub/Sub does not answer: each batch is retried for the publish timeout, then
+    # fails. A caller that gave up meanwhile cancels its future (asyncio does, on
+    # its own timeout); the batch's failure must not end the sender with it.
+    from shared.localstack.process import free_port
+
+    monkeypatch.setenv("PUBSUB_EMULATOR_HOST", f"127.0.0.1:{free_port()}")  # nothing there
+    settings = settings.model_copy(update={"publish_timeout_seconds": 1.0})
+    publisher = EventPublisher(settings)
+    topic = publisher.topic_path("turns")
+    try:
+        first = publisher.publish_raw(topic, b"first", {})  # keeps the sender busy
+        given_up = publisher.publish_raw(topic, b"given up", {})
+        assert given_up.cancel()  # still queued behind the first
+        with pytest.raises(gexc.RetryError):
+            first.result(timeout=10)
+        later = publisher.publish_raw(topic, b"later", {})
+        # Answered (with Pub/Sub's refusal) within the publish timeout: the sender is alive.
+        with pytest.raises(gexc.RetryError):
+            later.result(timeout=10)
+    finally:
+        publisher.stop()

@@ -155,6 +155,7 @@ class SubscriberRuntime:
         self.concurrency = concurrency
         self.limits = Limits(settings.max_message_bytes, settings.max_tool_events_bytes)
         # Without probes a dependency counts as back once its backoff has passed.
+        self._own_dependencies = dependencies is None
         self.dependencies = dependencies or Dependencies(
             retry_min=settings.dependency_retry_min_seconds,
             retry_max=settings.dependency_retry_max_seconds,
@@ -257,6 +258,8 @@ class SubscriberRuntime:
         else:
             return True
         self.settler.close()
+        if self._own_dependencies:
+            self.dependencies.close()
         if not drained:
             log.warning(
                 "worker stop deadline passed with handlers running",

@@ -27,6 +27,15 @@ def _age(text: str) -> timedelta:
         raise argparse.ArgumentTypeError(str(exc)) from None
 
 
+def _scale(text: str) -> dict[str, int]:
+    from shared.config import parse_scale
+
+    try:
+        return parse_scale(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
 def _at_least_one(text: str) -> int:
     try:
         value = int(text)
@@ -125,6 +134,15 @@ def _parser() -> argparse.ArgumentParser:
 
     up = sub.add_parser("up", help="start the local stack (no Docker, no root)")
     up.add_argument("--data-dir", type=Path, help="where data and logs live (default .local)")
+    up.add_argument(
+        "--scale",
+        action="append",
+        type=_scale,
+        default=[],
+        metavar="KIND=N",
+        help="run N replicas of a worker kind (summary, extraction, compaction) on the same "
+        "subscriptions; repeatable; default AM_SCALE, else 1 each",
+    )
     demo = sub.add_parser("demo", help="start a fresh local stack and show the pipeline at work")
     demo.add_argument("--keep", action="store_true", help="keep the stack's data folder")
     demo.add_argument(

@@ -100,7 +100,8 @@ def run_up(args: argparse.Namespace, settings: Settings) -> int:
     from shared.localstack.components import ComponentError
     from shared.localstack.stack import LocalStack, StackError, describe
 
-    stack = LocalStack(settings, args.data_dir)
+    scale = {kind: n for item in args.scale for kind, n in item.items()}
+    stack = LocalStack(settings, args.data_dir, scale=scale)
     stack.install_signal_handlers()
     try:
         stack.start()

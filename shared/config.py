@@ -23,6 +23,39 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 # Pub/Sub's limit on one message, less room for its attributes and ordering key.
 MAX_PUBSUB_MESSAGE_BYTES = 10_000_000 - 64 * 1024
 
+WORKER_KINDS = ("summary", "extraction", "compaction")
+# Replicas of one kind `agent-memory up` runs on one machine: eight extraction
+# replicas at their default concurrency hold 128 of the local Postgres's 200
+# connections.
+MAX_LOCAL_REPLICAS = 8
+
+
+def parse_scale(items: str | list[str]) -> dict[str, int]:
+    """`extraction=3,summary=2` (or a list of such items) as {kind: replicas};
+    a later item of a kind wins. ValueError quotes the item that is wrong."""
+    if isinstance(items, str):
+        items = [items]
+    scale: dict[str, int] = {}
+    for part in (p.strip() for item in items for p in item.split(",")):
+        if not part:
+            continue
+        kind, equals, count = (s.strip() for s in part.partition("="))
+        if not equals:
+            raise ValueError(f"{part!r}: expected KIND=REPLICAS, e.g. extraction=3")
+        if kind not in WORKER_KINDS:
+            raise ValueError(
+                f"{part!r}: unknown worker kind {kind!r}; known: {', '.join(WORKER_KINDS)}"
+            )
+        if not count.isdigit():
+            raise ValueError(f"{part!r}: replicas must be a whole number, not {count!r}")
+        replicas = int(count)
+        if not 1 <= replicas <= MAX_LOCAL_REPLICAS:
+            raise ValueError(
+                f"{part!r}: replicas must be from 1 to {MAX_LOCAL_REPLICAS}, not {replicas}"
+            )
+        scale[kind] = replicas
+    return scale
+
 
 class ConfigError(Exception):
     """A configuration variable is missing or invalid."""
@@ -68,6 +101,9 @@ class Settings(BaseSettings):
     # Unset: the worker kind's own default (summary 64: Valkey only; extraction 16:
     # the size of its Postgres pool). Each worker kind is its own deployment.
     worker_concurrency: int | None = Field(default=None, ge=1, le=1000)
+    # Replicas per worker kind that `agent-memory up` runs: `extraction=3,summary=2`
+    # (each kind unnamed runs one); `up --scale` overrides it per kind.
+    scale: str = ""
     worker_shutdown_seconds: float = Field(default=8.0, gt=0, le=600)
     lease_extension_seconds: int = Field(default=10, ge=10, le=600)
     publish_timeout_seconds: float = Field(default=10.0, gt=0)
@@ -204,6 +240,12 @@ class Settings(BaseSettings):
     @property
     def exempt_tools(self) -> frozenset[str]:
         return frozenset(t.strip() for t in self.permission_exempt_tools.split(",") if t.strip())
+
+    @field_validator("scale")
+    @classmethod
+    def _scale_parses(cls, value: str) -> str:
+        parse_scale(value)
+        return value
 
     @field_validator("topic_prefix")
     @classmethod

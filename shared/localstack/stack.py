@@ -17,7 +17,7 @@ import signal
 import sys
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import IO
@@ -29,7 +29,7 @@ import structlog
 
 from shared.api_keys import LOOKUP_SQL, create_key, key_hash
 from shared.bus.admin import TopologyAdmin
-from shared.config import Settings
+from shared.config import Settings, parse_scale
 from shared.db.migrate import MigrationError, migrate
 from shared.localstack.components import (
     Component,
@@ -92,8 +92,11 @@ class LocalStack:
         services: tuple[str, ...] = SERVICES,
         fast: bool = False,
         any_api_port: bool = False,
+        scale: Mapping[str, int] | None = None,
     ) -> None:
         self.settings = settings
+        # Replicas per worker kind: AM_SCALE, then `scale` (`up --scale`) per kind.
+        self.scale = {**parse_scale(settings.scale), **(scale or {})}
         # Choose the API's port once the components listen (instead of
         # `settings.api_port`): the emulator's JVM also listens on a port the kernel
         # picks, which can be a port chosen free before it started.
@@ -105,6 +108,7 @@ class LocalStack:
         self.components: list[ManagedProcess] = []
         # process name -> the component that starts it again (same port and data)
         self._restartable: dict[str, Component] = {}
+        # process name (`extraction`, `extraction-2`, ...) -> its process
         self.service_procs: dict[str, ManagedProcess] = {}
         self.endpoints: Endpoints | None = None
         self.dev_api_key: str | None = None
@@ -124,8 +128,8 @@ class LocalStack:
             self._kill_orphans()
             self.endpoints = self._start_components()
             self._prepare()
-            for name in self.services:
-                self.start_service(name)
+            for kind in self.services:
+                self.start_replicas(kind, self.replicas(kind))
             self._write_endpoints()
             if "api" in self.services:
                 self._wait_api()
@@ -267,11 +271,34 @@ class LocalStack:
         env["AM_WORKER_SHUTDOWN_SECONDS"] = str(
             min(self.settings.worker_shutdown_seconds, SERVICE_SHUTDOWN_SECONDS)
         )
+        if self.settings.worker_concurrency:
+            env["AM_WORKER_CONCURRENCY"] = str(self.settings.worker_concurrency)
         return env
 
     def _service_argv(self, name: str) -> list[str]:
-        command = ["api"] if name == "api" else ["worker", name]
+        kind = service_kind(name)
+        command = ["api"] if kind == "api" else ["worker", kind]
         return [sys.executable, "-m", "services.cli", *command]
+
+    def replicas(self, kind: str) -> int:
+        """How many processes of `kind` this stack runs (the API: one)."""
+        return 1 if kind == "api" else self.scale.get(kind, 1)
+
+    def start_replicas(self, kind: str, count: int) -> list[str]:
+        """Start the replicas of `kind` up to `count` that are not running; their
+        process names (`kind`, `kind-2`, ...), all on the same subscriptions."""
+        names = [replica_name(kind, n) for n in range(1, count + 1)]
+        for name in names:
+            proc = self.service_procs.get(name)
+            if proc is None or not proc.running:
+                self.start_service(name)
+        return names
+
+    def stop_services(self, names: list[str], timeout: float = STOP_SERVICES_SECONDS) -> None:
+        """Stop these service processes (they drain) and forget them."""
+        procs = [self.service_procs.pop(name) for name in names if name in self.service_procs]
+        self._stop_group(procs, timeout)
+        self._write_pids()
 
     def start_service(self, name: str) -> None:
         """Start (or start again) one service process, its metrics on a port of its own."""
@@ -462,6 +489,17 @@ class LocalStack:
             proc.close_log()
 
 
+def replica_name(kind: str, number: int) -> str:
+    """The process name of replica `number` (from 1) of a service kind: the first
+    keeps the kind's own name (and log file), the others add their number."""
+    return kind if number == 1 else f"{kind}-{number}"
+
+
+def service_kind(name: str) -> str:
+    kind, _, number = name.rpartition("-")
+    return kind if kind and number.isdigit() else name
+
+
 def _alive(pids: list[int]) -> list[int]:
     """`pids` but the zombies: they hold nothing, whoever reaps them."""
     alive = []
@@ -495,6 +533,7 @@ def describe(stack: LocalStack) -> str:
     """The lines `up` prints once everything answers."""
     e = stack.endpoints
     assert e is not None
+    workers = [kind for kind in stack.services if kind != "api"]
     lines = [
         f"agent-memory is up (data in {stack.data_dir})",
         f"  API       {e.api_url}" if "api" in stack.services else "",
@@ -503,9 +542,11 @@ def describe(stack: LocalStack) -> str:
         f"  Pub/Sub   {e.pubsub_emulator_host or 'Google Cloud'} "
         f"(project {e.google_cloud_project})",
         f"  logs      {stack.log_dir}",
+        "  workers   " + ", ".join(f"{k} x{stack.replicas(k)}" for k in workers) if workers else "",
         *[
-            f"  metrics   {name} http://127.0.0.1:{port}/metrics"
-            for name, port in sorted(stack.metrics_ports.items())
+            f"    {name:<13} pid {proc.pid:<8} "
+            f"metrics http://127.0.0.1:{stack.metrics_ports[name]}/metrics"
+            for name, proc in stack.service_procs.items()
         ],
         f"  API key   {stack.dev_api_key} (app {stack.settings.default_app}; "
         f"also in {stack.data_dir / DEV_KEY_FILE})"

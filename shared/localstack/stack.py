@@ -357,7 +357,10 @@ class LocalStack:
                             "create_time": psutil.Process(proc.pid).create_time(),
                         }
                     )
-        (self.data_dir / "pids.json").write_text(json.dumps(entries) + "\n")
+        # Whole or not at all: a reader never sees half a file.
+        partial = self.data_dir / "pids.json.tmp"
+        partial.write_text(json.dumps(entries) + "\n")
+        partial.replace(self.data_dir / "pids.json")
 
     # -- run -----------------------------------------------------------------
     def watch_once(self) -> None:

@@ -32,13 +32,15 @@ def _clean_env(**extra: str) -> dict[str, str]:
 
 
 class Up:
-    def __init__(self, data_dir: Path, api_port: int, **env: str) -> None:
+    def __init__(
+        self, data_dir: Path, api_port: int, args: tuple[str, ...] = (), **env: str
+    ) -> None:
         self.data_dir = data_dir
         self.api_url = f"http://127.0.0.1:{api_port}"
         self.out = data_dir.parent / f"up-{data_dir.name}-{api_port}.out"
         self._out = open(self.out, "ab")  # noqa: SIM115 - closed in stop()
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "services.cli", "up", "--data-dir", str(data_dir)],
+            [sys.executable, "-m", "services.cli", "up", "--data-dir", str(data_dir), *args],
             env=_clean_env(AM_API_PORT=str(api_port), **env),
             cwd=REPO,
             stdout=self._out,
@@ -70,13 +72,18 @@ class Up:
 
 
 def _metrics_urls(output: str) -> dict[str, str]:
-    """service -> metrics URL, from the `metrics   NAME URL` lines `up` prints."""
+    """process -> metrics URL, from the `NAME pid PID metrics URL` lines `up` prints."""
     found = {}
     for line in output.splitlines():
         parts = line.split()
-        if len(parts) == 3 and parts[0] == "metrics":
-            found[parts[1]] = parts[2]
+        if len(parts) == 5 and parts[1] == "pid" and parts[3] == "metrics":
+            found[parts[0]] = parts[4]
     return found
+
+
+def _total(pages: list[dict[str, float]], sample: str) -> float:
+    """A sample summed over the replicas' metrics pages."""
+    return sum(page.get(sample, 0.0) for page in pages)
 
 
 def _scrape(url: str) -> dict[str, float]:
@@ -99,9 +106,9 @@ def _episodes(database_url: str, user_id: str) -> int:
         ).fetchone()[0]
 
 
-def _pid(data_dir: Path, name: str) -> int:
+def _pid(data_dir: Path, name: str) -> int | None:
     entries = json.loads((data_dir / "pids.json").read_text())
-    return next(e["pid"] for e in entries if e["name"] == name)
+    return next((e["pid"] for e in entries if e["name"] == name), None)
 
 
 def _wait_restarted(up: Up, name: str) -> None:
@@ -124,7 +131,7 @@ def _wait_restarted(up: Up, name: str) -> None:
 @pytest.mark.slow
 def test_up_runs_the_stack_and_stops_it_cleanly(tmp_path):
     data_dir = tmp_path / "stack"
-    up = Up(data_dir, free_port())
+    up = Up(data_dir, free_port(), ("--scale", "summary=2", "--scale", "extraction=2"))
     try:
         endpoints = up.wait_ready()
         assert set(endpoints) == {
@@ -141,8 +148,9 @@ def test_up_runs_the_stack_and_stops_it_cleanly(tmp_path):
         names = " ".join(" ".join(p.cmdline()) for p in children)
         for expected in ("postgres", "valkey-server", "pubsub", "services.cli api"):
             assert expected in names
-        for kind in ("summary", "extraction", "compaction"):
-            assert f"services.cli worker {kind}" in names
+        for kind, replicas in (("summary", 2), ("extraction", 2), ("compaction", 1)):
+            assert names.count(f"services.cli worker {kind}") == replicas, names
+        assert "workers   summary x2, extraction x2, compaction x1" in out
 
         ready = httpx.get(f"{up.api_url}/readyz", timeout=10)
         assert ready.status_code == 200, ready.text
@@ -182,29 +190,47 @@ def test_up_runs_the_stack_and_stops_it_cleanly(tmp_path):
 
         # Each process serves its Prometheus metrics on the port `up` printed.
         metrics = _metrics_urls(up.output())
-        assert sorted(metrics) == ["api", "compaction", "extraction", "summary"]
+        replicas = ["extraction", "extraction-2", "summary", "summary-2"]
+        assert sorted(metrics) == ["api", "compaction", *replicas]
+        pids = {e["name"] for e in json.loads((data_dir / "pids.json").read_text())}
+        assert pids >= {"api", "compaction", *replicas}
         api = _scrape(metrics["api"])
         turns_route = 'method="POST",route="/v1/sessions/{session_id}/turns"'
         assert api[f'agent_memory_api_request_seconds_count{{{turns_route},status="202"}}'] == 11
         assert api[f'agent_memory_api_request_seconds_count{{{turns_route},status="401"}}'] == 1
-        # The API buffered every turn first, so the summary worker's appends were
-        # duplicates; it folded once.
-        summary = wait_for(
+        # The API buffered every turn first, so the summary replicas' appends were
+        # duplicates; together they folded once.
+        summaries = wait_for(
             lambda: (
-                (m := _scrape(metrics["summary"])).get(
-                    'agent_memory_messages_total{outcome="duplicate",subscription="turns-summary"}'
+                _total(
+                    pages := [_scrape(metrics[n]) for n in ("summary", "summary-2")],
+                    'agent_memory_messages_total{outcome="duplicate",subscription="turns-summary"}',
                 )
                 == 11
-                and m
+                and pages
             ),
             30,
-            "the summary worker's counters",
+            "the summary workers' counters",
         )
-        assert summary['agent_memory_handler_seconds_count{subscription="turns-summary"}'] == 11
-        assert summary['agent_memory_summary_folds_total{result="stored"}'] == 1
-        extraction = _scrape(metrics["extraction"])
+        handled = 'agent_memory_handler_seconds_count{subscription="turns-summary"}'
+        assert _total(summaries, handled) == 11
+        assert _total(summaries, 'agent_memory_summary_folds_total{result="stored"}') == 1
+        extractions = [_scrape(metrics[n]) for n in ("extraction", "extraction-2")]
         acked = 'agent_memory_messages_total{outcome="acked",subscription="turns-extraction"}'
-        assert extraction[acked] == 11
+        assert _total(extractions, acked) == 11
+
+        # A replica killed is started again on its own; the others keep running.
+        before = {n: _pid(data_dir, n) for n in ("extraction", "summary", "summary-2")}
+        killed = _pid(data_dir, "extraction-2")
+        os.kill(killed, signal.SIGKILL)
+        wait_for(
+            lambda: _pid(data_dir, "extraction-2") not in (killed, None),
+            30,
+            "`up` to restart extraction-2",
+            interval=0.1,
+        )
+        assert '"service":"extraction-2","exit_code":-9' in up.output()
+        assert {n: _pid(data_dir, n) for n in before} == before
 
         # Another `agent-memory` command reaches the running stack with its endpoints.
         env = _clean_env(

@@ -38,6 +38,26 @@ HANDLER_SECONDS = Histogram(
     ["subscription"],
     buckets=(0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60),
 )
+DELIVERY_LAG_SECONDS = Histogram(
+    "agent_memory_delivery_lag_seconds",
+    "Time from a message's publish to its hand-over to this worker, by subscription: "
+    "how far behind the worker is (it grows with the subscription's backlog).",
+    ["subscription"],
+    buckets=(0.01, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600, 1800, 3600),
+)
+MESSAGES_IN_FLIGHT = Gauge(
+    "agent_memory_messages_in_flight",
+    "Messages this worker holds and has not settled, by subscription (unary pull: "
+    "every leased message, prefetched ones included; streaming pull: those handed "
+    "to a handler).",
+    ["subscription"],
+)
+WORKER_CONCURRENCY = Gauge(
+    "agent_memory_worker_concurrency",
+    "Handlers this worker runs at once per subscription (AM_WORKER_CONCURRENCY or the "
+    "kind's default): in flight over this is how busy it is.",
+    ["subscription"],
+)
 DEAD_LETTER_PUBLISHES = Counter(
     "agent_memory_dead_letter_publishes",
     "Messages a worker published to a dead-letter topic, by subscription and result "

@@ -24,6 +24,7 @@ import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from functools import partial
 from typing import Any
 
@@ -62,7 +63,14 @@ from shared.bus.unary_pull import PREFETCH_FACTOR, PulledMessage, UnaryPullDeliv
 from shared.config import Settings
 from shared.errors import PermanentError
 from shared.events import Event, Limits, decode
-from shared.metrics import HANDLER_SECONDS, MESSAGES, MESSAGES_HELD
+from shared.metrics import (
+    DELIVERY_LAG_SECONDS,
+    HANDLER_SECONDS,
+    MESSAGES,
+    MESSAGES_HELD,
+    MESSAGES_IN_FLIGHT,
+    WORKER_CONCURRENCY,
+)
 from shared.tracing import current, end_span, start_consumer_span
 
 __all__ = [
@@ -180,6 +188,11 @@ class SubscriberRuntime:
         self._unary: UnaryPullDelivery | None = None
         self._duration = HANDLER_SECONDS.labels(subscription)
         self._held = MESSAGES_HELD.labels(subscription)
+        self._lag = DELIVERY_LAG_SECONDS.labels(subscription)
+        WORKER_CONCURRENCY.labels(subscription).set(concurrency)
+        MESSAGES_IN_FLIGHT.labels(subscription).set_function(self.in_flight)
+        self._handling = 0  # streaming pull: messages in a handler's callback now
+        self._handling_lock = threading.Lock()
         self._stopping = threading.Event()
 
     # -- lifecycle -----------------------------------------------------------
@@ -286,13 +299,19 @@ class SubscriberRuntime:
         return self._future is not None and not self._future.done()
 
     def in_flight(self) -> int:
-        """Messages leased and not yet settled (unary pull only; else 0)."""
-        return self._unary.in_flight() if self._unary is not None else 0
+        """Messages leased and not yet settled (streaming pull: those in a handler)."""
+        return self._unary.in_flight() if self._unary is not None else self._handling
 
     # -- messages --------------------------------------------------------------
     def _on_message(self, message: Message | PulledMessage) -> None:
         """Streaming pull: one message on a handler thread, every step inline."""
-        self._on_messages([message], _inline)
+        with self._handling_lock:
+            self._handling += 1
+        try:
+            self._on_messages([message], _inline)
+        finally:
+            with self._handling_lock:
+                self._handling -= 1
 
     def _on_pull(self, messages: list[PulledMessage]) -> None:
         """Unary pull. Whole pulls (a table with a `BatchHandler`): events of a
@@ -304,6 +323,10 @@ class SubscriberRuntime:
     def _on_messages(self, messages: Sequence[Message | PulledMessage], later: Later) -> None:
         """Handle `messages`; those held for a dependency wait here, leased, until
         it answers, and are handled again from the start."""
+        now = datetime.now(UTC)
+        for message in messages:
+            if message.publish_time is not None:
+                self._lag.observe(max(0.0, (now - message.publish_time).total_seconds()))
         pending = list(messages)
         while pending:
             if not self._await_dependencies(pending):

@@ -3,6 +3,8 @@ happens (read from this process's registry, which the runtime and the API under
 test share; `test_up` scrapes the processes over HTTP)."""
 
 import json
+import threading
+import time
 import uuid
 
 from fastapi.testclient import TestClient
@@ -83,3 +85,41 @@ def test_an_unknown_http_method_is_counted_as_other(settings, topology):
         assert client.request("BREW", "/healthz").status_code == 405
     assert _value(name, **labels) - before == 1
     assert REGISTRY.get_sample_value(name, dict(labels, method="BREW")) is None
+
+
+def test_the_autoscaling_signals_follow_the_work_in_flight(settings, topology, publisher, ids):
+    """In flight, concurrency and delivery lag: what an autoscaler reads from a worker.
+    Three turns of three sessions (so none waits on another's order) meet handlers
+    that block until released."""
+    release = threading.Event()
+    entered: list[str] = []
+
+    def blocking(event, delivery):
+        entered.append(event.event_id)
+        release.wait(30)
+
+    events = [make_turn(ids, n, session_id=f"{ids['session_id']}-{n}") for n in range(3)]
+    lag = "agent_memory_delivery_lag_seconds"
+    count_before = _value(f"{lag}_count", subscription=SUB)
+    sum_before = _value(f"{lag}_sum", subscription=SUB)
+    first_publish = time.time()
+    for event in events:
+        publisher.publish(event).result(timeout=10)
+    published = time.time()
+    started = time.time()
+    with running(settings, SUB, {TurnRecorded: [blocking]}, publisher) as runtime:
+        wait_for(lambda: len(entered) == 3, 30, "three handlers to block")
+        handed_over = time.time()
+        assert _value("agent_memory_messages_in_flight", subscription=SUB) == 3
+        assert _value("agent_memory_worker_concurrency", subscription=SUB) == runtime.concurrency
+        release.set()
+        wait_for(
+            lambda: _value("agent_memory_messages_in_flight", subscription=SUB) == 0,
+            10,
+            "the three to settle",
+        )
+    assert _value(f"{lag}_count", subscription=SUB) - count_before == 3
+    # Each waited at least from the last publish to the runtime's start, at most from
+    # the first publish to the last hand-over (50 ms for the clocks' rounding).
+    lags = _value(f"{lag}_sum", subscription=SUB) - sum_before
+    assert 3 * (started - published) - 0.05 <= lags <= 3 * (handed_over - first_publish) + 0.05

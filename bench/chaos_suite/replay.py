@@ -17,7 +17,7 @@ from bench.chaos_suite.observe import handled_event_ids, observe, peek, settle, 
 from bench.chaos_suite.report import Row, tally
 from bench.chaos_suite.scenario import Context, recovery
 from bench.chaos_suite.stack import Stack, agent_memory
-from shared.bus.worker import (
+from shared.bus.attributes import (
     DEAD_LETTER_ATTEMPT,
     DEAD_LETTER_ORDERING_KEY,
     DEAD_LETTER_REASON,

@@ -26,23 +26,20 @@ def _emulator_host() -> str | None:
     return os.environ.get("PUBSUB_EMULATOR_HOST") or None
 
 
-def subscriber_client() -> pubsub_v1.SubscriberClient:
+def _emulator_transport(transport_class: type) -> object:
+    """A transport on an unlimited channel to the emulator (no credentials)."""
     host = _emulator_host()
-    if host is None:
-        return pubsub_v1.SubscriberClient()
     channel = grpc.insecure_channel(host, options=_UNLIMITED)
-    transport = SubscriberGrpcTransport(
-        channel=channel, host=host, credentials=AnonymousCredentials()
-    )
-    return pubsub_v1.SubscriberClient(transport=transport)
+    return transport_class(channel=channel, host=host, credentials=AnonymousCredentials())
+
+
+def subscriber_client() -> pubsub_v1.SubscriberClient:
+    if _emulator_host() is None:
+        return pubsub_v1.SubscriberClient()
+    return pubsub_v1.SubscriberClient(transport=_emulator_transport(SubscriberGrpcTransport))
 
 
 def publisher_client() -> pubsub_v1.PublisherClient:
-    host = _emulator_host()
-    if host is None:
+    if _emulator_host() is None:
         return pubsub_v1.PublisherClient()
-    channel = grpc.insecure_channel(host, options=_UNLIMITED)
-    transport = PublisherGrpcTransport(
-        channel=channel, host=host, credentials=AnonymousCredentials()
-    )
-    return pubsub_v1.PublisherClient(transport=transport)
+    return pubsub_v1.PublisherClient(transport=_emulator_transport(PublisherGrpcTransport))

@@ -29,6 +29,13 @@ from google.api_core import exceptions as gexc
 from google.api_core import retry as retries
 from google.cloud import pubsub_v1
 
+from shared.bus.attributes import (
+    DEAD_LETTER_ATTEMPT,
+    DEAD_LETTER_ORDERING_KEY,
+    DEAD_LETTER_REASON,
+    DEAD_LETTER_SUBSCRIPTION,
+    REPLAYED_FOR,
+)
 from shared.bus.clients import subscriber_client
 from shared.bus.publisher import EventPublisher, publishable
 from shared.bus.topology import (
@@ -39,13 +46,6 @@ from shared.bus.topology import (
     subscription_spec,
 )
 from shared.bus.unary_pull import ack_id_chunks
-from shared.bus.worker import (
-    DEAD_LETTER_ATTEMPT,
-    DEAD_LETTER_ORDERING_KEY,
-    DEAD_LETTER_REASON,
-    DEAD_LETTER_SUBSCRIPTION,
-    REPLAYED_FOR,
-)
 from shared.config import Settings
 from shared.errors import InvalidEvent
 from shared.events import decode

@@ -32,6 +32,7 @@ from datetime import UTC, datetime, timedelta
 
 from google.api_core import exceptions as gexc
 
+from shared.bus.attributes import REPLAYED_FOR
 from shared.bus.dlq import (
     PULL_BATCH,
     REPLAY_RUN,
@@ -40,7 +41,6 @@ from shared.bus.dlq import (
     Lease,
     Progress,
 )
-from shared.bus.worker import REPLAYED_FOR
 
 
 @dataclass(frozen=True)

@@ -34,15 +34,7 @@ from google.cloud.pubsub_v1.subscriber.message import Message
 from google.cloud.pubsub_v1.subscriber.scheduler import ThreadScheduler
 from google.cloud.pubsub_v1.types import FlowControl
 
-from shared.bus.attributes import (
-    DEAD_LETTER_ATTEMPT,
-    DEAD_LETTER_ORDERING_KEY,
-    DEAD_LETTER_REASON,
-    DEAD_LETTER_SUBSCRIPTION,
-    MAX_ATTRIBUTE_BYTES,
-    REPLAYED_FOR,
-    truncate_utf8,
-)
+from shared.bus.attributes import REPLAYED_FOR
 from shared.bus.clients import subscriber_client
 from shared.bus.contract import (
     BatchHandler,
@@ -74,12 +66,6 @@ from shared.metrics import (
 from shared.tracing import current, end_span, start_consumer_span
 
 __all__ = [
-    "DEAD_LETTER_ATTEMPT",
-    "DEAD_LETTER_ORDERING_KEY",
-    "DEAD_LETTER_REASON",
-    "DEAD_LETTER_SUBSCRIPTION",
-    "MAX_ATTRIBUTE_BYTES",
-    "REPLAYED_FOR",
     "BatchHandler",
     "BatchResult",
     "DeadLetter",
@@ -90,7 +76,6 @@ __all__ = [
     "HandlerTable",
     "Outcome",
     "SubscriberRuntime",
-    "truncate_utf8",
 ]
 
 log = structlog.get_logger("agent_memory.worker")

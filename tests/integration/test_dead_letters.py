@@ -1,8 +1,8 @@
 import json
 import uuid
 
+from shared.bus.attributes import REPLAYED_FOR
 from shared.bus.dlq import REPLAY_RUN, DeadLetterQueues
-from shared.bus.worker import REPLAYED_FOR
 from shared.events import TurnRecorded, encode
 from shared.session_buffer import SessionBuffer, SessionKey
 from tests.bus_helpers import Recorder, failing, make_turn, running, summary_handler

@@ -7,8 +7,8 @@ import sys
 
 from prometheus_client import REGISTRY
 
+from shared.bus.attributes import REPLAYED_FOR
 from shared.bus.dlq import REPLAY_RUN, DeadLetterQueues
-from shared.bus.worker import REPLAYED_FOR
 from shared.errors import PermanentError
 from shared.events import TurnRecorded
 from tests.bus_helpers import Recorder, make_turn, running

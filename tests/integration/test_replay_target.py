@@ -2,7 +2,7 @@
 
 from prometheus_client import REGISTRY
 
-from shared.bus.worker import REPLAYED_FOR
+from shared.bus.attributes import REPLAYED_FOR
 from shared.events import TurnRecorded, encode
 from tests.bus_helpers import Recorder, make_turn, running
 from tests.support import stays, wait_for

@@ -208,7 +208,7 @@ def test_an_ordering_key_longer_than_pubsub_allows_is_hashed():
 
 
 def test_dead_letter_reasons_are_cut_by_bytes_on_a_character_boundary():
-    from shared.bus.worker import truncate_utf8
+    from shared.bus.attributes import truncate_utf8
 
     cut = truncate_utf8("é" * 600, 1000)
     assert cut == "é" * 500 and len(cut.encode()) == 1000

@@ -451,6 +451,7 @@ def test_compose_passes_every_setting_but_those_its_readme_names():
         "AM_POSTGRES_SHARED_BUFFERS",
         "AM_PUBSUB_EMULATOR_BIN",
         "AM_PUBSUB_PORT",
+        "AM_SCALE",  # compose has its own *_REPLICAS per kind
         "AM_VALKEY_PORT",
     }
     not_passed = {"AM_TRACING", "AM_DATABASE_IAM_AUTH"}  # infra/README.md says so

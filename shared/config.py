@@ -63,7 +63,7 @@ class ConfigError(Exception):
 
 class Settings(BaseSettings):
     """All configuration of agent-memory. Environment names are in `Field(alias=...)`
-    where they do not follow the `AM_` prefix; README.md lists every variable."""
+    where they do not follow the `AM_` prefix; docs/configuration.md lists every variable."""
 
     model_config = SettingsConfigDict(env_prefix="AM_", extra="ignore", populate_by_name=True)
 

@@ -129,7 +129,7 @@ variable "gemini_api_key" {
 }
 
 variable "settings" {
-  description = "Further AM_* variables for every service and job (README's configuration table), e.g. { AM_SUMMARY_TRIGGER_TURNS = \"12\" }. Those this module sets itself cannot be overridden here."
+  description = "Further AM_* variables for every service and job (docs/configuration.md), e.g. { AM_SUMMARY_TRIGGER_TURNS = \"12\" }. Those this module sets itself cannot be overridden here."
   type        = map(string)
   default     = {}
 

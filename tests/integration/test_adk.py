@@ -488,7 +488,7 @@ def test_a_turn_the_callback_recorded_is_not_sent_again_by_the_memory_service(
     async def scenario():
         async with api.client() as client:
             service = AgentMemoryService(client, project_id=PROJECT)
-            # The README's wiring: the callbacks and the memory service on one runner.
+            # docs/client.md's wiring: the callbacks and the memory service on one runner.
             async with agent_runner(fake, client, memory_service=service) as runner:
                 await new_session(runner, user, session_id)
                 before = REGISTRY.get_sample_value(*posted) or 0.0

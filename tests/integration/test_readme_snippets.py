@@ -1,4 +1,5 @@
-"""The README's snippets run as written, against the live API over HTTP."""
+"""The snippets of the README and docs/client.md run as written, against the live API
+over HTTP."""
 
 import os
 import re
@@ -7,10 +8,10 @@ from tests.integration.test_client import api_settings, base_url, keys  # noqa: 
 from tests.support import REPO
 
 
-def snippet(name: str) -> str:
-    readme = (REPO / "README.md").read_text(encoding="utf-8")
-    match = re.search(rf"<!-- snippet: {name} -->\n```python\n(.*?)```", readme, re.DOTALL)
-    assert match, f"README has no snippet {name!r}"
+def snippet(name: str, document: str = "README.md") -> str:
+    text = (REPO / document).read_text(encoding="utf-8")
+    match = re.search(rf"<!-- snippet: {name} -->\n```python\n(.*?)```", text, re.DOTALL)
+    assert match, f"{document} has no snippet {name!r}"
     return match.group(1)
 
 
@@ -26,7 +27,8 @@ def test_the_adk_snippet_wires_an_agent(base_url, keys, monkeypatch):  # noqa: F
     monkeypatch.setenv("AGENT_MEMORY_URL", base_url)
     monkeypatch.setenv("AGENT_MEMORY_API_KEY", keys["app"])
     scope = {"__name__": "readme_snippet"}
-    exec(compile(snippet("adk"), "README.md:adk", "exec"), scope)  # noqa: S102
+    code = snippet("adk", "docs/client.md")
+    exec(compile(code, "docs/client.md:adk", "exec"), scope)  # noqa: S102
     agent, runner = scope["agent"], scope["runner"]
     assert runner.agent is agent and agent.before_tool_callback is not None
     assert agent.before_model_callback is not None and agent.after_agent_callback is not None

@@ -1,5 +1,5 @@
 """Handlers of the compaction worker: a user's old episodes folded into long-term
-summaries (DESIGN §4).
+summaries (docs/design.md, "Compaction").
 
 For `compaction.requested.v1`: the user's episodes older than the event's
 `created_at` minus `retention_days` (the event's time, not the clock's, so a

@@ -6,7 +6,7 @@
   session and project (once per invocation; the agent may call the model several
   times around tool calls) and appends its `system_instruction` to THAT request
   only. The agent, shared by every session of the process, is never changed: two
-  concurrent sessions each get their own context (DESIGN §9.7).
+  concurrent sessions each get their own context.
 - `after_agent_callback` records the finished turn (the invocation's user text,
   the model's text, its tool calls as tool events) through `record_turn`, with
   the turn id derived from the ADK event id of the user's message, so that

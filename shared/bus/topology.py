@@ -1,4 +1,5 @@
-"""The topics and subscriptions of DESIGN §3, as data, and the one place names are made.
+"""The topics and subscriptions, as data, and the one place names are made
+(docs/design.md, "Topics and subscriptions").
 
 Every resource name carries the configured prefix. Each subscription has its
 own dead-letter topic and a pull subscription on it, both named by

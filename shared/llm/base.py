@@ -137,8 +137,8 @@ class LLM(Protocol):
     ) -> Completion[str]:
         """The user's long-term compacted summary: `previous` (the summary so far, "" for
         none) with old `episodes` (oldest first) folded in. Nothing `previous` holds may
-        be lost (DESIGN §9.3): the bound is `max_tokens`, or the previous summary's own
-        size when that is larger."""
+        be lost (docs/design.md, "Compaction"): the bound is `max_tokens`, or the previous
+        summary's own size when that is larger."""
         ...
 
     def extract(self, inp: ExtractionInput) -> Completion[list[Candidate]]:

@@ -2,9 +2,9 @@
 summary, extractively and deterministically.
 
 The previous summary comes first and is kept whole, verbatim: its facts have
-priority and nothing it holds is ever dropped (DESIGN §9.3). From the episodes,
-the sentences that state a constraint, a choice or a goal (the classes of
-`shared.llm.rules.importance`) are added, prefixed with who said them, the most
+priority and nothing it holds is ever dropped (docs/design.md, "Compaction").
+From the episodes, the sentences that state a constraint, a choice or a goal (the
+classes of `shared.llm.rules.importance`) are added, prefixed with who said them, the most
 important first and the oldest first within a class, as long as the summary stays
 within `max_tokens` by the one estimator (but the episodes always get at least a
 quarter of it); they appear in the order they were said.

@@ -303,7 +303,7 @@ def compaction_prompt(previous: str, episodes: list[DialogueTurn]) -> str:
 def parse_compaction(value: Any, previous: str, max_tokens: int) -> str:
     """The new summary: the previous one verbatim, then the model's additions (within
     their bound). The model never rewrites the previous summary, so no fact of it can
-    be lost (DESIGN §9.3)."""
+    be lost (docs/design.md, "Compaction")."""
     if not isinstance(value, dict) or not isinstance(value.get("additions"), str):
         raise MalformedReply("the reply has no string field 'additions'")
     additions = clip_to_tokens(value["additions"].strip(), additions_bound(previous, max_tokens))

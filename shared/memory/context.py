@@ -1,7 +1,7 @@
 """The `system_instruction` of a context, assembled within a token budget.
 
-Order of priority (DESIGN §5): pinned rules, then the rolling (or carried)
-summary, then the recent turns, then the retrieved memories. When the budget
+Order of priority (docs/design.md, "The read path"): pinned rules, then the
+rolling (or carried) summary, then the recent turns, then the retrieved memories. When the budget
 runs out, the lowest priority goes first: memories from the least relevant,
 then the oldest recent turns, then the summary is clipped; rules are dropped
 last, from the newest. `omitted` counts what did not fit.

@@ -1,4 +1,4 @@
-"""Hybrid retrieval (DESIGN §5) in one SQL statement.
+"""Hybrid retrieval (docs/design.md, "Hybrid retrieval") in one SQL statement.
 
 For each sub-query, two rankings over the same scoped rows: vector distance
 (cosine) and full-text rank (`ts_rank_cd` over the
@@ -32,8 +32,8 @@ and passed to the statement as a parameter. At most
 `AM_SEARCH_TEXT_SCAN_LIMIT` selected rows are ranked per sub-query: first by
 the cheaper `ts_rank`, then the best twice `candidates` by `ts_rank_cd`.
 
-Scope (DESIGN §1): with a project, that project's rows and the user's global
-ones; without, global ones only; a session's own memories only when the search
+Scope (docs/design.md, "The read path"): with a project, that project's rows and
+the user's global ones; without, global ones only; a session's own memories only when the search
 names the session. The app and user are always in the filter. Every value is a
 bound parameter.
 """

@@ -144,7 +144,7 @@ def _terraform_subscriptions(project: str) -> set[DesiredSubscription]:
 def test_terraform_subscriptions_are_the_ones_topology_apply_creates():
     admin = _admin()
     assert _terraform_subscriptions("p") == set(admin.desired_subscriptions())
-    # Spelled out, the facts DESIGN §3 states.
+    # Spelled out, the facts docs/design.md states ("Topics and subscriptions").
     by_name = {s.name.rsplit("/", 1)[1]: s for s in admin.desired_subscriptions()}
     for name in ("turns-summary", "turns-extraction"):
         assert by_name[f"agent-memory-{name}"].ordered

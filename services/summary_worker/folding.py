@@ -11,8 +11,12 @@ the buffer only inside a stored summary version, and never in two.
 A per-session lock keeps concurrent handlers of one session from paying for the
 same LLM call twice. It is an optimisation only: the version check above is what
 makes folding safe. It lives `lock_seconds` and its holder renews it while the
-LLM works, so a crashed holder delays that session's folds by seconds, not by
-the length of an LLM call. One thread per process does the renewing.
+LLM works. A handler that finds the lock taken leaves the fold to the holder,
+which checks again when it releases the lock; in case the holder died holding
+it, the handler's process also looks at the session again once the lock has
+run out. So a crashed holder delays that session's folds by seconds, not until
+its next turn. One thread per process does the renewing, another the looking
+again.
 """
 
 from __future__ import annotations
@@ -83,6 +87,9 @@ class Folder:
         self._held: set[tuple[SessionKey, str]] = set()  # fold locks this process holds
         self._held_lock = threading.Lock()
         self._renewer: threading.Thread | None = None
+        # Sessions whose lock was taken, and when to look at them again.
+        self._rechecks: dict[SessionKey, float] = {}
+        self._rechecker: threading.Thread | None = None
 
     def fold_if_due(self, key: SessionKey, appended: AppendResult) -> list[int]:
         """Fold until the buffer is within its triggers; returns the versions stored.
@@ -95,6 +102,7 @@ class Folder:
             if view is None:
                 # Another handler is folding this session; it checks again after
                 # releasing the lock, so turns appended meanwhile are not left over.
+                self._recheck_later(key)
                 return stored
             self._hold(key, token)
             try:
@@ -159,6 +167,33 @@ class Folder:
     def _release(self, key: SessionKey, token: str) -> None:
         with self._held_lock:
             self._held.discard((key, token))
+
+    def _recheck_later(self, key: SessionKey) -> None:
+        """Look at the session again once the lock that was taken has run out: if
+        its holder died, nothing else would fold the session before its next turn."""
+        with self._held_lock:
+            self._rechecks.setdefault(key, time.monotonic() + self.policy.lock_seconds)
+            if self._rechecker is None:
+                self._rechecker = threading.Thread(
+                    target=self._recheck_forever, name="fold-rechecker", daemon=True
+                )
+                self._rechecker.start()
+
+    def _recheck_forever(self) -> None:
+        while True:
+            time.sleep(self.policy.lock_seconds / 3)
+            now = time.monotonic()
+            with self._held_lock:
+                due = [key for key, at in self._rechecks.items() if at <= now]
+                for key in due:
+                    del self._rechecks[key]
+            for key in due:
+                try:
+                    view = self.buffer.read(key)
+                    # A live holder still folding makes this schedule another look.
+                    self.fold_if_due(key, AppendResult(False, len(view.turns), view.tokens))
+                except Exception as exc:  # the session's next turn tries again
+                    log.warning("fold re-check failed", session=key.session_id, error=repr(exc))
 
     def _renew_forever(self) -> None:
         """One thread per process renews every held fold lock each third of its life."""

@@ -389,6 +389,7 @@ def test_a_turn_recorded_while_valkey_is_down_is_buffered_in_order_when_it_is_ba
 
 
 def test_a_dead_folders_lock_only_delays_the_fold_until_it_expires(valkey_client, ids):
+    # No other turn arrives: the handler that found the lock taken looks again by itself.
     buffer = SessionBuffer(valkey_client, 3600)
     folder = Folder(buffer, RulesLLM(), FoldPolicy(lock_seconds=1.0))
     key = SessionKey(ids["app"], ids["user_id"], ids["session_id"])
@@ -399,10 +400,7 @@ def test_a_dead_folders_lock_only_delays_the_fold_until_it_expires(valkey_client
         appended = buffer.append(key, BufferedTurn.from_event(make_turn(ids, n)))
     assert folder.fold_if_due(key, appended) == []
     assert buffer.read(key).summary.version == 0
-    versions = wait_for(
-        lambda: folder.fold_if_due(key, appended) or None, 10, "the fold after the lock expires"
-    )
-    assert versions == [1]
+    wait_for(lambda: buffer.read(key).summary.version == 1, 10, "the fold after the lock expires")
     assert [t.turn_id for t in buffer.read(key).turns] == [f"turn-{n:04d}" for n in range(8, 12)]
 
 

@@ -1,0 +1,383 @@
+"""Two replicas of every worker kind (`agent-memory worker KIND` processes) consume the
+same subscriptions at once, against the real Postgres, Valkey and Pub/Sub emulator.
+
+One burst per test: 240 turns of one user in six sessions, each turn restating the
+same memory ("My favourite number is N."), and compaction requests for three other
+users with 40 old episodes each (two requests per user, each published twice).
+Whichever replica handles what, each turn is buffered and archived exactly once and
+in order, the folds of a session take its oldest turns in order and each turn once,
+the user's memory revisions are serialised (no lost update), and compaction folds
+each old episode once. The second test kills one replica of each kind with SIGKILL
+in the middle of the backlog and does not restart it: the survivors, with Pub/Sub's
+redelivery of what the dead replicas held, finish the work."""
+
+from __future__ import annotations
+
+import signal
+from collections import Counter
+from dataclasses import dataclass, field
+from datetime import datetime
+
+import pytest
+
+from services.compaction_worker.handlers import continuation_of
+from services.extraction_worker.handlers import TURNS_CONSUMER
+from shared.bus.admin import TopologyAdmin
+from shared.bus.dlq import DeadLetterQueues
+from shared.bus.topology import SUBSCRIPTIONS
+from shared.events import CompactionRequested, TurnRecorded
+from shared.session_buffer import SessionBuffer, SessionKey
+from tests.bus_helpers import make_turn
+from tests.integration.test_compaction import _add, _episodes, _request, _revisions, _summaries
+from tests.support import WorkerProcess, wait_for
+
+KINDS = ("summary", "extraction", "compaction")
+SESSIONS = 6
+TURNS = SESSIONS * 40
+TRIGGER_TURNS = 6  # a session's buffer folds when it holds more turns than this,
+WINDOW_TURNS = 2  # all of them but the newest two
+COMPACTION_USERS = 3
+OLD_EPISODES = 40
+BATCH = 5  # episodes per compaction fold
+FOLDS = OLD_EPISODES // BATCH  # compaction folds per user, whoever makes them
+
+
+@pytest.fixture
+def local(settings):
+    """The test's settings with early folds (the two summary replicas race on the
+    folds of every session) and the shortest ack deadline (what a killed replica
+    pulled but had not leased yet comes back as soon as what it had leased)."""
+    local = settings.model_copy(
+        update={
+            "summary_trigger_turns": TRIGGER_TURNS,
+            "summary_window_turns": WINDOW_TURNS,
+            "ack_deadline_seconds": 10,
+        }
+    )
+    TopologyAdmin(local).apply()
+    return local
+
+
+@dataclass
+class Burst:
+    ids: dict[str, str]
+    sessions: list[dict[str, str]] = field(init=False)
+    turns: list[TurnRecorded] = field(init=False)
+    number: dict[str, int] = field(init=False)  # event_id -> the number the turn states
+    statements: dict[str, list[str]] = field(init=False)  # compaction user -> old episodes
+    requests: list[CompactionRequested] = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.sessions = [
+            dict(self.ids, session_id=f"{self.ids['session_id']}-{s}") for s in range(SESSIONS)
+        ]
+        self.turns, self.number = [], {}
+        self.add_turns(range(1, TURNS + 1))
+        users = [f"{self.ids['user_id']}-c{u}" for u in range(COMPACTION_USERS)]
+        self.statements = {
+            user: [f"Service {u}.{i} must answer within {i + 100} ms." for i in range(OLD_EPISODES)]
+            for u, user in enumerate(users)
+        }
+        # Two requests per user: two chains of continuations race on the same episodes.
+        self.requests = [
+            _request(self.ids, user_id=user, batch_limit=BATCH) for user in users for _ in (1, 2)
+        ]
+
+    def add_turns(self, numbers) -> list[TurnRecorded]:
+        # n is unique across the sessions: every turn has a created_at and a value of
+        # its own, so the newest statement of the memory is well defined.
+        new = [
+            make_turn(self.sessions[n % SESSIONS], n, user=f"My favourite number is {n}.")
+            for n in numbers
+        ]
+        self.turns += new
+        self.number.update((t.event_id, n) for t, n in zip(new, numbers, strict=True))
+        return new
+
+    def key(self, session: dict[str, str]) -> SessionKey:
+        return SessionKey(session["app"], session["user_id"], session["session_id"])
+
+    def turn_ids(self, session: dict[str, str]) -> list[str]:
+        return [t.turn_id for t in self.turns if t.session_id == session["session_id"]]
+
+    def user_ids(self, user: str) -> dict[str, str]:
+        return dict(self.ids, user_id=user)
+
+    def chain(self, user: str) -> set[str]:
+        """Every event id the requests of `user` and their continuations can have (a
+        chain folds at most FOLDS batches, then one more link may find nothing)."""
+        ids = set()
+        for request in (r for r in self.requests if r.user_id == user):
+            for _ in range(FOLDS + 1):
+                ids.add(request.event_id)
+                request = continuation_of(request)
+        return ids
+
+    def totals(self) -> dict[str, int]:
+        return {
+            "summary": len(self.turns),
+            "extraction": len(self.turns),
+            "compaction": COMPACTION_USERS * FOLDS,
+        }
+
+
+class Replicas:
+    """Two `agent-memory worker KIND` processes of every kind."""
+
+    def __init__(self, settings, tmp_path, app: str) -> None:
+        self.app = app
+        self.workers = {
+            kind: [WorkerProcess(settings, kind, tmp_path / f"{kind}-{r}.log") for r in (1, 2)]
+            for kind in KINDS
+        }
+        for worker in self.all():
+            wait_for(lambda w=worker: "worker started" in w.log_text(), 60, f"{worker.kind} up")
+
+    def all(self) -> list[WorkerProcess]:
+        return [w for pair in self.workers.values() for w in pair]
+
+    def handled(self, worker: WorkerProcess) -> list[dict]:
+        """The worker's log line of each message of this test it settled."""
+        return [
+            r
+            for r in worker.log_records()
+            if r.get("message") == "message handled" and r.get("app") == self.app
+        ]
+
+    def outcomes(self, kind: str) -> Counter:
+        return Counter(r["outcome"] for w in self.workers[kind] for r in self.handled(w))
+
+    def taken_over(self, worker: WorkerProcess) -> int:
+        """Messages `worker` settled on a later delivery attempt without having had
+        the earlier one: another replica's, redelivered."""
+        handled = self.handled(worker)
+        own = {r["message_id"] for r in handled if r["delivery_attempt"] == 1}
+        return sum(r["delivery_attempt"] > 1 and r["message_id"] not in own for r in handled)
+
+    def logged(self, kind: str, message: str) -> list[dict]:
+        return [
+            r for w in self.workers[kind] for r in w.log_records() if r.get("message") == message
+        ]
+
+    def stop(self) -> None:
+        # SIGTERM to all at once (each takes up to a pull's timeout to stop), and only
+        # once: a second one may reach an exiting process whose default handler is back.
+        running = [w for w in self.all() if w.proc.poll() is None]
+        for worker in running:
+            worker.signal(signal.SIGTERM)
+        for worker in running:
+            worker.wait(timeout=30)
+        for worker in self.all():
+            worker.stop()  # closes its log
+
+
+def _publish(publisher, burst: Burst) -> None:
+    for request in burst.requests:
+        # Twice: both replicas may hold the same event at once.
+        publisher.publish(request)
+        publisher.publish(request)
+    for turn in burst.turns:
+        publisher.publish(turn)
+
+
+def _progress(burst: Burst, pool, buffer: SessionBuffer) -> dict[str, int]:
+    """Turns buffered, turns archived, compaction folds committed."""
+    with pool.connection() as conn:
+        archived, folds = conn.execute(
+            "SELECT (SELECT count(*) FROM episodes WHERE app = %(a)s AND user_id = %(u)s), "
+            "(SELECT count(*) FROM memory_revisions WHERE app = %(a)s AND user_id = ANY(%(c)s))",
+            {"a": burst.ids["app"], "u": burst.ids["user_id"], "c": list(burst.statements)},
+        ).fetchone()
+    buffered = sum(buffer.read(burst.key(s)).turns_total for s in burst.sessions)
+    return {"summary": buffered, "extraction": archived, "compaction": folds}
+
+
+def _settled(burst: Burst, pool, buffer: SessionBuffer) -> bool:
+    """Everything applied, and no session left over its fold trigger."""
+    return _progress(burst, pool, buffer) == burst.totals() and all(
+        len(buffer.read(burst.key(s)).turns) <= TRIGGER_TURNS for s in burst.sessions
+    )
+
+
+def _check_buffers(burst: Burst, buffer: SessionBuffer) -> None:
+    for session in burst.sessions:
+        view = buffer.read(burst.key(session), with_folds=True)
+        expected = burst.turn_ids(session)
+        assert view.turns_total == len(expected)  # each turn_id appended once
+        # Versions 1..n, each stored once. In version order, the folds and then the
+        # buffer are the session's turns in created_at order: each fold took the
+        # oldest turns left, no turn is in two folds or twice in one, none is lost.
+        assert list(view.folds) == list(range(1, view.summary.version + 1))
+        placed = [turn_id for version in view.folds for turn_id in view.folds[version]]
+        placed += [t.turn_id for t in view.turns]
+        assert placed == expected, session["session_id"]
+        assert [t.created_at for t in view.turns] == sorted(t.created_at for t in view.turns)
+        assert WINDOW_TURNS <= len(view.turns) <= TRIGGER_TURNS
+
+
+def _check_archive(burst: Burst, pool) -> None:
+    with pool.connection() as conn:
+        archived = conn.execute(
+            "SELECT session_id, turn_id, event_id::text FROM episodes "
+            "WHERE app = %s AND user_id = %s ORDER BY created_at",
+            (burst.ids["app"], burst.ids["user_id"]),
+        ).fetchall()
+        ledgered = conn.execute(
+            "SELECT count(*) FROM processed_events WHERE consumer = %s AND event_id = ANY(%s)",
+            (TURNS_CONSUMER, [t.event_id for t in burst.turns]),
+        ).fetchone()[0]
+    assert archived == [(t.session_id, t.turn_id, t.event_id) for t in burst.turns]
+    assert ledgered == len(burst.turns)
+
+
+def _check_memory(burst: Burst, pool) -> None:
+    """One memory, one revision per turn, each revision made on the state the one
+    before it left: a lost update would show an old_text that is not the latest."""
+    with pool.connection() as conn:
+        [(memory_id, text, observed_at, valid_to)] = conn.execute(
+            "SELECT id::text, text, observed_at, valid_to FROM memories "
+            "WHERE app = %s AND user_id = %s",
+            (burst.ids["app"], burst.ids["user_id"]),
+        ).fetchall()
+        revisions = conn.execute(
+            "SELECT action, old_text, new_text, event_id::text, observed_at, applied "
+            "FROM memory_revisions WHERE memory_id = %s ORDER BY id",
+            (memory_id,),
+        ).fetchall()
+    newest = max(burst.turns, key=lambda t: t.created_at)
+    assert (text, observed_at, valid_to) == (
+        f"User's favourite number is {burst.number[newest.event_id]}.",
+        newest.created_at,
+        None,
+    )
+    assert sorted(r[3] for r in revisions) == sorted(t.event_id for t in burst.turns)
+    latest_text: str | None = None
+    latest_at: datetime | None = None
+    for action, old_text, new_text, event_id, seen_at, applied in revisions:
+        assert new_text == f"User's favourite number is {burst.number[event_id]}."
+        assert old_text == latest_text, (action, event_id)
+        if applied:
+            assert action == ("CREATED" if latest_text is None else "UPDATED")
+            assert latest_at is None or seen_at > latest_at
+            latest_text, latest_at = new_text, seen_at
+        else:
+            # Observed before what the memory already held: history only.
+            assert latest_at is not None and action == "UPDATED" and seen_at < latest_at
+    assert (latest_text, latest_at) == (text, observed_at)
+
+
+def _check_compaction(burst: Burst, pool) -> None:
+    for user, statements in burst.statements.items():
+        ids = burst.user_ids(user)
+        assert _episodes(pool, ids) == []
+        [(memory_id, scope, kind, text, embedded)] = _summaries(pool, ids).values()
+        assert (scope, kind, embedded) == ("global", "event", True)
+        # Each old episode folded once, oldest first.
+        assert text == " ".join(f"User: {s}" for s in statements)
+        revisions = _revisions(pool, memory_id)
+        assert [r[0] for r in revisions] == ["CREATED"] + ["UPDATED"] * (FOLDS - 1)
+        # Each fold built on the summary the one before it stored, each by its own request.
+        assert [r[1] for r in revisions] == [None] + [r[2] for r in revisions[:-1]]
+        assert len({r[3] for r in revisions}) == FOLDS
+        assert {r[3] for r in revisions} <= burst.chain(user)
+
+
+def _check_everything(burst: Burst, pool, buffer: SessionBuffer, settings) -> None:
+    _check_buffers(burst, buffer)
+    _check_archive(burst, pool)
+    _check_memory(burst, pool)
+    _check_compaction(burst, pool)
+    queues = DeadLetterQueues(settings)
+    for spec in SUBSCRIPTIONS:
+        assert queues.peek(spec.name) == [], spec.name
+
+
+def test_two_replicas_of_each_kind_apply_every_event_exactly_once(
+    local, publisher, pool, valkey_client, ids, tmp_path
+):
+    burst = Burst(ids)
+    for user, statements in burst.statements.items():
+        _add(pool, burst.user_ids(user), statements)
+    buffer = SessionBuffer(valkey_client, 3600)
+    replicas = Replicas(local, tmp_path, ids["app"])
+    try:
+        _publish(publisher, burst)
+        wait_for(lambda: _settled(burst, pool, buffer), 60, "the burst applied", interval=0.2)
+    finally:
+        replicas.stop()
+    assert [w.proc.returncode for w in replicas.all()] == [0] * 6
+    _check_everything(burst, pool, buffer, local)
+
+    for kind, pair in replicas.workers.items():
+        assert all(replicas.handled(w) for w in pair), f"a {kind} replica had nothing"
+    # Each turn applied by one replica (the others' deliveries of it, if any, were
+    # duplicates): nothing died, so every effect was logged.
+    assert replicas.outcomes("summary")["acked"] == TURNS
+    assert replicas.outcomes("extraction")["acked"] == TURNS
+    # Each summary version stored by one replica, as Valkey recorded it.
+    logged = Counter(
+        (r["session"], r["version"], r["turns"])
+        for r in replicas.logged("summary", "summary folded")
+        if r["session"].startswith(ids["session_id"])
+    )
+    stored = Counter(
+        (s["session_id"], version, len(turns))
+        for s in burst.sessions
+        for version, turns in buffer.read(burst.key(s), with_folds=True).folds.items()
+    )
+    assert logged == stored
+    # Each compaction batch committed once: per user 8 batches of 5 (a last request
+    # of a chain that finds nothing left commits 0 episodes).
+    compacted = Counter(
+        (r["user_id"], r["folded"])
+        for r in replicas.logged("compaction", "episodes compacted")
+        if r["user_id"] in burst.statements and r["folded"]
+    )
+    assert compacted == {(user, BATCH): FOLDS for user in burst.statements}
+
+
+@pytest.mark.slow
+def test_the_survivors_finish_exactly_once_when_one_replica_of_each_kind_is_killed(
+    local, publisher, pool, valkey_client, ids, tmp_path
+):
+    burst = Burst(ids)
+    for user, statements in burst.statements.items():
+        _add(pool, burst.user_ids(user), statements)
+    buffer = SessionBuffer(valkey_client, 3600)
+    replicas = Replicas(local, tmp_path, ids["app"])
+    victims = {kind: pair[0] for kind, pair in replicas.workers.items()}
+    survivors = [pair[1] for pair in replicas.workers.values()]
+    totals = burst.totals()
+    after_kill: dict[str, int] = {}
+
+    def kill_busy_victims() -> bool:
+        # A victim dies once it has settled messages of this test and a quarter of its
+        # kind's work is done: it is in the middle of the backlog, holding leases.
+        now = _progress(burst, pool, buffer)
+        for kind, victim in victims.items():
+            if (
+                kind not in after_kill
+                and now[kind] >= totals[kind] // 4
+                and replicas.handled(victim)
+            ):
+                victim.signal(signal.SIGKILL)
+                after_kill[kind] = _progress(burst, pool, buffer)[kind]
+        return len(after_kill) == len(KINDS)
+
+    try:
+        _publish(publisher, burst)
+        wait_for(kill_busy_victims, 60, "each victim busy", interval=0.02)
+        assert [v.wait(timeout=10) for v in victims.values()] == [-signal.SIGKILL] * 3
+        # A fold lock the dead summary replica held delays its session's fold until
+        # the lock runs out (10 s); the survivor looks at the session again then.
+        wait_for(lambda: _settled(burst, pool, buffer), 60, "the backlog", interval=0.2)
+    finally:
+        replicas.stop()
+    # Each kind still had work left when its replica died, and the survivor handled
+    # messages the dead replica had held.
+    assert all(after_kill[kind] < totals[kind] for kind in KINDS), after_kill
+    assert all(replicas.taken_over(w) for w in survivors), [
+        replicas.taken_over(w) for w in survivors
+    ]
+    assert [w.proc.returncode for w in survivors] == [0] * 3
+    _check_everything(burst, pool, buffer, local)

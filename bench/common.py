@@ -71,11 +71,9 @@ class MachineTime:
     line of /proc/stat: the share of their time in which they had work and the
     hypervisor did not run them (steal), and the share they were idle, in percent.
 
-    On this project's 2-core virtual machine the tails mostly follow the steal: in
-    one series of bench/buffer.py runs from a clean clone, session-view p99 10.14,
-    6.92 and 3.56 ms with 5.62, 2.05 and 0.02% of the CPU time stolen (README,
-    Benchmark). A benchmark prints it beside its figures so that a run is read with
-    the machine's state it ran in."""
+    On a small shared virtual machine the latency tails mostly follow the steal
+    (docs/performance.md), so a benchmark prints it beside its figures: a run is
+    read with the state of the machine it ran in."""
 
     FIELDS = ("user", "nice", "system", "idle", "iowait", "irq", "softirq", "steal")
 

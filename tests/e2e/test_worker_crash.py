@@ -92,7 +92,7 @@ def test_a_worker_stopped_mid_burst_applies_every_event_exactly_once(
     ]
     try:
         # After kill -9 the emulator hands the dead subscriber's messages back only when
-        # their lease ends: minutes, not seconds.
+        # their lease ends: up to the subscription's ack deadline, not at once.
         wait_for(
             lambda: _counts(pool, valkey_client, ids)[:2] == (EVENTS, EVENTS),
             240,

@@ -14,12 +14,16 @@ PREFETCH_FACTOR times as many messages are leased (a pull asks only for the free
 room); on stop, leased messages that have not started are nacked (any still queued
 behind busy handlers at the stop deadline are left to their lease). A lease thread extends
 the deadline of every message in flight; acks and nacks are sent in batches.
+Messages of one ordering key run one after another, as the streaming-pull client
+holds them back: turns of one session would otherwise take handler slots only to
+wait on each other (the extraction worker's per-user lock).
 """
 
 from __future__ import annotations
 
 import threading
 import time
+from collections import deque
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime
@@ -128,6 +132,10 @@ class UnaryPullDelivery:
         self._to_nack: list[str] = []
         self._to_extend: list[str] = []  # first leases of fresh pulls
         self._threads: list[threading.Thread] = []
+        # Ordering key -> messages of that key pulled while one of it is in a handler,
+        # in delivery order (as the streaming-pull client holds them): turns of one
+        # session must not take handler slots only to wait on each other's user lock.
+        self._on_hold: dict[str, deque[list[PulledMessage]]] = {}
 
     # -- lifecycle -----------------------------------------------------------------
     def start(self) -> None:
@@ -233,6 +241,36 @@ class UnaryPullDelivery:
                 if not (message.settled or message.handed_on):  # escaped without deciding
                     message.nack()
 
+    def _key(self, part: list[PulledMessage]) -> str:
+        return "" if self.whole_pulls else part[0].ordering_key
+
+    def _hold(self, part: list[PulledMessage]) -> bool:
+        """Queue `part` behind the message of its ordering key in a handler now (it
+        stays leased meanwhile); False if none is, and its key is now taken."""
+        key = self._key(part)
+        if not key:
+            return False
+        with self._cond:
+            if key in self._on_hold:
+                self._on_hold[key].append(part)
+                return True
+            self._on_hold[key] = deque()
+            return False
+
+    def _run_in_order(self, part: list[PulledMessage]) -> None:
+        """`_run`, then each message of its ordering key held meanwhile, in order."""
+        key = self._key(part)
+        while True:
+            self._run(part)
+            if not key:
+                return
+            with self._cond:
+                held = self._on_hold[key]
+                if not held:
+                    del self._on_hold[key]
+                    return
+                part = held.popleft()
+
     def run_later(
         self, message: PulledMessage, work: Callable[[], None], abandoned: Callable[[], None]
     ) -> None:
@@ -312,8 +350,10 @@ class UnaryPullDelivery:
                     self._to_extend.extend(r.ack_id for r in received)
                 pulled = [PulledMessage(r, self) for r in received]
                 for part in [pulled] if self.whole_pulls and pulled else [[m] for m in pulled]:
+                    if self._hold(part):
+                        continue
                     try:
-                        self.executor.submit(self._run, part)
+                        self.executor.submit(self._run_in_order, part)
                     except RuntimeError:  # the pool shut down at the stop deadline
                         for message in part:
                             message.nack()

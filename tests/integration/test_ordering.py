@@ -1,10 +1,14 @@
 import random
 import threading
+import time
+from collections import Counter, defaultdict
 
+from shared.bus.contract import Outcome
 from shared.errors import PermanentError
 from shared.events import TurnRecorded
 from shared.session_buffer import SessionBuffer, SessionKey
 from tests.bus_helpers import Recorder, make_turn, running, summary_handler
+from tests.conftest import both_pull_modes
 from tests.support import run_cli, wait_for
 
 TURNS = 8
@@ -63,3 +67,42 @@ def test_turns_land_in_created_at_order_despite_redelivery_and_replay(
         assert [t.turn_id for t in view.turns] == [f"turn-{n:04d}" for n in range(1, TURNS + 1)]
         assert [t.created_at for t in view.turns] == sorted(t.created_at for t in view.turns)
         assert view.turns_total == TURNS
+
+
+@both_pull_modes
+def test_a_sessions_turns_run_one_at_a_time_beside_other_sessions(
+    settings, topology, publisher, ids
+):
+    """Per-message handlers (the extraction worker's kind): the turns of one session
+    share an ordering key and run one after another, in order, as the user's lock
+    would make them wait anyway; other sessions' turns run beside them."""
+    sessions = [dict(ids, session_id=f"{ids['session_id']}-{n}") for n in range(4)]
+    now, most, order = Counter(), Counter(), defaultdict(list)
+    lock = threading.Lock()
+
+    def slow(event, delivery):
+        with lock:
+            now[event.session_id] += 1
+            now["all"] += 1
+            for key in (event.session_id, "all"):
+                most[key] = max(most[key], now[key])
+            order[event.session_id].append(event.turn_id)
+        # Work that takes time, so that turns run at once would overlap.
+        time.sleep(0.05)  # noqa: sleep-ok
+        with lock:
+            now[event.session_id] -= 1
+            now["all"] -= 1
+        return Outcome.APPLIED
+
+    table = {TurnRecorded: [slow]}
+    with running(settings, "turns-extraction", table, publisher):
+        for n in range(1, TURNS + 1):
+            for session in sessions:
+                publisher.publish(make_turn(session, n))
+        wait_for(lambda: sum(map(len, order.values())) == len(sessions) * TURNS, 60, "every turn")
+
+    turns = [f"turn-{n:04d}" for n in range(1, TURNS + 1)]
+    assert {s["session_id"]: (most[s["session_id"]], order[s["session_id"]]) for s in sessions} == {
+        s["session_id"]: (1, turns) for s in sessions
+    }
+    assert most["all"] > 1  # sessions did run beside each other

@@ -1,0 +1,417 @@
+"""Scaling benchmark: the extraction worker's drain rate with 1, 2 and 4 replicas
+against an LLM with a realistic latency.
+
+Starts a local stack (PostgreSQL, Valkey, the Pub/Sub emulator; no API) in a
+temporary folder and the fake Gemini endpoint in a process of its own
+(bench/slow_gemini.py: generateContent 800 ms, embeddings 150 ms, +-25%), and
+points the workers' `gemini` LLM and embedding providers at it. Each run queues a
+fresh backlog (`--turns` turns of `--users` new users, one session each, published
+straight to Pub/Sub, interleaved as users who talk at once) BEFORE it starts the
+extraction replicas, then times the drain: events/s over the window from the first
+to the last applied event (the workers' "message handled" log lines), per-event
+p50/p99 from their `duration_ms`, and the CPU seconds of every process over that
+window. Runs: 1 replica at `--concurrency` (16), 1 replica at 64, 2 and 4 replicas
+at `--concurrency`. Each event costs an extraction call, one embedding batch and
+one consolidation call, so about 1.8 s of waiting per event.
+
+"slots busy" is Little's law: events/s x mean handler time / handler slots; near
+100% means every slot was in a handler, so a gap in the drain rate is time spent
+inside the handlers (waiting on a lock, a connection or the CPU), not idle slots.
+Below the table, for each run: CPU seconds of every process, events per replica,
+"handlers of one user at once" (an event whose handler started before the previous
+event of its session had finished, in the same replica or another), and the
+workers' Postgres backends sampled every 0.2 s: waiting on a lock (the user's
+advisory lock) and idle in a transaction (holding it over an LLM call).
+
+First it measures the summary worker's drain rate in a stack of its own with
+bench/pipeline.py's `backlog_drain` (the `rules` provider, as there).
+
+    .venv/bin/python bench/scaling.py [--turns 2000] [--users 200] [--concurrency 16]
+        [--generate-ms 800] [--embed-ms 150] [--jitter 0.25] [--quick]
+
+The last line is `scaling: 2 replicas x<ratio>, 4 replicas x<ratio>` (drain rate
+against the 1-replica run at `--concurrency`).
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import os
+import re
+import statistics
+import sys
+import uuid
+from collections import Counter
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import psutil
+import psycopg
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from bench.common import AppliedLog, MachineTime, bench_stack, percentile  # noqa: E402
+from bench.pipeline import backlog_drain, publish_all, warm_up  # noqa: E402
+from shared.bus.publisher import EventPublisher  # noqa: E402
+from shared.events import TurnRecorded, derived_event_id  # noqa: E402
+from shared.localstack.process import ManagedProcess  # noqa: E402
+from shared.localstack.stack import LocalStack, replica_name  # noqa: E402
+from shared.waiting import poll  # noqa: E402
+
+APP = "default"
+TOPICS = ("editor", "region", "ui theme", "database", "deadline")
+SUBSCRIPTION = "turns-extraction"
+
+
+def backlog(run: str, users: int, turns: int) -> list[TurnRecorded]:
+    """Turn k of every user, then turn k+1 of every user...: as users who talk at
+    once would queue them (user by user, the drain's tail would be the last users'
+    turns one after another). Each user states a value of one of five topics, so
+    half the turns create a memory and half update one."""
+    start = datetime.now(UTC) - timedelta(hours=1)
+    events = []
+    for n in range(turns):
+        u, k = n % users, n // users
+        user, session, topic = f"{run}-u{u}", f"{run}-s{u}", TOPICS[k % len(TOPICS)]
+        events.append(
+            TurnRecorded(
+                event_id=derived_event_id(APP, user, session, f"t{k}"),
+                app=APP,
+                user_id=user,
+                session_id=session,
+                turn_id=f"t{k}",
+                created_at=start + timedelta(seconds=k),
+                user=f"My {topic} is now option {k}.",
+                assistant=f"Noted: your {topic} is option {k}.",
+            )
+        )
+    return events
+
+
+@dataclass
+class Handled:
+    at: float  # epoch seconds of the log line
+    duration_ms: float
+    replica: str
+    key: str  # the ordering key (one user's session)
+
+
+class HandledLog:
+    """One replica's log, read incrementally from where it ended before the run."""
+
+    def __init__(self, name: str, path: Path) -> None:
+        self.name = name
+        self.path = path
+        self.offset = path.stat().st_size if path.exists() else 0
+
+    def poll(self, handled: dict[str, Handled], problems: Counter) -> None:
+        if not self.path.exists():
+            return
+        with open(self.path, "rb") as f:
+            f.seek(self.offset)
+            chunk = f.read()
+        end = chunk.rfind(b"\n") + 1
+        self.offset += end
+        for line in chunk[:end].splitlines():
+            if b'"message handled"' not in line:
+                continue
+            record = json.loads(line)
+            if record.get("subscription") != SUBSCRIPTION:
+                continue
+            if record["outcome"] not in ("acked", "duplicate"):
+                problems[record["outcome"]] += 1
+                continue
+            stamp = datetime.fromisoformat(record["timestamp"].replace("Z", "+00:00"))
+            found = Handled(
+                stamp.timestamp(), record["duration_ms"], self.name, record.get("session", "")
+            )
+            handled.setdefault(record["event_id"], found)
+
+
+def cpu_now(stack: LocalStack, gemini: ManagedProcess) -> dict[str, float]:
+    """CPU seconds of each process with all its descendants, live and reaped
+    (PostgreSQL's backends lead sessions of their own: not in its process group)."""
+    found = {"bench (this process)": sum(psutil.Process().cpu_times()[:2])}
+    for proc in [*stack.components, *stack.service_procs.values(), gemini]:
+        try:
+            top = psutil.Process(proc.pid)
+            found[proc.name] = sum(top.cpu_times()[:4])  # with its reaped children
+            for child in top.children(recursive=True):
+                with contextlib.suppress(psutil.Error):
+                    found[proc.name] += sum(child.cpu_times()[:2])
+        except psutil.Error:
+            continue
+    return found
+
+
+# Client backends of the workers, sampled while they drain: waiting on a lock (the
+# user's advisory lock), and idle inside a transaction (holding it: the handler
+# is waiting on the LLM or the embeddings).
+ACTIVITY = (
+    "SELECT count(*) FILTER (WHERE wait_event_type = 'Lock'), "
+    "count(*) FILTER (WHERE state = 'idle in transaction') "
+    "FROM pg_stat_activity WHERE backend_type = 'client backend' "
+    "AND datname = current_database() AND pid <> pg_backend_pid()"
+)
+
+
+def overlaps(handled: list[Handled]) -> dict[str, int]:
+    """Events whose handler started while the previous event of their ordering key
+    (their user) was still in a handler, in the same replica or in another."""
+    by_key: dict[str, list[tuple[float, float, str]]] = {}
+    for h in handled:
+        by_key.setdefault(h.key, []).append((h.at - h.duration_ms / 1000, h.at, h.replica))
+    found = Counter({"same replica": 0, "other replica": 0})
+    for spans in by_key.values():
+        spans.sort()
+        for a, b in zip(spans, spans[1:], strict=False):
+            if b[0] < a[1] - 0.01:
+                found["same replica" if a[2] == b[2] else "other replica"] += 1
+    return dict(found)
+
+
+def drain(
+    stack: LocalStack,
+    publisher: EventPublisher,
+    gemini: ManagedProcess,
+    replicas: int,
+    concurrency: int,
+    users: int,
+    turns: int,
+    seconds_per_event: float,
+) -> dict:
+    """Queue a fresh backlog, start `replicas` extraction workers, time the drain."""
+    names = [replica_name("extraction", n) for n in range(1, replicas + 1)]
+    logs = [HandledLog(name, stack.log_dir / f"{name}.log") for name in names]
+    run = uuid.uuid4().hex[:8]
+    events = backlog(run, users, turns)
+    publish_all(publisher, events)
+    stack.settings = stack.settings.model_copy(update={"worker_concurrency": concurrency})
+    handled: dict[str, Handled] = {}
+    problems: Counter = Counter()
+    at_first: dict = {}
+    samples: list[tuple[int, int]] = []
+
+    def drained() -> bool:
+        for log in logs:
+            log.poll(handled, problems)
+        if handled:
+            samples.append(db.execute(ACTIVITY).fetchone())
+        if problems["dead_lettered"]:
+            raise SystemExit(f"extraction dead-lettered events: {dict(problems)}; see {names}")
+        for name in names:
+            proc = stack.service_procs[name]
+            if not proc.running:
+                raise SystemExit(f"{name} exited with {proc.exit_code()}; see {proc.log_path}")
+        if handled and not at_first:  # the window starts at the first applied event
+            at_first.update(cpu=cpu_now(stack, gemini), machine=MachineTime())
+        return len(handled) >= len(events)
+
+    timeout = 120 + 5 * turns * seconds_per_event / (replicas * concurrency)
+    assert stack.endpoints is not None
+    try:
+        with psycopg.connect(stack.endpoints.database_url, autocommit=True) as db:
+            stack.start_replicas("extraction", replicas)
+            poll(drained, timeout, f"{len(events)} events extracted", interval=0.2)
+        cpu_after = cpu_now(stack, gemini)
+        machine = at_first["machine"].report()
+    finally:
+        stack.stop_services(names)
+    times = sorted(h.at for h in handled.values())
+    window = times[-1] - times[0]
+    durations = [h.duration_ms for h in handled.values()]
+    rate = len(events) / window
+    tenth = len(times) // 10  # the middle 80%: no start-up, no tail
+    middle = (len(times) - 2 * tenth) / (times[-tenth - 1] - times[tenth])
+    share = Counter(h.replica for h in handled.values())
+    firsts = {n: min(h.at for h in handled.values() if h.replica == n) for n in share}
+    cpu = {k: round(v - at_first["cpu"].get(k, 0.0), 1) for k, v in cpu_after.items()}
+    return {
+        "replicas": replicas,
+        "concurrency": concurrency,
+        "events": len(events),
+        "drain_seconds": round(window, 1),
+        "events_per_second": round(rate, 2),
+        "p50_ms": round(statistics.median(durations)),
+        "p99_ms": round(percentile(durations, 99)),
+        "slots_busy": rate * statistics.mean(durations) / 1000 / (replicas * concurrency),
+        "retried": problems["retried"],
+        "middle_per_second": round(middle, 2),
+        "per_replica": [share[n] for n in names],
+        "first_event_after_s": [round(firsts.get(n, 0) - times[0], 1) for n in names],
+        "same_user_overlaps": overlaps(list(handled.values())),
+        "lock_waiters_mean": round(statistics.mean(s[0] for s in samples), 2),
+        "lock_waiters_max": max(s[0] for s in samples),
+        "idle_in_transaction_mean": round(statistics.mean(s[1] for s in samples), 1),
+        "written": written(stack, run, users, turns),
+        "cpu_seconds": cpu,
+        "cores_busy": sum(cpu.values()) / window,
+        "machine": machine,
+    }
+
+
+def written(stack: LocalStack, run: str, users: int, turns: int) -> dict[str, int]:
+    """What the run left in Postgres: an episode per turn, and live memories."""
+    assert stack.endpoints is not None
+    pattern = f"{run}-u%"
+    with psycopg.connect(stack.endpoints.database_url) as conn:
+        episodes, memories = conn.execute(
+            "SELECT (SELECT count(*) FROM episodes WHERE app = %s AND user_id LIKE %s), "
+            "(SELECT count(*) FROM memories WHERE app = %s AND user_id LIKE %s "
+            "AND valid_to IS NULL)",
+            (APP, pattern, APP, pattern),
+        ).fetchone()
+    expected = users * min(len(TOPICS), -(-turns // users))
+    if episodes != turns or memories != expected:
+        raise SystemExit(
+            f"run {run}: {episodes} episodes for {turns} turns, {memories} live memories "
+            f"for {expected} expected"
+        )
+    return {"episodes": episodes, "memories": memories}
+
+
+def start_gemini(stack: LocalStack, args: argparse.Namespace) -> tuple[ManagedProcess, str]:
+    argv = [sys.executable, "-m", "bench.slow_gemini", "--generate-ms", str(args.generate_ms)]
+    argv += ["--embed-ms", str(args.embed_ms), "--jitter", str(args.jitter)]
+    log_path = stack.log_dir / "slow-gemini.log"
+    proc = ManagedProcess("gemini (fake)", argv, log_path, cwd=Path(__file__).parents[1])
+    proc.start()
+
+    def url() -> str | None:
+        if not proc.running:
+            raise SystemExit(f"the fake Gemini exited; see {log_path}")
+        found = re.search(r"listening on (\S+)", log_path.read_text())
+        return found[1] if found else None
+
+    try:
+        return proc, poll(url, 30, "the fake Gemini to listen", interval=0.1)
+    except BaseException:
+        proc.stop(2)
+        raise
+
+
+def summary_drain(burst: int) -> dict:
+    """bench/pipeline.py's throughput measurement: one summary worker process."""
+    with bench_stack(services=("summary",)) as (stack, endpoints, settings):
+        log = AppliedLog(stack.log_dir / "summary.log")
+        publisher = EventPublisher(
+            settings.model_copy(update={"pubsub_emulator_host": endpoints.pubsub_emulator_host})
+        )
+        try:
+            warm_up(publisher, log)
+            return backlog_drain(stack, publisher, log, burst)
+        finally:
+            publisher.stop()
+            # LocalStack exported its emulator; the next stack must start its own.
+            os.environ.pop("PUBSUB_EMULATOR_HOST", None)
+
+
+def extraction_runs(args: argparse.Namespace) -> list[dict]:
+    per_event = (2 * args.generate_ms + args.embed_ms) / 1000 + 0.1
+    with bench_stack(services=()) as (stack, endpoints, settings):
+        gemini, url = start_gemini(stack, args)
+        # The workers' environment is this process's (LocalStack.child_environment).
+        os.environ.update(
+            AM_LLM_PROVIDER="gemini",
+            AM_EMBEDDING_PROVIDER="gemini",
+            AM_GEMINI_API_KEY="bench-key",
+            AM_GEMINI_BASE_URL=url,
+        )
+        publisher = EventPublisher(
+            settings.model_copy(update={"pubsub_emulator_host": endpoints.pubsub_emulator_host})
+        )
+        c = args.concurrency
+        try:
+            # Not measured: the first start of the path (the emulator's JIT, connections).
+            drain(stack, publisher, gemini, 1, c, c, 2 * c, per_event)
+            results = []
+            for replicas, concurrency in ((1, c), (1, 64), (2, c), (4, c)):
+                result = drain(
+                    stack,
+                    publisher,
+                    gemini,
+                    replicas,
+                    concurrency,
+                    args.users,
+                    args.turns,
+                    per_event,
+                )
+                print(row(result), flush=True)
+                results.append(result)
+            return results
+        finally:
+            publisher.stop()
+            gemini.stop(5)
+
+
+HEADER = (
+    f"{'replicas':>8} {'conc':>5} {'events':>6} {'drain s':>8} {'events/s':>9} "
+    f"{'mid-80% ev/s':>12} {'p50 ms':>7} {'p99 ms':>7} {'slots busy':>10} {'cores busy':>10} "
+    f"{'retried':>7}"
+)
+
+
+def row(r: dict) -> str:
+    return (
+        f"{r['replicas']:>8} {r['concurrency']:>5} {r['events']:>6} {r['drain_seconds']:>8} "
+        f"{r['events_per_second']:>9} {r['middle_per_second']:>12} {r['p50_ms']:>7} "
+        f"{r['p99_ms']:>7} "
+        f"{r['slots_busy']:>10.0%} {r['cores_busy']:>10.2f} {r['retried']:>7}"
+    )
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--turns", type=int, default=2000)
+    parser.add_argument("--users", type=int, default=200)
+    parser.add_argument("--concurrency", type=int, default=16, help="per replica")
+    parser.add_argument("--generate-ms", type=float, default=800.0)
+    parser.add_argument("--embed-ms", type=float, default=150.0)
+    parser.add_argument("--jitter", type=float, default=0.25, help="e.g. 0.25 for +-25%%")
+    parser.add_argument("--summary-burst", type=int, default=10_000)
+    parser.add_argument("--quick", action="store_true", help="400 turns of 100 users")
+    args = parser.parse_args()
+    if args.quick:
+        args.turns, args.users, args.summary_burst = 400, 100, 2000
+
+    summary = summary_drain(args.summary_burst)
+    print(
+        f"summary worker, one process: {summary['applied_per_second']} events/s "
+        f"({summary['events']} queued events drained in {summary['drain_seconds']} s; "
+        "bench/pipeline.py's backlog_drain)",
+        flush=True,
+    )
+    print(
+        f"\nextraction: {args.turns} turns of {args.users} users per run; fake Gemini "
+        f"generate {args.generate_ms:.0f} ms, embed {args.embed_ms:.0f} ms, "
+        f"+-{args.jitter:.0%}\n{HEADER}",
+        flush=True,
+    )
+    results = extraction_runs(args)
+    print("\nCPU seconds over each drain window (first to last applied event), and more:")
+    for r in results:
+        cpu = ", ".join(f"{k} {v}" for k, v in r["cpu_seconds"].items())
+        machine = r["machine"]
+        print(
+            f"  {r['replicas']} x {r['concurrency']}: {cpu}; machine "
+            f"{machine.get('idle_percent')}% idle, {machine.get('steal_percent')}% stolen\n"
+            f"    events per replica {r['per_replica']}, each replica's first event after "
+            f"{r['first_event_after_s']} s; handlers of one user at once: "
+            f"{r['same_user_overlaps']}; backends waiting on a lock: mean "
+            f"{r['lock_waiters_mean']}, max {r['lock_waiters_max']}; idle in transaction "
+            f"(holding the user lock over an LLM call): mean {r['idle_in_transaction_mean']}; "
+            f"written {r['written']}"
+        )
+    base = results[0]["events_per_second"]
+    by_replicas = {r["replicas"]: r["events_per_second"] for r in results[2:]}
+    print(
+        f"scaling: 2 replicas x{by_replicas[2] / base:.2f}, 4 replicas x{by_replicas[4] / base:.2f}"
+    )
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

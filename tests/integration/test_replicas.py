@@ -292,14 +292,18 @@ def _check_everything(burst: Burst, pool, buffer: SessionBuffer, settings) -> No
         assert queues.peek(spec.name) == [], spec.name
 
 
-def test_two_replicas_of_each_kind_apply_every_event_exactly_once(
-    local, publisher, pool, valkey_client, ids, tmp_path
-):
+def _start(settings, pool, valkey_client, ids, tmp_path):
+    """The burst's old episodes written, and two replicas of every kind running."""
     burst = Burst(ids)
     for user, statements in burst.statements.items():
         _add(pool, burst.user_ids(user), statements)
-    buffer = SessionBuffer(valkey_client, 3600)
-    replicas = Replicas(local, tmp_path, ids["app"])
+    return burst, SessionBuffer(valkey_client, 3600), Replicas(settings, tmp_path, ids["app"])
+
+
+def test_two_replicas_of_each_kind_apply_every_event_exactly_once(
+    local, publisher, pool, valkey_client, ids, tmp_path
+):
+    burst, buffer, replicas = _start(local, pool, valkey_client, ids, tmp_path)
     try:
         _publish(publisher, burst)
         wait_for(lambda: _settled(burst, pool, buffer), 60, "the burst applied", interval=0.2)
@@ -340,11 +344,7 @@ def test_two_replicas_of_each_kind_apply_every_event_exactly_once(
 def test_the_survivors_finish_exactly_once_when_one_replica_of_each_kind_is_killed(
     local, publisher, pool, valkey_client, ids, tmp_path
 ):
-    burst = Burst(ids)
-    for user, statements in burst.statements.items():
-        _add(pool, burst.user_ids(user), statements)
-    buffer = SessionBuffer(valkey_client, 3600)
-    replicas = Replicas(local, tmp_path, ids["app"])
+    burst, buffer, replicas = _start(local, pool, valkey_client, ids, tmp_path)
     victims = {kind: pair[0] for kind, pair in replicas.workers.items()}
     survivors = [pair[1] for pair in replicas.workers.values()]
     totals = burst.totals()

@@ -129,6 +129,10 @@ class Settings(BaseSettings):
     # While Postgres is unreachable, a key verified within this time is still
     # trusted (0: never), so recording turns goes on through a database outage.
     auth_stale_seconds: float = Field(default=300.0, ge=0, le=86400)
+    # The largest request body the API reads; a larger one is refused with 413
+    # before it is read. The default fits the largest legal request (a
+    # memories:generate of 200 events at the text limit, a 10 MB event).
+    max_request_bytes: int = Field(default=16 * 1024 * 1024, ge=1024, le=256 * 1024 * 1024)
     max_message_bytes: int = Field(default=32 * 1024, ge=1)
     max_tool_events_bytes: int = Field(default=256 * 1024, ge=1)
     # The largest event the API publishes (its JSON body): a request whose event

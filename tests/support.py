@@ -106,8 +106,9 @@ class WorkerProcess:
 
 
 @contextmanager
-def serve_api(settings: Settings) -> Iterator[str]:
-    """The real API over real HTTP: uvicorn in a thread on a free port; its URL."""
+def serve_api(settings: Settings, app: object | None = None) -> Iterator[str]:
+    """The real API over real HTTP: uvicorn in a thread on a free port; its URL.
+    `app`: one built by `create_app(settings)` that the test added to."""
     import httpx
     import uvicorn
 
@@ -116,7 +117,7 @@ def serve_api(settings: Settings) -> Iterator[str]:
 
     port = free_port()
     config = uvicorn.Config(
-        create_app(settings),
+        app or create_app(settings),
         host="127.0.0.1",
         port=port,
         log_config=None,

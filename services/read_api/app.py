@@ -27,6 +27,7 @@ from services.read_api.errors import (
     published_or_503,
     valkey_or_503,
 )
+from services.read_api.guard import Guard
 from services.read_api.health import readiness
 from services.read_api.lifecycle_routes import install_lifecycle_routes
 from services.read_api.memory_routes import install_memory_routes
@@ -120,6 +121,8 @@ def create_app(settings: Settings | None = None, **overrides: Any) -> FastAPI:
     install_permission_routes(app)
     install_lifecycle_routes(app)
     app.add_middleware(Authentication)
+    # Inside RequestLog, which starts each request's log context afresh.
+    app.add_middleware(Guard)
     app.add_middleware(RequestLog)
     return app
 
@@ -130,8 +133,7 @@ class RequestLog:
 
     Every response also says how long the API took until it started answering, as
     `app;dur=<ms>` in its `Server-Timing` header (after any entry the route set), so
-    a client can tell the API's time from the network's and its own. Not the 500 of
-    an unexpected error: FastAPI sends it from outside this middleware."""
+    a client can tell the API's time from the network's and its own."""
 
     def __init__(self, app: Any) -> None:
         self.app = app

@@ -23,7 +23,7 @@ import structlog
 from fastapi.responses import JSONResponse
 from psycopg import Error as PostgresError
 
-from services.read_api.errors import error_body
+from services.read_api.errors import error_body, request_id_of
 from shared.api_keys import LOOKUP_SQL, key_hash
 from shared.metrics import count_store_error
 
@@ -142,5 +142,6 @@ async def _lookup(pool: Any, digest: bytes) -> tuple[str, bool] | None:
 async def _deny(scope: dict, receive: Any, send: Any, status: int, message: str) -> None:
     code = "unauthenticated" if status == 401 else "unavailable"
     headers = {"WWW-Authenticate": "Bearer"} if status == 401 else None
-    response = JSONResponse(error_body(code, message), status_code=status, headers=headers)
+    body = error_body(code, message, request_id=request_id_of(scope))
+    response = JSONResponse(body, status_code=status, headers=headers)
     await response(scope, receive, send)

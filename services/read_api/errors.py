@@ -14,6 +14,7 @@ from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.routing import Match
 
 from shared.errors import DependencyError, EventTooLarge, InvalidEvent
 from shared.events import Event, Limits, OutgoingMessage, encode
@@ -95,13 +96,21 @@ def error_body(
     message: str,
     fields: list[dict[str, str]] | None = None,
     details: dict[str, str] | None = None,
+    request_id: str | None = None,
 ) -> dict:
     body: dict = {"error": {"code": code, "message": message}}
     if fields:
         body["error"]["fields"] = fields
     if details:
         body["error"].update(details)
+    if request_id:
+        body["error"]["request_id"] = request_id
     return body
+
+
+def request_id_of(scope: dict) -> str | None:
+    """The id services.read_api.guard gave the request."""
+    return scope.get("state", {}).get("request_id")
 
 
 def _field_name(loc: tuple) -> str:
@@ -116,8 +125,11 @@ def _clean(msg: str) -> str:
 
 
 def install_error_handlers(app: FastAPI) -> None:
+    """The API's error shape for every error a route raises. An unexpected one is
+    answered by services.read_api.guard, which keeps the connection usable."""
+
     @app.exception_handler(RequestValidationError)
-    async def _validation(_request: Request, exc: RequestValidationError) -> JSONResponse:
+    async def _validation(request: Request, exc: RequestValidationError) -> JSONResponse:
         fields = []
         for error in exc.errors():
             name = _field_name(tuple(error.get("loc", ())))
@@ -128,34 +140,40 @@ def install_error_handlers(app: FastAPI) -> None:
                 message = "is not a known field"
             fields.append({"field": name, "message": message})
         summary = "; ".join(f"{f['field']}: {f['message']}" for f in fields)
-        return JSONResponse(status_code=422, content=error_body("invalid_request", summary, fields))
+        request_id = request_id_of(request.scope)
+        body = error_body("invalid_request", summary, fields, request_id=request_id)
+        return JSONResponse(status_code=422, content=body)
 
     @app.exception_handler(ApiError)
-    async def _api_error(_request: Request, exc: ApiError) -> JSONResponse:
+    async def _api_error(request: Request, exc: ApiError) -> JSONResponse:
         count_store_error(exc.__context__)  # a 503 raised for a store that failed
         fields = [{"field": exc.field, "message": exc.message}] if exc.field else None
-        return JSONResponse(
-            status_code=exc.status,
-            content=error_body(exc.code, exc.message, fields, exc.details),
-        )
+        body = error_body(exc.code, exc.message, fields, exc.details, request_id_of(request.scope))
+        return JSONResponse(status_code=exc.status, content=body)
 
     @app.exception_handler(DependencyError)
-    async def _dependency(_request: Request, exc: DependencyError) -> JSONResponse:
+    async def _dependency(request: Request, exc: DependencyError) -> JSONResponse:
         # The LLM or embedding endpoint gave up (its retries ran out): not the request's fault.
         log.warning("dependency unavailable", dependency=exc.dependency, error=str(exc))
         message = f"the {exc.dependency} endpoint is unavailable; retry later"
-        return JSONResponse(status_code=503, content=error_body("dependency_unavailable", message))
+        body = error_body(
+            "dependency_unavailable", message, request_id=request_id_of(request.scope)
+        )
+        return JSONResponse(status_code=503, content=body)
 
     @app.exception_handler(StarletteHTTPException)
-    async def _http(_request: Request, exc: StarletteHTTPException) -> JSONResponse:
-        return JSONResponse(
-            status_code=exc.status_code, content=error_body("http_error", str(exc.detail))
-        )
+    async def _http(request: Request, exc: StarletteHTTPException) -> JSONResponse:
+        body = error_body("http_error", str(exc.detail), request_id=request_id_of(request.scope))
+        headers = exc.headers
+        if exc.status_code == 405:  # Starlette names only the first route's methods
+            headers = {"Allow": ", ".join(_allowed_methods(request))}
+        return JSONResponse(status_code=exc.status_code, content=body, headers=headers)
 
-    @app.exception_handler(Exception)
-    async def _unexpected(request: Request, exc: Exception) -> JSONResponse:
-        count_store_error(exc)
-        log.error("unhandled error", path=request.url.path, exc_info=exc)
-        return JSONResponse(
-            status_code=500, content=error_body("internal", "internal error; see the server log")
-        )
+
+def _allowed_methods(request: Request) -> list[str]:
+    """Every method some route of this path takes."""
+    methods: set[str] = set()
+    for route in request.app.router.routes:
+        if route.matches(request.scope)[0] != Match.NONE:
+            methods |= getattr(route, "methods", None) or set()
+    return sorted(methods)

@@ -196,4 +196,5 @@ def test_a_publish_failure_is_503_and_says_to_retry(settings, topology):
         "message": "the turn could not be published; retry with the same turn_id",
         "turn_id": error["turn_id"],
         "event_id": derived_event_id(settings.default_app, "u", "s1", error["turn_id"]),
+        "request_id": response.headers["x-request-id"],
     }

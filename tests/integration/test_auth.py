@@ -66,6 +66,7 @@ def test_a_key_must_be_valid(api, keys, ids):
     assert wrong.json()["error"] == {
         "code": "unauthenticated",
         "message": "invalid or revoked API key",
+        "request_id": wrong.headers["x-request-id"],
     }
     assert api.get(path, headers=bearer(keys["a"])).status_code == 200
     # Health checks stay open (load balancers and `up` call them without a key).

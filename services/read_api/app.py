@@ -20,6 +20,7 @@ from fastapi.responses import JSONResponse
 from starlette.routing import Match
 
 from services.read_api.auth import Authentication
+from services.read_api.docs import install_docs
 from services.read_api.errors import (
     ApiError,
     encode_or_4xx,
@@ -38,6 +39,7 @@ from services.read_api.models import (
     SessionResponse,
     json_response,
 )
+from services.read_api.openapi import install_openapi
 from services.read_api.permission_routes import install_permission_routes
 from services.read_api.tenant import app_of
 from shared.bootstrap import Resources, bootstrap, make_async_valkey
@@ -114,12 +116,17 @@ def create_app(settings: Settings | None = None, **overrides: Any) -> FastAPI:
             await async_client.aclose()
             resources.close()
 
-    app = FastAPI(title="agent-memory", version="0.1.0", lifespan=lifespan)
+    # The docs pages are install_docs's: served by the API itself, with no CDN.
+    app = FastAPI(
+        title="agent-memory", version="0.1.0", lifespan=lifespan, docs_url=None, redoc_url=None
+    )
+    install_docs(app)
     install_error_handlers(app)
     _routes(app)
     install_memory_routes(app)
     install_permission_routes(app)
     install_lifecycle_routes(app)
+    install_openapi(app)
     app.add_middleware(Authentication)
     # Inside RequestLog, which starts each request's log context afresh.
     app.add_middleware(Guard)

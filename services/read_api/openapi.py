@@ -1,0 +1,123 @@
+"""The OpenAPI document as the contract: what FastAPI derives from the routes,
+with what it cannot know added.
+
+- The bearer API-key scheme, required by every `/v1` operation (the health
+  checks and the docs stay open).
+- The API's error shape (`ErrorResponse`, from services.read_api.errors) for every
+  error status an operation can answer, in place of FastAPI's `{"detail": [...]}`,
+  which this API never sends.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from fastapi import FastAPI
+from fastapi.openapi.utils import get_openapi
+
+SECURITY_SCHEME = "ApiKey"
+
+# Every `/v1` operation: no or a bad key, a field that is wrong, a store or the bus
+# unavailable; with a body, also one that cannot be read or is too large.
+COMMON_ERRORS = {
+    401: "Missing, unknown or revoked API key.",
+    422: "A field is wrong; `fields` names each one.",
+    503: "A store, the bus or a model endpoint is unavailable; retry later.",
+}
+BODY_ERRORS = {
+    400: "The body could not be read.",
+    413: "The body (or the event it makes) is over its size limit.",
+}
+# What only some operations answer: (method, path) -> {status: description}.
+ROUTE_ERRORS: dict[tuple[str, str], dict[int, str]] = {
+    ("post", "/v1/sessions/{session_id}/turns"): {
+        410: "The user was deleted after this turn was created; it is not recorded.",
+    },
+    ("get", "/v1/memories/{memory_id}"): {404: "No such memory for this user."},
+    ("delete", "/v1/memories/{memory_id}"): {404: "No such live memory for this user."},
+    ("get", "/v1/operations/{name}"): {404: "No such operation for this user."},
+    ("delete", "/v1/permissions/rules/{rule_id}"): {404: "No such rule for this user."},
+    ("post", "/v1/compactions"): {403: "Compaction needs an admin key of the app."},
+}
+
+ERROR_RESPONSE = {
+    "title": "ErrorResponse",
+    "type": "object",
+    "required": ["error"],
+    "properties": {
+        "error": {
+            "type": "object",
+            "required": ["code", "message"],
+            "properties": {
+                "code": {"type": "string", "examples": ["invalid_request"]},
+                "message": {"type": "string", "examples": ["user_id: must not be empty"]},
+                "fields": {
+                    "type": "array",
+                    "description": "Each field that is wrong, by its dotted path.",
+                    "items": {
+                        "type": "object",
+                        "required": ["field", "message"],
+                        "properties": {
+                            "field": {"type": "string"},
+                            "message": {"type": "string"},
+                        },
+                    },
+                },
+                "request_id": {
+                    "type": "string",
+                    "description": "The request's id, also in its `X-Request-ID` header.",
+                },
+            },
+            # Some errors say more (a failed publish names the turn_id and event_id).
+            "additionalProperties": {"type": "string"},
+        }
+    },
+}
+
+
+def install_openapi(app: FastAPI) -> None:
+    def openapi() -> dict[str, Any]:
+        if app.openapi_schema is None:
+            app.openapi_schema = contract(
+                get_openapi(
+                    title=app.title,
+                    version=app.version,
+                    description=app.description,
+                    routes=app.routes,
+                )
+            )
+        return app.openapi_schema
+
+    app.openapi = openapi  # type: ignore[method-assign]
+
+
+def contract(document: dict[str, Any]) -> dict[str, Any]:
+    """`document` with the security scheme and the error responses added."""
+    components = document.setdefault("components", {})
+    schemas = components.setdefault("schemas", {})
+    for unused in ("HTTPValidationError", "ValidationError"):
+        schemas.pop(unused, None)
+    schemas["ErrorResponse"] = ERROR_RESPONSE
+    components["securitySchemes"] = {
+        SECURITY_SCHEME: {
+            "type": "http",
+            "scheme": "bearer",
+            "description": "An API key (`agent-memory keys create`); its app is the tenant.",
+        }
+    }
+    error = {
+        "content": {"application/json": {"schema": {"$ref": "#/components/schemas/ErrorResponse"}}}
+    }
+    for path, operations in document.get("paths", {}).items():
+        for method, operation in operations.items():
+            if not path.startswith("/v1/"):
+                continue
+            operation["security"] = [{SECURITY_SCHEME: []}]
+            statuses = dict(COMMON_ERRORS)
+            if "requestBody" in operation:
+                statuses.update(BODY_ERRORS)
+            statuses.update(ROUTE_ERRORS.get((method, path), {}))
+            responses = operation.setdefault("responses", {})
+            for status, description in sorted(statuses.items()):
+                responses[str(status)] = {"description": description, **error}
+    return document

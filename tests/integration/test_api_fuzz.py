@@ -1,0 +1,91 @@
+"""The API against its own OpenAPI document, fuzzed by schemathesis over real HTTP:
+every operation, a fixed seed and a bounded number of examples each. No request
+may get a server error, an undocumented status, or an answer whose body, headers
+or content type differ from what the document declares."""
+
+from __future__ import annotations
+
+import psycopg
+import pytest
+import schemathesis
+from hypothesis import HealthCheck, settings
+from schemathesis.specs.openapi.checks import (
+    content_type_conformance,
+    response_headers_conformance,
+    response_schema_conformance,
+    status_code_conformance,
+)
+
+from services.read_api.app import create_app
+from services.read_api.openapi import ROUTE_ERRORS
+from shared.api_keys import create_key
+from shared.bus.admin import TopologyAdmin
+from shared.config import load_settings
+from tests.conftest import make_settings
+from tests.support import serve_api
+
+EXAMPLES_PER_OPERATION = 30
+
+
+@pytest.fixture(scope="module")
+def fuzzed(stack):
+    """The API with authentication on, and a key of its app."""
+    # No worker runs here: a memories:generate that waits for its result waits in vain.
+    api_settings = make_settings(
+        stack, auth_disabled=False, auth_cache_seconds=60, operation_wait_seconds=1
+    )
+    TopologyAdmin(api_settings).apply()
+    with psycopg.connect(stack.database_url, autocommit=True) as conn:
+        key, _ = create_key(conn, api_settings.default_app)
+    with serve_api(api_settings) as url:
+        yield url, key
+
+
+# The document as the app serves it (building it needs no running stack).
+schema = schemathesis.openapi.from_dict(create_app(load_settings()).openapi())
+
+
+@schema.parametrize()
+@settings(
+    max_examples=EXAMPLES_PER_OPERATION,
+    derandomize=True,  # the same examples every run
+    deadline=None,
+    suppress_health_check=list(HealthCheck),
+)
+def test_every_answer_is_one_the_document_declares(case, fuzzed):
+    url, key = fuzzed
+    case.call_and_validate(
+        base_url=url,
+        headers={"Authorization": f"Bearer {key}"},
+        checks=[
+            schemathesis.checks.not_a_server_error,
+            status_code_conformance,
+            content_type_conformance,
+            response_headers_conformance,
+            response_schema_conformance,
+        ],
+    )
+
+
+def test_the_document_declares_the_key_and_the_error_shape():
+    document = create_app(load_settings()).openapi()
+    schemas = document["components"]["schemas"]
+    assert document["components"]["securitySchemes"]["ApiKey"]["scheme"] == "bearer"
+    assert "HTTPValidationError" not in schemas and "ErrorResponse" in schemas
+    error_ref = {"$ref": "#/components/schemas/ErrorResponse"}
+    for path, operations in document["paths"].items():
+        for method, operation in operations.items():
+            errors = {s: r for s, r in operation["responses"].items() if s >= "400"}
+            if not path.startswith("/v1/"):
+                assert ("security", errors) == ("security", {}), (method, path)
+                continue
+            assert operation["security"] == [{"ApiKey": []}]
+            expected = {"401", "422", "503"} | (
+                {"400", "413"} if "requestBody" in operation else set()
+            )
+            assert expected <= set(errors), (method, path)
+            assert all(
+                r["content"]["application/json"]["schema"] == error_ref for r in errors.values()
+            )
+    for method, path in ROUTE_ERRORS:  # every route named there exists
+        assert method in document["paths"][path]

@@ -16,9 +16,18 @@ PENDING too: the guardrail fails closed, never open.
 Patterns are RE2 (linear time in the command, whatever the pattern: no
 catastrophic backtracking on agent-supplied input) with `re.search` semantics:
 a rule matches when its pattern matches anywhere in the command; anchor it
-with `^...$` to match the whole command. All candidate patterns of one call
-are matched in one pass by an `re2.Set`, in a thread of the guardrail's own
-(RE2 releases the GIL), so no pattern and no command can stall the event loop.
+with `^...$` to match the whole command. The candidate patterns of one call
+are matched by `re2.Set`s, in a thread of the guardrail's own (RE2 releases
+the GIL), so no pattern and no command can stall the event loop.
+
+One `re2.Set` of every candidate did not compile past RE2's memory budget
+(8 MiB: 80,000 to 140,000 program instructions): 154 rules like `x.{0,100}y`
+(a bounded repetition of `.`, about 900 instructions each) were enough, and
+every call of that scope was PENDING. So the patterns are compiled in Sets of
+at most `SET_PROGRAM_BUDGET` instructions (a Set that still fails is halved; a
+lone pattern is matched by itself), and a rule is refused (422) when its
+pattern, or its scope's rules together, exceed the limits below: any rule set
+the API accepted then compiles, well within `COMPILE_TIMEOUT_SECONDS`.
 
 For speed, one process keeps the candidate rules of (app, user, project, tool)
 for `AM_PERMISSION_CACHE_SECONDS` (its own rule writes clear them at once) and
@@ -31,6 +40,7 @@ canonical JSON of `tool_args`.
 from __future__ import annotations
 
 import asyncio
+import functools
 import hashlib
 import json
 import threading
@@ -63,13 +73,31 @@ Action = Literal["ALLOW", "BLOCK"]
 GLOBAL = ""  # the project_id of global rules in the table
 ANY_TOOL = "*"  # a rule for every tool
 MAX_PATTERN_LENGTH = 1000
+# Rules of one scope (a user's rules of one project, or their global rules).
+# Generous: bench/permissions.py gives one user 700 project and 300 global rules.
+MAX_RULES_PER_SCOPE = 1000
+# RE2 program instructions: of one pattern (`.{0,1000}x` is about 9,000), and of
+# a scope's patterns together (1,000 rules of 250; a typical rule is under 50).
+# A call's candidates come from two scopes, so they are at most 2,000 rules or
+# 500,000 instructions: compiled in 0.1 to 0.6 s here (COMPILE_TIMEOUT_SECONDS).
+MAX_PATTERN_PROGRAM = 10_000
+MAX_SCOPE_PROGRAM = 250_000
+# Instructions per compiled Set: RE2's default max_mem (8 MiB) took 80,000 to
+# 140,000 of them depending on the patterns; half the least leaves a margin.
+SET_PROGRAM_BUDGET = 40_000
 # A match runs in a worker thread (RE2 releases the GIL); past this the call is
 # PENDING. RE2 is linear in the command, but a Set's DFA of many hostile patterns
 # can still be slow per byte: the event loop must never wait for it.
 MATCH_TIMEOUT_SECONDS = 1.0
-# Each compiled set may grow a DFA cache of up to RE2's max_mem (8 MiB) on
-# unusual input: 128 bounds that at 1 GiB, as the `re2` module's own cache does.
+# Compiling a call's patterns (once per rule change, per process) has its own,
+# longer bound: the limits above bound its work, and a set that merely takes long
+# to compile must not turn its BLOCK into PENDING.
+COMPILE_TIMEOUT_SECONDS = 5.0
+# Each compiled Set may grow a DFA cache of up to RE2's max_mem (8 MiB) on
+# unusual input: 128 Sets (not candidate lists: one list may need several) bound
+# that at 1 GiB, as the `re2` module's own cache does.
 PATTERN_SET_CACHE_SIZE = 128
+PROGRAM_SIZE_CACHE_SIZE = 65_536
 RULE_CACHE_SIZE = 10_000
 
 _OPTIONS = re2.Options()
@@ -139,10 +167,23 @@ def pattern_problem(pattern: str) -> str | None:
     if problem:
         return problem
     try:
-        re2.compile(pattern, _OPTIONS)
+        size = program_size(pattern)
     except re2.error as exc:
         return f"is not an RE2 pattern ({_message(exc)}); RE2 has no back-references or lookarounds"
+    if size > MAX_PATTERN_PROGRAM:
+        return (
+            f"is too complex: its RE2 program has {size} instructions, at most "
+            f"{MAX_PATTERN_PROGRAM} (a bounded repetition such as .{{0,100}} costs about "
+            "9 instructions per repeat: prefer .*)"
+        )
     return None
+
+
+@functools.lru_cache(maxsize=PROGRAM_SIZE_CACHE_SIZE)
+def program_size(pattern: str) -> int:
+    """The size of `pattern`'s RE2 program, in instructions (re2.error if it does
+    not compile). Cached: a rule write sums those of its whole scope."""
+    return re2.compile(pattern, _OPTIONS).programsize
 
 
 def _compile_error(pattern: str) -> str:
@@ -159,51 +200,124 @@ def _message(exc: re2.error) -> str:
     return raw.decode("utf-8", "replace") if isinstance(raw, bytes) else str(raw)
 
 
+class _Group(NamedTuple):
+    """Some of a call's patterns, compiled together. `indices`: their positions
+    among the call's patterns; `matcher`: an `re2.Set` whose index 0 is the empty
+    pattern, or (for a pattern that no Set took) the pattern's own RE2."""
+
+    indices: tuple[int, ...]
+    matcher: Any
+
+
 class PatternSets:
-    """Compiled `re2.Set`s, keyed by their patterns (LRU). The rule cache expires
-    every few seconds; unchanged rules then reuse their compiled set. Safe to use
+    """Compiled patterns, keyed by the call's patterns (LRU). The rule cache expires
+    every few seconds; unchanged rules then reuse their compiled Sets. Safe to use
     from several threads (an RE2 is; the cache takes a lock)."""
 
     def __init__(self, size: int = PATTERN_SET_CACHE_SIZE) -> None:
-        self._size = size
-        self._sets: OrderedDict[tuple[str, ...], re2.Set] = OrderedDict()
+        self._size = size  # in compiled groups: each may hold a DFA cache of max_mem
+        self._sets: OrderedDict[tuple[str, ...], tuple[_Group, ...]] = OrderedDict()
+        self._groups = 0
         self._lock = threading.Lock()
 
     def matches(self, patterns: tuple[str, ...], command: bytes) -> set[int]:
         """Indices of the patterns that match somewhere in `command`."""
-        compiled = self._compiled(patterns)
-        found = compiled.Match(command)
-        # Index 0 is the empty pattern, which matches every text: without it, the
-        # Set's DFA ran out of memory and said nothing. Then match one by one (a
-        # single RE2 falls back to its NFA: slower, still linear, never wrong).
+        return self.match_groups(self.compiled(patterns), patterns, command)
+
+    def match_groups(
+        self, groups: tuple[_Group, ...], patterns: tuple[str, ...], command: bytes
+    ) -> set[int]:
+        """`matches`, given `compiled(patterns)`."""
+        found: set[int] = set()
+        for group in groups:
+            found |= self._group_matches(group, patterns, command)
+        return found
+
+    def cached(self, patterns: tuple[str, ...]) -> tuple[_Group, ...] | None:
+        with self._lock:
+            compiled = self._sets.get(patterns)
+            if compiled is not None:
+                self._sets.move_to_end(patterns)
+            return compiled
+
+    def _group_matches(self, group: _Group, patterns: tuple[str, ...], command: bytes) -> set[int]:
+        if not isinstance(group.matcher, re2.Set):
+            return {group.indices[0]} if group.matcher.search(command) else set()
+        # None when nothing matched: never here, as the empty pattern (index 0)
+        # matches every text, unless the Set's DFA ran out of memory and said
+        # nothing. Then match one by one (a single RE2 falls back to its NFA:
+        # slower, still linear, never wrong).
+        found = group.matcher.Match(command) or ()
         if 0 not in found:
-            log.warning("pattern set out of memory; matching one by one", patterns=len(patterns))
-            return self.one_by_one(patterns, command)
-        return {i - 1 for i in found if i}
+            log.warning(
+                "pattern set out of memory; matching one by one", patterns=len(group.indices)
+            )
+            own = tuple(patterns[i] for i in group.indices)
+            return {group.indices[i] for i in self.one_by_one(own, command)}
+        return {group.indices[i - 1] for i in found if i}
 
     @staticmethod
     def one_by_one(patterns: tuple[str, ...], command: bytes) -> set[int]:
         return {i for i, p in enumerate(patterns) if re2.compile(p, _OPTIONS).search(command)}
 
-    def _compiled(self, patterns: tuple[str, ...]) -> re2.Set:
+    def compiled(self, patterns: tuple[str, ...]) -> tuple[_Group, ...]:
+        """`patterns` compiled (from the cache, or now)."""
+        compiled = self.cached(patterns)
+        if compiled is not None:
+            return compiled
+        compiled = compile_groups(patterns)
         with self._lock:
-            compiled = self._sets.get(patterns)
-            if compiled is not None:
-                self._sets.move_to_end(patterns)
-                return compiled
-        compiled = re2.Set.SearchSet(_OPTIONS)
-        compiled.Add("")
-        for index, pattern in enumerate(patterns):
-            try:
-                compiled.Add(pattern)
-            except re2.error:
-                raise PatternError(index, _compile_error(pattern)) from None
-        compiled.Compile()
-        with self._lock:
-            self._sets[patterns] = compiled
-            if len(self._sets) > self._size:
-                self._sets.popitem(last=False)
+            if patterns not in self._sets:
+                self._sets[patterns] = compiled
+                self._groups += len(compiled)
+            # The newest always stays, whatever its size.
+            while self._groups > self._size and len(self._sets) > 1:
+                _, evicted = self._sets.popitem(last=False)
+                self._groups -= len(evicted)
         return compiled
+
+
+def compile_groups(patterns: Sequence[str]) -> tuple[_Group, ...]:
+    """`patterns` compiled in Sets of at most SET_PROGRAM_BUDGET instructions, in
+    order (a pattern over the budget gets a Set of its own). PatternError names
+    the first pattern that does not compile."""
+    groups: list[_Group] = []
+    chunk: list[int] = []
+    total = 0
+    for index, pattern in enumerate(patterns):
+        try:
+            size = program_size(pattern)
+        except re2.error as exc:
+            raise PatternError(index, _message(exc)) from None
+        if chunk and total + size > SET_PROGRAM_BUDGET:
+            groups += _compile_set(patterns, chunk)
+            chunk, total = [], 0
+        chunk.append(index)
+        total += size
+    if chunk:
+        groups += _compile_set(patterns, chunk)
+    return tuple(groups)
+
+
+def _compile_set(patterns: Sequence[str], indices: list[int]) -> list[_Group]:
+    compiled = re2.Set.SearchSet(_OPTIONS)
+    compiled.Add("")
+    for index in indices:
+        try:
+            compiled.Add(patterns[index])
+        except re2.error:
+            raise PatternError(index, _compile_error(patterns[index])) from None
+    try:
+        compiled.Compile()
+    except re2.error:
+        # Over RE2's memory budget after all (the sizes only estimate a Set's):
+        # halve it; one pattern alone is matched by its own RE2, which compiled.
+        log.warning("pattern set over its memory budget; split", patterns=len(indices))
+        if len(indices) == 1:
+            return [_Group((indices[0],), re2.compile(patterns[indices[0]], _OPTIONS))]
+        half = len(indices) // 2
+        return _compile_set(patterns, indices[:half]) + _compile_set(patterns, indices[half:])
+    return [_Group(tuple(indices), compiled)]
 
 
 def decide(rules: Sequence[Candidate], matched: set[int], project_id: str | None) -> Verdict:
@@ -234,6 +348,41 @@ async def _rows(pool: AsyncConnectionPool, sql: str, params: dict[str, Any]) -> 
         return [Rule(**row) for row in await cur.fetchall()]
 
 
+class RuleLimitError(Exception):
+    """One more rule would take its scope over a limit: a 422 naming `field`."""
+
+    def __init__(self, field: str, problem: str) -> None:
+        super().__init__(f"{field}: {problem}")
+        self.field = field
+        self.problem = problem
+
+
+def scope_problem(stored: Sequence[str], pattern: str, project_id: str) -> RuleLimitError | None:
+    """Why a scope whose rules have the patterns `stored` may not take one more
+    rule with `pattern` (already a valid pattern), or None."""
+    scope = "global rules" if project_id == GLOBAL else f"rules for project {project_id}"
+    if len(stored) >= MAX_RULES_PER_SCOPE:
+        return RuleLimitError(
+            "project_id",
+            f"the user has {len(stored)} {scope}, at most {MAX_RULES_PER_SCOPE}: delete some first",
+        )
+    total = program_size(pattern) + sum(_stored_size(p) for p in stored)
+    if total > MAX_SCOPE_PROGRAM:
+        return RuleLimitError(
+            "pattern",
+            f"too complex for this scope: with it the user's {scope} would need {total} "
+            f"RE2 program instructions, at most {MAX_SCOPE_PROGRAM}",
+        )
+    return None
+
+
+def _stored_size(pattern: str) -> int:
+    try:
+        return program_size(pattern)
+    except re2.error:
+        return 0  # written around the API; evaluation reports it
+
+
 async def add_rule(
     pool: AsyncConnectionPool,
     app: str,
@@ -243,11 +392,10 @@ async def add_rule(
     pattern: str,
     action: Action,
 ) -> Rule:
-    sql = (
-        "INSERT INTO permission_rules (app, user_id, project_id, tool_name, pattern, action) "
-        "VALUES (%(app)s, %(user_id)s, %(project_id)s, %(tool_name)s, %(pattern)s, %(action)s) "
-        f"RETURNING {_RULE_COLUMNS}"
-    )
+    """Insert the rule, or raise RuleLimitError and change nothing. The limits are
+    checked in the insert's transaction under the scope's advisory lock, so two
+    concurrent writes cannot both take the last place."""
+    lock = json.dumps(["permission_rules", app, user_id, project_id])
     params = dict(
         app=app,
         user_id=user_id,
@@ -256,7 +404,27 @@ async def add_rule(
         pattern=pattern,
         action=action,
     )
-    return (await _rows(pool, sql, params))[0]
+    async with pool.connection() as conn, conn.transaction():
+        await conn.execute("SELECT pg_advisory_xact_lock(hashtextextended(%s, 0))", (lock,))
+        cur = await conn.execute(
+            "SELECT pattern FROM permission_rules "
+            "WHERE app = %(app)s AND user_id = %(user_id)s AND project_id = %(project_id)s",
+            params,
+        )
+        stored = [row[0] for row in await cur.fetchall()]
+        problem = scope_problem(stored, pattern, project_id)
+        if problem is not None:
+            raise problem
+        cur = conn.cursor(row_factory=dict_row)
+        await cur.execute(
+            "INSERT INTO permission_rules (app, user_id, project_id, tool_name, pattern, action) "
+            "VALUES (%(app)s, %(user_id)s, %(project_id)s, %(tool_name)s, %(pattern)s, "
+            f"%(action)s) RETURNING {_RULE_COLUMNS}",
+            params,
+        )
+        row = await cur.fetchone()
+    assert row is not None
+    return Rule(**row)
 
 
 async def list_rules(
@@ -273,15 +441,15 @@ async def list_rules(
     return await _rows(pool, sql, {"app": app, "user_id": user_id, "project_id": project_id})
 
 
-async def delete_rule(
-    pool: AsyncConnectionPool, app: str, user_id: str | None, rule_id: str
-) -> bool:
-    """Remove the app's rule `rule_id` (only if it is `user_id`'s, when given)."""
+async def delete_rule(pool: AsyncConnectionPool, app: str, user_id: str, rule_id: str) -> bool:
+    """Remove the rule `rule_id` if it is `user_id`'s in this app."""
     sql = (
-        "DELETE FROM permission_rules WHERE id = %(id)s AND app = %(app)s "
-        f"AND (%(user_id)s::text IS NULL OR user_id = %(user_id)s) RETURNING {_RULE_COLUMNS}"
+        "DELETE FROM permission_rules "
+        "WHERE id = %(id)s AND app = %(app)s AND user_id = %(user_id)s RETURNING id"
     )
-    return bool(await _rows(pool, sql, {"id": rule_id, "app": app, "user_id": user_id}))
+    async with pool.connection() as conn:
+        cur = await conn.execute(sql, {"id": rule_id, "app": app, "user_id": user_id})
+        return await cur.fetchone() is not None
 
 
 async def candidate_rules(
@@ -435,12 +603,20 @@ class Guardrail:
     async def _match(self, candidates: Candidates, command: str) -> set[int]:
         if not candidates.rules:
             return set()
-        job = self._executor.submit(self.patterns.matches, candidates.patterns, command.encode())
-        try:
-            async with asyncio.timeout(MATCH_TIMEOUT_SECONDS):
-                return await asyncio.wrap_future(job)
-        except PatternError as exc:
-            raise RuleError(candidates.rules[exc.index], exc.message) from None
+        patterns = candidates.patterns
+        groups = self.patterns.cached(patterns)
+        if groups is None:
+            compiling = self._executor.submit(self.patterns.compiled, patterns)
+            try:
+                async with asyncio.timeout(COMPILE_TIMEOUT_SECONDS):
+                    groups = await asyncio.wrap_future(compiling)
+            except PatternError as exc:
+                raise RuleError(candidates.rules[exc.index], exc.message) from None
+            except TimeoutError:
+                raise SlowCompile from None
+        job = self._executor.submit(self.patterns.match_groups, groups, patterns, command.encode())
+        async with asyncio.timeout(MATCH_TIMEOUT_SECONDS):
+            return await asyncio.wrap_future(job)
 
     async def _candidates(
         self, call: ToolCall, pool: AsyncConnectionPool, cache_seconds: float
@@ -461,6 +637,10 @@ class RuleError(Exception):
         super().__init__(f"the pattern of rule {rule.id} does not compile ({message})")
 
 
+class SlowCompile(Exception):
+    """Compiling the rules took over COMPILE_TIMEOUT_SECONDS."""
+
+
 def _failure(exc: Exception) -> str:
     """What went wrong, for the client: a cause, never a stack trace."""
     if isinstance(exc, RuleError):
@@ -469,6 +649,8 @@ def _failure(exc: Exception) -> str:
         return "the grant store (Valkey) is unavailable"
     if isinstance(exc, psycopg.Error):
         return "the rule store (Postgres) is unavailable"
+    if isinstance(exc, SlowCompile):
+        return f"compiling the rules took over {COMPILE_TIMEOUT_SECONDS} s"
     if isinstance(exc, TimeoutError):
         return f"matching the rules took over {MATCH_TIMEOUT_SECONDS} s"
     return "permissions could not be evaluated"

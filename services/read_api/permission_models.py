@@ -1,19 +1,28 @@
 """Request and response bodies of the tool-permission routes.
 
 Identifiers follow the API's one rule (`check_identifier`); a pattern must be
-one RE2 compiles, checked when the rule is written, so a bad pattern is a 422
-naming `pattern`, not a surprise at evaluation. The size of `tool_args` is
-checked by the routes (the limit is a setting).
+one RE2 compiles, within MAX_PATTERN_LENGTH and MAX_PATTERN_PROGRAM, checked
+when the rule is written, so a bad pattern is a 422 naming `pattern`, not a
+surprise at evaluation (the limits of a whole scope need its stored rules: the
+store checks them). The size of `tool_args` is checked by the routes (the limit
+is a setting).
 """
 
 from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, WithJsonSchema
 
 from services.read_api.memory_models import Identifier, OptionalId
-from shared.permissions import Action, Decision, Tier, pattern_problem
+from shared.permissions import (
+    MAX_PATTERN_LENGTH,
+    MAX_PATTERN_PROGRAM,
+    Action,
+    Decision,
+    Tier,
+    pattern_problem,
+)
 
 # Rules of every project of the user: `project_id` of a rule, or in a listing.
 GLOBAL_PROJECT = "global"
@@ -26,7 +35,16 @@ def _pattern(value: str) -> str:
     return value
 
 
-Pattern = Annotated[str, AfterValidator(_pattern)]
+# What a schema can say of it; that RE2 compiles it within the limits, only RE2 can.
+PATTERN_SCHEMA = {
+    "type": "string",
+    "minLength": 1,
+    "maxLength": MAX_PATTERN_LENGTH,
+    "format": "regex",
+    "description": "An RE2 pattern, matched against the command (no back-references or "
+    f"lookarounds; at most {MAX_PATTERN_PROGRAM} RE2 instructions).",
+}
+Pattern = Annotated[str, AfterValidator(_pattern), WithJsonSchema(PATTERN_SCHEMA)]
 
 
 class _ToolCall(BaseModel):

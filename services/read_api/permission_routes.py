@@ -3,6 +3,9 @@
 Everything is scoped by the request's tenant (`app_of`). Evaluation never
 answers 500: an error inside it is a PENDING with the reason (fail closed; see
 shared/permissions.py). Rule writes clear this process's rule cache at once.
+A rule is created within its scope's limits (else 422, nothing written) and
+deleted only by its user (`user_id` is required: any key of the app may call
+these routes, so a rule id alone must not reach another user's rule).
 """
 
 from __future__ import annotations
@@ -34,6 +37,7 @@ from shared.identifiers import text_problem
 from shared.permissions import (
     GLOBAL,
     Rule,
+    RuleLimitError,
     ToolCall,
     add_grant,
     add_rule,
@@ -102,17 +106,20 @@ def install_permission_routes(app: FastAPI) -> None:
     @app.post("/v1/permissions/rules", status_code=201)
     async def create_rule(body: RuleRequest, request: Request) -> RuleView:
         project = GLOBAL if body.project_id == GLOBAL_PROJECT else body.project_id
-        rule = await postgres_or_503(
-            add_rule(
-                request.app.state.apool,
-                app_of(request),
-                body.user_id,
-                project,
-                body.tool_name,
-                body.pattern,
-                body.action,
+        try:
+            rule = await postgres_or_503(
+                add_rule(
+                    request.app.state.apool,
+                    app_of(request),
+                    body.user_id,
+                    project,
+                    body.tool_name,
+                    body.pattern,
+                    body.action,
+                )
             )
-        )
+        except RuleLimitError as exc:
+            raise ApiError(422, "invalid_request", str(exc), field=exc.field) from None
         request.app.state.permissions.rules.clear()
         return _view(rule)
 
@@ -132,9 +139,9 @@ def install_permission_routes(app: FastAPI) -> None:
     async def remove_rule(
         rule_id: str,
         request: Request,
-        user_id: Annotated[Identifier | None, Query()] = None,
+        user_id: Annotated[Identifier, Query()],
     ) -> DeleteRuleResponse:
-        """The rule's id names it within the app; `user_id`, if given, must match."""
+        """Only the rule's own user deletes it: 404 for another user's rule."""
         if not _is_uuid(rule_id) or not await postgres_or_503(
             delete_rule(request.app.state.apool, app_of(request), user_id, rule_id)
         ):

@@ -319,7 +319,7 @@ class AsyncMemoryClient:
     async def rules(self, user_id: str, *, project_id: str | None = None) -> list[m.Rule]:
         return await self._send(routes.rules(user_id, project_id=project_id))
 
-    async def delete_rule(self, rule_id: str, *, user_id: str | None = None) -> m.DeletedRule:
+    async def delete_rule(self, rule_id: str, *, user_id: str) -> m.DeletedRule:
         return await self._send(routes.delete_rule(rule_id, user_id=user_id))
 
     # -- lifecycle and health ------------------------------------------------------

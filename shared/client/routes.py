@@ -294,9 +294,10 @@ def rules(user_id: str, *, project_id: str | None) -> Call[list[m.Rule]]:
     return Call("GET", "/v1/permissions/rules", parse, params=params, retry_safe=True)
 
 
-def delete_rule(rule_id: str, *, user_id: str | None) -> Call[m.DeletedRule]:
+def delete_rule(rule_id: str, *, user_id: str) -> Call[m.DeletedRule]:
+    # The API requires the rule's user: a rule id alone does not delete it.
     path = f"/v1/permissions/rules/{_seg(rule_id)}"
-    params = _present(user_id=user_id)
+    params = {"user_id": user_id}
     return Call("DELETE", path, _one(m.DeletedRule), params=params, retry_safe=True)
 
 

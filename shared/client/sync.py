@@ -340,7 +340,8 @@ class MemoryClient:
         """The user's rules, oldest first (`project_id="global"`: the global ones)."""
         return self._send(routes.rules(user_id, project_id=project_id))
 
-    def delete_rule(self, rule_id: str, *, user_id: str | None = None) -> m.DeletedRule:
+    def delete_rule(self, rule_id: str, *, user_id: str) -> m.DeletedRule:
+        """Delete the user's rule (NotFoundError if it is not that user's)."""
         return self._send(routes.delete_rule(rule_id, user_id=user_id))
 
     # -- lifecycle and health ------------------------------------------------------

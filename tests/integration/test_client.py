@@ -370,7 +370,7 @@ def test_permissions(client, ids):
     removed = client.delete_rule(allow.id, user_id=user)
     assert (removed.id, removed.deleted) == (allow.id, True)
     with pytest.raises(NotFoundError):
-        client.delete_rule(allow.id)
+        client.delete_rule(allow.id, user_id=user)
     assert [r.id for r in client.rules(user)] == [block.id]
 
     with pytest.raises(InvalidRequestError) as bad:

@@ -14,6 +14,7 @@ from datetime import UTC, datetime, timedelta
 
 import httpx
 import pytest
+import re2
 from fastapi.testclient import TestClient
 
 from services.read_api.app import create_app
@@ -83,6 +84,43 @@ def grant(client, ids, command, tool=TOOL, session=None, **extra):
 def field_of(response):
     assert response.status_code == 422, response.text
     return [f["field"] for f in response.json()["error"]["fields"]]
+
+
+def error_of(response):
+    """The error's code, message and fields (other keys, such as a request id, aside)."""
+    error = response.json()["error"]
+    return error["code"], error["message"], error.get("fields")
+
+
+def rule_body(ids, pattern, action="BLOCK", project=PROJECT, tool=TOOL):
+    return {
+        "user_id": ids["user_id"],
+        "project_id": project,
+        "tool_name": tool,
+        "pattern": pattern,
+        "action": action,
+    }
+
+
+def stored_rules(pool, ids, project=None):
+    """How many rules of the test's user are in the table (of one project: '' global)."""
+    sql = "SELECT count(*) FROM permission_rules WHERE app = %s AND user_id = %s"
+    params = [ids["app"], ids["user_id"]]
+    if project is not None:
+        sql += " AND project_id = %s"
+        params.append(project)
+    with pool.connection() as conn:
+        return conn.execute(sql, params).fetchone()[0]
+
+
+def fill(pool, ids, project, count):
+    """`count` harmless ALLOW rules in the scope, written straight to the table (fast)."""
+    with pool.connection() as conn:
+        conn.execute(
+            "INSERT INTO permission_rules (app, user_id, project_id, tool_name, pattern, action) "
+            "SELECT %s, %s, %s, %s, '^filler' || n || '$', 'ALLOW' FROM generate_series(1, %s) n",
+            (ids["app"], ids["user_id"], project, TOOL, count),
+        )
 
 
 # -- tiers ---------------------------------------------------------------------------
@@ -419,7 +457,7 @@ def test_rules_written_by_another_process_apply_within_the_cache_time(client, id
 @pytest.mark.parametrize(
     "pattern", [r"(a)\1", "(?=x)", "(?<!a)b", "[", "a{2,1}", "", "a" * 1001, "\ud800"]
 )
-def test_a_pattern_re2_cannot_compile_is_422(client, ids, pattern):
+def test_a_pattern_re2_cannot_compile_is_422(client, ids, pool, pattern):
     body = {
         "user_id": ids["user_id"],
         "project_id": PROJECT,
@@ -434,6 +472,7 @@ def test_a_pattern_re2_cannot_compile_is_422(client, ids, pattern):
         headers={"content-type": "application/json"},
     )
     assert field_of(response) == ["pattern"]
+    assert stored_rules(pool, ids) == 0
 
 
 @pytest.mark.parametrize(
@@ -515,14 +554,168 @@ def test_rules_are_listed_by_project_and_deleted(client, ids):
 
     again = client.delete(f"/v1/permissions/rules/{first['id']}", params={"user_id": user})
     assert again.status_code == 404
-    other = client.delete(f"/v1/permissions/rules/{third['id']}", params={"user_id": user + "x"})
-    assert other.status_code == 404
     assert client.delete("/v1/permissions/rules/nope", params={"user_id": user}).status_code == 404
     assert listed() == [second["id"], third["id"]]
-    # The id alone names a rule of this app (the issue's `DELETE /v1/permissions/rules/{id}`).
-    by_id = client.delete(f"/v1/permissions/rules/{third['id']}")
-    assert by_id.status_code == 200 and by_id.json() == {"id": third["id"], "deleted": True}
-    assert listed() == [second["id"]]
+
+
+def test_deleting_a_rule_needs_the_user_whose_rule_it_is(client, ids, pool):
+    block = add_rule(client, ids["user_id"], "^rm ", "BLOCK")
+    path = f"/v1/permissions/rules/{block['id']}"
+
+    # The id alone (any key of the app could send it) deletes nothing.
+    response = client.delete(path)
+    assert field_of(response) == ["user_id"]
+    assert error_of(response) == (
+        "invalid_request",
+        "user_id: Field required",
+        [{"field": "user_id", "message": "Field required"}],
+    )
+    # Another user of the same app: as if the rule did not exist.
+    other = client.delete(path, params={"user_id": f"{ids['user_id']}-other"})
+    assert other.status_code == 404
+    assert error_of(other) == ("not_found", f"no permission rule {block['id']}", None)
+    assert field_of(client.delete(path, params={"user_id": ""})) == ["user_id"]
+    assert stored_rules(pool, ids) == 1
+    assert outcome(evaluate(client, ids, "rm -rf /")) == ("BLOCK", "project", block["id"])
+
+    deleted = client.delete(path, params={"user_id": ids["user_id"]})
+    assert deleted.status_code == 200
+    assert deleted.json() == {"id": block["id"], "deleted": True}
+    assert stored_rules(pool, ids) == 0
+    assert outcome(evaluate(client, ids, "rm -rf /")) == ("PENDING", "none", None)
+
+
+# -- rule limits -----------------------------------------------------------------------
+
+
+def test_a_rule_set_one_re2_set_could_not_compile_still_blocks(client, ids):
+    # Bounded repetitions of `.` cost some 900 RE2 instructions each: one Set of
+    # every candidate (the guardrail's before) failed to compile from about 150
+    # such rules on, and every call of the scope was PENDING, its BLOCKs too.
+    project = [(rf"^deploy{i} .{{0,100}}--force", "ALLOW", PROJECT) for i in range(250)]
+    block = (r"rm -rf .{0,100}/", "BLOCK", PROJECT)
+    overall = [(rf"^release{i} .{{0,100}}--force", "ALLOW", "global") for i in range(250)]
+    rules = [*project, block, *overall]
+    one_set = re2.Set.SearchSet()
+    for pattern, _, _ in rules:
+        one_set.Add(pattern)
+    with pytest.raises(re2.error, match="failed to compile Set"):
+        one_set.Compile()
+
+    made = [add_rule(client, ids["user_id"], p, a, project=where) for p, a, where in rules]
+
+    assert outcome(evaluate(client, ids, "rm -rf --no-preserve-root /")) == (
+        "BLOCK",
+        "project",
+        made[250]["id"],
+    )
+    assert outcome(evaluate(client, ids, "deploy0 --force")) == ("ALLOW", "project", made[0]["id"])
+    assert outcome(evaluate(client, ids, "deploy249 now --force")) == (
+        "ALLOW",
+        "project",
+        made[249]["id"],
+    )
+    # The last rule, in the last of the compiled Sets, is found too.
+    assert outcome(evaluate(client, ids, "release249 x --force")) == (
+        "ALLOW",
+        "global",
+        made[-1]["id"],
+    )
+    pending = evaluate(client, ids, "ls -la")
+    assert (outcome(pending), pending["reason"]) == (
+        ("PENDING", "none", None),
+        "needs human confirmation: no rule matches",
+    )
+
+
+def test_a_scope_takes_at_most_1000_rules(client, ids, pool):
+    fill(pool, ids, PROJECT, 999)
+    block = add_rule(client, ids["user_id"], "^rm ", "BLOCK")  # the 1,000th
+
+    response = client.post("/v1/permissions/rules", json=rule_body(ids, "^shutdown"))
+    message = (
+        f"project_id: the user has 1000 rules for project {PROJECT}, at most 1000: "
+        "delete some first"
+    )
+    assert response.status_code == 422
+    assert error_of(response) == (
+        "invalid_request",
+        message,
+        [{"field": "project_id", "message": message}],
+    )
+    assert stored_rules(pool, ids, PROJECT) == 1000
+    assert evaluate(client, ids, "shutdown now")["decision"] == "PENDING"
+    # The full scope still decides.
+    assert outcome(evaluate(client, ids, "rm -rf /")) == ("BLOCK", "project", block["id"])
+
+    # Other scopes of the user have limits of their own.
+    add_rule(client, ids["user_id"], "^shutdown", "BLOCK", project="global")
+    add_rule(client, ids["user_id"], "^shutdown", "BLOCK", project="Other")
+    # A place freed is a place again.
+    deleted = client.delete(
+        f"/v1/permissions/rules/{block['id']}", params={"user_id": ids["user_id"]}
+    )
+    assert deleted.status_code == 200
+    add_rule(client, ids["user_id"], "^rm ", "BLOCK")
+    assert stored_rules(pool, ids, PROJECT) == 1000
+    assert stored_rules(pool, ids) == 1002
+
+
+def test_concurrent_creations_cannot_pass_the_limit_together(app_settings, ids, pool):
+    fill(pool, ids, PROJECT, 998)
+    app = create_app(app_settings)
+
+    async def race() -> list[int]:
+        transport = httpx.ASGITransport(app=app)
+        async with (
+            app.router.lifespan_context(app),
+            httpx.AsyncClient(transport=transport, base_url="http://api") as http,
+        ):
+            bodies = [rule_body(ids, f"^race{n}$") for n in range(8)]
+            posts = [http.post("/v1/permissions/rules", json=b) for b in bodies]
+            return [r.status_code for r in await asyncio.gather(*posts)]
+
+    assert sorted(asyncio.run(race())) == [201, 201] + [422] * 6
+    assert stored_rules(pool, ids, PROJECT) == 1000
+
+
+@pytest.mark.parametrize(("pattern", "size"), [(".{0,1000}.{0,1000}", 18004), (r"\pL{1,9}", 10776)])
+def test_a_pattern_too_complex_is_422(client, ids, pool, pattern, size):
+    response = client.post("/v1/permissions/rules", json=rule_body(ids, pattern))
+    assert field_of(response) == ["pattern"]
+    assert response.json()["error"]["fields"][0]["message"] == (
+        f"is too complex: its RE2 program has {size} instructions, at most 10000 "
+        "(a bounded repetition such as .{0,100} costs about 9 instructions per repeat: "
+        "prefer .*)"
+    )
+    assert stored_rules(pool, ids) == 0
+    # At the limit's side of it: accepted.
+    add_rule(client, ids["user_id"], ".{0,1000}x", "BLOCK")
+
+
+def test_a_scope_too_complex_is_422_and_what_it_holds_still_decides(client, ids, pool):
+    # Some 9,000 instructions each: 27 fit in a scope's 250,000, a 28th does not.
+    made = [add_rule(client, ids["user_id"], f"x{n}.{{0,1000}}", "ALLOW") for n in range(27)]
+
+    response = client.post("/v1/permissions/rules", json=rule_body(ids, "x27.{0,1000}"))
+    assert field_of(response) == ["pattern"]
+    message = response.json()["error"]["message"]
+    prefix = (
+        f"pattern: too complex for this scope: with it the user's rules for project {PROJECT} "
+        "would need "
+    )
+    assert message.startswith(prefix), message
+    needed, rest = message.removeprefix(prefix).split(" ", 1)
+    assert int(needed) > 250_000
+    assert rest == "RE2 program instructions, at most 250000"
+    assert stored_rules(pool, ids) == 27
+
+    # A simple rule still fits, and the whole set decides.
+    block = add_rule(client, ids["user_id"], "^rm -rf", "BLOCK")
+    assert outcome(evaluate(client, ids, "rm -rf x26")) == ("BLOCK", "project", block["id"])
+    assert outcome(evaluate(client, ids, "echo x9 done")) == ("ALLOW", "project", made[9]["id"])
+    # The global scope is another scope: the same pattern fits there.
+    add_rule(client, ids["user_id"], "x27.{0,1000}", "ALLOW", project="global")
 
 
 def test_another_app_neither_sees_nor_applies_this_apps_rules_and_grants(app_settings, ids):

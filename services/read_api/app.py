@@ -15,7 +15,7 @@ from typing import Annotated, Any
 
 import structlog
 import valkey
-from fastapi import FastAPI, Query, Request, Response
+from fastapi import FastAPI, Path, Query, Request, Response
 from fastapi.responses import JSONResponse
 from starlette.routing import Match
 
@@ -34,6 +34,7 @@ from services.read_api.lifecycle_routes import install_lifecycle_routes
 from services.read_api.memory_routes import install_memory_routes
 from services.read_api.models import (
     DeleteSessionResponse,
+    Identifier,
     RecordTurnRequest,
     RecordTurnResponse,
     SessionResponse,
@@ -69,6 +70,7 @@ from shared.tracing import server_span
 log = structlog.get_logger("agent_memory.api")
 
 
+SessionPath = Annotated[Identifier, Path()]
 MAX_FUTURE = timedelta(days=1)  # how far ahead a turn's created_at may be (clock skew)
 
 
@@ -232,7 +234,7 @@ def _routes(app: FastAPI) -> None:
 
     @app.post("/v1/sessions/{session_id}/turns", status_code=202)
     async def record_turn(
-        session_id: str, body: RecordTurnRequest, request: Request, response: Response
+        session_id: SessionPath, body: RecordTurnRequest, request: Request, response: Response
     ) -> RecordTurnResponse:
         resources: Resources = request.app.state.resources
         event, message = _turn_event(app_of(request), session_id, body, resources.settings)
@@ -258,7 +260,7 @@ def _routes(app: FastAPI) -> None:
 
     @app.get("/v1/sessions/{session_id}", response_model=SessionResponse)
     async def get_session(
-        session_id: str, request: Request, user_id: Annotated[str, Query()]
+        session_id: SessionPath, request: Request, user_id: Annotated[Identifier, Query()]
     ) -> Response:
         app_id = app_of(request)
         key = _session_key(app_id, user_id, session_id)
@@ -277,7 +279,7 @@ def _routes(app: FastAPI) -> None:
 
     @app.delete("/v1/sessions/{session_id}")
     async def delete_session(
-        session_id: str, request: Request, user_id: Annotated[str, Query()]
+        session_id: SessionPath, request: Request, user_id: Annotated[Identifier, Query()]
     ) -> DeleteSessionResponse:
         key = _session_key(app_of(request), user_id, session_id)
         deleted = await valkey_or_503(request.app.state.buffer.delete(key))

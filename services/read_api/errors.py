@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import re
 from collections.abc import Awaitable, Mapping
 from concurrent.futures import Future
 from typing import Any, TypeVar
@@ -120,6 +121,9 @@ def _field_name(loc: tuple) -> str:
     return ".".join(parts) or "body"
 
 
+_NAMED = re.compile(r"([a-z_][a-z0-9_]*): (.+)", re.DOTALL)
+
+
 def _clean(msg: str) -> str:
     return msg.removeprefix("Value error, ")
 
@@ -138,6 +142,11 @@ def install_error_handlers(app: FastAPI) -> None:
             message = _clean(str(error.get("msg", "invalid")))
             if error.get("type") == "extra_forbidden":
                 message = "is not a known field"
+            named = _NAMED.match(message)
+            if error.get("type") == "value_error" and named:
+                # A rule over several fields names the one that is wrong.
+                prefix = "" if name == "body" else f"{name}."
+                name, message = prefix + named.group(1), named.group(2)
             fields.append({"field": name, "message": message})
         summary = "; ".join(f"{f['field']}: {f['message']}" for f in fields)
         request_id = request_id_of(request.scope)

@@ -2,39 +2,73 @@
 
 from __future__ import annotations
 
+import re
 from datetime import UTC, datetime
 from typing import Annotated, Literal
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    ConfigDict,
+    Field,
+    WithJsonSchema,
+    field_validator,
+    model_validator,
+)
 
-from services.read_api.models import check_identifier
+from services.read_api.models import BLANK, TEXT_SCHEMA, Identifier, OptionalId
 from shared.memory.store import COMPACTED_ENTITY
 
 Kind = Literal["preference", "fact", "rule", "event"]
 ScopeName = Literal["global", "project", "session"]
 
 
-def _optional_id(value: str | None) -> str | None:
-    return None if value is None else check_identifier(value)
-
-
 def _query(value: str) -> str:
+    if "\x00" in value:
+        raise ValueError("must not contain NUL characters")
     if not value.strip():
         raise ValueError("must not be empty")
-    if len(value) > 4000:
-        raise ValueError("must be at most 4000 characters")
+    if len(value) > MAX_QUERY_LENGTH:
+        raise ValueError(f"must be at most {MAX_QUERY_LENGTH} characters")
+    return value
+
+
+def _name(value: str) -> str:
+    if _CONTROL.search(value):
+        raise ValueError("must not contain control characters")
     return value
 
 
 def _aware(value: datetime | None) -> datetime | None:
     if value is None:
         return None
-    return value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
+    try:
+        return value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
+    except OverflowError:  # 0001-01-01T00:00:00+14:00 is before year 1 in UTC
+        raise ValueError("is out of range once converted to UTC") from None
 
 
-Identifier = Annotated[str, AfterValidator(check_identifier)]
-OptionalId = Annotated[str | None, AfterValidator(_optional_id)]
-QueryText = Annotated[str, AfterValidator(_query)]
+# What the validators above enforce, declared in the OpenAPI document so that a
+# client (or a fuzzer) knows before sending.
+MAX_QUERY_LENGTH = 4000
+_CONTROL = re.compile("[\x00-\x1f\x7f-\x9f]")
+QUERY_SCHEMA = {
+    "type": "string",
+    "minLength": 1,
+    "maxLength": MAX_QUERY_LENGTH,
+    "pattern": f"^[^\\u0000]*[^{BLANK}\\u0000][^\\u0000]*$",
+    "description": "Not blank; no NUL characters.",
+}
+NAME_SCHEMA = {
+    "type": "string",
+    "maxLength": 200,
+    "pattern": "^[^\\u0000-\\u001f\\u007f-\\u009f]*$",
+}
+
+QueryText = Annotated[str, AfterValidator(_query), WithJsonSchema(QUERY_SCHEMA)]
+EntityName = Annotated[
+    str, Field(max_length=200), AfterValidator(_name), WithJsonSchema(NAME_SCHEMA)
+]
 AwareTime = Annotated[datetime | None, AfterValidator(_aware)]
 
 
@@ -99,13 +133,31 @@ class ArchiveSearchResponse(BaseModel):
     episodes: list[EpisodeView]
 
 
+def _only_its_scope_names(scope: str, field: str) -> dict:
+    """JSON Schema: `field` is required for `scope` and absent (or null) otherwise."""
+    return {
+        "if": {"properties": {"scope": {"const": scope}}},
+        "then": {"required": [field], "properties": {field: {"type": "string"}}},
+        "else": {"properties": {field: {"type": "null"}}},
+    }
+
+
 class WriteMemoryRequest(_Request):
+    model_config = ConfigDict(
+        json_schema_extra={
+            "allOf": [
+                _only_its_scope_names("project", "project_id"),
+                _only_its_scope_names("session", "session_id"),
+            ]
+        }
+    )
+
     text: QueryText
     scope: ScopeName
     kind: Kind
     project_id: OptionalId = None
     session_id: OptionalId = None
-    entity_name: str = Field(default="", max_length=200)
+    entity_name: EntityName = ""
     consolidate: bool = True
 
     @field_validator("entity_name")
@@ -121,8 +173,12 @@ class WriteMemoryRequest(_Request):
             raise ValueError("project_id: a project memory needs its project_id")
         if self.scope == "session" and not self.session_id:
             raise ValueError("session_id: a session memory needs its session_id")
-        if self.scope == "global" and self.project_id:
-            raise ValueError("project_id: a global memory belongs to no project")
+        # As the table's constraints have it: only a project memory names a project,
+        # only a session memory a session.
+        if self.scope != "project" and self.project_id:
+            raise ValueError(f"project_id: a {self.scope} memory belongs to no project")
+        if self.scope != "session" and self.session_id:
+            raise ValueError(f"session_id: a {self.scope} memory belongs to no session")
         return self
 
 
@@ -193,14 +249,18 @@ class ContentEventIn(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     role: Literal["user", "model", "assistant"]
-    text: str = Field(min_length=1, max_length=32_000)
+    text: Annotated[
+        str,
+        Field(min_length=1, max_length=32_000),
+        WithJsonSchema({**TEXT_SCHEMA, "minLength": 1, "maxLength": 32_000}),
+    ]
 
 
 class GenerateScope(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
-    project_id: str | None = None
-    session_id: str | None = None
+    project_id: OptionalId = None
+    session_id: OptionalId = None
 
 
 class GenerateRequest(_Request):

@@ -16,7 +16,7 @@ from datetime import datetime
 from typing import Annotated, Any
 
 import structlog
-from fastapi import FastAPI, Query, Request, Response
+from fastapi import FastAPI, Path, Query, Request, Response
 from psycopg.rows import dict_row
 
 from services.read_api.errors import ApiError, encode_or_4xx, postgres_or_503, published_or_503
@@ -395,7 +395,9 @@ def install_memory_routes(app: FastAPI) -> None:  # noqa: C901 - one route per n
 
     @app.get("/v1/operations/{name:path}", response_model=Operation)
     async def get_operation(
-        name: str, request: Request, user_id: Annotated[Identifier, Query()]
+        name: Annotated[Identifier, Path()],
+        request: Request,
+        user_id: Annotated[Identifier, Query()],
     ) -> Operation:
         operation = await _operation(request, name, user_id)
         if operation is None:

@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import json
 from datetime import UTC, datetime
-from typing import Any
+from typing import Annotated, Any
 
 import orjson
 from fastapi import Response
-from pydantic import BaseModel, ConfigDict, field_validator
+from pydantic import AfterValidator, BaseModel, ConfigDict, WithJsonSchema, field_validator
 
-from shared.identifiers import identifier_problem
+from shared.identifiers import MAX_IDENTIFIER_LENGTH, identifier_problem
 
 
 def json_response(body: Any) -> Response:
@@ -25,6 +25,40 @@ def check_identifier(value: str) -> str:
     if problem:
         raise ValueError(problem)
     return value
+
+
+def _optional_id(value: str | None) -> str | None:
+    return None if value is None else check_identifier(value)
+
+
+# The identifier rule (shared.identifiers), declared in the OpenAPI document.
+IDENTIFIER_SCHEMA = {
+    "type": "string",
+    "minLength": 1,
+    "maxLength": MAX_IDENTIFIER_LENGTH,
+    "pattern": "^[^\\u0000-\\u001f\\u007f-\\u009f]+$",
+}
+
+Identifier = Annotated[str, AfterValidator(check_identifier), WithJsonSchema(IDENTIFIER_SCHEMA)]
+OptionalId = Annotated[
+    str | None,
+    AfterValidator(_optional_id),
+    WithJsonSchema({"anyOf": [IDENTIFIER_SCHEMA, {"type": "null"}]}),
+]
+
+# What `str.strip` removes: Python's whitespace, spelled out for JSON Schema
+# patterns, as their `\s` is not quite the same set.
+BLANK = (
+    "\\t\\n\\u000b\\f\\r\\u001c-\\u001f \\u0085\\u00a0\\u1680"
+    "\\u2000-\\u200a\\u2028\\u2029\\u202f\\u205f\\u3000"
+)
+
+# Free text of a turn: any characters but NUL, up to a size in UTF-8 bytes.
+TEXT_SCHEMA = {
+    "type": "string",
+    "pattern": "^[^\\u0000]*$",
+    "description": "No NUL characters; at most AM_MAX_MESSAGE_BYTES (32 KiB) in UTF-8.",
+}
 
 
 class ToolEventIn(BaseModel):
@@ -53,26 +87,25 @@ class RecordTurnRequest(BaseModel):
     """A finished turn. `turn_id` is the client's idempotency key; `created_at`
     defaults to now (a time without an offset is taken as UTC)."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(
+        extra="forbid",
+        # A turn needs a user or an assistant message that is not blank.
+        json_schema_extra={
+            "anyOf": [
+                {"properties": {"user": {"pattern": f"[^{BLANK}]"}}},
+                {"properties": {"assistant": {"pattern": f"[^{BLANK}]"}}},
+            ]
+        },
+    )
 
-    user_id: str
-    project_id: str | None = None
-    prev_session_id: str | None = None
-    turn_id: str | None = None
+    user_id: Identifier
+    project_id: OptionalId = None
+    prev_session_id: OptionalId = None
+    turn_id: OptionalId = None
     created_at: datetime | None = None
-    user: str
-    assistant: str
+    user: Annotated[str, WithJsonSchema(TEXT_SCHEMA)]
+    assistant: Annotated[str, WithJsonSchema(TEXT_SCHEMA)]
     tool_events: list[ToolEventIn] = []
-
-    @field_validator("user_id")
-    @classmethod
-    def _user_id(cls, value: str) -> str:
-        return check_identifier(value)
-
-    @field_validator("project_id", "prev_session_id", "turn_id")
-    @classmethod
-    def _optional_ids(cls, value: str | None) -> str | None:
-        return None if value is None else check_identifier(value)
 
     @field_validator("created_at")
     @classmethod

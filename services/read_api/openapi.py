@@ -116,6 +116,8 @@ def contract(document: dict[str, Any]) -> dict[str, Any]:
             statuses = dict(COMMON_ERRORS)
             if "requestBody" in operation:
                 statuses.update(BODY_ERRORS)
+            if "{" in path:
+                statuses[404] = "No such resource (or the path names no route)."
             statuses.update(ROUTE_ERRORS.get((method, path), {}))
             responses = operation.setdefault("responses", {})
             for status, description in sorted(statuses.items()):

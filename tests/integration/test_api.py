@@ -66,7 +66,7 @@ def test_bad_path_query_and_json_are_422_too(client):
         "/v1/sessions/" + "s" * 300 + "/turns", json={"user_id": "u", "user": "a", "assistant": "b"}
     )
     assert long_session.json()["error"]["fields"] == [
-        {"field": "session_id", "message": "session_id: must be at most 256 characters"}
+        {"field": "session_id", "message": "must be at most 256 characters"}
     ]
     not_json = client.post(
         "/v1/sessions/s1/turns", content=b"{oops", headers={"content-type": "application/json"}

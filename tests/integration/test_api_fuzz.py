@@ -63,6 +63,7 @@ def test_every_answer_is_one_the_document_declares(case, fuzzed):
             content_type_conformance,
             response_headers_conformance,
             response_schema_conformance,
+            schemathesis.checks.positive_data_acceptance,
         ],
     )
 

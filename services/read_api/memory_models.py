@@ -79,6 +79,20 @@ class _Request(BaseModel):
 
 
 class SearchRequest(_Request):
+    model_config = ConfigDict(
+        extra="forbid",
+        json_schema_extra={
+            "examples": [
+                {
+                    "user_id": "u-42",
+                    "project_id": "atlas",
+                    "query": "which editor does the user prefer?",
+                    "k": 5,
+                }
+            ]
+        },
+    )
+
     project_id: OptionalId = None
     query: QueryText
     k: int = Field(default=10, ge=1, le=100)
@@ -111,6 +125,11 @@ class SearchResponse(BaseModel):
 
 
 class ArchiveSearchRequest(_Request):
+    model_config = ConfigDict(
+        extra="forbid",
+        json_schema_extra={"examples": [{"user_id": "u-42", "query": "the pottery class", "k": 3}]},
+    )
+
     project_id: OptionalId = None
     query: QueryText
     k: int = Field(default=3, ge=1, le=100)
@@ -145,10 +164,18 @@ def _only_its_scope_names(scope: str, field: str) -> dict:
 class WriteMemoryRequest(_Request):
     model_config = ConfigDict(
         json_schema_extra={
+            "examples": [
+                {
+                    "user_id": "u-42",
+                    "text": "Prefers Neovim.",
+                    "kind": "preference",
+                    "scope": "global",
+                }
+            ],
             "allOf": [
                 _only_its_scope_names("project", "project_id"),
                 _only_its_scope_names("session", "session_id"),
-            ]
+            ],
         }
     )
 
@@ -212,6 +239,21 @@ class DeleteMemoryResponse(BaseModel):
 
 
 class ContextRequest(_Request):
+    model_config = ConfigDict(
+        extra="forbid",
+        json_schema_extra={
+            "examples": [
+                {
+                    "user_id": "u-42",
+                    "session_id": "s-7",
+                    "project_id": "atlas",
+                    "query": "set up the build",
+                    "token_budget": 2000,
+                }
+            ]
+        },
+    )
+
     session_id: Identifier
     project_id: OptionalId = None
     prev_session_id: OptionalId = None
@@ -264,6 +306,19 @@ class GenerateScope(BaseModel):
 
 
 class GenerateRequest(_Request):
+    model_config = ConfigDict(
+        extra="forbid",
+        json_schema_extra={
+            "examples": [
+                {
+                    "user_id": "u-42",
+                    "scope": {"project_id": "atlas"},
+                    "events": [{"role": "user", "text": "I moved to Lisbon last month."}],
+                }
+            ]
+        },
+    )
+
     scope: GenerateScope = GenerateScope()
     events: list[ContentEventIn] = Field(min_length=1, max_length=200)
     wait: bool = False

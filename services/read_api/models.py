@@ -91,10 +91,18 @@ class RecordTurnRequest(BaseModel):
         extra="forbid",
         # A turn needs a user or an assistant message that is not blank.
         json_schema_extra={
+            "examples": [
+                {
+                    "user_id": "u-42",
+                    "turn_id": "t-1",
+                    "user": "Use tabs, please.",
+                    "assistant": "Noted: tabs from now on.",
+                }
+            ],
             "anyOf": [
                 {"properties": {"user": {"pattern": f"[^{BLANK}]"}}},
                 {"properties": {"assistant": {"pattern": f"[^{BLANK}]"}}},
-            ]
+            ],
         },
     )
 

@@ -57,6 +57,20 @@ class _ToolCall(BaseModel):
 
 
 class EvaluateRequest(_ToolCall):
+    model_config = ConfigDict(
+        extra="forbid",
+        json_schema_extra={
+            "examples": [
+                {
+                    "user_id": "u-42",
+                    "session_id": "s-7",
+                    "tool_name": "run_shell",
+                    "tool_args": {"command": "rm -rf /"},
+                }
+            ]
+        },
+    )
+
     project_id: OptionalId = None
 
 

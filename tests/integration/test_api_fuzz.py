@@ -90,3 +90,29 @@ def test_the_document_declares_the_key_and_the_error_shape():
             )
     for method, path in ROUTE_ERRORS:  # every route named there exists
         assert method in document["paths"][path]
+
+
+def test_the_documented_examples_are_accepted(client):
+    document = client.get("/openapi.json").json()
+    schemas = document["components"]["schemas"]
+    tried = []
+    for path, operations in document["paths"].items():
+        for method, operation in operations.items():
+            body = operation.get("requestBody", {}).get("content", {}).get("application/json")
+            if body is None:
+                continue
+            name = body["schema"]["$ref"].rsplit("/", 1)[1]
+            for example in schemas[name].get("examples", []):
+                url = path.replace("{session_id}", "s-7")
+                response = client.request(method, url, json=example)
+                assert response.status_code < 300, (name, response.text)
+                tried.append(name)
+    assert sorted(tried) == [
+        "ArchiveSearchRequest",
+        "ContextRequest",
+        "EvaluateRequest",
+        "GenerateRequest",
+        "RecordTurnRequest",
+        "SearchRequest",
+        "WriteMemoryRequest",
+    ]

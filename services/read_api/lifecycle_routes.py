@@ -17,11 +17,12 @@ from typing import Annotated, Any, TypeVar
 import structlog
 import valkey
 from fastapi import FastAPI, Path, Request
-from pydantic import BaseModel, Field
+from pydantic import BaseModel
 
 from services.read_api.errors import ApiError, postgres_or_503, published_or_503, valkey_or_503
 from services.read_api.memory_models import Identifier, MemoryView, OptionalId, QueryText, _Request
 from services.read_api.memory_routes import memory_view
+from services.read_api.models import bounded_count
 from services.read_api.tenant import app_of, is_admin
 from shared.db.pool import UnitOfWork
 from shared.errors import InvalidEvent
@@ -58,8 +59,8 @@ class DeletionCounts(BaseModel):
 
 class CompactionRequest(_Request):
     project_id: OptionalId = None
-    retention_days: int | None = Field(default=None, ge=1, le=36500)
-    batch_limit: int | None = Field(default=None, ge=1, le=1000)
+    retention_days: bounded_count(1, 36500) | None = None
+    batch_limit: bounded_count(1, 1000) | None = None
 
 
 class CompactionAccepted(BaseModel):

@@ -11,12 +11,21 @@ from pydantic import (
     BaseModel,
     ConfigDict,
     Field,
+    StrictBool,
     WithJsonSchema,
     field_validator,
     model_validator,
 )
 
-from services.read_api.models import BLANK, TEXT_SCHEMA, Identifier, OptionalId
+from services.read_api.models import (
+    BLANK,
+    TEXT_SCHEMA,
+    Count,
+    Identifier,
+    OptionalId,
+    Time,
+    bounded_count,
+)
 from shared.memory.store import COMPACTED_ENTITY
 
 Kind = Literal["preference", "fact", "rule", "event"]
@@ -69,7 +78,7 @@ QueryText = Annotated[str, AfterValidator(_query), WithJsonSchema(QUERY_SCHEMA)]
 EntityName = Annotated[
     str, Field(max_length=200), AfterValidator(_name), WithJsonSchema(NAME_SCHEMA)
 ]
-AwareTime = Annotated[datetime | None, AfterValidator(_aware)]
+AwareTime = Annotated[Time | None, AfterValidator(_aware)]
 
 
 class _Request(BaseModel):
@@ -95,9 +104,9 @@ class SearchRequest(_Request):
 
     project_id: OptionalId = None
     query: QueryText
-    k: int = Field(default=10, ge=1, le=100)
+    k: Count = Field(default=10, ge=1, le=100)
     kinds: list[Kind] | None = None
-    decompose: bool = False
+    decompose: StrictBool = False
 
 
 class MemoryView(BaseModel):
@@ -132,7 +141,7 @@ class ArchiveSearchRequest(_Request):
 
     project_id: OptionalId = None
     query: QueryText
-    k: int = Field(default=3, ge=1, le=100)
+    k: Count = Field(default=3, ge=1, le=100)
     before: AwareTime = None
     after: AwareTime = None
 
@@ -185,7 +194,7 @@ class WriteMemoryRequest(_Request):
     project_id: OptionalId = None
     session_id: OptionalId = None
     entity_name: EntityName = ""
-    consolidate: bool = True
+    consolidate: StrictBool = True
 
     @field_validator("entity_name")
     @classmethod
@@ -258,8 +267,8 @@ class ContextRequest(_Request):
     project_id: OptionalId = None
     prev_session_id: OptionalId = None
     query: QueryText
-    k: int = Field(default=8, ge=1, le=100)
-    token_budget: int | None = Field(default=None, ge=100, le=100_000)
+    k: Count = Field(default=8, ge=1, le=100)
+    token_budget: bounded_count(100, 100_000) | None = None
 
 
 class ContextTurn(BaseModel):
@@ -321,7 +330,7 @@ class GenerateRequest(_Request):
 
     scope: GenerateScope = GenerateScope()
     events: list[ContentEventIn] = Field(min_length=1, max_length=200)
-    wait: bool = False
+    wait: StrictBool = False
 
 
 class Operation(BaseModel):

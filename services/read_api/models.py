@@ -8,7 +8,15 @@ from typing import Annotated, Any
 
 import orjson
 from fastapi import Response
-from pydantic import AfterValidator, BaseModel, ConfigDict, WithJsonSchema, field_validator
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    WithJsonSchema,
+    field_validator,
+)
 
 from shared.identifiers import MAX_IDENTIFIER_LENGTH, identifier_problem
 
@@ -45,6 +53,32 @@ OptionalId = Annotated[
     AfterValidator(_optional_id),
     WithJsonSchema({"anyOf": [IDENTIFIER_SCHEMA, {"type": "null"}]}),
 ]
+
+
+def _time_text(value: object) -> object:
+    # JSON carries a time as RFC 3339 text; a number would otherwise pass as epoch seconds.
+    if not isinstance(value, str | datetime):
+        raise ValueError("must be an RFC 3339 date-time string")
+    return value
+
+
+Time = Annotated[datetime, BeforeValidator(_time_text)]
+
+
+def _not_a_bool(value: object) -> object:
+    # JSON's true is not a number (Python's bool is an int).
+    if isinstance(value, bool):
+        raise ValueError("must be an integer")
+    return value
+
+
+Count = Annotated[int, BeforeValidator(_not_a_bool)]
+
+
+def bounded_count(ge: int, le: int) -> Any:
+    """A Count within [ge, le]; the bounds go first so the document declares them."""
+    return Annotated[int, Field(ge=ge, le=le), BeforeValidator(_not_a_bool)]
+
 
 # What `str.strip` removes: Python's whitespace, spelled out for JSON Schema
 # patterns, as their `\s` is not quite the same set.
@@ -110,7 +144,7 @@ class RecordTurnRequest(BaseModel):
     project_id: OptionalId = None
     prev_session_id: OptionalId = None
     turn_id: OptionalId = None
-    created_at: datetime | None = None
+    created_at: Time | None = None
     user: Annotated[str, WithJsonSchema(TEXT_SCHEMA)]
     assistant: Annotated[str, WithJsonSchema(TEXT_SCHEMA)]
     tool_events: list[ToolEventIn] = []

@@ -12,9 +12,10 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field, WithJsonSchema
+from pydantic import AfterValidator, BaseModel, ConfigDict, WithJsonSchema
 
 from services.read_api.memory_models import Identifier, OptionalId
+from services.read_api.models import bounded_count
 from shared.permissions import (
     MAX_PATTERN_LENGTH,
     MAX_PATTERN_PROGRAM,
@@ -83,7 +84,7 @@ class EvaluateResponse(BaseModel):
 
 class GrantRequest(_ToolCall):
     # Unset: AM_PERMISSION_GRANT_TTL_SECONDS.
-    ttl_seconds: int | None = Field(default=None, ge=1, le=3600)
+    ttl_seconds: bounded_count(1, 3600) | None = None
 
 
 class GrantResponse(BaseModel):

@@ -101,7 +101,7 @@ class ToolEventIn(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    name: str
+    name: Annotated[str, WithJsonSchema({**TEXT_SCHEMA, "description": "No NUL characters."})]
     arguments: Any = None
     output: Any = ""
 

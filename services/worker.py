@@ -41,10 +41,9 @@ class WorkerKind:
     llm: bool
     embedder: bool
     handlers: Callable[[Resources], dict[str, HandlerTable]]
-    # Handlers at once when AM_WORKER_CONCURRENCY is unset. Measured on 2 cores with
-    # an in-process drain of 8,000 turns: the summary handler applied about 1,050
-    # events/s at 16 and 1,300 at 64 (its handlers wait mostly on Valkey round
-    # trips); a Postgres worker's concurrency is the size of its connection pool.
+    # Handlers at once when AM_WORKER_CONCURRENCY is unset. The summary handler
+    # waits mostly on Valkey round trips, so more of them drain faster; a Postgres
+    # worker's concurrency is the size of its connection pool.
     default_concurrency: int
     # What a subscription's dead letters must tell before they go (see DeadLetterHook).
     dead_letter_hooks: Callable[[Resources], dict[str, DeadLetterHook]] | None = None

@@ -2,8 +2,8 @@
 ordering kept, a bounded queue that blocks (workers) or refuses (the API).
 
 The client library's batching publisher starts two threads for every batch; at the
-API's pace (a batch is one turn) that cost about 2 ms of CPU per turn and held the
-GIL while requests waited. Here one long-lived thread sends everything queued since
+API's pace (a batch is one turn) that cost more CPU per turn than the route itself
+and held the GIL while requests waited. Here one long-lived thread sends everything queued since
 its last request in one `Publish` call per topic, through the library's generated
 client (its retry and timeout defaults). Requests go one at a time, so messages of
 one ordering key reach Pub/Sub in the order they were published."""

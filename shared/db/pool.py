@@ -41,8 +41,7 @@ def _connection_kwargs(settings: Settings) -> dict[str, object]:
     # keeps scanning until it has its LIMIT of rows that pass the scope filter.
     # Custom plans always: psycopg prepares a statement after five runs, and
     # Postgres's generic plan for the search (it cannot see which user or scope)
-    # read the pinned rules of a 100,000-memory user ten times slower
-    # (bench/retrieval.py: context p50 394 ms generic, 42 ms custom).
+    # read the pinned rules of a 100,000-memory user ten times slower.
     return {
         "connect_timeout": max(1, int(settings.db_connect_timeout_seconds)),
         "options": f"-c statement_timeout={STATEMENT_TIMEOUT_MS} "

@@ -101,8 +101,8 @@ def _grant_traverse(path: Path) -> None:
 # glibc's malloc in each Postgres backend: keep freed memory for the next statement
 # instead of returning it to the kernel. By default a statement's large allocations
 # (a bitmap of 30,000 row addresses, sort memory) are fresh mappings, returned when
-# it ends, so every search statement faulted in its memory page by page again:
-# 1,650 minor page faults per search of bench/retrieval.py's 100,000-memory user.
+# it ends, so every search statement faulted in its memory page by page again
+# (the figures: docs/performance.md, "Tuning of the local stack").
 POSTGRES_MALLOC = {
     "MALLOC_MMAP_THRESHOLD_": str(32 * 1024 * 1024),  # glibc's maximum
     "MALLOC_TRIM_THRESHOLD_": str(256 * 1024 * 1024),
@@ -323,12 +323,10 @@ def find_emulator(configured: Path | None, roots: list[Path] | None = None) -> P
 
 
 # The emulator's JVM: the C1 compiler only, and the serial collector. With the JVM's
-# defaults it took 8.5-10.7 CPU-seconds of bench/buffer.py's 20-second measurement
-# (half a core of this 2-core machine, more than the API); with these, 3.2-4.1. Over
-# a whole run with both compilers, the compiler threads took 7.2 of its 13.0
-# CPU-seconds; with C1 alone, 0.55 of 5.1. bench/pipeline.py drained its 10,000-event
-# backlog no slower (1,406 against 1,213 events/s). The SDK's script reads JAVA_OPTS;
-# the user's JAVA_OPTS and CLOUD_PUBSUB_EMULATOR_OPTS come after these, so they win.
+# defaults the emulator spent most of its CPU compiling, more than the API on a small
+# machine, and drained no faster (docs/performance.md, "Tuning of the local stack").
+# The SDK's script reads JAVA_OPTS; the user's JAVA_OPTS and
+# CLOUD_PUBSUB_EMULATOR_OPTS come after these, so they win.
 EMULATOR_JVM_OPTS = ("-XX:TieredStopAtLevel=1", "-XX:+UseSerialGC")
 # A JVM given two collectors refuses to start: the user's choice replaces ours.
 _COLLECTOR = re.compile(r"-XX:\+Use\w*GC\b")

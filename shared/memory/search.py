@@ -16,11 +16,11 @@ is on for every connection, so it keeps walking until it has its candidates):
 for a scope that is a small share of the table that is thousands of rows
 thrown away, while sorting the scope's own few thousand rows by distance is
 cheaper. Postgres's planner makes that choice from sampled statistics and made
-it both ways for the same user between two loads of bench/retrieval.py (search
-p50 27 or 57 ms for the 10,000-memory user); the count makes it the same every
-time. The other branch is never executed. A caller that knows the count's
-answer (`SCOPE_SIZES`, what a statement of the last minute found) passes it, and
-the statement then has only the one ranking.
+it either way for the same user from one load of the table to the next, at twice
+the cost one way; the count makes it the same every time. The other branch is
+never executed. A caller that knows the count's answer (`SCOPE_SIZES`, what a
+statement of the last minute found) passes it, and the statement then has only
+the one ranking.
 
 "Meaningful": a lexeme that Postgres's statistics find in more than
 `AM_SEARCH_TEXT_MAX_FREQUENCY` of the rows ("user", "prefer" in a memory store)
@@ -163,10 +163,9 @@ class Expiring(Generic[K, V]):
 
 class FrequentLexemes(Expiring[tuple[str, float], list[str]]):
     """`FREQUENT_SQL` per (table, fraction), kept `ttl` seconds in this process.
-    Read inside the search statement, the statistics cost every query about 1 ms of
-    planning and 2 ms of execution (the pg_stats view joins four catalogs with
-    privilege checks; bench/retrieval.py); they change only when the table is
-    analysed."""
+    Read inside the search statement, the statistics would cost every query a join
+    of four catalogs with privilege checks (the pg_stats view); they change only
+    when the table is analysed."""
 
     def get(self, conn: psycopg.Connection, table: str, fraction: float) -> list[str]:
         key = (table, fraction)
@@ -194,8 +193,7 @@ FREQUENT = FrequentLexemes()
 class ScopeSizes(Expiring[tuple[str, str, str, str, str, int], bool]):
     """Whether a scope's vector ranking is exact (fewer rows than `exact_below`), as
     the last statement that counted it found, kept `ttl` seconds in this process:
-    a statement told so does not count again nor plan the other ranking (2.5 ms of
-    the 100,000- and the 10,000-memory user's search, bench/retrieval.py's data).
+    a statement told so does not count again nor plan the other ranking.
     A scope that grows past the threshold meanwhile is ranked the old way for at
     most `ttl` seconds: both ways are right, only their cost differs. One entry per
     scope searched in the last minute, 10,000 at most (`Expiring.size`)."""

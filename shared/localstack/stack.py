@@ -341,8 +341,9 @@ class LocalStack:
 
     def _write_endpoints(self) -> None:
         assert self.endpoints is not None
-        (self.data_dir / "endpoints.json").write_text(
-            json.dumps(asdict(self.endpoints), indent=2) + "\n"
+        # It holds the Postgres URL with its password.
+        write_private(
+            self.data_dir / "endpoints.json", json.dumps(asdict(self.endpoints), indent=2) + "\n"
         )
 
     def _write_pids(self) -> None:
@@ -526,10 +527,15 @@ def ensure_dev_key(database_url: str, path: Path, app: str) -> str:
             if row is not None and row[0] == app:
                 return key
         key, _record = create_key(conn, app, admin=True, name="local development (agent-memory up)")
+    write_private(path, key + "\n")
+    return key
+
+
+def write_private(path: Path, text: str) -> None:
+    """Write a file that holds a secret: readable by its owner only (mode 600)."""
     path.touch(mode=0o600)
     path.chmod(0o600)  # also when an older file was there
-    path.write_text(key + "\n", encoding="utf-8")
-    return key
+    path.write_text(text, encoding="utf-8")
 
 
 def describe(stack: LocalStack) -> str:

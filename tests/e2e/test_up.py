@@ -159,7 +159,9 @@ def test_up_runs_the_stack_and_stops_it_cleanly(tmp_path):
         # without it every /v1 route answers 401.
         key = (data_dir / "dev-api-key").read_text().strip()
         assert key.startswith("am_") and f"API key   {key}" in up.output()
-        assert (data_dir / "dev-api-key").stat().st_mode & 0o077 == 0
+        # Files with secrets (the key; the Postgres URL with its password) are mode 600.
+        for secret in ("dev-api-key", "endpoints.json", "postgres-password"):
+            assert (data_dir / secret).stat().st_mode & 0o777 == 0o600, secret
         auth = {"Authorization": f"Bearer {key}"}
         body = {"user_id": "u-up", "user": "hello", "assistant": "hi"}
         refused = httpx.post(f"{up.api_url}/v1/sessions/s-up/turns", json=body, timeout=10)

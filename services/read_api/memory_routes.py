@@ -504,6 +504,9 @@ async def build_context(body: ContextRequest, request: Request) -> dict[str, Any
         found, rules = [], []
     else:
         found, rules = memories
+        # A rule both pinned and found goes into the instruction once, as a rule.
+        pinned = {rule.id for rule in rules}
+        found = [f for f in found if f.memory.id not in pinned]
     rolling = (
         {"session_id": body.session_id, "text": view.summary.text, "version": view.summary.version}
         if view is not None and view.summary.version

@@ -101,6 +101,13 @@ def test_kinds_filter_and_pinned_rules_in_context(client, ids):
         "system_instruction"
     ].index("green tea")
     assert context["degraded"] == []
+    # A query the rule itself matches: the rule is still in the instruction once.
+    about_rule = client.post(
+        "/v1/context",
+        json={"user_id": user, "session_id": ids["session_id"], "query": "migrations on Fridays?"},
+    ).json()
+    assert about_rule["system_instruction"].count("Never run migrations on Fridays.") == 1
+    assert [m["text"] for m in about_rule["memories"]] == ["User likes green tea."]
 
 
 # -- consolidation and revisions --------------------------------------------------

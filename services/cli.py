@@ -10,6 +10,7 @@ import os
 import sys
 from collections.abc import Sequence
 from datetime import timedelta
+from importlib import metadata
 from pathlib import Path
 
 from shared.config import ConfigError, Settings, load_settings
@@ -46,9 +47,20 @@ def _at_least_one(text: str) -> int:
     return value
 
 
+def _version() -> str:
+    """The installed distribution's version (the source tree's when run from it)."""
+    try:
+        return metadata.version("agent-memory")
+    except metadata.PackageNotFoundError:
+        return "unknown"
+
+
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="agent-memory", description="Long-term memory for AI agents on Pub/Sub."
+    )
+    parser.add_argument(
+        "--version", action="version", version=f"%(prog)s {_version()}", help="print the version"
     )
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 

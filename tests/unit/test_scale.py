@@ -77,3 +77,19 @@ def test_up_with_a_bad_scale_exits_2_and_starts_nothing(tmp_path, argv, env, mes
     assert message in done.stderr
     assert "Traceback" not in done.stderr + done.stdout
     assert not data_dir.exists()
+
+
+def test_version_prints_the_installed_version():
+    from importlib import metadata
+
+    done = subprocess.run(
+        [sys.executable, "-m", "services.cli", "--version"],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert (done.returncode, done.stdout) == (
+        0,
+        f"agent-memory {metadata.version('agent-memory')}\n",
+    )

@@ -55,7 +55,6 @@ from shared.events import (
     format_time,
     utcnow,
 )
-from shared.identifiers import identifier_problem
 from shared.metrics import API_REQUEST_SECONDS, count_store_error
 from shared.permissions import Guardrail
 from shared.session_buffer import (
@@ -211,13 +210,6 @@ def _route_template(scope: dict) -> str:
     return getattr(route, "path", None) or "unmatched"
 
 
-def _require_identifier(field: str, value: str) -> str:
-    problem = identifier_problem(value)
-    if problem:
-        raise ApiError(422, "invalid_request", f"{field}: {problem}", field=field)
-    return value
-
-
 def _routes(app: FastAPI) -> None:
     @app.get("/healthz")
     async def healthz() -> dict[str, str]:
@@ -263,7 +255,7 @@ def _routes(app: FastAPI) -> None:
         session_id: SessionPath, request: Request, user_id: Annotated[Identifier, Query()]
     ) -> Response:
         app_id = app_of(request)
-        key = _session_key(app_id, user_id, session_id)
+        key = SessionKey(app_id, user_id, session_id)
         buffer: AsyncSessionBuffer = request.app.state.buffer
 
         async def read() -> tuple[SessionView, Summary | None]:
@@ -281,7 +273,7 @@ def _routes(app: FastAPI) -> None:
     async def delete_session(
         session_id: SessionPath, request: Request, user_id: Annotated[Identifier, Query()]
     ) -> DeleteSessionResponse:
-        key = _session_key(app_of(request), user_id, session_id)
+        key = SessionKey(app_of(request), user_id, session_id)
         deleted = await valkey_or_503(request.app.state.buffer.delete(key))
         log.info("session deleted", session=session_id, keys=deleted)
         return DeleteSessionResponse(session_id=session_id, deleted_keys=deleted)
@@ -331,19 +323,12 @@ def _session_body(
     }
 
 
-def _session_key(app_id: str, user_id: str, session_id: str) -> SessionKey:
-    _require_identifier("session_id", session_id)
-    _require_identifier("user_id", user_id)
-    return SessionKey(app_id, user_id, session_id)
-
-
 def _turn_event(
     app_id: str, session_id: str, body: RecordTurnRequest, settings: Settings
 ) -> tuple[TurnRecorded, OutgoingMessage]:
     """The turn's event and its encoded message, or a 422 naming the first field
     that is wrong (the encoder applies the schema, the text and the size rules: the
     same ones the workers apply when they decode)."""
-    _require_identifier("session_id", session_id)
     if not body.user.strip() and not body.assistant.strip():
         raise ApiError(
             422,

@@ -1,1 +1,1 @@
-"""The agent-memory processes: the read API and the workers. Thin: wiring and handlers."""
+"""The agent-memory processes: the API and the workers. Thin: wiring and handlers."""

@@ -64,7 +64,7 @@ def _parser() -> argparse.ArgumentParser:
     )
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
-    sub.add_parser("api", help="run the read API (HTTP on AM_API_HOST:AM_API_PORT)")
+    sub.add_parser("api", help="run the API (HTTP on AM_API_HOST:AM_API_PORT)")
     worker = sub.add_parser("worker", help="run one worker process")
     worker.add_argument("kind", choices=["summary", "extraction", "compaction"])
     sub.add_parser("migrate", help="apply the SQL migrations in schemas/migrations")

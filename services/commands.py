@@ -16,7 +16,7 @@ def _fail(message: str, code: int = 1) -> int:
 def run_api(args: argparse.Namespace, settings: Settings) -> int:
     import uvicorn
 
-    from services.read_api.app import create_app
+    from services.api.app import create_app
     from shared.metrics import serve_metrics
     from shared.tracing import configure as configure_tracing
 
@@ -91,7 +91,7 @@ def run_compact(args: argparse.Namespace, settings: Settings) -> int:
 
 
 def run_keys(args: argparse.Namespace, settings: Settings) -> int:
-    from services.read_api.keys import run_keys_command
+    from services.api.keys import run_keys_command
 
     return run_keys_command(args, settings)
 

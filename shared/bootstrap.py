@@ -64,7 +64,7 @@ def make_valkey(settings: Settings) -> valkey.Valkey:
 
 
 def make_async_valkey(settings: Settings) -> valkey.asyncio.Valkey:
-    """The asyncio client of the read API, with the same timeouts and retry."""
+    """The asyncio client of the API, with the same timeouts and retry."""
     from valkey.asyncio.retry import Retry as AsyncRetry
 
     options = _valkey_options(settings, AsyncRetry(NoBackoff(), 1))

@@ -22,7 +22,7 @@ back after a deletion, and their new turns stay). The order argument needs the
 session and tombstone keys on one primary, as with a standalone Valkey or Redis.
 
 `SessionBuffer` is the blocking client of the workers; `AsyncSessionBuffer` the
-read API's, on the event loop. Both run the same scripts.
+API's, on the event loop. Both run the same scripts.
 """
 
 from __future__ import annotations
@@ -526,7 +526,7 @@ class SessionBuffer:
 
 
 class AsyncSessionBuffer:
-    """The read API's side of the buffer on an asyncio client: appends and reads run
+    """The API's side of the buffer on an asyncio client: appends and reads run
     on the event loop, with no thread hop. Same scripts, same results."""
 
     def __init__(self, client: valkey.asyncio.Valkey, ttl_seconds: int) -> None:

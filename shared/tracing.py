@@ -1,6 +1,6 @@
 """OpenTelemetry tracing, optional (`pip install 'agent-memory[tracing]'`).
 
-One trace follows a turn through the pipeline: the read API continues the
+One trace follows a turn through the pipeline: the API continues the
 caller's trace (a W3C `traceparent` request header) in a server span per
 request; the events it publishes carry that context in their message attributes
 (`traceparent`, `tracestate`); the worker that handles an event continues it in

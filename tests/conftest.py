@@ -20,8 +20,8 @@ from fastapi.testclient import TestClient
 from psycopg_pool import ConnectionPool
 from pydantic import SecretStr
 
+from services.api.app import create_app
 from services.extraction_worker.handlers import Extraction
-from services.read_api.app import create_app
 from shared.bus.admin import TopologyAdmin
 from shared.bus.publisher import EventPublisher
 from shared.config import Settings, load_settings

@@ -112,7 +112,7 @@ def serve_api(settings: Settings, app: object | None = None) -> Iterator[str]:
     import httpx
     import uvicorn
 
-    from services.read_api.app import create_app
+    from services.api.app import create_app
     from shared.localstack.process import free_port
 
     port = free_port()

@@ -1,5 +1,5 @@
 output "api_url" {
-  description = "URL of the read API (Cloud Run)."
+  description = "URL of the API (Cloud Run)."
   value       = google_cloud_run_v2_service.api.uri
 }
 

@@ -1,4 +1,4 @@
-# Cloud Run: the read API and one service per worker kind, each with its own service
+# Cloud Run: the API and one service per worker kind, each with its own service
 # account, scaling bounds and container resources. All run the one image with a
 # different command (`agent-memory api`, `agent-memory worker KIND`).
 #

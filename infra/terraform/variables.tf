@@ -141,13 +141,13 @@ variable "settings" {
 
 # -- Scaling (each service on its own) ---------------------------------------------
 variable "api_min_instances" {
-  description = "Minimum instances of the read API."
+  description = "Minimum instances of the API."
   type        = number
   default     = 1
 }
 
 variable "api_max_instances" {
-  description = "Maximum instances of the read API."
+  description = "Maximum instances of the API."
   type        = number
   default     = 10
 }

@@ -1,4 +1,4 @@
-"""Typed answers of the API, mirroring services/read_api's response bodies.
+"""Typed answers of the API, mirroring services/api's response bodies.
 
 Written apart from the server's models on purpose: the client is installed
 without the server's dependencies. Every model accepts fields it does not know

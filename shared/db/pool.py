@@ -101,7 +101,7 @@ def make_pool(settings: Settings, max_size: int, name: str) -> ConnectionPool:
 
 
 async def make_async_pool(settings: Settings, max_size: int, name: str) -> AsyncConnectionPool:
-    """The read API's pool: queries run on its event loop."""
+    """The API's pool: queries run on its event loop."""
     if not settings.database_url:
         raise RuntimeError("AM_DATABASE_URL is not set")
     pool = AsyncConnectionPool(

@@ -7,8 +7,8 @@ from datetime import UTC, datetime, timedelta
 import pytest
 from fastapi.testclient import TestClient
 
+from services.api.app import create_app
 from services.extraction_worker.handlers import TURNS_CONSUMER
-from services.read_api.app import create_app
 from shared.events import TurnRecorded
 from tests.support import WorkerProcess, wait_for
 

@@ -4,7 +4,7 @@ import pytest
 from fastapi.testclient import TestClient
 from google.api_core import exceptions as gexc
 
-from services.read_api.app import create_app
+from services.api.app import create_app
 from shared.events import derived_event_id
 from shared.localstack.process import free_port
 

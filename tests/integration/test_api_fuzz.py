@@ -19,8 +19,8 @@ from schemathesis.specs.openapi.checks import (
     status_code_conformance,
 )
 
-from services.read_api.app import create_app
-from services.read_api.openapi import ROUTE_ERRORS
+from services.api.app import create_app
+from services.api.openapi import ROUTE_ERRORS
 from shared.api_keys import create_key
 from shared.bus.admin import TopologyAdmin
 from shared.config import load_settings

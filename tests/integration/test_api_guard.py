@@ -12,7 +12,7 @@ from urllib.parse import urlsplit
 import httpx
 import pytest
 
-from services.read_api.app import create_app
+from services.api.app import create_app
 from tests.support import serve_api
 
 LIMIT = 4096

@@ -9,7 +9,7 @@ import pytest
 import structlog.testing
 from fastapi.testclient import TestClient
 
-from services.read_api.app import create_app
+from services.api.app import create_app
 from shared.api_keys import create_key, list_keys, revoke_key
 from tests.support import run_cli
 

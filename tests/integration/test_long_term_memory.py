@@ -7,8 +7,8 @@ from datetime import UTC, datetime, timedelta
 import pytest
 from fastapi.testclient import TestClient
 
+from services.api.app import create_app
 from services.extraction_worker.handlers import TURNS_CONSUMER, Extraction
-from services.read_api.app import create_app
 from shared.embeddings import make_embedder
 from shared.events import MemoriesGenerate, TurnRecorded
 from shared.llm import RulesLLM

@@ -10,7 +10,7 @@ import uuid
 from fastapi.testclient import TestClient
 from prometheus_client import REGISTRY
 
-from services.read_api.app import create_app
+from services.api.app import create_app
 from shared.bus.dlq import DeadLetterQueues
 from shared.events import TurnRecorded, encode
 from shared.session_buffer import SessionBuffer

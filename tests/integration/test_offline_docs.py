@@ -9,7 +9,7 @@ from urllib.parse import urljoin, urlsplit
 import pytest
 from fastapi.testclient import TestClient
 
-from services.read_api.app import create_app
+from services.api.app import create_app
 
 BASE = "http://testserver"
 JS = ("text/javascript", "application/javascript")

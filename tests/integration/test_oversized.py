@@ -7,8 +7,8 @@ from __future__ import annotations
 import pytest
 from fastapi.testclient import TestClient
 
+from services.api.app import create_app
 from services.extraction_worker.handlers import dead_letter_hooks
-from services.read_api.app import create_app
 from shared.bootstrap import Resources
 from shared.bus.worker import SubscriberRuntime
 from shared.errors import PermanentError

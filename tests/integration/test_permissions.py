@@ -17,8 +17,8 @@ import pytest
 import re2
 from fastapi.testclient import TestClient
 
-from services.read_api.app import create_app
-from services.read_api.permission_models import EvaluateResponse
+from services.api.app import create_app
+from services.api.permission_models import EvaluateResponse
 from shared.db.migrate import migrate
 from shared.localstack.components import LocalPostgres, LocalValkey
 from shared.localstack.process import free_port

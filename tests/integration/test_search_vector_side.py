@@ -9,8 +9,8 @@ from dataclasses import replace
 import pytest
 from psycopg.rows import dict_row
 
-from services.read_api import memory_routes
-from services.read_api.memory_routes import MEMORY_COLUMNS
+from services.api import memory_routes
+from services.api.memory_routes import MEMORY_COLUMNS
 from shared.memory.search import (
     SCOPE_SIZES,
     Fusion,

@@ -10,9 +10,9 @@ import valkey
 from fastapi.testclient import TestClient
 from prometheus_client import REGISTRY
 
-from services.read_api.app import create_app
-from services.read_api.memory_models import ContextResponse, SearchResponse
-from services.read_api.models import SessionResponse
+from services.api.app import create_app
+from services.api.memory_models import ContextResponse, SearchResponse
+from services.api.models import SessionResponse
 from services.summary_worker.folding import Folder, FoldPolicy
 from shared.events import TurnRecorded, format_time
 from shared.llm import RulesLLM

@@ -7,7 +7,7 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.trace import SpanKind
 
-from services.read_api.app import create_app
+from services.api.app import create_app
 from shared import tracing
 from shared.events import TurnRecorded
 from shared.session_buffer import SessionBuffer

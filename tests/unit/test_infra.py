@@ -402,7 +402,7 @@ def test_the_scheduled_sweep_is_a_valid_compaction_request_without_a_user():
 def test_api_key_job_reads_the_cli_output():
     mint = _script("mint_api_key")
     key = new_key()
-    # The output of `agent-memory keys create` (services/read_api/keys.py).
+    # The output of `agent-memory keys create` (services/api/keys.py).
     stdout = f"created key 1f0c for app default (shown once, keep it):\n{key}\n"
     assert mint.key_from_output(stdout) == (
         "created key 1f0c for app default (shown once, keep it):",

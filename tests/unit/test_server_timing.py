@@ -1,6 +1,6 @@
 """The API's `app;dur` entry joins the route's Server-Timing header."""
 
-from services.read_api.app import _with_timing
+from services.api.app import _with_timing
 
 
 def test_the_entry_joins_the_routes_header_or_becomes_one():

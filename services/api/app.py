@@ -1,4 +1,4 @@
-"""The read API's app factory and routes.
+"""The API's app factory and routes.
 
 Resources are opened in the lifespan and closed on shutdown. The tenant (`app`)
 comes from the caller's API key (`auth.Authentication`), never from the body.
@@ -19,20 +19,20 @@ from fastapi import FastAPI, Path, Query, Request, Response
 from fastapi.responses import JSONResponse
 from starlette.routing import Match
 
-from services.read_api.auth import Authentication
-from services.read_api.docs import install_docs
-from services.read_api.errors import (
+from services.api.auth import Authentication
+from services.api.docs import install_docs
+from services.api.errors import (
     ApiError,
     encode_or_4xx,
     install_error_handlers,
     published_or_503,
     valkey_or_503,
 )
-from services.read_api.guard import Guard
-from services.read_api.health import readiness
-from services.read_api.lifecycle_routes import install_lifecycle_routes
-from services.read_api.memory_routes import install_memory_routes
-from services.read_api.models import (
+from services.api.guard import Guard
+from services.api.health import readiness
+from services.api.lifecycle_routes import install_lifecycle_routes
+from services.api.memory_routes import install_memory_routes
+from services.api.models import (
     DeleteSessionResponse,
     Identifier,
     RecordTurnRequest,
@@ -40,9 +40,9 @@ from services.read_api.models import (
     SessionResponse,
     json_response,
 )
-from services.read_api.openapi import install_openapi
-from services.read_api.permission_routes import install_permission_routes
-from services.read_api.tenant import app_of
+from services.api.openapi import install_openapi
+from services.api.permission_routes import install_permission_routes
+from services.api.tenant import app_of
 from shared.bootstrap import Resources, bootstrap, make_async_valkey
 from shared.config import Settings, load_settings
 from shared.db.pool import make_async_pool

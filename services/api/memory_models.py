@@ -17,7 +17,7 @@ from pydantic import (
     model_validator,
 )
 
-from services.read_api.models import (
+from services.api.models import (
     BLANK,
     TEXT_SCHEMA,
     Count,

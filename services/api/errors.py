@@ -110,7 +110,7 @@ def error_body(
 
 
 def request_id_of(scope: dict) -> str | None:
-    """The id services.read_api.guard gave the request."""
+    """The id services.api.guard gave the request."""
     return scope.get("state", {}).get("request_id")
 
 
@@ -130,7 +130,7 @@ def _clean(msg: str) -> str:
 
 def install_error_handlers(app: FastAPI) -> None:
     """The API's error shape for every error a route raises. An unexpected one is
-    answered by services.read_api.guard, which keeps the connection usable."""
+    answered by services.api.guard, which keeps the connection usable."""
 
     @app.exception_handler(RequestValidationError)
     async def _validation(request: Request, exc: RequestValidationError) -> JSONResponse:

@@ -1,4 +1,4 @@
-"""Request and response bodies of the read API."""
+"""Request and response bodies of the API."""
 
 from __future__ import annotations
 

@@ -19,8 +19,8 @@ import structlog
 from fastapi import FastAPI, Path, Query, Request, Response
 from psycopg.rows import dict_row
 
-from services.read_api.errors import ApiError, encode_or_4xx, postgres_or_503, published_or_503
-from services.read_api.memory_models import (
+from services.api.errors import ApiError, encode_or_4xx, postgres_or_503, published_or_503
+from services.api.memory_models import (
     ArchiveSearchRequest,
     ArchiveSearchResponse,
     ContextRequest,
@@ -41,8 +41,8 @@ from services.read_api.memory_models import (
     WriteMemoryRequest,
     WriteMemoryResponse,
 )
-from services.read_api.models import json_response
-from services.read_api.tenant import app_of
+from services.api.models import json_response
+from services.api.tenant import app_of
 from shared.db.pool import UnitOfWork
 from shared.events import MemoriesGenerate, format_time, utcnow
 from shared.events.models import ContentEvent

@@ -19,11 +19,11 @@ import valkey
 from fastapi import FastAPI, Path, Request
 from pydantic import BaseModel
 
-from services.read_api.errors import ApiError, postgres_or_503, published_or_503, valkey_or_503
-from services.read_api.memory_models import Identifier, MemoryView, OptionalId, QueryText, _Request
-from services.read_api.memory_routes import memory_view
-from services.read_api.models import bounded_count
-from services.read_api.tenant import app_of, is_admin
+from services.api.errors import ApiError, postgres_or_503, published_or_503, valkey_or_503
+from services.api.memory_models import Identifier, MemoryView, OptionalId, QueryText, _Request
+from services.api.memory_routes import memory_view
+from services.api.models import bounded_count
+from services.api.tenant import app_of, is_admin
 from shared.db.pool import UnitOfWork
 from shared.errors import InvalidEvent
 from shared.events import utcnow

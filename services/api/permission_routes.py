@@ -16,10 +16,10 @@ from typing import Annotated, Any
 import structlog
 from fastapi import FastAPI, Query, Request, Response
 
-from services.read_api.errors import ApiError, postgres_or_503, valkey_or_503
-from services.read_api.memory_models import Identifier
-from services.read_api.models import json_response
-from services.read_api.permission_models import (
+from services.api.errors import ApiError, postgres_or_503, valkey_or_503
+from services.api.memory_models import Identifier
+from services.api.models import json_response
+from services.api.permission_models import (
     GLOBAL_PROJECT,
     DeleteRuleResponse,
     EvaluateRequest,
@@ -30,7 +30,7 @@ from services.read_api.permission_models import (
     RuleRequest,
     RuleView,
 )
-from services.read_api.tenant import app_of
+from services.api.tenant import app_of
 from shared.config import Settings
 from shared.events import format_time
 from shared.identifiers import text_problem

@@ -23,7 +23,7 @@ import structlog
 from fastapi.responses import JSONResponse
 from psycopg import Error as PostgresError
 
-from services.read_api.errors import error_body, request_id_of
+from services.api.errors import error_body, request_id_of
 from shared.api_keys import LOOKUP_SQL, key_hash
 from shared.metrics import count_store_error
 

@@ -14,8 +14,8 @@ from typing import Annotated, Any, Literal
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, WithJsonSchema
 
-from services.read_api.memory_models import Identifier, OptionalId
-from services.read_api.models import bounded_count
+from services.api.memory_models import Identifier, OptionalId
+from services.api.models import bounded_count
 from shared.permissions import (
     MAX_PATTERN_LENGTH,
     MAX_PATTERN_PROGRAM,

@@ -3,7 +3,7 @@ with what it cannot know added.
 
 - The bearer API-key scheme, required by every `/v1` operation (the health
   checks and the docs stay open).
-- The API's error shape (`ErrorResponse`, from services.read_api.errors) for every
+- The API's error shape (`ErrorResponse`, from services.api.errors) for every
   error status an operation can answer, in place of FastAPI's `{"detail": [...]}`,
   which this API never sends.
 """

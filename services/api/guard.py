@@ -23,7 +23,7 @@ from typing import Any
 import orjson
 import structlog
 
-from services.read_api.errors import error_body
+from services.api.errors import error_body
 
 log = structlog.get_logger("agent_memory.api")
 

@@ -1,1 +1,0 @@
-"""The agent-facing read API (HTTP/JSON, FastAPI)."""

@@ -17,6 +17,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 import structlog
+from google.cloud import pubsub_v1
 
 from services.compaction_worker import handlers as compaction
 from services.extraction_worker import handlers as extraction
@@ -107,26 +108,7 @@ def run_worker(kind: str, settings: Settings) -> int:
     tables = spec.handlers(resources)
     hooks = spec.dead_letter_hooks(resources) if spec.dead_letter_hooks else {}
     subscriber = subscriber_client()
-    paths = [
-        subscriber.subscription_path(
-            settings.google_cloud_project, full_name(settings.topic_prefix, name)
-        )
-        for name in tables
-    ]
-    dependencies = Dependencies(
-        worker_probes(
-            settings,
-            pool=resources.pool,
-            valkey_client=resources.valkey,
-            llm=spec.llm,
-            embeddings=spec.embedder,
-            subscriber=subscriber,
-            subscription_paths=paths,
-        ),
-        retry_min=settings.dependency_retry_min_seconds,
-        retry_max=settings.dependency_retry_max_seconds,
-        probe_interval=settings.dependency_probe_seconds,
-    )
+    dependencies = _dependencies(spec, settings, resources, subscriber, list(tables))
     serve_metrics(settings.metrics_host, settings.metrics_port, down=dependencies.down)
     configure_tracing(settings.tracing, f"agent-memory-worker-{kind}")
     stop = threading.Event()
@@ -146,24 +128,10 @@ def run_worker(kind: str, settings: Settings) -> int:
         for subscription, table in tables.items()
     ]
     dependencies.start()
-    exit_code = 0
     try:
         for runtime in runtimes:
             runtime.start()
-        while not stop.wait(0.5):
-            failed = [r for r in runtimes if not r.running]
-            if failed:
-                for runtime in failed:
-                    try:
-                        runtime.wait(timeout=0)
-                    except Exception as exc:
-                        log.error(
-                            "subscription stream failed",
-                            subscription=runtime.subscription,
-                            error=repr(exc),
-                        )
-                exit_code = 1
-                break
+        exit_code = _run_until_stopped(runtimes, stop)
         drained = stop_all(runtimes, settings.worker_shutdown_seconds)
         log.info("worker exiting", kind=kind, drained=drained, exit_code=exit_code)
         if not drained:
@@ -176,3 +144,52 @@ def run_worker(kind: str, settings: Settings) -> int:
         dependencies.close()
         resources.close()
     return exit_code
+
+
+def _dependencies(
+    spec: WorkerKind,
+    settings: Settings,
+    resources: Resources,
+    subscriber: pubsub_v1.SubscriberClient,
+    subscriptions: list[str],
+) -> Dependencies:
+    """What the worker's handlers need, probed while down (and Postgres and Valkey
+    while up as well)."""
+    paths = [
+        subscriber.subscription_path(
+            settings.google_cloud_project, full_name(settings.topic_prefix, name)
+        )
+        for name in subscriptions
+    ]
+    return Dependencies(
+        worker_probes(
+            settings,
+            pool=resources.pool,
+            valkey_client=resources.valkey,
+            llm=spec.llm,
+            embeddings=spec.embedder,
+            subscriber=subscriber,
+            subscription_paths=paths,
+        ),
+        retry_min=settings.dependency_retry_min_seconds,
+        retry_max=settings.dependency_retry_max_seconds,
+        probe_interval=settings.dependency_probe_seconds,
+    )
+
+
+def _run_until_stopped(runtimes: list[SubscriberRuntime], stop: threading.Event) -> int:
+    """Wait for a stop signal (0) or for a runtime whose delivery failed (1)."""
+    while not stop.wait(0.5):
+        failed = [r for r in runtimes if not r.running]
+        if failed:
+            for runtime in failed:
+                try:
+                    runtime.wait(timeout=0)
+                except Exception as exc:
+                    log.error(
+                        "subscription stream failed",
+                        subscription=runtime.subscription,
+                        error=repr(exc),
+                    )
+            return 1
+    return 0

@@ -4,15 +4,24 @@ from __future__ import annotations
 
 import threading
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from datetime import UTC, datetime, timedelta
-from functools import partial
+from typing import overload
 
-from services.summary_worker.folding import Folder, FoldPolicy
-from services.summary_worker.handlers import record_turn
+from services.summary_worker.handlers import handlers
+from shared.bootstrap import Resources
 from shared.bus.publisher import EventPublisher
-from shared.bus.worker import Delivery, Handler, HandlerTable, Outcome, SubscriberRuntime
+from shared.bus.worker import (
+    BatchHandler,
+    BatchResult,
+    Continue,
+    Delivery,
+    Handler,
+    HandlerTable,
+    Outcome,
+    SubscriberRuntime,
+)
 from shared.config import Settings
 from shared.events import Event, TurnRecorded
 from shared.llm import LLM, RulesLLM
@@ -35,29 +44,71 @@ def make_turn(ids: dict[str, str], n: int, **overrides: object) -> TurnRecorded:
 
 
 class Recorder:
-    """Wraps a handler to record each call (attempt and outcome), thread-safely."""
+    """Wraps a handler to record each event's result (attempt and outcome),
+    thread-safely. A batch handler's event is recorded when it is settled: at
+    `first`, or at `then` for an event that continued there."""
 
     def __init__(self) -> None:
         self.calls: list[tuple[str, int, str]] = []  # (turn_id or event_id, attempt, outcome)
         self.deliveries: list[Delivery] = []
         self._lock = threading.Lock()
 
-    def wrap(self, handler: Handler) -> Handler:
-        def recorded(event: Event, delivery: Delivery) -> Outcome | None:
-            label = getattr(event, "turn_id", event.event_id)
-            with self._lock:
-                self.deliveries.append(delivery)
+    @overload
+    def wrap(self, handler: BatchHandler) -> BatchHandler: ...
+    @overload
+    def wrap(self, handler: Handler) -> Handler: ...
+    def wrap(self, handler: Handler | BatchHandler) -> Handler | BatchHandler:
+        if isinstance(handler, BatchHandler):
+            return self._wrap_batch(handler)
+
+        def recorded(event: Event, delivery: Delivery) -> Outcome:
+            self._delivered(delivery)
             try:
                 outcome = handler(event, delivery)
             except Exception as exc:
-                with self._lock:
-                    self.calls.append((label, delivery.delivery_attempt, f"error:{exc}"))
+                self._record(event, delivery, exc)
                 raise
-            with self._lock:
-                self.calls.append((label, delivery.delivery_attempt, str(outcome)))
+            self._record(event, delivery, outcome)
             return outcome
 
         return recorded
+
+    def _wrap_batch(self, handler: BatchHandler) -> BatchHandler:
+        def first(items: Sequence[tuple[Event, Delivery]]) -> Sequence[BatchResult]:
+            for _event, delivery in items:
+                self._delivered(delivery)
+            try:
+                results = handler.first(items)
+            except Exception as exc:
+                for event, delivery in items:
+                    self._record(event, delivery, exc)
+                raise
+            for (event, delivery), result in zip(items, results, strict=True):
+                if not isinstance(result, Continue):
+                    self._record(event, delivery, result)
+            return results
+
+        def then(event: Event, delivery: Delivery, value: object) -> Outcome:
+            assert handler.then is not None
+            try:
+                outcome = handler.then(event, delivery, value)
+            except Exception as exc:
+                self._record(event, delivery, exc)
+                raise
+            self._record(event, delivery, outcome)
+            return outcome
+
+        return BatchHandler(first, then if handler.then is not None else None)
+
+    def _delivered(self, delivery: Delivery) -> None:
+        with self._lock:
+            self.deliveries.append(delivery)
+
+    def _record(self, event: Event, delivery: Delivery, result: object) -> None:
+        label = getattr(event, "turn_id", event.event_id)
+        outcome = f"error:{result}" if isinstance(result, Exception) else str(result)
+        with self._lock:
+            self.calls.append((label, delivery.delivery_attempt, outcome))
 
     def outcomes(self, label: str) -> list[str]:
         with self._lock:
@@ -85,24 +136,51 @@ def running(
         runtime.stop(timeout=10)
 
 
-def failing(times: int | None, handler: Handler, only: Callable[[Event], bool]) -> Handler:
-    """A handler that raises for matching events `times` times (None: always), then delegates."""
+def intercept(handler: BatchHandler, check: Callable[[Event, Delivery], object]) -> BatchHandler:
+    """`handler`, with `check` run first on each event: an event it raises for
+    fails alone with that error; the others go on to `handler`."""
+
+    def first(items: Sequence[tuple[Event, Delivery]]) -> list[BatchResult | None]:
+        results: list[BatchResult | None] = []
+        passed = []
+        for event, delivery in items:
+            try:
+                check(event, delivery)
+            except Exception as exc:
+                results.append(exc)
+            else:
+                passed.append(len(results))
+                results.append(None)  # replaced below
+        handled = handler.first([items[place] for place in passed]) if passed else []
+        for place, result in zip(passed, handled, strict=True):
+            results[place] = result
+        return results
+
+    return BatchHandler(first, handler.then)  # type: ignore[arg-type]
+
+
+def failing(
+    times: int | None, handler: BatchHandler, only: Callable[[Event], bool]
+) -> BatchHandler:
+    """`handler`, failing for matching events `times` times (None: always) first."""
     failures: dict[str, int] = {}
     lock = threading.Lock()
 
-    def flaky(event: Event, delivery: Delivery) -> Outcome | None:
+    def flaky(event: Event, _delivery: Delivery) -> None:
         if only(event):
             with lock:
                 count = failures.get(event.event_id, 0)
                 if times is None or count < times:
                     failures[event.event_id] = count + 1
                     raise RuntimeError(f"injected failure {count + 1}")
-        return handler(event, delivery)
 
-    return flaky
+    return intercept(handler, flaky)
 
 
-def summary_handler(buffer: SessionBuffer, llm: LLM | None = None) -> Handler:
-    """The summary worker's real handler, with the offline `rules` LLM by default."""
-    folder = Folder(buffer, llm or RulesLLM(), FoldPolicy())
-    return partial(record_turn, buffer=buffer, folder=folder)
+def summary_handler(
+    settings: Settings, buffer: SessionBuffer, llm: LLM | None = None
+) -> BatchHandler:
+    """The summary worker's handler, from the table its process runs (`handlers`),
+    with the offline `rules` LLM by default."""
+    resources = Resources(settings=settings, buffer=buffer, llm=llm or RulesLLM())
+    return handlers(resources)["turns-summary"][TurnRecorded]  # type: ignore[return-value]

@@ -59,10 +59,6 @@ def run_compact_command(args: argparse.Namespace, settings: Settings) -> int:
     """`agent-memory compact`: publish the requests, print one line each and a total.
     Exit 0 when all were published, 2 for a bad command line, 1 when Postgres or
     Pub/Sub failed."""
-    from google.api_core import exceptions as gexc
-
-    from shared.bus.publisher import EventPublisher
-
     if bool(args.user) == bool(args.all):
         return _fail("give --user USER (one user) or --all (every user with old episodes)", 2)
     app = args.app or settings.default_app
@@ -70,23 +66,15 @@ def run_compact_command(args: argparse.Namespace, settings: Settings) -> int:
     retention = (
         settings.compaction_retention_days if args.retention_days is None else args.retention_days
     )
-    for name, value in (("--app", app), ("--user", args.user), ("--project", args.project)):
-        problem = identifier_problem(value) if value else None
-        if problem:
-            return _fail(f"{name}: {problem}", 2)
-    if retention < 1:
-        return _fail(f"--retention-days: must be at least 1, not {retention}", 2)
+    problem = _argument_problem(app, args, retention)
+    if problem:
+        return _fail(problem, 2)
     created_at = utcnow()
     if args.all:
         if not settings.database_url:
             return _fail("AM_DATABASE_URL is not set (--all lists the users from Postgres)")
         try:
-            with psycopg.connect(
-                settings.database_url,
-                connect_timeout=max(1, int(settings.db_connect_timeout_seconds)),
-                **connect_kwargs(settings),
-            ) as conn:
-                users = users_with_old_episodes(conn, app, cutoff(created_at, retention), project)
+            users = _old_episode_users(settings, app, project, cutoff(created_at, retention))
         except psycopg.Error as exc:
             return _fail(f"Postgres: {exc}")
     else:
@@ -105,6 +93,33 @@ def run_compact_command(args: argparse.Namespace, settings: Settings) -> int:
         ]
     except InvalidEvent as exc:
         return _fail(str(exc), 2)
+    return _publish(requests, settings, app)
+
+
+def _argument_problem(app: str, args: argparse.Namespace, retention: int) -> str | None:
+    for name, value in (("--app", app), ("--user", args.user), ("--project", args.project)):
+        problem = identifier_problem(value) if value else None
+        if problem:
+            return f"{name}: {problem}"
+    if retention < 1:
+        return f"--retention-days: must be at least 1, not {retention}"
+    return None
+
+
+def _old_episode_users(settings: Settings, app: str, project: str, before: datetime) -> list[str]:
+    with psycopg.connect(
+        settings.database_url,
+        connect_timeout=max(1, int(settings.db_connect_timeout_seconds)),
+        **connect_kwargs(settings),
+    ) as conn:
+        return users_with_old_episodes(conn, app, before, project)
+
+
+def _publish(requests: list[CompactionRequested], settings: Settings, app: str) -> int:
+    """Publish `requests`, one line each as Pub/Sub confirms it, then the total."""
+    from google.api_core import exceptions as gexc
+
+    from shared.bus.publisher import EventPublisher
 
     publisher = EventPublisher(settings)
     try:

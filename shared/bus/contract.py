@@ -6,6 +6,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from enum import StrEnum
+from typing import Any
 
 from shared.events import Event
 
@@ -33,22 +34,34 @@ class Delivery:
     attributes: Mapping[str, str] = field(default_factory=dict)
 
 
-Handler = Callable[[Event, Delivery], Outcome | None]
-# The rest of one message's work, run on a handler thread (e.g. a slow LLM step).
-Finish = Callable[[], Outcome | None]
-BatchResult = Outcome | Exception | Finish
+# A handler's one result per event; an error it raises is the event's (settled
+# by `settling`: retried, held for a dependency or dead-lettered).
+Handler = Callable[[Event, Delivery], Outcome]
+
+
+@dataclass(frozen=True)
+class Continue:
+    """A batch handler's result for an event that needs its second phase: the
+    runtime runs the table entry's `then` with `value` on a handler thread."""
+
+    value: Any = None
+
+
+BatchResult = Outcome | Exception | Continue
 
 
 @dataclass(frozen=True, eq=False)
 class BatchHandler:
     """Takes every event of its type from one pull in one call, so that their
     common first step costs one round trip (the summary worker appends a whole
-    pull to Valkey in one pipeline). For each (event, delivery), in order, it
-    returns the outcome, the exception that event failed with (nacked or
-    dead-lettered like any handler error), or a `Finish` that completes the event
-    on a handler thread. With streaming pull each call holds one event."""
+    pull to Valkey in one pipeline). `first` returns, for each (event, delivery)
+    in order, the event's outcome, the exception it failed with (settled like a
+    handler's error), or `Continue` when the event needs `then`, its slow second
+    phase, which the runtime runs on a handler thread with the continuation's
+    value. With streaming pull each call of `first` holds one event."""
 
-    handle: Callable[[Sequence[tuple[Event, Delivery]]], Sequence[BatchResult]]
+    first: Callable[[Sequence[tuple[Event, Delivery]]], Sequence[BatchResult]]
+    then: Callable[[Event, Delivery, Any], Outcome] | None = None
 
 
 HandlerTable = Mapping[type, Sequence[Handler] | BatchHandler]

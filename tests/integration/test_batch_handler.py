@@ -1,19 +1,17 @@
 """The runtime's batch handlers: one call per pull, each event settled on its own."""
 
 import threading
-from functools import partial
 
 from prometheus_client import REGISTRY
 
-from services.summary_worker.folding import Folder, FoldPolicy
+from services.summary_worker.folding import FoldPolicy
 from services.summary_worker.handlers import record_turns
 from shared.bus.dlq import DeadLetterQueues
-from shared.bus.worker import BatchHandler, Outcome
+from shared.bus.worker import BatchHandler, Continue, Outcome
 from shared.errors import PermanentError
 from shared.events import TurnRecorded
-from shared.llm import RulesLLM
 from shared.session_buffer import SessionBuffer, SessionKey, tombstone_key
-from tests.bus_helpers import make_turn, running
+from tests.bus_helpers import make_turn, running, summary_handler
 from tests.conftest import both_pull_modes
 from tests.support import wait_for
 
@@ -27,9 +25,9 @@ class ScriptedBatch:
         self.attempts: dict[int, list[int]] = {}  # turn number -> delivery attempts seen
         self.done: dict[int, int] = {}  # turn number -> times it succeeded
         self.batch_threads: set[str] = set()
-        self.finish_threads: set[str] = set()
+        self.then_threads: set[str] = set()
 
-    def handle(self, items):
+    def first(self, items):
         with self.lock:
             self.sizes.append(len(items))
             self.batch_threads.add(threading.current_thread().name)
@@ -44,18 +42,17 @@ class ScriptedBatch:
         if n == 5:
             return PermanentError("turn 5 can never be applied")
         if n in (7, 9):
-            return partial(self._finish, n, delivery.delivery_attempt)
+            return Continue(n)
         if n == 11:
-            self._succeed(n)
-            return None  # as a plain handler may: applied
+            return Continue()  # a continuation needs no value
         return self._succeed(n)
 
-    def _finish(self, n: int, attempt: int) -> Outcome:
+    def then(self, event, delivery, n) -> Outcome:
         with self.lock:
-            self.finish_threads.add(threading.current_thread().name)
-        if n == 9 and attempt == 1:
+            self.then_threads.add(threading.current_thread().name)
+        if n == 9 and delivery.delivery_attempt == 1:
             raise RuntimeError("injected failure while finishing turn 9")
-        return self._succeed(n)
+        return self._succeed(n or int(event.turn_id.removeprefix("turn-")))
 
     def _succeed(self, n: int) -> Outcome:
         with self.lock:
@@ -72,7 +69,7 @@ def test_each_result_of_a_batch_is_acked_retried_dead_lettered_or_finished_alone
     turns = [make_turn(ids, n, session_id=f"{ids['session_id']}-{n}") for n in range(1, 13)]
     for turn in turns:
         publisher.publish(turn).result(timeout=10)
-    table = {TurnRecorded: BatchHandler(handler.handle)}
+    table = {TurnRecorded: BatchHandler(handler.first, handler.then)}
     with running(settings, "turns-summary", table, publisher):
         expected = {n: 1 for n in range(1, 13) if n != 5}
         wait_for(lambda: dict(handler.done) == expected, 60, "every turn but 5 applied")
@@ -88,21 +85,20 @@ def test_each_result_of_a_batch_is_acked_retried_dead_lettered_or_finished_alone
     assert handler.attempts[5] == [1] and handler.attempts[7] == [1]
     assert sum(handler.sizes) == 12 + 2  # twelve first deliveries and two retries
     if settings.pull_mode == "unary":
-        # Queued messages come in pulls of several; a Finish runs on another thread.
+        # Queued messages come in pulls of several; a `then` runs on another thread.
         assert max(handler.sizes) > 1
-        assert handler.finish_threads
+        assert handler.then_threads
     else:
         # Streaming pull hands over one message at a time, every step inline.
         assert set(handler.sizes) == {1}
-        assert handler.finish_threads <= handler.batch_threads
+        assert handler.then_threads <= handler.batch_threads
 
 
 def test_the_summary_workers_batch_appends_every_turn_once_and_folds(
     settings, topology, publisher, valkey_client, ids
 ):
     buffer = SessionBuffer(valkey_client, settings.session_ttl_seconds)
-    folder = Folder(buffer, RulesLLM(), FoldPolicy())
-    table = {TurnRecorded: BatchHandler(partial(record_turns, buffer=buffer, folder=folder))}
+    table = {TurnRecorded: summary_handler(settings, buffer)}
     turns = [make_turn(ids, n) for n in range(30)]
     for turn in turns:
         publisher.publish(turn).result(timeout=10)
@@ -128,12 +124,11 @@ def test_the_summary_workers_batch_appends_every_turn_once_and_folds(
 
 def test_a_turn_that_fails_alone_leaves_the_rest_of_its_batch_applied(valkey_client, ids):
     buffer = SessionBuffer(valkey_client, 3600)
-    folder = Folder(buffer, RulesLLM(), FoldPolicy())
     broken_user = ids["user_id"] + "-broken"
     # A tombstone that is not a time: reading it fails for this user's turn only.
     valkey_client.set(tombstone_key(ids["app"], broken_user), "not a time")
     turns = [make_turn(ids, 1), make_turn(ids, 2, user_id=broken_user), make_turn(ids, 3)]
-    results = record_turns([(t, None) for t in turns], buffer=buffer, folder=folder)
+    results = record_turns([(t, None) for t in turns], buffer=buffer, policy=FoldPolicy())
     assert results[0] == results[2] == Outcome.APPLIED
     assert isinstance(results[1], ValueError)
     key = SessionKey(ids["app"], ids["user_id"], ids["session_id"])
@@ -147,11 +142,15 @@ def test_work_left_for_a_handler_thread_when_the_worker_stops_is_nacked_and_coun
     runtime: dict = {}
     finished: list[str] = []
 
-    def handle(items):
-        # The batch holds the only handler thread; its Finish waits behind it, and
+    def first(items):
+        # The batch holds the only handler thread; its `then` waits behind it, and
         # the worker is told to stop before that thread is free.
         runtime["it"].request_stop()
-        return [partial(finished.append, event.turn_id) for event, _delivery in items]
+        return [Continue() for _item in items]
+
+    def then(event, _delivery, _value):
+        finished.append(event.turn_id)
+        return Outcome.APPLIED
 
     retried = (
         "agent_memory_messages_total",
@@ -159,8 +158,30 @@ def test_work_left_for_a_handler_thread_when_the_worker_stops_is_nacked_and_coun
     )
     before = REGISTRY.get_sample_value(*retried) or 0.0
     publisher.publish(make_turn(ids, 1)).result(timeout=10)
-    with running(one_thread, "turns-summary", {TurnRecorded: BatchHandler(handle)}, publisher) as r:
+    table = {TurnRecorded: BatchHandler(first, then)}
+    with running(one_thread, "turns-summary", table, publisher) as r:
         runtime["it"] = r
         wait_for(lambda: (REGISTRY.get_sample_value(*retried) or 0.0) > before, 30, "the nack")
     assert finished == []
     assert REGISTRY.get_sample_value(*retried) - before == 1
+
+
+def test_a_batch_result_that_is_not_an_outcome_fails_its_event(settings, topology, publisher, ids):
+    # None, or a Continue where the entry has no `then`, is no outcome: the
+    # event fails like a handler's error and ends in the dead letters.
+    def first(items):
+        return [None if event.turn_id == "turn-0001" else Continue() for event, _d in items]
+
+    turns = [make_turn(ids, n, session_id=f"{ids['session_id']}-{n}") for n in (1, 2)]
+    for turn in turns:
+        publisher.publish(turn).result(timeout=10)
+    with running(settings, "turns-summary", {TurnRecorded: BatchHandler(first)}, publisher):
+        letters = wait_for(
+            lambda: len(found := DeadLetterQueues(settings).peek("turns-summary")) == 2 and found,
+            60,
+            "both dead letters",
+        )
+    assert sorted(letter.reason for letter in letters) == [
+        "failed 5 attempts; last error TypeError: a batch handler returned NoneType",
+        "failed 5 attempts; last error TypeError: a batch handler without `then` returned Continue",
+    ]

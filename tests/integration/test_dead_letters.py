@@ -5,7 +5,7 @@ from shared.bus.attributes import REPLAYED_FOR
 from shared.bus.dlq import REPLAY_RUN, DeadLetterQueues
 from shared.events import TurnRecorded, encode
 from shared.session_buffer import SessionBuffer, SessionKey
-from tests.bus_helpers import Recorder, failing, make_turn, running, summary_handler
+from tests.bus_helpers import Recorder, failing, intercept, make_turn, running, summary_handler
 from tests.conftest import both_pull_modes
 from tests.support import run_cli, stays, wait_for
 
@@ -42,7 +42,7 @@ def test_invalid_messages_are_dead_lettered_once_with_a_reason_and_never_handled
     ]
     for data, attributes in cases:
         publisher.publish_raw(topic, data, attributes, good.ordering_key).result(timeout=10)
-    table = {TurnRecorded: [recorder.wrap(summary_handler(buffer))]}
+    table = {TurnRecorded: recorder.wrap(summary_handler(settings, buffer))}
     with running(settings, "turns-summary", table, publisher):
         letters = _dead_letters(settings, "turns-summary", len(cases))
         # A wrong retry would show within the retry backoff (0-1 s here): watch for 3 s.
@@ -85,8 +85,8 @@ def test_a_transient_failure_twice_then_success_applies_once(
     buffer = SessionBuffer(valkey_client, 3600)
     recorder = Recorder()
     turn = make_turn(ids, 1)
-    handler = failing(2, summary_handler(buffer), lambda e: True)
-    with running(settings, "turns-summary", {TurnRecorded: [recorder.wrap(handler)]}, publisher):
+    handler = failing(2, summary_handler(settings, buffer), lambda e: True)
+    with running(settings, "turns-summary", {TurnRecorded: recorder.wrap(handler)}, publisher):
         publisher.publish(turn).result(timeout=10)
         wait_for(lambda: "applied" in recorder.outcomes("turn-0001"), 60, "the third attempt")
 
@@ -106,14 +106,13 @@ def test_a_handler_that_always_fails_ends_in_the_dead_letters_and_replay_applies
     recorder = Recorder()
     broken = {"on": True}
     turn = make_turn(ids, 1)
-    real = summary_handler(buffer)
 
-    def handler(event, delivery):
+    def broken_until_fixed(event, delivery):
         if broken["on"]:
             raise ConnectionError("database is down")
-        return real(event, delivery)
 
-    with running(settings, "turns-summary", {TurnRecorded: [recorder.wrap(handler)]}, publisher):
+    handler = intercept(summary_handler(settings, buffer), broken_until_fixed)
+    with running(settings, "turns-summary", {TurnRecorded: recorder.wrap(handler)}, publisher):
         publisher.publish(turn).result(timeout=10)
         (letter,) = _dead_letters(settings, "turns-summary", 1, timeout=120)
         assert letter.event_id == turn.event_id

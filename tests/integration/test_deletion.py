@@ -166,7 +166,7 @@ def test_deleting_a_user_removes_everything_and_late_events_create_nothing(
     assert extraction.handle_turn(late, None) == "dropped"
     assert count(pool, "SELECT count(*) FROM episodes WHERE app=%s AND user_id=%s", app, user) == 0
     buffer = SessionBuffer(valkey_client, 3600)
-    assert summary_handler(buffer)(late, None) == "dropped"
+    assert summary_handler(app_settings, buffer).first([(late, None)]) == ["dropped"]
     assert list(valkey_client.scan_iter(match=user_keys_pattern(app, user))) == []
     # ... nor does a client retrying an old turn through the API (410, nothing published) ...
     old = turn | {"turn_id": "old", "created_at": (deleted_at - timedelta(minutes=1)).isoformat()}
@@ -220,7 +220,7 @@ def test_a_replayed_dead_letter_of_a_deleted_user_creates_nothing(
     with running(
         app_settings,
         "turns-summary",
-        {TurnRecorded: [summary.wrap(summary_handler(buffer))]},
+        {TurnRecorded: summary.wrap(summary_handler(app_settings, buffer))},
         publisher,
     ):
         wait_for(lambda: summary.outcomes("turn-0001") == ["dropped"], 60, "the original copy")

@@ -17,7 +17,7 @@ def test_the_same_event_published_three_times_is_applied_once(
     turn = make_turn(ids, 1)
     for _ in range(3):
         publisher.publish(turn).result(timeout=10)
-    summary_table = {TurnRecorded: [summary.wrap(summary_handler(buffer))]}
+    summary_table = {TurnRecorded: summary.wrap(summary_handler(settings, buffer))}
     extraction_table = {
         TurnRecorded: [
             extraction.wrap(

@@ -78,11 +78,11 @@ def test_a_fold_survives_retryable_replies_and_stores_one_summary(
     good = json_reply({"summary": "The user prefers option 7."})
     fake.script("generateContent", *failures, good)
     buffer = SessionBuffer(valkey_client, 3600)
-    handler = summary_handler(buffer, GeminiLLM(gemini_settings))
+    handler = summary_handler(gemini_settings, buffer, GeminiLLM(gemini_settings))
     tokens_before = _tokens()
     turns = _turns(ids, 11)
     key = SessionKey(ids["app"], ids["user_id"], ids["session_id"])
-    with running(gemini_settings, "turns-summary", {TurnRecorded: [handler]}, publisher):
+    with running(gemini_settings, "turns-summary", {TurnRecorded: handler}, publisher):
         _fill_then_cross(publisher, buffer, key, turns)
         wait_for(lambda: buffer.read(key).summary.version == 1, 30, "the summary")
         stays(lambda: buffer.read(key).summary.version == 1, 1.0, "one summary version")
@@ -119,14 +119,14 @@ def test_a_model_that_stays_overloaded_holds_the_fold_until_it_answers(
     fake.defaults["generateContent"] = lambda request: error_reply(503, "overloaded")
     buffer = SessionBuffer(valkey_client, 3600)
     recorder = Recorder()
-    handler = recorder.wrap(summary_handler(buffer, GeminiLLM(failing)))
+    handler = recorder.wrap(summary_handler(failing, buffer, GeminiLLM(failing)))
     key = SessionKey(ids["app"], ids["user_id"], ids["session_id"])
     probe = partial(check_gemini_generation, make_client(failing), failing.llm_model)
     dependencies = Dependencies({"llm": Probe(probe)}, retry_min=0.2, retry_max=0.5)
     runtime = SubscriberRuntime(
         failing,
         "turns-summary",
-        {TurnRecorded: [handler]},
+        {TurnRecorded: handler},
         publisher,
         concurrency=4,
         dependencies=dependencies,

@@ -42,11 +42,11 @@ def test_counters_move_as_messages_are_acked_retried_duplicated_and_dead_lettere
     buffer = SessionBuffer(valkey_client, 3600)
     recorder = Recorder()
     flaky, steady = make_turn(ids, 1), make_turn(ids, 2, session_id=ids["session_id"] + "-b")
-    handler = failing(2, summary_handler(buffer), lambda e: e.event_id == flaky.event_id)
+    handler = failing(2, summary_handler(settings, buffer), lambda e: e.event_id == flaky.event_id)
     good = encode(make_turn(ids, 3))
     broken = dict(json.loads(good.data), user_id="bad\x07id", event_id=str(uuid.uuid4()))
     before = _snapshot()
-    with running(settings, SUB, {TurnRecorded: [recorder.wrap(handler)]}, publisher):
+    with running(settings, SUB, {TurnRecorded: recorder.wrap(handler)}, publisher):
         publisher.publish(flaky).result(timeout=10)
         publisher.publish(steady).result(timeout=10)
         publisher.publish_raw(

@@ -7,7 +7,7 @@ from shared.bus.contract import Outcome
 from shared.errors import PermanentError
 from shared.events import TurnRecorded
 from shared.session_buffer import SessionBuffer, SessionKey
-from tests.bus_helpers import Recorder, make_turn, running, summary_handler
+from tests.bus_helpers import Recorder, intercept, make_turn, running, summary_handler
 from tests.conftest import both_pull_modes
 from tests.support import run_cli, wait_for
 
@@ -26,7 +26,6 @@ def test_turns_land_in_created_at_order_despite_redelivery_and_replay(
     nacked: set[str] = set()
     dead = {"on": True}
     lock = threading.Lock()
-    real = summary_handler(buffer)
 
     def disorderly(event, delivery):
         if event.turn_id == "turn-0003":
@@ -37,11 +36,10 @@ def test_turns_land_in_created_at_order_despite_redelivery_and_replay(
                 raise RuntimeError("nack the first delivery")
         if event.turn_id == "turn-0005" and dead["on"]:
             raise PermanentError("parked for replay")
-        return real(event, delivery)
 
     events = [make_turn(s, n) for s in sessions for n in range(1, TURNS + 1)]
     random.Random(7).shuffle(events)
-    table = {TurnRecorded: [recorder.wrap(disorderly)]}
+    table = {TurnRecorded: recorder.wrap(intercept(summary_handler(settings, buffer), disorderly))}
     with running(settings, "turns-summary", table, publisher):
         for event in events:
             publisher.publish(event)

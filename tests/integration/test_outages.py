@@ -9,6 +9,7 @@ import os
 import signal
 import time
 from collections.abc import Iterator
+from dataclasses import replace
 from functools import partial
 
 import httpx
@@ -18,12 +19,10 @@ import pytest
 from prometheus_client import REGISTRY
 
 from services.extraction_worker.handlers import Extraction
-from services.summary_worker.folding import Folder, FoldPolicy
-from services.summary_worker.handlers import record_turns
 from shared.bootstrap import make_valkey
 from shared.bus.dependencies import Dependencies, Probe
 from shared.bus.dlq import DeadLetterQueues
-from shared.bus.worker import BatchHandler, SubscriberRuntime
+from shared.bus.worker import SubscriberRuntime
 from shared.db.migrate import migrate
 from shared.db.pool import make_pool
 from shared.embeddings import make_embedder
@@ -34,7 +33,7 @@ from shared.localstack.components import LocalPostgres, LocalValkey
 from shared.localstack.process import free_port
 from shared.metrics import serve_metrics
 from shared.session_buffer import SessionBuffer, SessionKey
-from tests.bus_helpers import make_turn
+from tests.bus_helpers import make_turn, summary_handler
 from tests.conftest import EMBEDDING_DIM
 from tests.support import stays, wait_for
 
@@ -115,10 +114,9 @@ def test_turns_wait_out_a_valkey_outage_and_are_applied_once_in_order(
 ):
     client = make_valkey(settings.model_copy(update={"valkey_url": own_valkey.url}))
     buffer = SessionBuffer(client, 3600)
-    folder = Folder(buffer, RulesLLM(), FoldPolicy())
     attempts = Attempts()
-    handle = attempts.batch(partial(record_turns, buffer=buffer, folder=folder))
-    table = {TurnRecorded: BatchHandler(handle)}
+    real = summary_handler(settings, buffer)
+    table = {TurnRecorded: replace(real, first=attempts.batch(real.first))}
     dependencies = Dependencies(
         {"valkey": Probe(partial(check_valkey, client), periodic=True)},
         retry_min=0.1,

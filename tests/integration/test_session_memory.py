@@ -97,7 +97,7 @@ def test_a_recorded_turn_is_readable_at_once_and_a_retry_is_one_turn(
     # Both publishes reach the summary worker; the second delivery changes nothing.
     recorder = Recorder()
     buffer = SessionBuffer(valkey_client, 3600)
-    table = {TurnRecorded: [recorder.wrap(summary_handler(buffer))]}
+    table = {TurnRecorded: recorder.wrap(summary_handler(settings, buffer))}
     with running(settings, "turns-summary", table, publisher):
         wait_for(lambda: recorder.count() == 2, 30, "both deliveries")
     assert recorder.outcomes("turn-0001") == ["duplicate", "duplicate"]
@@ -245,7 +245,7 @@ def test_eight_concurrent_writers_while_the_worker_folds_lose_and_double_nothing
     writers, per_writer = 8, 50
     recorder = Recorder()
     buffer = SessionBuffer(valkey_client, settings.session_ttl_seconds)
-    table = {TurnRecorded: [recorder.wrap(summary_handler(buffer))]}
+    table = {TurnRecorded: recorder.wrap(summary_handler(settings, buffer))}
     failures: list[str] = []
 
     def write(w: int) -> None:
@@ -372,7 +372,7 @@ def test_a_turn_recorded_while_valkey_is_down_is_buffered_in_order_when_it_is_ba
                 running(
                     local,
                     "turns-summary",
-                    {TurnRecorded: [summary_handler(SessionBuffer(own_client, 3600))]},
+                    {TurnRecorded: summary_handler(settings, SessionBuffer(own_client, 3600))},
                     publisher,
                 ),
             ):

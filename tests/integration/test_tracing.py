@@ -34,7 +34,7 @@ def _record_a_turn(settings, publisher, valkey_client, ids, wait_for_span=None):
     the summary worker's runtime. Returns the API's answer and the recorder."""
     recorder = Recorder()
     buffer = SessionBuffer(valkey_client, settings.session_ttl_seconds)
-    table = {TurnRecorded: [recorder.wrap(summary_handler(buffer))]}
+    table = {TurnRecorded: recorder.wrap(summary_handler(settings, buffer))}
     body = {"user_id": ids["user_id"], "turn_id": "t-1", "user": "hello", "assistant": "hi"}
     caller = {"traceparent": f"00-{TRACE_ID:032x}-{CALLER_SPAN:016x}-01"}
     with (

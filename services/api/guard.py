@@ -47,60 +47,68 @@ class Guard:
         scope.setdefault("state", {})["request_id"] = request_id
         structlog.contextvars.bind_contextvars(request_id=request_id)
         limit = scope["app"].state.resources.settings.max_request_bytes
-        started = False
-        too_large = False
-
-        async def send_with_id(message: dict) -> None:
-            nonlocal started
-            if too_large:
-                return  # the route's own answer to a body it could not read
-            if message["type"] == "http.response.start":
-                started = True
-                headers = list(message.get("headers") or [])
-                headers.append((REQUEST_ID_HEADER, request_id.encode()))
-                message["headers"] = headers
-            await send(message)
-
-        async def answer(status: int, code: str, message: str, close: bool = False) -> None:
-            body = orjson.dumps(error_body(code, message, request_id=request_id))
-            headers = [
-                (b"content-type", b"application/json"),
-                (b"content-length", str(len(body)).encode()),
-                (REQUEST_ID_HEADER, request_id.encode()),
-            ]
-            if close:  # the rest of the body is never read: this connection ends
-                headers.append((b"connection", b"close"))
-            await send({"type": "http.response.start", "status": status, "headers": headers})
-            await send({"type": "http.response.body", "body": body})
-
         declared = _content_length(scope)
         if declared is not None and declared > limit:
-            await answer(413, "too_large", _over(limit, declared), close=True)
+            await _answer(send, request_id, 413, "too_large", _over(limit, declared), close=True)
             return
-
-        read = 0
-
-        async def counted_receive() -> dict:
-            nonlocal read, too_large
-            message = await receive()
-            if message["type"] == "http.request":
-                read += len(message.get("body", b""))
-                if read > limit:
-                    too_large = True
-                    raise _BodyTooLarge
-            return message
-
+        exchange = _Exchange(receive, send, request_id, limit)
         try:
-            await self.app(scope, counted_receive, send_with_id)
+            await self.app(scope, exchange.receive, exchange.send)
         except Exception as exc:
-            if started and not too_large:
+            if exchange.started and not exchange.too_large:
                 raise  # part of the answer is out: nothing else can be said
-            if not too_large:
+            if not exchange.too_large:
                 log.error("unhandled error", path=scope["path"], exc_info=exc)
-        if too_large and not started:
-            await answer(413, "too_large", _over(limit), close=True)
-        elif not started:
-            await answer(500, "internal", "internal error; see the server log")
+        if exchange.too_large and not exchange.started:
+            await _answer(send, request_id, 413, "too_large", _over(limit), close=True)
+        elif not exchange.started:
+            await _answer(send, request_id, 500, "internal", "internal error; see the server log")
+
+
+class _Exchange:
+    """One request's receive and send, as the app sees them: the body counted
+    against the limit, and the request id added to the response's headers."""
+
+    def __init__(self, receive: Any, send: Any, request_id: str, limit: int) -> None:
+        self._receive = receive
+        self._send = send
+        self._id_header = (REQUEST_ID_HEADER, request_id.encode())
+        self._limit = limit
+        self._read = 0
+        self.started = False  # the response has begun: its status is out
+        self.too_large = False
+
+    async def receive(self) -> dict:
+        message = await self._receive()
+        if message["type"] == "http.request":
+            self._read += len(message.get("body", b""))
+            if self._read > self._limit:
+                self.too_large = True
+                raise _BodyTooLarge
+        return message
+
+    async def send(self, message: dict) -> None:
+        if self.too_large:
+            return  # the route's own answer to a body it could not read
+        if message["type"] == "http.response.start":
+            self.started = True
+            message["headers"] = [*(message.get("headers") or []), self._id_header]
+        await self._send(message)
+
+
+async def _answer(
+    send: Any, request_id: str, status: int, code: str, message: str, close: bool = False
+) -> None:
+    body = orjson.dumps(error_body(code, message, request_id=request_id))
+    headers = [
+        (b"content-type", b"application/json"),
+        (b"content-length", str(len(body)).encode()),
+        (REQUEST_ID_HEADER, request_id.encode()),
+    ]
+    if close:  # the rest of the body is never read: this connection ends
+        headers.append((b"connection", b"close"))
+    await send({"type": "http.response.start", "status": status, "headers": headers})
+    await send({"type": "http.response.body", "body": body})
 
 
 def _request_id(scope: dict) -> str:

@@ -23,8 +23,11 @@ from shared.identifiers import MAX_IDENTIFIER_LENGTH, identifier_problem
 
 def json_response(body: Any) -> Response:
     """`body`, plain data laid out as the route's response model, serialised once
-    (orjson): on the hottest routes building the models cost more than the rest of
-    the route. Each such route has a test checking its body against its model."""
+    (orjson). The API's one fast path, kept for its hottest routes (the session
+    view, a permission evaluation, a memory search, the context), where building
+    the models costs more than the rest of the route (the benchmarks in bench/
+    measure them). Each such route still declares its model as `response_model`,
+    for the OpenAPI document, and has a test checking its body against the model."""
     return Response(orjson.dumps(body), media_type="application/json")
 
 

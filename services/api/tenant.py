@@ -1,6 +1,6 @@
 """The tenant (`app`) of a request: set by the authentication middleware from the
 caller's API key, never from the body. Every route scopes its reads and writes
-by `app_of(request)`."""
+by it (services.api.deps `AppIdDep`)."""
 
 from __future__ import annotations
 

@@ -1,0 +1,231 @@
+"""Session routes: record a turn, read a session's view, delete a session.
+
+A turn goes into the session buffer first (read-your-writes), then to Pub/Sub,
+whose confirmation the answer waits for: the event is the durable record. The
+tenant comes from the caller's key (`AppIdDep`), never from the body.
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+from datetime import timedelta
+from typing import Annotated, Any
+
+import structlog
+import valkey
+from fastapi import APIRouter, Path, Query, Response
+
+from services.api.deps import AppIdDep, BufferDep, PublisherDep, SettingsDep
+from services.api.errors import ApiError, encode_or_4xx, published_or_503, valkey_or_503
+from services.api.models import (
+    DeleteSessionResponse,
+    Identifier,
+    RecordTurnRequest,
+    RecordTurnResponse,
+    SessionResponse,
+    json_response,
+)
+from shared.config import Settings
+from shared.events import (
+    Limits,
+    OutgoingMessage,
+    ToolEvent,
+    TurnRecorded,
+    derived_event_id,
+    format_time,
+    utcnow,
+)
+from shared.metrics import count_store_error
+from shared.session_buffer import (
+    AsyncSessionBuffer,
+    BufferedTurn,
+    SessionKey,
+    SessionView,
+    Summary,
+)
+
+log = structlog.get_logger("agent_memory.api")
+router = APIRouter()
+
+SessionPath = Annotated[Identifier, Path()]
+MAX_FUTURE = timedelta(days=1)  # how far ahead a turn's created_at may be (clock skew)
+
+
+@router.post("/v1/sessions/{session_id}/turns", status_code=202)
+async def record_turn(
+    session_id: SessionPath,
+    body: RecordTurnRequest,
+    response: Response,
+    app_id: AppIdDep,
+    settings: SettingsDep,
+    buffer: BufferDep,
+    publisher: PublisherDep,
+) -> RecordTurnResponse:
+    event, message = _turn_event(app_id, session_id, body, settings)
+    started = time.perf_counter()
+    buffered = await _buffer_turn(buffer, event)
+    buffered_at = time.perf_counter()
+    # The publish may still land after our timeout; a retry with this turn_id is
+    # the same event, so it can never make a second turn.
+    await published_or_503(
+        publisher.publish_message(message),
+        settings.publish_timeout_seconds,
+        "the turn could not be published; retry with the same turn_id",
+        {"turn_id": event.turn_id, "event_id": event.event_id},
+    )
+    # How long the buffer append and the wait for Pub/Sub's confirmation took
+    # (the W3C Server-Timing header; bench/buffer.py reads it).
+    response.headers["server-timing"] = (
+        f"buffer;dur={(buffered_at - started) * 1000:.3f}, "
+        f"publish;dur={(time.perf_counter() - buffered_at) * 1000:.3f}"
+    )
+    return RecordTurnResponse(event_id=event.event_id, turn_id=event.turn_id, buffered=buffered)
+
+
+@router.get("/v1/sessions/{session_id}", response_model=SessionResponse)
+async def get_session(
+    session_id: SessionPath,
+    user_id: Annotated[Identifier, Query()],
+    app_id: AppIdDep,
+    buffer: BufferDep,
+) -> Response:
+    key = SessionKey(app_id, user_id, session_id)
+
+    async def read() -> tuple[SessionView, Summary | None]:
+        view = await buffer.read(key, with_folds=True)
+        carried = None
+        if view.prev_session_id:
+            previous = SessionKey(app_id, user_id, view.prev_session_id)
+            carried = await buffer.read_summary(previous)
+        return view, carried
+
+    view, carried = await valkey_or_503(read())
+    # The fast path of services.api.models.json_response: the hottest read.
+    return json_response(_session_body(session_id, user_id, view, carried))
+
+
+@router.delete("/v1/sessions/{session_id}")
+async def delete_session(
+    session_id: SessionPath,
+    user_id: Annotated[Identifier, Query()],
+    app_id: AppIdDep,
+    buffer: BufferDep,
+) -> DeleteSessionResponse:
+    key = SessionKey(app_id, user_id, session_id)
+    deleted = await valkey_or_503(buffer.delete(key))
+    log.info("session deleted", session=session_id, keys=deleted)
+    return DeleteSessionResponse(session_id=session_id, deleted_keys=deleted)
+
+
+def _session_body(
+    session_id: str, user_id: str, view: SessionView, carried: Summary | None
+) -> dict[str, Any]:
+    """The session view as `SessionResponse` lays it out, as plain data (a test
+    checks the result against the model)."""
+    summary = view.summary
+    return {
+        "session_id": session_id,
+        "user_id": user_id,
+        "prev_session_id": view.prev_session_id or None,
+        "summary": {
+            "text": summary.text,
+            "version": summary.version,
+            "tokens": summary.tokens,
+            "updated_at": format_time(summary.updated_at) if summary.updated_at else None,
+        },
+        "carried_summary": {
+            "session_id": view.prev_session_id,
+            "text": carried.text,
+            "version": carried.version,
+        }
+        if carried and carried.version
+        else None,
+        "turns": [
+            {
+                "turn_id": t.turn_id,
+                "event_id": t.event_id,
+                "created_at": format_time(t.created_at),
+                "project_id": t.project_id or None,
+                "user": t.user,
+                "assistant": t.assistant,
+                "tokens": t.tokens,
+            }
+            for t in view.turns
+        ],
+        "turn_count": len(view.turns),
+        "tokens": view.tokens,
+        "turns_total": view.turns_total,
+        "folded_turn_count": view.folded_total,
+        "folds": [{"version": v, "turn_ids": ids} for v, ids in view.folds.items()],
+    }
+
+
+def _turn_event(
+    app_id: str, session_id: str, body: RecordTurnRequest, settings: Settings
+) -> tuple[TurnRecorded, OutgoingMessage]:
+    """The turn's event and its encoded message, or a 422 naming the first field
+    that is wrong (the encoder applies the schema, the text and the size rules: the
+    same ones the workers apply when they decode)."""
+    if not body.user.strip() and not body.assistant.strip():
+        raise ApiError(
+            422,
+            "invalid_request",
+            "user: empty, and so is assistant; a turn needs at least one of them",
+            field="user",
+        )
+    now = utcnow()
+    created_at = body.created_at or now
+    if created_at - now > MAX_FUTURE:
+        raise ApiError(
+            422,
+            "invalid_request",
+            f"created_at: {format_time(created_at)} is more than a day in the future",
+            field="created_at",
+        )
+    turn_id = body.turn_id or str(uuid.uuid4())
+    event = TurnRecorded(
+        # The same turn_id always yields the same event_id, so a client's retry is
+        # one event for every consumer.
+        event_id=derived_event_id(app_id, body.user_id, session_id, turn_id),
+        app=app_id,
+        user_id=body.user_id,
+        session_id=session_id,
+        project_id=body.project_id or "",
+        prev_session_id=body.prev_session_id or "",
+        turn_id=turn_id,
+        created_at=created_at,
+        user=body.user,
+        assistant=body.assistant,
+        tool_events=_tool_events(body),
+    )
+    return event, encode_or_4xx(event, Limits.from_settings(settings))
+
+
+def _tool_events(body: RecordTurnRequest) -> tuple[ToolEvent, ...]:
+    try:
+        return tuple(ToolEvent(*t.as_texts()) for t in body.tool_events)
+    except (RecursionError, ValueError, TypeError):
+        message = "tool_events: arguments or output cannot be stored as JSON text (too deep?)"
+        raise ApiError(422, "invalid_request", message, field="tool_events") from None
+
+
+async def _buffer_turn(buffer: AsyncSessionBuffer, event: TurnRecorded) -> bool:
+    """Append the turn to the session buffer (read-your-writes). False if Valkey is
+    unreachable: the event is the durable record and the summary worker buffers it."""
+    key = SessionKey(event.app, event.user_id, event.session_id)
+    try:
+        appended = await buffer.append(key, BufferedTurn.from_event(event), event.prev_session_id)
+    except valkey.ValkeyError as exc:
+        count_store_error(exc)
+        log.warning("turn not buffered", event_id=event.event_id, error=repr(exc))
+        return False
+    if appended.dropped:
+        # Nothing is published: the pipeline would drop it too.
+        raise ApiError(
+            410,
+            "user_deleted",
+            "created_at: the user was deleted after this turn was created; it is not recorded",
+            field="created_at",
+        )
+    return True

@@ -213,8 +213,11 @@ class Dispatcher:
     def _call_all(self, handlers: Sequence[Handler], item: _Item) -> list[Outcome]:
         assert item.event is not None
         delivery = item.delivery(self.subscription)
-        # A plain handler that returns nothing counts as applied.
-        return [handler(item.event, delivery) or Outcome.APPLIED for handler in handlers]
+        outcomes = [handler(item.event, delivery) for handler in handlers]
+        for outcome in outcomes:
+            if not isinstance(outcome, Outcome):
+                raise TypeError(f"a handler returned {type(outcome).__name__}, not an Outcome")
+        return outcomes
 
     def _start(
         self, item: _Item, work: Work, later: Later, *, timed_from_here: bool = False

@@ -185,3 +185,15 @@ def test_a_batch_result_that_is_not_an_outcome_fails_its_event(settings, topolog
         "failed 5 attempts; last error TypeError: a batch handler returned NoneType",
         "failed 5 attempts; last error TypeError: a batch handler without `then` returned Continue",
     ]
+
+
+def test_a_plain_handler_that_returns_no_outcome_fails_its_event(settings, topology, publisher, ids):
+    turn = make_turn(ids, 1)
+    publisher.publish(turn).result(timeout=10)
+    with running(settings, "turns-summary", {TurnRecorded: [lambda e, d: None]}, publisher):
+        (letter,) = wait_for(
+            lambda: DeadLetterQueues(settings).peek("turns-summary"), 60, "the dead letter"
+        )
+    assert letter.reason == (
+        "failed 5 attempts; last error TypeError: a handler returned NoneType, not an Outcome"
+    )

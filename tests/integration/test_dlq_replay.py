@@ -8,6 +8,7 @@ import sys
 from prometheus_client import REGISTRY
 
 from shared.bus.attributes import REPLAYED_FOR
+from shared.bus.contract import Outcome
 from shared.bus.dlq import REPLAY_RUN, DeadLetterQueues
 from shared.errors import PermanentError
 from shared.events import TurnRecorded
@@ -32,7 +33,7 @@ def test_a_replay_reaches_only_the_subscription_that_dead_lettered_it(
     queues = DeadLetterQueues(settings)
 
     def applied(event, delivery):
-        return None
+        return Outcome.APPLIED
 
     before = _skipped("turns-extraction")
     with (
@@ -55,7 +56,7 @@ def test_a_replay_reaches_only_the_subscription_that_dead_lettered_it(
             3,
             "one delivery to summary, none handled by extraction, nothing dead-lettered",
         )
-    assert summary.outcomes("turn-0001") == ["None"]
+    assert summary.outcomes("turn-0001") == ["applied"]
     assert summary.deliveries[0].attributes[REPLAYED_FOR] == "turns-summary"
     assert extraction.count() == 0
     assert queues.peek("turns-summary") == []

@@ -11,6 +11,7 @@ from fastapi.testclient import TestClient
 from prometheus_client import REGISTRY
 
 from services.api.app import create_app
+from shared.bus.contract import Outcome
 from shared.bus.dlq import DeadLetterQueues
 from shared.events import TurnRecorded, encode
 from shared.session_buffer import SessionBuffer
@@ -97,6 +98,7 @@ def test_the_autoscaling_signals_follow_the_work_in_flight(settings, topology, p
     def blocking(event, delivery):
         entered.append(event.event_id)
         release.wait(30)
+        return Outcome.APPLIED
 
     events = [make_turn(ids, n, session_id=f"{ids['session_id']}-{n}") for n in range(3)]
     lag = "agent_memory_delivery_lag_seconds"

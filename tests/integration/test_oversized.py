@@ -10,7 +10,7 @@ from fastapi.testclient import TestClient
 from services.api.app import create_app
 from services.extraction_worker.handlers import dead_letter_hooks
 from shared.bootstrap import Resources
-from shared.bus.worker import SubscriberRuntime
+from shared.bus.worker import Outcome, SubscriberRuntime
 from shared.errors import PermanentError
 from shared.events import MemoriesGenerate
 from tests.support import wait_for
@@ -70,6 +70,7 @@ def test_a_worker_receives_a_message_of_several_megabytes(big_client, app_settin
 
     def record(event, delivery):
         received.append(event)
+        return Outcome.APPLIED
 
     runtime = SubscriberRuntime(
         app_settings,
@@ -159,7 +160,7 @@ def test_a_message_no_worker_settled_on_its_last_attempt_is_dead_lettered_with_a
             }
         )
     recorder = Recorder()
-    table = {TurnRecorded: [recorder.wrap(lambda event, delivery: None)]}
+    table = {TurnRecorded: [recorder.wrap(lambda event, delivery: Outcome.APPLIED)]}
     runtime = SubscriberRuntime(settings, "turns-summary", table, publisher, concurrency=2)
     runtime.start()
     try:

@@ -3,6 +3,7 @@
 from prometheus_client import REGISTRY
 
 from shared.bus.attributes import REPLAYED_FOR
+from shared.bus.contract import Outcome
 from shared.events import TurnRecorded, encode
 from tests.bus_helpers import Recorder, make_turn, running
 from tests.support import stays, wait_for
@@ -14,7 +15,7 @@ def test_a_replay_for_one_subscription_is_acknowledged_unhandled_by_the_others(
     summary, extraction = Recorder(), Recorder()
 
     def applied(event, delivery):
-        return None
+        return Outcome.APPLIED
 
     turn = make_turn(ids, 1)
     message = encode(turn)
@@ -40,5 +41,5 @@ def test_a_replay_for_one_subscription_is_acknowledged_unhandled_by_the_others(
         # Acknowledged, not nacked: a redelivery would come back within a second.
         stays(lambda: skipped() == before + 1, 3, "one delivery to turns-extraction")
         assert other.running
-    assert summary.outcomes("turn-0001") == ["None"]
+    assert summary.outcomes("turn-0001") == ["applied"]
     assert extraction.count() == 0

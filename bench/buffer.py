@@ -212,6 +212,34 @@ def main() -> int:
     # 50 client threads share this process's GIL: with the default 5 ms switch
     # interval, a thread whose answer has arrived could wait that long to read it.
     sys.setswitchinterval(0.0005)
+    phases, valkey_calls, cpu = measure(args)
+    everyone = [s for sessions, _ in phases.values() for s in sessions]
+    errors = [e for s in everyone for e in s.errors]
+    if errors:
+        print(f"{len(errors)} requests failed, first: {errors[0]}")
+        return 1
+    turns = sum(len(s.record_ms) for s in everyone)
+    round_trips = sum(calls for name, calls in valkey_calls.items() if name in ROUND_TRIP_COMMANDS)
+    results = {
+        "sessions": args.sessions,
+        "turns_per_second": round(turns / args.seconds / len(PHASES), 1),
+        **{phase: phase_figures(*phases[phase]) for phase in PHASES},
+        "valkey_round_trips_per_turn": round(round_trips / turns, 2),
+        "valkey_commands_per_turn": round(sum(valkey_calls.values()) / turns, 2),
+        "valkey_commands_by_name": dict(sorted(valkey_calls.items(), key=lambda kv: -kv[1])),
+        "cpu_seconds_by_process": cpu,
+    }
+    print_results(args.sessions, results)
+    return 0
+
+
+Phases = dict[str, tuple[list[Session], dict[str, float]]]
+
+
+def measure(args: argparse.Namespace) -> tuple[Phases, dict[str, int], dict[str, float]]:
+    """A warm-up, then both phases on a fresh stack: each phase's sessions and the
+    machine's state during it, the Valkey calls of both phases by command (the
+    worker's included), and the CPU seconds of each process."""
     with bench_stack() as (stack, endpoints, _settings):
         client = valkey.Valkey.from_url(endpoints.valkey_url)
         key = stack.dev_api_key or ""
@@ -220,7 +248,7 @@ def main() -> int:
             warm = run_sessions(endpoints.api_url, key, args.sessions, args.interval, 3.0)
             wait_applied(log, [e for s in warm for e in s.event_ids], timeout=120)
             before, cpu_before = commandstats(client), cpu_seconds(stack)
-            phases: dict[str, tuple[list[Session], dict[str, float]]] = {}
+            phases: Phases = {}
             for phase in PHASES:
                 machine_time = MachineTime()
                 sessions = run_sessions(
@@ -238,26 +266,14 @@ def main() -> int:
             after, cpu = commandstats(client), cpu_used(stack, cpu_before)
         finally:
             client.close()
-
-    errors = [e for s in everyone for e in s.errors]
-    if errors:
-        print(f"{len(errors)} requests failed, first: {errors[0]}")
-        return 1
-    turns = sum(len(s.record_ms) for s in everyone)
     delta = {name: after.get(name, 0) - before.get(name, 0) for name in after}
     delta = {name: calls for name, calls in delta.items() if calls > 0 and name != "info"}
-    round_trips = sum(calls for name, calls in delta.items() if name in ROUND_TRIP_COMMANDS)
-    results = {
-        "sessions": args.sessions,
-        "turns_per_second": round(turns / args.seconds / len(PHASES), 1),
-        **{phase: phase_figures(*phases[phase]) for phase in PHASES},
-        "valkey_round_trips_per_turn": round(round_trips / turns, 2),
-        "valkey_commands_per_turn": round(sum(delta.values()) / turns, 2),
-        "valkey_commands_by_name": dict(sorted(delta.items(), key=lambda kv: -kv[1])),
-        "cpu_seconds_by_process": cpu,
-    }
+    return phases, delta, cpu
+
+
+def print_results(sessions: int, results: dict) -> None:
     print(
-        f"\n{args.sessions} concurrent sessions, {results['turns_per_second']} turns/s and as "
+        f"\n{sessions} concurrent sessions, {results['turns_per_second']} turns/s and as "
         "many views/s; targets: record-turn p99 < 10 ms without the publish wait, "
         "session view p99 < 5 ms"
     )
@@ -278,7 +294,6 @@ def main() -> int:
         f"{results['valkey_commands_per_turn']} commands (API and summary worker)"
     )
     print(json.dumps(results, indent=2))
-    return 0
 
 
 def phase_figures(sessions: list[Session], machine: dict[str, float]) -> dict:

@@ -107,63 +107,80 @@ def main() -> int:
     for signum in (signal.SIGTERM, signal.SIGHUP):
         signal.signal(signum, lambda s, _f: sys.exit(128 + s))
     root = Path(tempfile.mkdtemp(prefix="agent-memory-chaos-"))
-    run = uuid.uuid4().hex[:6]
-    started = time.monotonic()
-    rows: list[Row] = []
+    runner = Runner(root, args, run=uuid.uuid4().hex[:6], started=time.monotonic())
     interrupted = False
-    stacks = 0
-    stack: Stack | None = None
     try:
         for name in names:
-            if time.monotonic() >= started + args.deadline:
-                rows.append(Row(name, "-", recovery="skipped", failures=["global deadline"]))
-                continue
-            if stack is None:
-                stacks += 1
-                stack = Stack(root, stacks)
-                say(f"starting agent-memory up (data dir {stack.data_dir})")
-                stack.start()
-                say(f"  up: API {stack.api_url}, logs in {stack.log_dir}")
-            say(f"[{name}]")
-            settings = stack.settings
-            assert settings is not None
-            ctx = Context(
-                stack, settings.default_app, run, args.turns, args.rate, started + args.deadline
-            )
-            began = time.monotonic()
-            row = SCENARIOS[name](ctx, name)
-            rows.append(row)
-            usable = usable_after(stack, ctx, row)
-            say(
-                f"    {'PASS' if row.ok else 'FAIL'} in {time.monotonic() - began:.0f} s"
-                + ("" if row.ok else ": " + "; ".join(row.failures))
-            )
-            if not row.recovered:
-                say("    log tails of the stack's processes:")
-                say(indent(stack.log_tails(), "      "))
-            if not usable:
-                say("  the stack is not healthy: the next scenario gets a new one")
-                stop_stack(stack)
-                stack = None
+            runner.scenario(name)
     except StackError as exc:
         say(f"the stack could not be started: {exc}")
-        if stack is not None:
-            say(indent(stack.log_tails(), "      "))
+        if runner.stack is not None:
+            say(indent(runner.stack.log_tails(), "      "))
         return 2
     except KeyboardInterrupt:
         say("interrupted: stopping the stack")
         interrupted = True
     finally:
-        if stack is not None:
-            stop_stack(stack)
+        runner.close()
         if args.keep:
             say(f"data kept in {root}")
         else:
             shutil.rmtree(root, ignore_errors=True)
-    print_report(rows, time.monotonic() - started)
+    rows = runner.rows
+    print_report(rows, time.monotonic() - runner.started)
     if interrupted:
         return 130
     return 0 if rows and all(r.ok for r in rows) else 1
+
+
+class Runner:
+    """Runs the scenarios one after another on one stack, started on first use and
+    replaced when a scenario leaves it unfit for the next."""
+
+    def __init__(self, root: Path, args: argparse.Namespace, run: str, started: float) -> None:
+        self.root, self.args, self.run, self.started = root, args, run, started
+        self.rows: list[Row] = []
+        self.stacks = 0
+        self.stack: Stack | None = None
+
+    def scenario(self, name: str) -> None:
+        args = self.args
+        if time.monotonic() >= self.started + args.deadline:
+            self.rows.append(Row(name, "-", recovery="skipped", failures=["global deadline"]))
+            return
+        stack = self.stack or self._new_stack()
+        say(f"[{name}]")
+        settings = stack.settings
+        assert settings is not None
+        until = self.started + args.deadline
+        ctx = Context(stack, settings.default_app, self.run, args.turns, args.rate, until)
+        began = time.monotonic()
+        row = SCENARIOS[name](ctx, name)
+        self.rows.append(row)
+        usable = usable_after(stack, ctx, row)
+        say(
+            f"    {'PASS' if row.ok else 'FAIL'} in {time.monotonic() - began:.0f} s"
+            + ("" if row.ok else ": " + "; ".join(row.failures))
+        )
+        if not row.recovered:
+            say("    log tails of the stack's processes:")
+            say(indent(stack.log_tails(), "      "))
+        if not usable:
+            say("  the stack is not healthy: the next scenario gets a new one")
+            self.close()
+
+    def _new_stack(self) -> Stack:
+        self.stacks += 1
+        self.stack = stack = Stack(self.root, self.stacks)
+        say(f"starting agent-memory up (data dir {stack.data_dir})")
+        stack.start()
+        say(f"  up: API {stack.api_url}, logs in {stack.log_dir}")
+        return stack
+
+    def close(self) -> None:
+        if self.stack is not None:
+            stop_stack(self.stack)
+            self.stack = None
 
 
 def usable_after(stack: Stack, ctx: Context, row: Row) -> bool:

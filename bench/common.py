@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import shutil
 import signal
 import sys
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from datetime import datetime
 from pathlib import Path
@@ -15,6 +16,7 @@ from pathlib import Path
 import psutil
 
 from shared.config import Settings, load_settings
+from shared.localstack.process import ManagedProcess
 from shared.localstack.stack import Endpoints, LocalStack
 from shared.logging import configure_logging
 from shared.waiting import poll
@@ -47,16 +49,35 @@ def percentile(values: list[float], p: float) -> float:
     return ordered[index]
 
 
-def cpu_seconds(stack: LocalStack) -> dict[str, float]:
-    """CPU time used so far by each process of the stack, and by this benchmark."""
+def cpu_seconds(
+    stack: LocalStack, extra: Iterable[ManagedProcess] = (), tree: bool = False
+) -> dict[str, float]:
+    """CPU time used so far by each process of the stack (and of `extra`), and by
+    this benchmark. By default a process counts its process group; with `tree`, the
+    process with all its descendants, live and reaped (PostgreSQL's backends lead
+    sessions of their own: not in its process group)."""
     found = {"bench (this process)": sum(psutil.Process().cpu_times()[:2])}
-    for proc in [*stack.components, *stack.service_procs.values()]:
+    for proc in [*stack.components, *stack.service_procs.values(), *extra]:
         try:
-            group = [psutil.Process(pid) for pid in proc.group_pids()]
-            found[proc.name] = sum(sum(p.cpu_times()[:2]) for p in group)
+            found[proc.name] = _tree_cpu(proc) if tree else _group_cpu(proc)
         except psutil.Error:
             continue
     return found
+
+
+def _group_cpu(proc: ManagedProcess) -> float:
+    group = [psutil.Process(pid) for pid in proc.group_pids()]
+    return sum(sum(p.cpu_times()[:2]) for p in group)
+
+
+def _tree_cpu(proc: ManagedProcess) -> float:
+    top = psutil.Process(proc.pid)
+    total = sum(top.cpu_times()[:4])  # with its reaped children
+    with contextlib.suppress(psutil.Error):  # gone meanwhile: what it used until then
+        for child in top.children(recursive=True):
+            with contextlib.suppress(psutil.Error):
+                total += sum(child.cpu_times()[:2])
+    return total
 
 
 def cpu_used(stack: LocalStack, before: dict[str, float]) -> dict[str, float]:
@@ -111,32 +132,47 @@ def describe_machine(machine: dict[str, float]) -> str:
     )
 
 
-class AppliedLog:
-    """Reads the worker's log incrementally: event_id -> epoch seconds of its first
-    "message handled" line, acked or duplicate. (Re-reading the whole file on every poll
-    would take CPU from the worker under test.)"""
+class HandledLines:
+    """A worker's log read incrementally from `offset`: the records of its "message
+    handled" lines written since the last read. (Re-reading the whole file on every
+    poll would take CPU from the worker under test.)"""
 
-    def __init__(self, path: Path) -> None:
+    def __init__(self, path: Path, offset: int = 0) -> None:
         self.path = path
-        self.offset = 0
-        self.applied: dict[str, float] = {}
+        self.offset = offset
 
-    def poll(self) -> dict[str, float]:
+    def records(self) -> Iterator[dict]:
         with open(self.path, "rb") as f:
             f.seek(self.offset)
             chunk = f.read()
-        end = chunk.rfind(b"\n") + 1  # a partly written last line waits for the next poll
+        end = chunk.rfind(b"\n") + 1  # a partly written last line waits for the next read
         self.offset += end
         for line in chunk[:end].splitlines():
-            if b'"message handled"' not in line:
-                continue
-            record = json.loads(line)
+            if b'"message handled"' in line:
+                yield json.loads(line)
+
+
+def log_time(record: dict) -> float:
+    """Epoch seconds of a log record's timestamp."""
+    return datetime.fromisoformat(record["timestamp"].replace("Z", "+00:00")).timestamp()
+
+
+class AppliedLog:
+    """Reads the worker's log incrementally: event_id -> epoch seconds of its first
+    "message handled" line, acked or duplicate."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.lines = HandledLines(path)
+        self.applied: dict[str, float] = {}
+
+    def poll(self) -> dict[str, float]:
+        for record in self.lines.records():
             # "duplicate": the API had buffered the turn already; the worker's
             # handling (the fold check) is what the lag measures then.
             if record.get("outcome") not in ("acked", "duplicate"):
                 continue
-            stamp = datetime.fromisoformat(record["timestamp"].replace("Z", "+00:00"))
-            self.applied.setdefault(record["event_id"], stamp.timestamp())
+            self.applied.setdefault(record["event_id"], log_time(record))
         return self.applied
 
 

@@ -36,24 +36,19 @@ against the 1-replica run at `--concurrency`).
 from __future__ import annotations
 
 import argparse
-import contextlib
-import json
 import os
 import re
-import statistics
 import sys
 import uuid
-from collections import Counter
-from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
-import psutil
 import psycopg
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from bench.common import AppliedLog, MachineTime, bench_stack, percentile  # noqa: E402
+from bench.common import AppliedLog, bench_stack  # noqa: E402
+from bench.drain_watch import DrainWatch, drain_figures  # noqa: E402
 from bench.pipeline import backlog_drain, publish_all, warm_up  # noqa: E402
 from shared.bus.publisher import EventPublisher  # noqa: E402
 from shared.events import TurnRecorded, derived_event_id  # noqa: E402
@@ -63,7 +58,6 @@ from shared.waiting import poll  # noqa: E402
 
 APP = "default"
 TOPICS = ("editor", "region", "ui theme", "database", "deadline")
-SUBSCRIPTION = "turns-extraction"
 
 
 def backlog(run: str, users: int, turns: int) -> list[TurnRecorded]:
@@ -91,88 +85,6 @@ def backlog(run: str, users: int, turns: int) -> list[TurnRecorded]:
     return events
 
 
-@dataclass
-class Handled:
-    at: float  # epoch seconds of the log line
-    duration_ms: float
-    replica: str
-    key: str  # the ordering key (one user's session)
-
-
-class HandledLog:
-    """One replica's log, read incrementally from where it ended before the run."""
-
-    def __init__(self, name: str, path: Path) -> None:
-        self.name = name
-        self.path = path
-        self.offset = path.stat().st_size if path.exists() else 0
-
-    def poll(self, handled: dict[str, Handled], problems: Counter) -> None:
-        if not self.path.exists():
-            return
-        with open(self.path, "rb") as f:
-            f.seek(self.offset)
-            chunk = f.read()
-        end = chunk.rfind(b"\n") + 1
-        self.offset += end
-        for line in chunk[:end].splitlines():
-            if b'"message handled"' not in line:
-                continue
-            record = json.loads(line)
-            if record.get("subscription") != SUBSCRIPTION:
-                continue
-            if record["outcome"] not in ("acked", "duplicate"):
-                problems[record["outcome"]] += 1
-                continue
-            stamp = datetime.fromisoformat(record["timestamp"].replace("Z", "+00:00"))
-            found = Handled(
-                stamp.timestamp(), record["duration_ms"], self.name, record.get("session", "")
-            )
-            handled.setdefault(record["event_id"], found)
-
-
-def cpu_now(stack: LocalStack, gemini: ManagedProcess) -> dict[str, float]:
-    """CPU seconds of each process with all its descendants, live and reaped
-    (PostgreSQL's backends lead sessions of their own: not in its process group)."""
-    found = {"bench (this process)": sum(psutil.Process().cpu_times()[:2])}
-    for proc in [*stack.components, *stack.service_procs.values(), gemini]:
-        try:
-            top = psutil.Process(proc.pid)
-            found[proc.name] = sum(top.cpu_times()[:4])  # with its reaped children
-            for child in top.children(recursive=True):
-                with contextlib.suppress(psutil.Error):
-                    found[proc.name] += sum(child.cpu_times()[:2])
-        except psutil.Error:
-            continue
-    return found
-
-
-# Client backends of the workers, sampled while they drain: waiting on a lock (the
-# user's advisory lock), and idle inside a transaction (holding it: the handler
-# is waiting on the LLM or the embeddings).
-ACTIVITY = (
-    "SELECT count(*) FILTER (WHERE wait_event_type = 'Lock'), "
-    "count(*) FILTER (WHERE state = 'idle in transaction') "
-    "FROM pg_stat_activity WHERE backend_type = 'client backend' "
-    "AND datname = current_database() AND pid <> pg_backend_pid()"
-)
-
-
-def overlaps(handled: list[Handled]) -> dict[str, int]:
-    """Events whose handler started while the previous event of their ordering key
-    (their user) was still in a handler, in the same replica or in another."""
-    by_key: dict[str, list[tuple[float, float, str]]] = {}
-    for h in handled:
-        by_key.setdefault(h.key, []).append((h.at - h.duration_ms / 1000, h.at, h.replica))
-    found = Counter({"same replica": 0, "other replica": 0})
-    for spans in by_key.values():
-        spans.sort()
-        for a, b in zip(spans, spans[1:], strict=False):
-            if b[0] < a[1] - 0.01:
-                found["same replica" if a[2] == b[2] else "other replica"] += 1
-    return dict(found)
-
-
 def drain(
     stack: LocalStack,
     publisher: EventPublisher,
@@ -185,70 +97,32 @@ def drain(
 ) -> dict:
     """Queue a fresh backlog, start `replicas` extraction workers, time the drain."""
     names = [replica_name("extraction", n) for n in range(1, replicas + 1)]
-    logs = [HandledLog(name, stack.log_dir / f"{name}.log") for name in names]
+    watch = DrainWatch(stack, gemini, names)
     run = uuid.uuid4().hex[:8]
     events = backlog(run, users, turns)
     publish_all(publisher, events)
     stack.settings = stack.settings.model_copy(update={"worker_concurrency": concurrency})
-    handled: dict[str, Handled] = {}
-    problems: Counter = Counter()
-    at_first: dict = {}
-    samples: list[tuple[int, int]] = []
-
-    def drained() -> bool:
-        for log in logs:
-            log.poll(handled, problems)
-        if handled:
-            samples.append(db.execute(ACTIVITY).fetchone())
-        if problems["dead_lettered"]:
-            raise SystemExit(f"extraction dead-lettered events: {dict(problems)}; see {names}")
-        for name in names:
-            proc = stack.service_procs[name]
-            if not proc.running:
-                raise SystemExit(f"{name} exited with {proc.exit_code()}; see {proc.log_path}")
-        if handled and not at_first:  # the window starts at the first applied event
-            at_first.update(cpu=cpu_now(stack, gemini), machine=MachineTime())
-        return len(handled) >= len(events)
-
     timeout = 120 + 5 * turns * seconds_per_event / (replicas * concurrency)
     assert stack.endpoints is not None
     try:
         with psycopg.connect(stack.endpoints.database_url, autocommit=True) as db:
             stack.start_replicas("extraction", replicas)
-            poll(drained, timeout, f"{len(events)} events extracted", interval=0.2)
-        cpu_after = cpu_now(stack, gemini)
-        machine = at_first["machine"].report()
+            poll(
+                lambda: watch.drained(db, len(events)),
+                timeout,
+                f"{len(events)} events extracted",
+                interval=0.2,
+            )
+        cpu_after = watch.cpu()
+        machine = watch.at_first["machine"].report()
     finally:
         stack.stop_services(names)
-    times = sorted(h.at for h in handled.values())
-    window = times[-1] - times[0]
-    durations = [h.duration_ms for h in handled.values()]
-    rate = len(events) / window
-    tenth = len(times) // 10  # the middle 80%: no start-up, no tail
-    middle = (len(times) - 2 * tenth) / (times[-tenth - 1] - times[tenth])
-    share = Counter(h.replica for h in handled.values())
-    firsts = {n: min(h.at for h in handled.values() if h.replica == n) for n in share}
-    cpu = {k: round(v - at_first["cpu"].get(k, 0.0), 1) for k, v in cpu_after.items()}
     return {
         "replicas": replicas,
         "concurrency": concurrency,
         "events": len(events),
-        "drain_seconds": round(window, 1),
-        "events_per_second": round(rate, 2),
-        "p50_ms": round(statistics.median(durations)),
-        "p99_ms": round(percentile(durations, 99)),
-        "slots_busy": rate * statistics.mean(durations) / 1000 / (replicas * concurrency),
-        "retried": problems["retried"],
-        "middle_per_second": round(middle, 2),
-        "per_replica": [share[n] for n in names],
-        "first_event_after_s": [round(firsts.get(n, 0) - times[0], 1) for n in names],
-        "same_user_overlaps": overlaps(list(handled.values())),
-        "lock_waiters_mean": round(statistics.mean(s[0] for s in samples), 2),
-        "lock_waiters_max": max(s[0] for s in samples),
-        "idle_in_transaction_mean": round(statistics.mean(s[1] for s in samples), 1),
+        **drain_figures(watch, len(events), replicas * concurrency, cpu_after),
         "written": written(stack, run, users, turns),
-        "cpu_seconds": cpu,
-        "cores_busy": sum(cpu.values()) / window,
         "machine": machine,
     }
 

@@ -79,12 +79,20 @@ def request_compactions(stack: Stack, users: list[str], row: Row) -> dict[str, l
     return chains
 
 
+# Over the scenario's users: the memory revisions compaction wrote, and the
+# episodes older than the retention (what compaction has still to fold).
+REVISIONS_SQL = (
+    "SELECT count(*) FROM memory_revisions r JOIN memories m ON m.id = r.memory_id "
+    "WHERE m.app = %s AND m.user_id = ANY(%s) AND m.entity_name = %s"
+)
+OLD_EPISODES_SQL = (
+    "SELECT count(*) FROM episodes WHERE app = %s AND user_id = ANY(%s) "
+    "AND created_at < now() - make_interval(days => %s)"
+)
+
+
 def compaction_revisions(conn: psycopg.Connection, app: str, users: list[str]) -> int:
-    return conn.execute(
-        "SELECT count(*) FROM memory_revisions r JOIN memories m ON m.id = r.memory_id "
-        "WHERE m.app = %s AND m.user_id = ANY(%s) AND m.entity_name = %s",
-        (app, users, COMPACTED_ENTITY),
-    ).fetchone()[0]
+    return conn.execute(REVISIONS_SQL, (app, users, COMPACTED_ENTITY)).fetchone()[0]
 
 
 def wait_first_fold(stack: Stack, app: str, users: list[str], deadline: float) -> int | None:
@@ -100,11 +108,7 @@ def wait_first_fold(stack: Stack, app: str, users: list[str], deadline: float) -
 
 
 def old_left(conn: psycopg.Connection, app: str, users: list[str]) -> int:
-    return conn.execute(
-        "SELECT count(*) FROM episodes WHERE app = %s AND user_id = ANY(%s) "
-        "AND created_at < now() - make_interval(days => %s)",
-        (app, users, COMPACTION_RETENTION_DAYS),
-    ).fetchone()[0]
+    return conn.execute(OLD_EPISODES_SQL, (app, users, COMPACTION_RETENTION_DAYS)).fetchone()[0]
 
 
 def compaction_done(stack: Stack, app: str, chains: dict[str, list[str]]) -> bool:

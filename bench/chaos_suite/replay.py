@@ -10,10 +10,23 @@ import subprocess
 import time
 
 from bench.chaos_suite.budgets import APPLY_BUDGET, REPLAY_BUDGET, wait_until
-from bench.chaos_suite.burst import make_turns
+from bench.chaos_suite.burst import Turn, make_turns
 from bench.chaos_suite.console import say
-from bench.chaos_suite.invalid import RawMessage, invalid_applied, invalid_events, publish_raw
-from bench.chaos_suite.observe import handled_event_ids, observe, peek, settle, wait_peek
+from bench.chaos_suite.invalid import (
+    Invalid,
+    RawMessage,
+    invalid_applied,
+    invalid_events,
+    publish_raw,
+)
+from bench.chaos_suite.observe import (
+    Observation,
+    handled_event_ids,
+    observe,
+    peek,
+    settle,
+    wait_peek,
+)
 from bench.chaos_suite.report import Row, tally
 from bench.chaos_suite.scenario import Context, recovery
 from bench.chaos_suite.stack import Stack, agent_memory
@@ -41,31 +54,55 @@ def run_dlq_replay(ctx: Context, name: str) -> Row:
     valid = make_turns(app, users, 2, 20, "dead")
     sessions = sorted({(t.user_id, t.session_id) for t in valid})
     invalid = invalid_events(app, sessions, f"{ctx.run}r", each=1)
+    extraction_before = place(ctx, row, valid, invalid)
+    ended_at = replay(stack, app, row)
+    settled = settle(stack, app, valid, ctx.until(APPLY_BUDGET), targets=("buffer", "summary"))
+    recovery(row, settled, ended_at)
+    obs = check_valid(ctx, app, row, valid)
+    check_invalid(ctx, row, valid, invalid, extraction_before)
+    applied = invalid_applied(obs, invalid)
+    if applied:
+        row.fail(f"{applied} invalid events applied")
+    return row
+
+
+def ours(valid: list[Turn], invalid: list[Invalid]) -> set[str]:
+    return {t.event_id for t in valid} | {i.event_id for i in invalid}
+
+
+def place(ctx: Context, row: Row, valid: list[Turn], invalid: list[Invalid]) -> int:
+    """Put the events into turns-summary-dlq as the worker dead-letters them; how
+    many of them turns-extraction-dlq held before."""
+    stack = ctx.stack
     messages = []
     for turn in valid:
         turn.event_id, turn.attempts = turn.expected_event_id, 1
         message = turn.event(turn.event_id)
         messages.append((message.data, message.attributes, message.ordering_key))
     messages += [i.raw for i in invalid]
-    ours = {t.event_id for t in valid} | {i.event_id for i in invalid}
+    placed_ids = ours(valid, invalid)
     before = peek(stack, ("turns-extraction",))
     extraction_before = (
-        sum(n for e, n in before["turns-extraction"].items() if e in ours) if before else 0
+        sum(n for e, n in before["turns-extraction"].items() if e in placed_ids) if before else 0
     )
     publish_raw(stack, "turns-summary-dlq", dead_letters(messages))
     placed, _ = wait_peek(
         stack,
         ("turns-summary",),
-        lambda d: all(d["turns-summary"][e] for e in ours),
+        lambda d: all(d["turns-summary"][e] for e in placed_ids),
         ctx.until(30),
     )
     row.sent = row.accepted = len(valid)
     row.at = f"{len(valid)} valid + {len(invalid)} invalid in turns-summary-dlq"
     if not placed:
         row.fail("the dead letters put into turns-summary-dlq did not show up in it")
-    ended_at = replay(stack, app, row)
-    settled = settle(stack, app, valid, ctx.until(APPLY_BUDGET), targets=("buffer", "summary"))
-    recovery(row, settled, ended_at)
+    return extraction_before
+
+
+def check_valid(ctx: Context, app: str, row: Row, valid: list[Turn]) -> Observation:
+    """Each valid event once in the buffer, concluded by the summary worker, and
+    not archived."""
+    stack = ctx.stack
     # The extraction worker sees the replayed messages too (the emulator ignores
     # subscription filters): wait until it has concluded each, then read the archive.
     extraction_log = stack.log_dir / "extraction.log"
@@ -81,14 +118,24 @@ def run_dlq_replay(ctx: Context, name: str) -> Row:
     row.archive_once = f"{archived} (want 0)"
     if archived:
         row.fail(f"{archived} replayed events archived: the replay reached turns-extraction")
+    return obs
+
+
+def check_invalid(
+    ctx: Context, row: Row, valid: list[Turn], invalid: list[Invalid], extraction_before: int
+) -> None:
+    """Each invalid event back in turns-summary-dlq once; turns-extraction-dlq as it was."""
+    placed_ids = ours(valid, invalid)
     _, dlq = wait_peek(
-        stack,
+        ctx.stack,
         ("turns-summary", "turns-extraction"),
         lambda d: all(d["turns-summary"][i.event_id] for i in invalid),
         ctx.until(20),
     )
     back = sum(dlq["turns-summary"][i.event_id] for i in invalid) if dlq else 0
-    extraction_after = sum(n for e, n in dlq["turns-extraction"].items() if e in ours) if dlq else 0
+    extraction_after = (
+        sum(n for e, n in dlq["turns-extraction"].items() if e in placed_ids) if dlq else 0
+    )
     row.dlq_invalid = f"{back}/{len(invalid)} back"
     row.notes.append(
         f"invalid: {back} back in turns-summary-dlq (want each of {len(invalid)} once); "
@@ -98,10 +145,6 @@ def run_dlq_replay(ctx: Context, name: str) -> Row:
         row.fail(f"invalid events back in turns-summary-dlq: {back}, want each once")
     if extraction_after != extraction_before:
         row.fail(f"turns-extraction-dlq changed: {extraction_after - extraction_before} added")
-    applied = invalid_applied(obs, invalid)
-    if applied:
-        row.fail(f"{applied} invalid events applied")
-    return row
 
 
 def dead_letters(messages: list[RawMessage]) -> list[RawMessage]:

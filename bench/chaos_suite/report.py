@@ -115,19 +115,32 @@ def tally(
     ]
     unhandled = [t for t in accepted if obs.count("summary", t) == 0 and not dead("summary", t)]
     if emulator_killed_at is not None:
-        # Its event may have been in the emulator when it died.
-        with_emulator = [
-            t for t in lost if t.published_from and t.published_from < emulator_killed_at
-        ]
-        row.lost_with_emulator = str(len(with_emulator))
-        lost = [t for t in lost if t not in with_emulator]
-        unhandled = [
-            t for t in unhandled if not (t.published_from and t.published_from < emulator_killed_at)
-        ]
+        lost, unhandled = _with_emulator(row, lost, unhandled, emulator_killed_at)
     row.lost = len(lost)
     if dlq is None:
         row.notes.append("dead-letter queues not readable at the end (emulator down)")
     row.notes.extend(obs.problems)
+    _verdict(row, sent, accepted, unhandled if "summary" in targets else [])
+
+
+def _with_emulator(
+    row: Row, lost: list[Turn], unhandled: list[Turn], killed_at: float
+) -> tuple[list[Turn], list[Turn]]:
+    """`lost` and `unhandled` but the turns published before the emulator was killed
+    (their event may have been in the emulator when it died), counted apart."""
+
+    def before_kill(t: Turn) -> bool:
+        return bool(t.published_from and t.published_from < killed_at)
+
+    with_emulator = [t for t in lost if before_kill(t)]
+    row.lost_with_emulator = str(len(with_emulator))
+    lost = [t for t in lost if t not in with_emulator]
+    return lost, [t for t in unhandled if not before_kill(t)]
+
+
+def _verdict(row: Row, sent: list[Turn], accepted: list[Turn], unhandled: list[Turn]) -> None:
+    """Fail the row for every turn not accepted, lost, never concluded by the summary
+    worker, duplicated or dead-lettered."""
     not_accepted = Counter(t.failure for t in sent if not t.event_id)
     if not_accepted:
         row.notes.append(
@@ -137,7 +150,7 @@ def tally(
         row.fail(f"{len(sent) - len(accepted)} turns never accepted")
     if row.lost:
         row.fail(f"{row.lost} lost")
-    if "summary" in targets and unhandled:
+    if unhandled:
         row.fail(f"{len(unhandled)} events never concluded by the summary worker")
     if row.duplicated:
         row.fail(f"{row.duplicated} duplicated")

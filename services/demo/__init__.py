@@ -24,7 +24,7 @@ import tempfile
 from pathlib import Path
 
 from services.demo import reference, report, session
-from services.demo.api import Api, DemoError, llm_tokens
+from services.demo.api import Api, Check, DemoError, llm_tokens
 from shared.config import Settings
 from shared.localstack.components import ComponentError
 from shared.localstack.stack import LocalStack, StackError
@@ -42,16 +42,7 @@ def run_demo(
     out: Path = Path("demo-report"),
 ) -> int:
     data_dir = Path(tempfile.mkdtemp(prefix="agent-memory-demo-"))
-    updates: dict[str, object] = {
-        "database_url": None,
-        "valkey_url": None,
-        "pubsub_emulator_host": None,
-    }
-    if llm:
-        updates["llm_provider"] = llm
-    if embeddings:
-        updates["embedding_provider"] = embeddings
-    demo_settings = settings.model_copy(update=updates)
+    demo_settings = _demo_settings(settings, llm, embeddings)
     providers = {"llm": demo_settings.llm_provider, "embeddings": demo_settings.embedding_provider}
     # The stack's processes read their providers from the environment it passes on.
     os.environ["AM_LLM_PROVIDER"] = providers["llm"]
@@ -88,6 +79,28 @@ def run_demo(
             say(f"data kept in {data_dir}")
         else:
             shutil.rmtree(data_dir, ignore_errors=True)
+    return _report(out, providers, result, checks)
+
+
+def _demo_settings(settings: Settings, llm: str | None, embeddings: str | None) -> Settings:
+    """`settings` for a stack of the demo's own (no given URL), with the providers
+    asked for."""
+    updates: dict[str, object] = {
+        "database_url": None,
+        "valkey_url": None,
+        "pubsub_emulator_host": None,
+    }
+    if llm:
+        updates["llm_provider"] = llm
+    if embeddings:
+        updates["embedding_provider"] = embeddings
+    return settings.model_copy(update=updates)
+
+
+def _report(
+    out: Path, providers: dict[str, str], result: session.SessionResult, checks: list[Check]
+) -> int:
+    """Print and write the report; the exit status: 1 if a check failed."""
     numbers = report.figures(result)
     checks += result.checks + report.target_checks(numbers)
     json_path, chart_path = report.write(out, providers, result, numbers, checks)

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import random
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -60,10 +61,15 @@ class Turn:
         return "\n".join(parts)
 
 
+def _nouns(rng: random.Random, fewest: int, most: int) -> Iterator[tuple[int, str]]:
+    """A random number of entries of a tool's output, each numbered, about a random noun."""
+    for i in range(rng.randint(fewest, most)):
+        yield i, rng.choice(WORDS)
+
+
 def _code(rng: random.Random, name: str) -> str:
     lines = [f'package handlers\n\n// {name} handlers.\nimport (\n\t"context"\n\t"errors"\n)\n']
-    for i in range(rng.randint(28, 40)):
-        noun = rng.choice(WORDS)
+    for i, noun in _nouns(rng, 28, 40):
         lines.append(
             f"func {name.title()}{noun.title()}{i}(ctx context.Context, id int64) error {{\n"
             f'\trow, err := db.QueryRow(ctx, "SELECT * FROM {noun}s WHERE id = $1", id)\n'
@@ -77,8 +83,7 @@ def _code(rng: random.Random, name: str) -> str:
 
 def _trace(rng: random.Random, name: str) -> str:
     frames = []
-    for i in range(rng.randint(60, 80)):
-        noun = rng.choice(WORDS)
+    for i, noun in _nouns(rng, 60, 80):
         frames.append(
             f"goroutine {rng.randint(1, 999)} [running]:\norion/handlers.{name.title()}"
             f"{noun.title()}{i}(0xc000{rng.randint(100000, 999999)}, 0x{rng.randint(1, 99999):x})\n"
@@ -89,8 +94,7 @@ def _trace(rng: random.Random, name: str) -> str:
 
 def _test_log(rng: random.Random, name: str) -> str:
     lines = [f"=== RUN   Test{name.title()}Suite"]
-    for i in range(rng.randint(110, 150)):
-        noun = rng.choice(WORDS)
+    for i, noun in _nouns(rng, 110, 150):
         status = "FAIL" if rng.random() < 0.03 else "PASS"
         lines.append(
             f"--- {status}: Test{noun.title()}{i} ({rng.randint(0, 900) / 1000:.3f}s)\n"
@@ -133,6 +137,29 @@ def play(api: Api, say: Any, tokens_now: Any) -> SessionResult:
     say(f"\n== 3. A long development session: {TURN_COUNT} turns, project {PROJECT}")
     turns = script()
     background_before = tokens_now()
+    naive, tiered, context_ms, lag_ms, ctx = _record_all(api, say, turns)
+
+    def trimmed() -> dict[str, Any] | None:
+        view = _view(api)
+        return view if view["turns_total"] == TURN_COUNT and view["turn_count"] <= 10 else None
+
+    view = wait_until("the summary worker to keep the buffer within its trigger", trimmed)
+    background = sum(tokens_now().values()) - sum(background_before.values())
+    turn45 = ctx["system_instruction"]
+    checks = _checks(view, turn45)
+    say(
+        f"  the summary worker folded {view['folded_turn_count']} turns into summary version "
+        f"{view['summary']['version']}; {view['turn_count']} turns left in the buffer"
+    )
+    return SessionResult(naive, tiered, context_ms, lag_ms, background, checks, turn45)
+
+
+def _record_all(
+    api: Api, say: Any, turns: list[Turn]
+) -> tuple[list[int], list[int], list[float], list[float], dict[str, Any]]:
+    """Each turn as an agent plays it: read the context for it, then record it.
+    Returns the prompt tokens of every turn, naive and tiered, the context reads'
+    milliseconds, the memory lags of the measured turns, and the last context."""
     naive, tiered, context_ms, lag_ms = [], [], [], []
     history = 0  # tokens of every earlier turn, verbatim
     ctx: dict[str, Any] = {}
@@ -169,16 +196,12 @@ def play(api: Api, say: Any, tokens_now: Any) -> SessionResult:
                 f"  turn {turn.n:2d}: prompt tokens naive {naive[-1]:>7,}  tiered {tiered[-1]:>5,}"
                 f"  (context read {took:.0f} ms)"
             )
+    return naive, tiered, context_ms, lag_ms, ctx
 
-    def trimmed() -> dict[str, Any] | None:
-        view = _view(api)
-        return view if view["turns_total"] == TURN_COUNT and view["turn_count"] <= 10 else None
 
-    view = wait_until("the summary worker to keep the buffer within its trigger", trimmed)
-    background = sum(tokens_now().values()) - sum(background_before.values())
-    turn45 = ctx["system_instruction"]
+def _checks(view: dict[str, Any], turn45: str) -> list[Check]:
     missing = [phrase for _text, phrase in OPENING if phrase and phrase not in turn45]
-    checks = [
+    return [
         check(
             "rolling summary created and buffer trimmed",
             view["summary"]["version"] >= 1 and view["turn_count"] <= 10,
@@ -193,11 +216,6 @@ def play(api: Api, say: Any, tokens_now: Any) -> SessionResult:
             f"missing: {missing}" if missing else "all present",
         ),
     ]
-    say(
-        f"  the summary worker folded {view['folded_turn_count']} turns into summary version "
-        f"{view['summary']['version']}; {view['turn_count']} turns left in the buffer"
-    )
-    return SessionResult(naive, tiered, context_ms, lag_ms, background, checks, turn45)
 
 
 def _view(api: Api) -> dict[str, Any]:

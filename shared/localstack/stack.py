@@ -9,25 +9,18 @@ its deadline is killed with its whole process group.
 
 from __future__ import annotations
 
-import contextlib
-import fcntl
-import json
 import os
 import signal
 import sys
 import threading
-import time
 from collections.abc import Callable, Mapping
-from dataclasses import asdict, dataclass
+from dataclasses import asdict
 from pathlib import Path
 from typing import IO
 
-import httpx
-import psutil
 import psycopg
 import structlog
 
-from shared.api_keys import LOOKUP_SQL, create_key, key_hash
 from shared.bus.admin import TopologyAdmin
 from shared.config import Settings, parse_scale
 from shared.db.migrate import MigrationError, migrate
@@ -39,7 +32,29 @@ from shared.localstack.components import (
     LocalValkey,
     find_emulator,
 )
+from shared.localstack.describe import describe
+from shared.localstack.endpoints import Endpoints
 from shared.localstack.process import ManagedProcess, free_port, port_is_open, tail
+from shared.localstack.state import (
+    DEV_KEY_FILE,
+    LockHeld,
+    acquire_lock,
+    ensure_dev_key,
+    kill_orphans,
+    release_lock,
+    remove_pids,
+    write_endpoints,
+    write_pids,
+)
+from shared.localstack.supervision import (
+    ProcessExited,
+    RestartBackoff,
+    alive,
+    replica_name,
+    service_kind,
+    stop_group,
+    wait_answering,
+)
 from shared.waiting import poll
 
 log = structlog.get_logger("agent_memory.up")
@@ -49,8 +64,6 @@ SERVICES = ("api", "summary", "extraction", "compaction")
 # case 5.5 + 0.5 + 2.5 + 0.5 = 9 s (a SIGKILLed process is gone at once).
 STOP_SERVICES_SECONDS = 5.5
 STOP_COMPONENTS_SECONDS = 2.5
-KILL_WAIT_SECONDS = 0.5
-HEALTHY_AFTER_SECONDS = 60.0
 SERVICE_SHUTDOWN_SECONDS = 5.0  # what a worker child gets to drain, inside STOP_SERVICES_SECONDS
 
 
@@ -60,26 +73,6 @@ class StackError(RuntimeError):
 
 class AlreadyRunning(StackError):
     pass
-
-
-@dataclass(frozen=True)
-class Endpoints:
-    api_url: str
-    database_url: str
-    valkey_url: str
-    pubsub_emulator_host: str
-    google_cloud_project: str
-
-    def environment(self) -> dict[str, str]:
-        """The variables another `agent-memory` command needs to reach this stack."""
-        env = {
-            "AM_DATABASE_URL": self.database_url,
-            "AM_VALKEY_URL": self.valkey_url,
-            "GOOGLE_CLOUD_PROJECT": self.google_cloud_project,
-        }
-        if self.pubsub_emulator_host:
-            env["PUBSUB_EMULATOR_HOST"] = self.pubsub_emulator_host
-        return env
 
 
 class LocalStack:
@@ -115,7 +108,7 @@ class LocalStack:
         self.metrics_ports: dict[str, int] = {}  # service -> its Prometheus port
         self._chosen_ports: set[int] = set()
         self._lock_file: IO[str] | None = None
-        self._restarts: dict[str, int] = {}
+        self._backoff = RestartBackoff()
         self._stopping = threading.Event()
         self._stop_requested = threading.Event()
         self._running = False
@@ -123,9 +116,14 @@ class LocalStack:
     # -- start ---------------------------------------------------------------
     def start(self) -> Endpoints:
         self.data_dir.mkdir(parents=True, exist_ok=True)
-        self._acquire_lock()
         try:
-            self._kill_orphans()
+            self._lock_file = acquire_lock(self.data_dir)
+        except LockHeld as held:
+            raise AlreadyRunning(
+                f"agent-memory up is already running for {self.data_dir} (pid {held.holder})"
+            ) from None
+        try:
+            kill_orphans(self.data_dir)
             self.endpoints = self._start_components()
             self._prepare()
             for kind in self.services:
@@ -137,42 +135,6 @@ class LocalStack:
             self.stop()
             raise
         return self.endpoints
-
-    def _acquire_lock(self) -> None:
-        path = self.data_dir / "up.lock"
-        self._lock_file = open(path, "a+")  # noqa: SIM115 - held until stop()
-        try:
-            fcntl.flock(self._lock_file, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            self._lock_file.seek(0)
-            holder = self._lock_file.read().strip() or "?"
-            self._lock_file.close()
-            self._lock_file = None
-            raise AlreadyRunning(
-                f"agent-memory up is already running for {self.data_dir} (pid {holder})"
-            ) from None
-        self._lock_file.seek(0)
-        self._lock_file.truncate()
-        self._lock_file.write(str(os.getpid()))
-        self._lock_file.flush()
-
-    def _kill_orphans(self) -> None:
-        """Stop processes a previous supervisor left behind when it was killed."""
-        state = self.data_dir / "pids.json"
-        if not state.exists():
-            return
-        killed: list[psutil.Process] = []
-        with contextlib.suppress(ValueError, OSError):
-            for entry in json.loads(state.read_text()):
-                with contextlib.suppress(psutil.Error):
-                    proc = psutil.Process(entry["pid"])
-                    if abs(proc.create_time() - entry["create_time"]) < 1.0:
-                        log.warning("stopping a process left by an earlier run", name=entry["name"])
-                        with contextlib.suppress(ProcessLookupError, PermissionError):
-                            os.killpg(entry["pid"], signal.SIGKILL)
-                        killed.append(proc)
-        psutil.wait_procs(killed, timeout=5)
-        state.unlink(missing_ok=True)
 
     def _port(self, configured: int | None) -> int:
         return configured or self._free_port()
@@ -297,7 +259,7 @@ class LocalStack:
     def stop_services(self, names: list[str], timeout: float = STOP_SERVICES_SECONDS) -> None:
         """Stop these service processes (they drain) and forget them."""
         procs = [self.service_procs.pop(name) for name in names if name in self.service_procs]
-        self._stop_group(procs, timeout)
+        stop_group(procs, timeout)
         self._write_pids()
 
     def start_service(self, name: str) -> None:
@@ -314,23 +276,10 @@ class LocalStack:
 
     def _wait_api(self, timeout: float = 60.0) -> None:
         assert self.endpoints is not None
-        proc = self.service_procs["api"]
         health = f"{self.endpoints.api_url}/healthz"
-
-        def answers() -> bool:
-            if not proc.running:
-                raise StackError(
-                    f"the API exited with code {proc.exit_code()}; log {proc.log_path}:\n"
-                    f"{tail(proc.log_path)}"
-                )
-            try:
-                return httpx.get(health, timeout=1).status_code == 200
-            except httpx.HTTPError:
-                return False
-
         try:
-            poll(answers, timeout, "the API to answer", interval=0.1)
-        except TimeoutError as exc:
+            wait_answering(self.service_procs["api"], "the API", health, timeout)
+        except (ProcessExited, TimeoutError) as exc:
             raise StackError(str(exc)) from None
 
     def _recorded(self, start: Callable[[], str], proc: ManagedProcess) -> str:
@@ -341,59 +290,29 @@ class LocalStack:
 
     def _write_endpoints(self) -> None:
         assert self.endpoints is not None
-        # It holds the Postgres URL with its password.
-        write_private(
-            self.data_dir / "endpoints.json", json.dumps(asdict(self.endpoints), indent=2) + "\n"
-        )
+        write_endpoints(self.data_dir, asdict(self.endpoints))
 
     def _write_pids(self) -> None:
-        entries = []
-        for proc in [*self.components, *self.service_procs.values()]:
-            with contextlib.suppress(psutil.Error):
-                if proc.pid and proc.running:
-                    entries.append(
-                        {
-                            "name": proc.name,
-                            "pid": proc.pid,
-                            "create_time": psutil.Process(proc.pid).create_time(),
-                        }
-                    )
-        # Whole or not at all: a reader never sees half a file.
-        partial = self.data_dir / "pids.json.tmp"
-        partial.write_text(json.dumps(entries) + "\n")
-        partial.replace(self.data_dir / "pids.json")
+        write_pids(self.data_dir, [*self.components, *self.service_procs.values()])
 
     # -- run -----------------------------------------------------------------
     def watch_once(self) -> None:
         """Start again, with backoff, a component or a service that exited."""
         for proc in list(self.components):
-            if self._due_for_restart(proc.name, proc):
+            if self._backoff.due(proc.name, proc, self._stopping.is_set()):
                 self._restart_component(proc)
         for name, proc in list(self.service_procs.items()):
-            if not self._due_for_restart(name, proc):
+            if not self._backoff.due(name, proc, self._stopping.is_set()):
                 continue
             log.error(
                 "service exited; restarting",
                 service=name,
                 exit_code=proc.exit_code(),
-                restarts=self._restarts[name],
+                restarts=self._backoff.restarts[name],
                 log_tail=tail(proc.log_path, 5),
             )
             proc.close_log()
             self.start_service(name)
-
-    def _due_for_restart(self, name: str, proc: ManagedProcess) -> bool:
-        """Exited, and its backoff (1, 2, 4 … 30 s after its last start) has passed;
-        counts the restart. A process that ran a minute starts its backoff over."""
-        if proc.running and time.monotonic() - proc.started_at > HEALTHY_AFTER_SECONDS:
-            self._restarts[name] = 0
-        if proc.running or self._stopping.is_set():
-            return False
-        count = self._restarts.get(name, 0)
-        if time.monotonic() - proc.started_at < min(30.0, 2.0**count):
-            return False
-        self._restarts[name] = count + 1
-        return True
 
     def _restart_component(self, proc: ManagedProcess) -> None:
         """The same component on the same port and data, after what is left of its
@@ -405,7 +324,7 @@ class LocalStack:
             "component exited; restarting it",
             component=proc.name,
             exit_code=proc.exit_code(),
-            restarts=self._restarts[proc.name],
+            restarts=self._backoff.restarts[proc.name],
             log_tail=tail(proc.log_path, 5),
         )
         proc.send(signal.SIGKILL)
@@ -415,7 +334,7 @@ class LocalStack:
         emulator = isinstance(component, LocalPubSubEmulator)
         paused = self._pause_services() if emulator else []
         try:
-            poll(lambda: not _alive(proc.group_pids()), 10, f"{proc.name}'s group to exit", 0.05)
+            poll(lambda: not alive(proc.group_pids()), 10, f"{proc.name}'s group to exit", 0.05)
             component.start()
             self._write_pids()
             if emulator:
@@ -464,108 +383,12 @@ class LocalStack:
     def stop(self) -> None:
         """Stop the services, then the components; kill what outlives its deadline."""
         self._stopping.set()
-        self._stop_group(list(self.service_procs.values()), STOP_SERVICES_SECONDS)
-        self._stop_group(list(reversed(self.components)), STOP_COMPONENTS_SECONDS)
-        (self.data_dir / "pids.json").unlink(missing_ok=True)
+        stop_group(list(self.service_procs.values()), STOP_SERVICES_SECONDS)
+        stop_group(list(reversed(self.components)), STOP_COMPONENTS_SECONDS)
+        remove_pids(self.data_dir)
         if self._lock_file is not None:
-            with contextlib.suppress(OSError):
-                fcntl.flock(self._lock_file, fcntl.LOCK_UN)
-            self._lock_file.close()
+            release_lock(self._lock_file)
             self._lock_file = None
-
-    @staticmethod
-    def _stop_group(procs: list[ManagedProcess], timeout: float) -> None:
-        """Ask each to stop; at the deadline kill every straggler at once (with its
-        process group: postgres backends go with their postmaster)."""
-        for proc in procs:
-            proc.request_stop()
-        deadline = time.monotonic() + timeout
-        stragglers = [p for p in procs if not p.wait(deadline - time.monotonic())]
-        for proc in stragglers:
-            log.warning("killing a process that did not stop in time", name=proc.name)
-        for proc in procs:
-            # Also when the leader is gone: what is left of its group goes with it
-            # (killing an empty group does nothing).
-            proc.send(signal.SIGKILL)
-        kill_deadline = time.monotonic() + KILL_WAIT_SECONDS
-        for proc in procs:
-            proc.wait(kill_deadline - time.monotonic())
-            proc.close_log()
-
-
-def replica_name(kind: str, number: int) -> str:
-    """The process name of replica `number` (from 1) of a service kind: the first
-    keeps the kind's own name (and log file), the others add their number."""
-    return kind if number == 1 else f"{kind}-{number}"
-
-
-def service_kind(name: str) -> str:
-    kind, _, number = name.rpartition("-")
-    return kind if kind and number.isdigit() else name
-
-
-def _alive(pids: list[int]) -> list[int]:
-    """`pids` but the zombies: they hold nothing, whoever reaps them."""
-    alive = []
-    for pid in pids:
-        with contextlib.suppress(psutil.Error):
-            if psutil.Process(pid).status() != psutil.STATUS_ZOMBIE:
-                alive.append(pid)
-    return alive
-
-
-DEV_KEY_FILE = "dev-api-key"
-
-
-def ensure_dev_key(database_url: str, path: Path, app: str) -> str:
-    """The local stack's development key (an admin key of `app`): the one in
-    `path` while it is valid, else a new one written there (mode 600)."""
-    with psycopg.connect(database_url, autocommit=True) as conn:
-        if path.exists():
-            key = path.read_text(encoding="utf-8").strip()
-            row = conn.execute(LOOKUP_SQL, (key_hash(key),)).fetchone()
-            if row is not None and row[0] == app:
-                return key
-        key, _record = create_key(conn, app, admin=True, name="local development (agent-memory up)")
-    write_private(path, key + "\n")
-    return key
-
-
-def write_private(path: Path, text: str) -> None:
-    """Write a file that holds a secret: readable by its owner only (mode 600)."""
-    path.touch(mode=0o600)
-    path.chmod(0o600)  # also when an older file was there
-    path.write_text(text, encoding="utf-8")
-
-
-def describe(stack: LocalStack) -> str:
-    """The lines `up` prints once everything answers."""
-    e = stack.endpoints
-    assert e is not None
-    workers = [kind for kind in stack.services if kind != "api"]
-    lines = [
-        f"agent-memory is up (data in {stack.data_dir})",
-        f"  API       {e.api_url}" if "api" in stack.services else "",
-        f"  Postgres  {e.database_url}",
-        f"  Valkey    {e.valkey_url}",
-        f"  Pub/Sub   {e.pubsub_emulator_host or 'Google Cloud'} "
-        f"(project {e.google_cloud_project})",
-        f"  logs      {stack.log_dir}",
-        "  workers   " + ", ".join(f"{k} x{stack.replicas(k)}" for k in workers) if workers else "",
-        *[
-            f"    {name:<13} pid {proc.pid:<8} "
-            f"metrics http://127.0.0.1:{stack.metrics_ports[name]}/metrics"
-            for name, proc in stack.service_procs.items()
-        ],
-        f"  API key   {stack.dev_api_key} (app {stack.settings.default_app}; "
-        f"also in {stack.data_dir / DEV_KEY_FILE})"
-        if "api" in stack.services
-        else "",
-        "Reach this stack from another shell with:",
-        *[f"  export {k}={v}" for k, v in e.environment().items()],
-        "Ctrl-C stops everything.",
-    ]
-    return "\n".join(line for line in lines if line)
 
 
 __all__ = ["AlreadyRunning", "ComponentError", "Endpoints", "LocalStack", "StackError", "describe"]

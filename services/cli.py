@@ -13,10 +13,12 @@ from datetime import timedelta
 from importlib import metadata
 from pathlib import Path
 
-from shared.config import ConfigError, Settings, load_settings
+from shared.config import WORKER_KINDS, ConfigError, Settings, load_settings
 from shared.logging import configure_logging
 
 _SUB_HELP = "a subscription: its short name (turns-summary), full id or dead-letter name"
+
+_Subparsers = argparse._SubParsersAction
 
 
 def _age(text: str) -> timedelta:
@@ -63,36 +65,110 @@ def _parser() -> argparse.ArgumentParser:
         "--version", action="version", version=f"%(prog)s {_version()}", help="print the version"
     )
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    for add in (
+        _add_processes,
+        _add_topology,
+        _add_dlq,
+        _add_compact,
+        _add_keys,
+        _add_config,
+        _add_up,
+        _add_demo,
+    ):
+        add(sub)
+    return parser
 
-    sub.add_parser("api", help="run the API (HTTP on AM_API_HOST:AM_API_PORT)")
-    worker = sub.add_parser("worker", help="run one worker process")
-    worker.add_argument("kind", choices=["summary", "extraction", "compaction"])
-    sub.add_parser("migrate", help="apply the SQL migrations in schemas/migrations")
 
-    topology = sub.add_parser("topology", help="Pub/Sub topics and subscriptions")
-    topology.add_argument("action", choices=["apply", "show"])
+def _command(sub: _Subparsers, name: str, help_: str) -> argparse.ArgumentParser:
+    """A subcommand whose `--help` opens with the same line `agent-memory --help` shows."""
+    return sub.add_parser(name, help=help_, description=help_)
 
-    dlq = sub.add_parser("dlq", help="dead-lettered messages: count, show, replay, purge")
-    dlq_sub = dlq.add_subparsers(dest="dlq_command", required=True, metavar="ACTION")
-    dlq_sub.add_parser("list", help="each subscription's dead-letter subscription and its count")
-    show = dlq_sub.add_parser("show", help="print dead letters without consuming them")
+
+def _actions(
+    parser: argparse.ArgumentParser, dest: str, metavar: str | None, help_: str
+) -> _Subparsers:
+    # Without a metavar the choices are listed and errors name `dest`, as for a positional.
+    return parser.add_subparsers(dest=dest, required=True, metavar=metavar, help=help_)
+
+
+def _add_processes(sub: _Subparsers) -> None:
+    _command(sub, "api", "run the API (HTTP on AM_API_HOST:AM_API_PORT)")
+    from shared.bus.topology import SUBSCRIPTIONS
+
+    # Each kind is a subcommand of its own so that `worker KIND --help` describes it.
+    kinds = _actions(
+        _command(sub, "worker", "run one worker process"), "kind", None, "the worker's kind"
+    )
+    for kind in WORKER_KINDS:
+        consumes = ", ".join(s.name for s in SUBSCRIPTIONS if s.consumer == kind)
+        _command(kinds, kind, f"the {kind} worker, consuming {consumes}")
+    _command(sub, "migrate", "apply the SQL migrations in schemas/migrations")
+
+
+def _add_topology(sub: _Subparsers) -> None:
+    topology = _command(sub, "topology", "Pub/Sub topics and subscriptions")
+    actions = _actions(topology, "action", None, "what to do")
+    _command(actions, "apply", "create or update them; report a difference it cannot change")
+    _command(
+        actions, "show", "compare them with the definition (exit 1 if one is missing or differs)"
+    )
+
+
+def _add_dlq(sub: _Subparsers) -> None:
+    dlq = _command(sub, "dlq", "dead-lettered messages: count, show, replay, purge")
+    actions = _actions(dlq, "dlq_command", "ACTION", "what to do")
+    _command(actions, "list", "each subscription's dead-letter subscription and its count")
+    show = _command(actions, "show", "print dead letters without consuming them")
     show.add_argument("subscription", metavar="SUB", help=_SUB_HELP)
     show.add_argument(
-        "--limit", type=_at_least_one, default=20, metavar="N", help="print the N oldest (20)"
+        "--limit",
+        type=_at_least_one,
+        default=20,
+        metavar="N",
+        help="print the N oldest (default 20)",
     )
-    replay = dlq_sub.add_parser(
-        "replay", help="re-publish dead letters for the subscription that dead-lettered them"
+    _add_replay(actions)
+    purge = _by_event(
+        actions,
+        "purge",
+        "delete dead letters that must never be replayed (asks for --yes)",
+        "the event to delete (repeatable); if one is not there, nothing is deleted",
+        required=True,
     )
-    replay.add_argument("subscription", metavar="SUB", help=_SUB_HELP)
-    replay.add_argument(
+    purge.add_argument(
+        "--yes", action="store_true", help="delete them; without it they are only shown"
+    )
+
+
+def _by_event(
+    actions: _Subparsers, name: str, help_: str, event_help: str, required: bool
+) -> argparse.ArgumentParser:
+    """A `dlq` action on one subscription's dead letters, chosen by event id."""
+    action = _command(actions, name, help_)
+    action.add_argument("subscription", metavar="SUB", help=_SUB_HELP)
+    action.add_argument(
         "--event-id",
         action="append",
         dest="event_ids",
         metavar="ID",
-        help="only this event (repeatable); if one is not there, nothing is replayed",
+        required=required,
+        help=event_help,
     )
-    replay.add_argument("--event-type", metavar="T", help="only events of this type")
-    replay.add_argument("--app", metavar="A", help="only events of this app")
+    return action
+
+
+def _add_replay(actions: _Subparsers) -> None:
+    replay = _by_event(
+        actions,
+        "replay",
+        "re-publish dead letters for the subscription that dead-lettered them",
+        "only this event (repeatable); if one is not there, nothing is replayed",
+        required=False,
+    )
+    replay.add_argument(
+        "--event-type", metavar="T", help="only events of this type (turn.recorded.v1)"
+    )
+    replay.add_argument("--app", metavar="A", help="only events of this app (tenant)")
     replay.add_argument(
         "--older-than",
         type=_age,
@@ -102,28 +178,17 @@ def _parser() -> argparse.ArgumentParser:
     replay.add_argument(
         "--newer-than", type=_age, metavar="D", help="only dead letters newer than D"
     )
-    replay.add_argument("--limit", type=_at_least_one, metavar="N", help="replay at most N")
+    replay.add_argument(
+        "--limit", type=_at_least_one, metavar="N", help="replay at most N (default: all)"
+    )
     replay.add_argument(
         "--dry-run", action="store_true", help="print what would be replayed; change nothing"
     )
-    purge = dlq_sub.add_parser(
-        "purge", help="delete dead letters that must never be replayed (asks for --yes)"
-    )
-    purge.add_argument("subscription", metavar="SUB", help=_SUB_HELP)
-    purge.add_argument(
-        "--event-id",
-        action="append",
-        dest="event_ids",
-        metavar="ID",
-        required=True,
-        help="the event to delete (repeatable); if one is not there, nothing is deleted",
-    )
-    purge.add_argument(
-        "--yes", action="store_true", help="delete them; without it they are only shown"
-    )
 
-    compact = sub.add_parser(
-        "compact", help="publish compaction requests (old episodes into long-term summaries)"
+
+def _add_compact(sub: _Subparsers) -> None:
+    compact = _command(
+        sub, "compact", "publish compaction requests (old episodes into long-term summaries)"
     )
     compact.add_argument("--app", help="the tenant (default AM_DEFAULT_APP)")
     compact.add_argument("--user", help="one user of the app")
@@ -133,18 +198,40 @@ def _parser() -> argparse.ArgumentParser:
     )
     compact.add_argument("--retention-days", type=int, help="default AM_COMPACTION_RETENTION_DAYS")
 
-    keys = sub.add_parser("keys", help="API keys (one app each)")
-    keys_sub = keys.add_subparsers(dest="keys_command", required=True, metavar="ACTION")
-    create = keys_sub.add_parser("create", help="create a key and print it (shown once)")
-    create.add_argument("--app", required=True)
+
+def _add_keys(sub: _Subparsers) -> None:
+    actions = _actions(
+        _command(sub, "keys", "API keys (one app each)"), "keys_command", "ACTION", "what to do"
+    )
+    create = _command(actions, "create", "create a key and print it (shown once)")
+    create.add_argument("--app", required=True, help="the app (tenant) the key belongs to")
     create.add_argument("--admin", action="store_true", help="may also call admin routes")
     create.add_argument("--name", default="", help="a label to recognise the key by")
-    listing = keys_sub.add_parser("list", help="the keys (never their secret)")
-    listing.add_argument("--app")
-    revoke = keys_sub.add_parser("revoke", help="revoke a key by its id")
-    revoke.add_argument("key_id")
+    listing = _command(actions, "list", "the keys (never their secret)")
+    listing.add_argument("--app", help="only this app's keys")
+    revoke = _command(actions, "revoke", "revoke a key by its id")
+    revoke.add_argument("key_id", help="the id `keys list` shows")
 
-    up = sub.add_parser("up", help="start the local stack (no Docker, no root)")
+
+def _add_config(sub: _Subparsers) -> None:
+    actions = _actions(
+        _command(sub, "config", "the configuration's reference"),
+        "config_command",
+        "ACTION",
+        "what to do",
+    )
+    reference = _command(
+        actions, "reference", "print the settings' reference (Markdown) from their definitions"
+    )
+    reference.add_argument(
+        "--write",
+        action="store_true",
+        help="replace the generated part of docs/configuration.md instead of printing it",
+    )
+
+
+def _add_up(sub: _Subparsers) -> None:
+    up = _command(sub, "up", "start the local stack (no Docker, no root)")
     up.add_argument("--data-dir", type=Path, help="where data and logs live (default .local)")
     up.add_argument(
         "--scale",
@@ -155,7 +242,10 @@ def _parser() -> argparse.ArgumentParser:
         help="run N replicas of a worker kind (summary, extraction, compaction) on the same "
         "subscriptions; repeatable; default AM_SCALE, else 1 each",
     )
-    demo = sub.add_parser("demo", help="start a fresh local stack and show the pipeline at work")
+
+
+def _add_demo(sub: _Subparsers) -> None:
+    demo = _command(sub, "demo", "start a fresh local stack and show the pipeline at work")
     demo.add_argument("--keep", action="store_true", help="keep the stack's data folder")
     demo.add_argument(
         "--llm", choices=["rules", "gemini"], help="LLM provider (default AM_LLM_PROVIDER, rules)"
@@ -168,7 +258,6 @@ def _parser() -> argparse.ArgumentParser:
     demo.add_argument(
         "--out", type=Path, default=Path("demo-report"), help="where report.json and the chart go"
     )
-    return parser
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -187,6 +276,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 def _dispatch(args: argparse.Namespace, settings: Settings) -> int:
     from services import commands
+    from services.config_reference import run_config_command
 
     handlers = {
         "api": commands.run_api,
@@ -196,6 +286,7 @@ def _dispatch(args: argparse.Namespace, settings: Settings) -> int:
         "dlq": commands.run_dlq,
         "compact": commands.run_compact,
         "keys": commands.run_keys,
+        "config": run_config_command,
         "up": commands.run_up,
         "demo": commands.run_demo,
     }

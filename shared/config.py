@@ -63,165 +63,259 @@ class ConfigError(Exception):
 
 class Settings(BaseSettings):
     """All configuration of agent-memory. Environment names are in `Field(alias=...)`
-    where they do not follow the `AM_` prefix; docs/configuration.md lists every variable."""
+    where they do not follow the `AM_` prefix. Each field's description is its entry in
+    docs/configuration.md (`agent-memory config reference --write`)."""
 
-    model_config = SettingsConfigDict(env_prefix="AM_", extra="ignore", populate_by_name=True)
+    model_config = SettingsConfigDict(
+        env_prefix="AM_", extra="ignore", populate_by_name=True, use_attribute_docstrings=True
+    )
 
     # External services. Unset means "the local stack provides it".
     database_url: str | None = None
-    # AlloyDB IAM database authentication: an access token as the password of
-    # every new connection, TLS required (shared/db/iam.py).
+    """PostgreSQL with pgvector; `agent-memory up` starts its own when unset"""
     database_iam_auth: bool = False
+    """`true`: AlloyDB IAM database authentication. The URL names the IAM user (the service
+    account's email without `.gserviceaccount.com`, `@` written `%40`) and no password; every new
+    connection logs in with a fresh access token of the Application Default Credentials (scope
+    `alloydb.login`, refreshed 5 minutes before expiry) and TLS (`sslmode=require` unless the URL
+    asks for stricter; weaker is refused)"""
     valkey_url: str | None = None
+    """Valkey (or Redis); `agent-memory up` starts its own when unset"""
     pubsub_emulator_host: str | None = Field(
         default=None, validation_alias=AliasChoices("PUBSUB_EMULATOR_HOST", "pubsub_emulator_host")
     )
+    """`host:port` of a Pub/Sub emulator; `agent-memory up` starts one when unset; the Google client
+    libraries read it too"""
     google_cloud_project: str = Field(
         default="agent-memory-local",
         validation_alias=AliasChoices("GOOGLE_CLOUD_PROJECT", "google_cloud_project"),
     )
-
-    # `emulator`: use PUBSUB_EMULATOR_HOST, or let `up` start one. `gcp`: real
-    # Pub/Sub in GOOGLE_CLOUD_PROJECT with Application Default Credentials.
+    """project of the topics and subscriptions"""
     pubsub_backend: Literal["emulator", "gcp"] = "emulator"
+    """`emulator`: use `PUBSUB_EMULATOR_HOST` or let `up` start one; `gcp`: real Pub/Sub in
+    `GOOGLE_CLOUD_PROJECT` with Application Default Credentials"""
 
     # Pub/Sub topology.
     topic_prefix: str = "agent-memory-"
-    # The worker's attempts; the subscriptions dead-letter after one more (see
-    # shared/bus/admin.py), the backstop for a message no worker ever settled.
+    """prefix of every topic, subscription and schema name"""
+    # The subscriptions dead-letter after one delivery more (shared/bus/admin.py): the
+    # backstop for a message no worker ever settled.
     max_delivery_attempts: int = Field(default=5, ge=5, le=99)
+    """attempts of an event's own failures before the worker dead-letters it; the subscriptions'
+    dead-letter policy allows one delivery more, on which the worker dead-letters a message it
+    never settled. An outage of a dependency spends none"""
     ack_deadline_seconds: int = Field(default=30, ge=10, le=600)
+    """subscriptions' ack deadline (how soon a crashed worker's messages return)"""
     retry_min_backoff_seconds: int = Field(default=1, ge=0, le=600)
+    """retry policy: first redelivery delay after an event's failure (the worker waits it itself on
+    the emulator)"""
     retry_max_backoff_seconds: int = Field(default=60, ge=0, le=600)
+    """retry policy: longest redelivery delay"""
 
-    # Workers. `auto` pulls with unary Pull on the emulator (its streaming pull
-    # never releases a closed stream; see shared/bus/unary_pull.py) and with
-    # streaming pull on Pub/Sub.
+    # Workers. `auto` pulls with unary Pull on the emulator because its streaming pull
+    # never releases a closed stream (shared/bus/unary_pull.py).
     pull_mode: Literal["auto", "streaming", "unary"] = "auto"
-    # Unset: the worker kind's own default (summary 64: Valkey only; extraction 16:
-    # the size of its Postgres pool). Each worker kind is its own deployment.
+    """`streaming`, `unary`, or `auto` (unary pull on the emulator, streaming pull on Pub/Sub; why:
+    [local-stack.md](local-stack.md#the-pubsub-emulator))"""
+    # Each worker kind is its own deployment, so the default is the kind's own.
     worker_concurrency: int | None = Field(default=None, ge=1, le=1000)
-    # Replicas per worker kind that `agent-memory up` runs: `extraction=3,summary=2`
-    # (each kind unnamed runs one); `up --scale` overrides it per kind.
+    """handlers running at once per subscription in this worker process (for a Postgres worker, also
+    its pool size); up to 4× as many messages are leased ahead. Unset: per kind, summary `64`
+    (Valkey only), extraction `16`, compaction `4`"""
     scale: str = ""
+    """`agent-memory up` only: replicas per worker kind, `extraction=3,summary=2` (1–8 each; each
+    kind unnamed runs one); `up --scale KIND=N` overrides it per kind"""
     worker_shutdown_seconds: float = Field(default=8.0, gt=0, le=600)
+    """on SIGTERM, how long in-flight handlers may finish (inside Cloud Run's 10 s grace period)"""
     lease_extension_seconds: int = Field(default=10, ge=10, le=600)
+    """how far each lease extension reaches (bounds redelivery after a crash)"""
     publish_timeout_seconds: float = Field(default=10.0, gt=0)
-    # A worker whose dependency is down holds its messages and probes the
-    # dependency with backoff from the minimum to the maximum (and Postgres and
-    # Valkey every AM_DEPENDENCY_PROBE_SECONDS while they are up).
+    """how long a publish may wait for Pub/Sub's confirmation"""
     dependency_retry_min_seconds: float = Field(default=0.5, gt=0, le=60)
+    """a worker whose dependency is down holds its messages and probes it again after this long,
+    doubling each time (with jitter) …"""
     dependency_retry_max_seconds: float = Field(default=30.0, gt=0, le=600)
+    """… up to this long between probes"""
     dependency_probe_seconds: float = Field(default=10.0, gt=0, le=600)
+    """how often a worker probes Postgres and Valkey while they are up (a server that hangs raises
+    no error)"""
 
-    # Read API.
+    # API.
     api_host: str = "127.0.0.1"
+    """API listen address"""
     api_port: int = Field(default=8080, ge=1, le=65535)
+    """API listen port"""
     default_app: str = "default"
-    # Tenant authentication: every /v1 route needs `Authorization: Bearer <key>`.
-    # Only an explicit `true` turns it off (every request is then AM_DEFAULT_APP's).
+    """tenant of every request when authentication is disabled, and of the development key
+    `agent-memory up` creates"""
     auth_disabled: bool = False
-    # A verified key is trusted this long before it is looked up again (so a
-    # revoked key stops working within this time; 0: look up every request).
+    """`true` turns API-key authentication off (every request is then `AM_DEFAULT_APP`'s, and the
+    API logs a warning at start-up); only an explicit `true` does; never in production"""
     auth_cache_seconds: float = Field(default=5.0, ge=0, le=300)
-    # How long a request waits for its key's lookup before answering 503.
+    """how long a verified API key is trusted before it is looked up again (a revoked key stops
+    working within this time; `0`: look up every request)"""
     auth_lookup_timeout_seconds: float = Field(default=2.0, gt=0, le=60)
-    # While Postgres is unreachable, a key verified within this time is still
-    # trusted (0: never), so recording turns goes on through a database outage.
+    """how long a request waits for its key's lookup in Postgres before it answers `503`"""
     auth_stale_seconds: float = Field(default=300.0, ge=0, le=86400)
-    # The largest request body the API reads; a larger one is refused with 413
-    # before it is read. The default fits the largest legal request (a
-    # memories:generate of 200 events at the text limit, a 10 MB event).
+    """while Postgres cannot be reached, a key verified within this time is still accepted, so turns
+    are recorded through a database outage (`0`: never)"""
+    # The default fits the largest legal request: a memories:generate of 200 events at
+    # the text limit, a 10 MB event.
     max_request_bytes: int = Field(default=16 * 1024 * 1024, ge=1024, le=256 * 1024 * 1024)
+    """the largest request body the API reads (16 MiB by default): a larger one is answered `413`
+    before it is read (by its `Content-Length`, or as soon as a body sent without one passes it)"""
     max_message_bytes: int = Field(default=32 * 1024, ge=1)
+    """limit per user or assistant message text (UTF-8)"""
     max_tool_events_bytes: int = Field(default=256 * 1024, ge=1)
-    # The largest event the API publishes (its JSON body): a request whose event
-    # would be larger is refused with 413. Pub/Sub takes messages of up to 10 MB.
+    """limit on a turn's tool events together"""
     max_event_bytes: int = Field(
         default=MAX_PUBSUB_MESSAGE_BYTES, ge=1024, le=MAX_PUBSUB_MESSAGE_BYTES
     )
+    """the largest event the API publishes (its JSON body; Pub/Sub takes 10 MB per message, less
+    room for attributes): a request whose event would be larger answers `413` naming the field
+    that makes it so"""
 
     # Short-term memory (the summary worker's summarize-before-trim).
     summary_trigger_turns: int = Field(default=10, ge=1)
+    """the summary worker folds when the buffer holds more turns than this …"""
     summary_trigger_tokens: int = Field(default=4000, ge=1)
+    """… or more tokens than this"""
     summary_window_turns: int = Field(default=4, ge=0)
+    """newest turns a fold leaves in the buffer"""
     summary_max_tokens: int = Field(default=600, ge=20)
-    # Cap on the attempts to store one fold when other writers keep winning.
+    """bound on the rolling summary's length"""
     summary_max_conflicts: int = Field(default=20, ge=1)
+    """folds of one message that may lose to other writers before it is retried later"""
 
-    # LLM. `rules` is deterministic and offline; `gemini` uses google-genai with
-    # an API key when one is set, else Vertex AI with Application Default Credentials.
+    # LLM.
     llm_provider: Literal["rules", "gemini"] = "rules"
+    """`rules` (deterministic, offline, extractive) or `gemini` (google-genai: with
+    `AM_GEMINI_API_KEY` when set, else Vertex AI with Application Default Credentials)"""
     llm_model: str = "gemini-3.5-flash"
+    """the Gemini model"""
     gemini_api_key: SecretStr | None = None
-    gemini_base_url: str | None = None  # another endpoint (tests: the fake Gemini server)
-    gemini_location: str = "global"  # Vertex AI location
+    """Gemini API key; unset: Vertex AI with Application Default Credentials in
+    `GOOGLE_CLOUD_PROJECT`"""
+    gemini_base_url: str | None = None
+    """another Gemini endpoint (tests point it at the fake server); unset: Google's"""
+    gemini_location: str = "global"
+    """Vertex AI location"""
     llm_timeout_seconds: float = Field(default=30.0, gt=0)
-    # Retries on 429, 5xx, timeouts and malformed replies stop once this much time
-    # has gone, counted from the first attempt.
+    """timeout of one LLM HTTP call"""
     llm_retry_seconds: float = Field(default=60.0, ge=0)
+    """retries of one LLM task (429, 5xx, timeouts, malformed replies) stop once this long has gone,
+    counted from the first attempt"""
     llm_retry_initial_seconds: float = Field(default=0.5, gt=0)
+    """first retry's backoff ceiling (doubles, capped at 8 s, full jitter)"""
 
-    # Embeddings. `hash` is deterministic and offline (lexical feature hashing);
-    # `gemini` uses google-genai with the LLM's credentials and endpoint.
+    # Embeddings.
     embedding_provider: Literal["hash", "gemini"] = "hash"
+    """`hash` (deterministic feature hashing of words, word pairs and character n-grams; offline) or
+    `gemini` (google-genai with the LLM's credentials and endpoint)"""
     embedding_model: str = "text-embedding-005"
+    """the `gemini` embedding model"""
     embedding_batch_size: int = Field(default=100, ge=1, le=250)
-    # Identical query texts within this window reuse their embedding (0: no cache).
+    """texts per embedding request"""
     query_cache_seconds: float = Field(default=60.0, ge=0)
+    """identical query texts within this window reuse their embedding; `0` turns the cache off"""
     query_cache_size: int = Field(default=1024, ge=1)
+    """query embeddings the cache holds (least recently used go first)"""
 
     # Long-term memory: hybrid retrieval, consolidation, context.
     search_vector_weight: float = Field(default=0.4, ge=0)
+    """weight of the vector ranking in reciprocal rank fusion"""
     search_text_weight: float = Field(default=0.6, ge=0)
+    """weight of the full-text ranking in reciprocal rank fusion"""
     search_rrf_k: int = Field(default=60, ge=1)
-    # Rows each ranker contributes before fusion.
+    """the `k` of reciprocal rank fusion (`weight / (k + rank)`)"""
     search_candidates: int = Field(default=30, ge=1, le=1000)
+    """rows each ranking contributes before fusion (at least `k`)"""
     search_text_max_frequency: float = Field(default=0.02, gt=0, le=1)
+    """a word found in more than this share of rows (Postgres's statistics) selects no rows in
+    full-text search, as a stop word; it still counts in the rank"""
     search_text_scan_limit: int = Field(default=1000, ge=1)
-    # Scopes with fewer rows are ranked by exact distance, not through HNSW.
+    """rows the full-text ranking scores at most per sub-query"""
+    # An HNSW scan walks the whole table's graph: for a small scope, sorting its own
+    # rows by exact distance costs less.
     search_exact_below: int = Field(default=5000, ge=0, le=100_000)
+    """a scope with fewer rows than this (counted up to it on the scope's index) is ranked by exact
+    vector distance; above, the planner orders them (through the HNSW index for a large scope);
+    `0`: never exact"""
     consolidation_neighbours: int = Field(default=5, ge=1, le=50)
+    """live memories a new candidate is compared with"""
     context_token_budget: int = Field(default=2000, ge=100, le=100_000)
+    """default token budget of `/v1/context`'s `system_instruction`"""
     context_recent_turns: int = Field(default=4, ge=0, le=100)
+    """recent turns of the session that `/v1/context` includes at most"""
     operation_wait_seconds: float = Field(default=30.0, gt=0, le=300)
+    """how long `memories:generate` with `wait=true` waits before answering not done"""
 
-    # Tool permissions. Exempt tools are always allowed (comma-separated names).
+    # Tool permissions.
     permission_exempt_tools: str = "search_archived_memory"
+    """comma-separated tools that are always allowed"""
     permission_grant_ttl_seconds: int = Field(default=300, ge=1, le=3600)
+    """life of an allow-once grant when the request gives none"""
     permission_cache_seconds: float = Field(default=2.0, ge=0, le=60)
+    """how long the API keeps a user's compiled rules before reading them again (a rule change
+    applies within this time)"""
 
     # Compaction (the compaction worker and `agent-memory compact`).
     compaction_retention_days: int = Field(default=30, ge=1)
+    """episodes older than this are folded into the long-term summary (`agent-memory compact`
+    default)"""
     compaction_batch_limit: int = Field(default=50, ge=1, le=1000)
+    """episodes one compaction request folds at most; more continue in a new request"""
     compaction_max_tokens: int = Field(default=1500, ge=100)
+    """bound on a compacted summary's length"""
 
     # Storage.
     embedding_dim: int = Field(default=768, ge=1, le=2000)
+    """vector dimension; checked against the database at start-up"""
     session_ttl_seconds: int = Field(default=7 * 24 * 3600, ge=60)
+    """idle TTL of every session key in Valkey (7 days)"""
     db_connect_timeout_seconds: float = Field(default=5.0, gt=0)
+    """PostgreSQL connect and pool timeout"""
 
     # Local stack (`agent-memory up`).
     data_dir: Path = Path(".local")
+    """where `up` keeps data and logs (`--data-dir` overrides)"""
     postgres_port: int | None = Field(default=None, ge=1, le=65535)
-    # The embedded PostgreSQL's buffer cache. The HNSW index of 200,000 memories
-    # of 768 dimensions is about 800 MB; searches that find it in the cache take
-    # about half the time (bench/retrieval.py).
+    """port of the PostgreSQL that `up` starts; unset: a free port"""
+    # Searches that find the HNSW index in the cache take about half the time
+    # (bench/retrieval.py).
     postgres_shared_buffers: str = Field(default="1GB", pattern=r"^[1-9][0-9]*(kB|MB|GB)$")
+    """the embedded PostgreSQL's `shared_buffers` (`up` only; a number and `kB`, `MB` or `GB`): the
+    HNSW index and the memories table should fit: about 800 MB each for 200,000 memories of 768
+    dimensions (`bench/retrieval.py` uses `2GB`)"""
     valkey_port: int | None = Field(default=None, ge=1, le=65535)
+    """port of the Valkey that `up` starts; unset: a free port"""
     pubsub_port: int | None = Field(default=None, ge=1, le=65535)
+    """port of the emulator that `up` starts; unset: a free port"""
     pubsub_emulator_bin: Path | None = None
+    """path of `cloud-pubsub-emulator`; unset: the Google Cloud SDK's
+    `platform/pubsub-emulator/bin/cloud-pubsub-emulator`"""
 
-    # Prometheus metrics of this process on http://AM_METRICS_HOST:AM_METRICS_PORT/
-    # (unset: not served). `up` gives each service a free port.
+    # Metrics and tracing.
     metrics_port: int | None = Field(default=None, ge=1, le=65535)
+    """serve this process's Prometheus metrics on this port (unset: not served; `up` gives each
+    service a free port and prints it): messages by subscription and outcome, handler durations,
+    dead-letter publishes, Valkey/Postgres errors, API request latency by route and status, LLM
+    calls and tokens by provider and task, folds
+    ([operations.md](operations.md#what-each-process-reports))"""
     metrics_host: str = "127.0.0.1"
-    # OpenTelemetry tracing (shared/tracing.py): off, otlp or console.
+    """the metrics listen address"""
     tracing: Literal["off", "otlp", "console"] = "off"
+    """OpenTelemetry tracing: `otlp` (to the collector the standard `OTEL_EXPORTER_OTLP_*` variables
+    name) or `console`; needs `pip install 'agent-memory[tracing]'` (in the image and in `make
+    test`'s venv). The API continues a caller's `traceparent`, the events it publishes carry it,
+    the workers continue it per message"""
 
     # Logging.
     log_format: Literal["auto", "json", "console"] = "auto"
+    """`json` (one object per line, with `severity` for Cloud Logging), `console`, or `auto`
+    (console on a terminal)"""
     log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = "INFO"
+    """the lowest level logged"""
 
     @field_validator("database_iam_auth")
     @classmethod

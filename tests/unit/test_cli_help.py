@@ -1,0 +1,56 @@
+"""Every command and option of `agent-memory` explains itself, and each subcommand's
+`--help` shows its own usage."""
+
+import argparse
+
+import pytest
+
+from services.cli import _parser, main
+
+
+def _commands(
+    parser: argparse.ArgumentParser, path: tuple[str, ...] = ()
+) -> list[tuple[tuple[str, ...], argparse.ArgumentParser, argparse._SubParsersAction | None]]:
+    """Every (sub)command under `parser` with its words and its chooser of subcommands."""
+    found = []
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            helped = {a.dest for a in action._choices_actions if a.help}
+            for name, child in action.choices.items():
+                assert name in helped, f"`{' '.join((*path, name))}` has no help line"
+                found.append(((*path, name), child, action))
+                found += _commands(child, (*path, name))
+    return found
+
+
+def test_every_command_and_option_has_a_help_line():
+    missing = [
+        f"{' '.join(words)} {action.dest}"
+        for words, parser, _ in _commands(_parser())
+        for action in parser._actions
+        if not action.help
+    ]
+    assert missing == []
+
+
+@pytest.mark.parametrize(
+    "words",
+    [words for words, _, _ in _commands(_parser())],
+    ids=lambda words: " ".join(words),
+)
+def test_each_subcommand_help_shows_its_own_usage(capsys, words):
+    with pytest.raises(SystemExit) as exited:
+        main([*words, "--help"])
+    assert exited.value.code == 0
+    assert capsys.readouterr().out.startswith(f"usage: agent-memory {' '.join(words)} ")
+
+
+def test_worker_kinds_and_topology_actions_keep_their_names():
+    parser = _parser()
+    assert parser.parse_args(["worker", "extraction"]).kind == "extraction"
+    assert parser.parse_args(["topology", "show"]).action == "show"
+    assert vars(parser.parse_args(["config", "reference", "--write"])) == {
+        "command": "config",
+        "config_command": "reference",
+        "write": True,
+    }

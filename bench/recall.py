@@ -48,21 +48,15 @@ from pgvector import Vector  # noqa: E402
 from psycopg.rows import dict_row  # noqa: E402
 
 from shared.config import load_settings  # noqa: E402
+from shared.db.episodes import Episode, Episodes  # noqa: E402
 from shared.db.migrate import migrate  # noqa: E402
 from shared.db.pool import make_pool  # noqa: E402
-from shared.db.repositories import Episode, Episodes  # noqa: E402
+from shared.db.search import FREQUENT, episode_filter, fusion_params, hybrid_sql  # noqa: E402
 from shared.embeddings import make_embedder  # noqa: E402
 from shared.localstack.components import LocalPostgres  # noqa: E402
 from shared.localstack.process import free_port  # noqa: E402
 from shared.logging import configure_logging  # noqa: E402
-from shared.memory.search import (  # noqa: E402
-    FREQUENT,
-    Fusion,
-    Scope,
-    episode_filter,
-    fusion_params,
-    hybrid_sql,
-)
+from shared.memory.search import Fusion, Scope  # noqa: E402
 
 DEFAULT_DATASET = Path(__file__).parent / "data" / "recall_small.json"
 KS = (1, 3, 5, 10)

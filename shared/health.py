@@ -17,7 +17,7 @@ from psycopg_pool import ConnectionPool
 
 from shared.bus.dependencies import Probe
 from shared.config import Settings
-from shared.db.pool import connect_kwargs
+from shared.db.pool import connect_kwargs, ping
 
 if TYPE_CHECKING:
     from google import genai
@@ -26,12 +26,12 @@ PROBE_TIMEOUT_SECONDS = 2.0
 
 
 def check_postgres(settings: Settings) -> None:
-    """A new connection and `SELECT 1` (a pooled one could hang on a stopped server;
+    """A new connection and a statement (a pooled one could hang on a stopped server;
     `connect_timeout` bounds the whole login)."""
     assert settings.database_url
     login = {**connect_kwargs(settings), "connect_timeout": int(PROBE_TIMEOUT_SECONDS)}
     with psycopg.connect(settings.database_url, autocommit=True, **login) as conn:
-        conn.execute("SELECT 1")
+        ping(conn)
 
 
 def drop_broken_connections(pool: ConnectionPool) -> None:

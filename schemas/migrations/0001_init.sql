@@ -1,4 +1,4 @@
--- agent-memory: the tables of DESIGN §1 (memory model) and §3 (exactly-once effects).
+-- agent-memory: the memory model and the ledger of exactly-once effects.
 -- `{{embedding_dim}}` is replaced by AM_EMBEDDING_DIM when the migration runs.
 -- "No project" and "no session" are empty strings, so uniqueness needs no NULL rules.
 
@@ -31,7 +31,7 @@ CREATE TABLE memories (
     CHECK ((scope = 'session') = (session_id <> ''))
 );
 
--- DESIGN §9.2: one live memory per entity *within its app, user, scope and project*,
+-- One live memory per entity *within its app, user, scope and project*,
 -- so a fact of project A never overwrites one of project B.
 CREATE UNIQUE INDEX memories_live_entity
     ON memories (app, user_id, scope, project_id, session_id, lower(entity_name))

@@ -1,4 +1,4 @@
--- Late or replayed observations (DESIGN §3) go to history only: a revision with
+-- Late or replayed observations go to history only: a revision with
 -- applied = false records what was observed without changing the live memory.
 -- An update changes a memory in place (its id stays); a delete closes it.
 ALTER TABLE memory_revisions ADD COLUMN applied boolean NOT NULL DEFAULT true;

@@ -24,7 +24,9 @@ from fastapi.responses import JSONResponse
 from psycopg import Error as PostgresError
 
 from services.api.errors import error_body, request_id_of
-from shared.api_keys import LOOKUP_SQL, key_hash
+from shared.api_keys import key_hash
+from shared.db.api_keys import lookup
+from shared.db.run import arun
 from shared.metrics import count_store_error
 
 log = structlog.get_logger("agent_memory.api")
@@ -134,9 +136,7 @@ def _bearer(scope: dict) -> str | None:
 
 async def _lookup(pool: Any, digest: bytes) -> tuple[str, bool] | None:
     async with pool.connection() as conn:
-        cursor = await conn.execute(LOOKUP_SQL, (digest,))
-        row = await cursor.fetchone()
-    return (row[0], bool(row[1])) if row else None
+        return await arun(conn, lookup(digest))
 
 
 async def _deny(scope: dict, receive: Any, send: Any, status: int, message: str) -> None:

@@ -10,6 +10,7 @@ import structlog
 import valkey.asyncio
 
 from shared.bootstrap import Resources
+from shared.db.pool import ping
 
 CHECK_TIMEOUT_SECONDS = 2.0
 log = structlog.get_logger("agent_memory.api")
@@ -32,7 +33,7 @@ async def readiness(resources: Resources, valkey_client: valkey.asyncio.Valkey) 
     def postgres() -> None:
         assert resources.pool is not None
         with resources.pool.connection(timeout=CHECK_TIMEOUT_SECONDS) as conn:
-            conn.execute("SELECT 1")
+            ping(conn)
 
     def pubsub() -> None:
         assert resources.publisher is not None

@@ -10,7 +10,6 @@ events of the user drop (see shared/session_buffer.py).
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Callable
 from typing import Annotated, Any, TypeVar
 
@@ -24,7 +23,7 @@ from services.api.memory_models import Identifier, MemoryView, OptionalId, Query
 from services.api.memory_routes import memory_view
 from services.api.models import bounded_count
 from services.api.tenant import app_of, is_admin
-from shared.db.pool import UnitOfWork
+from shared.db.unit_of_work import in_thread
 from shared.errors import InvalidEvent
 from shared.events import utcnow
 from shared.memory.deletion import delete_matching, delete_project, delete_user
@@ -155,17 +154,10 @@ def install_lifecycle_routes(app: FastAPI) -> None:
 
 
 async def _committed(request: Request, work: Callable[..., T], *args: Any) -> T:
-    """`work(conn, *args)` in one committed transaction on a worker thread (the
+    """`work(uow, *args)` in one committed transaction on a worker thread (the
     deletions are blocking psycopg code); a database outage is a 503."""
     pool = request.app.state.resources.pool
-
-    def run() -> T:
-        with UnitOfWork(pool) as uow:
-            done = work(uow.conn, *args)
-            uow.commit()
-            return done
-
-    return await postgres_or_503(asyncio.to_thread(run))
+    return await postgres_or_503(in_thread(pool, lambda uow: work(uow, *args), commit=True))
 
 
 async def _remove_project_sessions(

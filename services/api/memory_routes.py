@@ -1,8 +1,9 @@
 """Long-term memory routes: search, the archive, memories, context, generate.
 
-Reads run on the event loop through the asyncio Postgres pool; writes that
-consolidate (which may call the LLM) run in a thread on the synchronous pool,
-in one transaction holding the user's lock, like the extraction worker's.
+Searches (and so the context) run on the event loop through the asyncio
+Postgres pool. The rest goes through the synchronous repositories in a thread
+on the synchronous pool: writes that consolidate (which may call the LLM) in
+one transaction holding the user's lock, like the extraction worker's.
 """
 
 from __future__ import annotations
@@ -11,13 +12,13 @@ import asyncio
 import base64
 import json
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Annotated, Any
+from typing import Annotated, Any, TypeVar
 
 import structlog
 from fastapi import FastAPI, Path, Query, Request, Response
-from psycopg.rows import dict_row
 
 from services.api.errors import ApiError, encode_or_4xx, postgres_or_503, published_or_503
 from services.api.memory_models import (
@@ -43,30 +44,20 @@ from services.api.memory_models import (
 )
 from services.api.models import json_response
 from services.api.tenant import app_of
-from shared.db.pool import UnitOfWork
+from shared.db import search as db_search
+from shared.db.memories import MemoryRow, PageFilter, Revision
+from shared.db.run import Steps, arun
+from shared.db.unit_of_work import UnitOfWork, in_thread
 from shared.events import MemoriesGenerate, format_time, utcnow
 from shared.events.models import ContentEvent
 from shared.llm.base import Candidate
 from shared.memory.consolidate import Consolidator, Source, new_memory
 from shared.memory.context import assemble
-from shared.memory.search import (
-    FREQUENT,
-    SCOPE_SIZES,
-    Fusion,
-    Ranked,
-    Scope,
-    episode_filter,
-    fusion_params,
-    hybrid_sql,
-    memory_count_filter,
-    memory_filter,
-)
-from shared.memory.store import MEMORY_COLUMNS, MemoryRow, MemoryStore, user_lock
+from shared.memory.search import Fusion, Ranked, Scope
 from shared.session_buffer import SessionKey
 
+T = TypeVar("T")
 log = structlog.get_logger("agent_memory.api")
-
-EPISODE_COLUMNS = "m.id::text AS id, m.turn_id, m.session_id, m.project_id, m.created_at, m.text"
 
 
 def _time(value: datetime | None) -> str | None:
@@ -105,29 +96,8 @@ class Found:
         }
 
 
-def _split(row: dict[str, Any]) -> tuple[dict[str, Any], Ranked, bool]:
-    ranked = Ranked(float(row.pop("score")), row.pop("vrank"), row.pop("trank"))
-    row.pop("exact")
-    return row, ranked, bool(row.pop("pinned"))
-
-
 async def _embed(request: Request, texts: list[str]) -> list[list[float]]:
     return await request.app.state.resources.embedder.aembed_queries(texts)
-
-
-async def _fetch(
-    request: Request, sql: str, params: dict[str, Any], searching: str | None = None
-) -> list[dict[str, Any]]:
-    """Run `sql`; for a hybrid search of the table `searching`, with its frequent
-    lexemes (cached; read on the same connection when they are not)."""
-    pool = request.app.state.apool
-    async with pool.connection() as conn:
-        if searching is not None:
-            fraction = request.app.state.resources.settings.search_text_max_frequency
-            params["frequent"] = await FREQUENT.aget(conn, searching, fraction)
-        async with conn.cursor(row_factory=dict_row) as cur:
-            await cur.execute(sql, params)
-            return await cur.fetchall()
 
 
 async def search_memories(
@@ -141,35 +111,9 @@ async def search_memories(
     """Fused top-k memories and, if asked, the scope's pinned rules: one statement."""
     fusion = Fusion.from_settings(request.app.state.resources.settings)
     embeddings = await _embed(request, queries)
-    where, params = memory_filter(scope, kinds)
-    params.update(fusion_params(fusion, embeddings, queries, k))
-    params["pinned_limit"] = 50
-    sized = SCOPE_SIZES.key("memories", scope, fusion.exact_below)
-    exact = SCOPE_SIZES.cached(sized)
-    rows = await _fetch(
-        request,
-        hybrid_sql(
-            "memories",
-            MEMORY_COLUMNS,
-            where,
-            pinned_rules=pinned,
-            count_where=memory_count_filter(scope),
-            exact=exact,
-        ),
-        params,
-        searching="memories",
-    )
-    if exact is None and rows:
-        SCOPE_SIZES.store(sized, bool(rows[0]["exact"]))
-    found, rules = [], []
-    for row in rows:
-        fields, ranked, is_pinned = _split(row)
-        memory = MemoryRow.from_row(fields)
-        if is_pinned:
-            rules.append(memory)
-        else:
-            found.append(Found(memory, ranked))
-    return found, rules
+    steps = db_search.search_memories(scope, queries, embeddings, k, fusion, kinds, pinned)
+    found, rules = await _on_async_pool(request, steps)
+    return [Found(memory, ranked) for memory, ranked in found], rules
 
 
 def install_memory_routes(app: FastAPI) -> None:  # noqa: C901 - one route per nested function
@@ -192,16 +136,18 @@ def install_memory_routes(app: FastAPI) -> None:  # noqa: C901 - one route per n
         settings = request.app.state.resources.settings
         scope = Scope(app_of(request), body.user_id, body.project_id or "")
         embeddings = await _embed(request, [body.query])
-        where, params = episode_filter(scope, body.before, body.after)
-        params.update(
-            fusion_params(Fusion.from_settings(settings), embeddings, [body.query], body.k)
+        steps = db_search.search_episodes(
+            scope,
+            body.query,
+            embeddings[0],
+            body.k,
+            Fusion.from_settings(settings),
+            body.before,
+            body.after,
         )
-        rows = await postgres_or_503(
-            _fetch(request, hybrid_sql("episodes", EPISODE_COLUMNS, where), params, "episodes")
-        )
+        rows = await postgres_or_503(_on_async_pool(request, steps))
         episodes = []
-        for row in rows:
-            fields, ranked, _ = _split(row)
+        for fields, ranked in rows:
             episodes.append(
                 EpisodeView(
                     id=fields["id"],
@@ -226,25 +172,15 @@ def install_memory_routes(app: FastAPI) -> None:  # noqa: C901 - one route per n
         limit: Annotated[int, Query(ge=1, le=500)] = 100,
         cursor: Annotated[str | None, Query()] = None,
     ) -> MemoryPage:
-        clauses = ["m.app = %(app)s", "m.user_id = %(user_id)s", "m.valid_to IS NULL"]
-        params: dict[str, Any] = {"app": app_of(request), "user_id": user_id, "limit": limit + 1}
-        if project_id:
-            clauses.append("m.project_id = %(project_id)s")
-            params["project_id"] = project_id
-        if scope:
-            clauses.append("m.scope = %(scope)s")
-            params["scope"] = scope
-        if kind:
-            clauses.append("m.kind = %(kind)s")
-            params["kind"] = kind
-        if cursor:
-            params["after_created"], params["after_id"] = _decode_cursor(cursor)
-            clauses.append("(m.created_at, m.id) > (%(after_created)s, %(after_id)s::uuid)")
-        sql = (
-            f"SELECT {MEMORY_COLUMNS} FROM memories m WHERE {' AND '.join(clauses)} "
-            "ORDER BY m.created_at, m.id LIMIT %(limit)s"
+        where = PageFilter(
+            app_of(request),
+            user_id,
+            project_id,
+            scope,
+            kind,
+            _decode_cursor(cursor) if cursor else None,
         )
-        rows = [MemoryRow.from_row(r) for r in await postgres_or_503(_fetch(request, sql, params))]
+        rows = await _read(request, lambda uow: uow.memories.page(where, limit + 1))
         next_cursor = None
         if len(rows) > limit:
             rows = rows[:limit]
@@ -256,34 +192,26 @@ def install_memory_routes(app: FastAPI) -> None:  # noqa: C901 - one route per n
         memory_id: str, request: Request, user_id: Annotated[Identifier, Query()]
     ) -> MemoryDetail:
         _require_uuid(memory_id)
-        rows = await postgres_or_503(
-            _fetch(
-                request,
-                f"SELECT {MEMORY_COLUMNS} FROM memories m "
-                "WHERE m.id = %(id)s AND m.app = %(app)s AND m.user_id = %(user_id)s",
-                {"id": memory_id, "app": app_of(request), "user_id": user_id},
-            )
-        )
-        if not rows:
+        app_id = app_of(request)
+
+        def read(uow: UnitOfWork) -> tuple[MemoryRow | None, list[Revision]]:
+            memory = uow.memories.get(app_id, user_id, memory_id)
+            return memory, uow.memories.revisions(memory_id) if memory is not None else []
+
+        memory, revisions = await _read(request, read)
+        if memory is None:
             raise ApiError(404, "not_found", f"no memory {memory_id} for this user")
-        memory = MemoryRow.from_row(rows[0])
-        revisions = await postgres_or_503(
-            _fetch(
-                request,
-                "SELECT action, old_text, new_text, event_id::text AS event_id, observed_at, "
-                "applied, created_at FROM memory_revisions WHERE memory_id = %(id)s ORDER BY id",
-                {"id": memory_id},
-            )
-        )
         return MemoryDetail(
             **memory_fields(memory),
             revisions=[
                 RevisionView(
-                    **{
-                        **r,
-                        "observed_at": format_time(r["observed_at"]),
-                        "created_at": format_time(r["created_at"]),
-                    }
+                    action=r.action,
+                    old_text=r.old_text,
+                    new_text=r.new_text,
+                    event_id=r.event_id,
+                    observed_at=format_time(r.observed_at),
+                    applied=r.applied,
+                    created_at=format_time(r.created_at),
                 )
                 for r in revisions
             ],
@@ -301,22 +229,19 @@ def install_memory_routes(app: FastAPI) -> None:  # noqa: C901 - one route per n
         )
         vector = (await asyncio.to_thread(resources.embedder.embed, [body.text]))[0]
 
-        def write() -> Any:
-            with UnitOfWork(resources.pool) as uow:
-                user_lock(uow.conn, app_id, body.user_id)
-                consolidator = Consolidator(
-                    uow.conn,
-                    resources.llm,
-                    Fusion.from_settings(resources.settings),
-                    resources.settings.consolidation_neighbours,
-                )
-                applied = consolidator.apply(
-                    new_memory(candidate, source, vector), source, consolidate=body.consolidate
-                )
-                uow.commit()
-                return applied
+        def write(uow: UnitOfWork) -> Any:
+            uow.memories.lock_user(app_id, body.user_id)
+            consolidator = Consolidator(
+                uow,
+                resources.llm,
+                Fusion.from_settings(resources.settings),
+                resources.settings.consolidation_neighbours,
+            )
+            return consolidator.apply(
+                new_memory(candidate, source, vector), source, consolidate=body.consolidate
+            )
 
-        applied = await postgres_or_503(asyncio.to_thread(write))
+        applied = await postgres_or_503(in_thread(resources.pool, write, commit=True))
         # The rows come from the statements that wrote them (RETURNING): current.
         memory = memory_view(applied.memory) if applied.memory is not None else None
         return WriteMemoryResponse(action=applied.action, memory=memory)
@@ -329,18 +254,15 @@ def install_memory_routes(app: FastAPI) -> None:  # noqa: C901 - one route per n
         resources = request.app.state.resources
         app_id = app_of(request)
 
-        def delete() -> bool:
-            with UnitOfWork(resources.pool) as uow:
-                user_lock(uow.conn, app_id, user_id)
-                store = MemoryStore(uow.conn)
-                memory = store.get(app_id, user_id, memory_id)
-                if memory is None or memory.valid_to is not None:
-                    return False
-                store.retire(memory, utcnow(), None)
-                uow.commit()
-                return True
+        def delete(uow: UnitOfWork) -> bool:
+            uow.memories.lock_user(app_id, user_id)
+            memory = uow.memories.get(app_id, user_id, memory_id)
+            if memory is None or memory.valid_to is not None:
+                return False
+            uow.memories.retire(memory, utcnow(), None)
+            return True
 
-        if not await postgres_or_503(asyncio.to_thread(delete)):
+        if not await postgres_or_503(in_thread(resources.pool, delete, commit=True)):
             raise ApiError(404, "not_found", f"no live memory {memory_id} for this user")
         return DeleteMemoryResponse(memory_id=memory_id, deleted=True)
 
@@ -364,13 +286,8 @@ def install_memory_routes(app: FastAPI) -> None:  # noqa: C901 - one route per n
             session_id=body.scope.session_id or "",
         )
         message = encode_or_4xx(event, resources.publisher.limits)
-        await postgres_or_503(
-            _execute(
-                request,
-                "INSERT INTO operations (name, app, user_id, kind) VALUES "
-                "(%(name)s, %(app)s, %(user_id)s, 'generate')",
-                {"name": name, "app": app_id, "user_id": body.user_id},
-            )
+        await _write(
+            request, lambda uow: uow.operations.start(name, app_id, body.user_id, "generate")
         )
         try:
             await published_or_503(
@@ -380,14 +297,8 @@ def install_memory_routes(app: FastAPI) -> None:  # noqa: C901 - one route per n
             )
         except ApiError:
             # No worker will ever see it: the operation ends here, never pending.
-            await postgres_or_503(
-                _execute(
-                    request,
-                    "UPDATE operations SET done = true, error = %(error)s, "
-                    "updated_at = now() WHERE name = %(name)s",
-                    {"name": name, "error": "Pub/Sub did not confirm the request; send it again"},
-                )
-            )
+            error = "Pub/Sub did not confirm the request; send it again"
+            await _write(request, lambda uow: uow.operations.fail(name, error))
             raise
         if body.wait:
             return await _wait_operation(request, name, body.user_id)
@@ -405,29 +316,31 @@ def install_memory_routes(app: FastAPI) -> None:  # noqa: C901 - one route per n
         return operation
 
 
-async def _execute(request: Request, sql: str, params: dict[str, Any]) -> None:
+async def _on_async_pool(request: Request, steps: Steps[T]) -> T:
+    """A query written as `Steps`, on the event loop's pool."""
     async with request.app.state.apool.connection() as conn:
-        await conn.execute(sql, params)
+        return await arun(conn, steps)
+
+
+async def _read(request: Request, work: Callable[[UnitOfWork], T]) -> T:
+    """`work(uow)` on the synchronous pool, in a thread; an outage is a 503."""
+    return await postgres_or_503(in_thread(request.app.state.resources.pool, work, commit=False))
+
+
+async def _write(request: Request, work: Callable[[UnitOfWork], Any]) -> None:
+    """`work(uow)` committed, like `_read`."""
+    await postgres_or_503(in_thread(request.app.state.resources.pool, work, commit=True))
 
 
 async def _operation(request: Request, name: str, user_id: str) -> Operation | None:
     if not name.startswith("operations/"):
         name = f"operations/{name}"
-    rows = await postgres_or_503(
-        _fetch(
-            request,
-            "SELECT name, done, result, error FROM operations "
-            "WHERE name = %(name)s AND app = %(app)s AND user_id = %(user_id)s",
-            {"name": name, "app": app_of(request), "user_id": user_id},
-        )
-    )
-    if not rows:
+    app_id = app_of(request)
+    row = await _read(request, lambda uow: uow.operations.get(name, app_id, user_id))
+    if row is None:
         return None
-    row = rows[0]
-    generated = (row["result"] or {}).get("generated_memories") if row["done"] else None
-    return Operation(
-        name=row["name"], done=row["done"], generated_memories=generated, error=row["error"]
-    )
+    generated = (row.result or {}).get("generated_memories") if row.done else None
+    return Operation(name=row.name, done=row.done, generated_memories=generated, error=row.error)
 
 
 async def _wait_operation(request: Request, name: str, user_id: str) -> Operation:

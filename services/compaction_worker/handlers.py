@@ -26,26 +26,28 @@ ledgered, nothing is compacted and nothing continues.
 
 from __future__ import annotations
 
+import enum
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import psycopg
 import structlog
-from psycopg.rows import dict_row
 from psycopg_pool import ConnectionPool
 
 from shared.bootstrap import Resources
 from shared.bus.publisher import EventPublisher
 from shared.bus.worker import Delivery, HandlerTable, Outcome
 from shared.config import Settings
-from shared.db.pool import UnitOfWork
-from shared.db.repositories import ProcessedEvents
+from shared.db.episodes import Episodes, OldEpisode
+from shared.db.ledger import Claim, Ledger
+from shared.db.memories import Memories, MemoryRow, NewMemory
+from shared.db.tombstones import Tombstones
+from shared.db.unit_of_work import UnitOfWork
 from shared.errors import PermanentError
 from shared.events import CompactionRequested, derived_event_id, format_time
 from shared.llm.base import DialogueTurn
-from shared.memory.deletion import is_tombstoned
-from shared.memory.store import COMPACTED_ENTITY, MemoryRow, MemoryStore, NewMemory, user_lock
+from shared.memory.store import COMPACTED_ENTITY
 
 log = structlog.get_logger("agent_memory.compaction")
 
@@ -60,23 +62,22 @@ class BatchChanged(RuntimeError):
     """The batch kept changing under the fold (transient: the message is retried)."""
 
 
-@dataclass(frozen=True)
-class OldEpisode:
-    id: str
-    project_id: str
-    session_id: str
-    turn_id: str
-    user_text: str
-    assistant_text: str
-    created_at: datetime
+class Written(enum.Enum):
+    """What the transaction of one fold did."""
 
-    def as_turn(self) -> DialogueTurn:
-        return DialogueTurn(
-            f"{self.session_id}/{self.turn_id}",
-            self.created_at,
-            self.user_text,
-            self.assistant_text,
-        )
+    APPLIED = "applied"
+    DUPLICATE = "duplicate"
+    DROPPED = "dropped"  # the user was deleted
+    CHANGED = "changed"  # the batch is not what was folded: nothing written
+
+
+def as_turn(episode: OldEpisode) -> DialogueTurn:
+    return DialogueTurn(
+        f"{episode.session_id}/{episode.turn_id}",
+        episode.created_at,
+        episode.user_text,
+        episode.assistant_text,
+    )
 
 
 @dataclass(frozen=True)
@@ -106,13 +107,7 @@ def users_with_old_episodes(
 ) -> list[str]:
     """The users of `app` with episodes created before `cutoff` (of `project_id`
     only, when not ""), in order."""
-    project = "AND project_id = %(project)s " if project_id else ""
-    rows = conn.execute(
-        "SELECT DISTINCT user_id FROM episodes WHERE app = %(app)s "
-        f"AND created_at < %(cutoff)s {project}ORDER BY user_id",
-        {"app": app, "cutoff": cutoff, "project": project_id},
-    ).fetchall()
-    return [row[0] for row in rows]
+    return Episodes(conn).users_with_old(app, cutoff, project_id)
 
 
 def check_request(event: CompactionRequested) -> None:
@@ -144,31 +139,15 @@ def _summary_key(event: CompactionRequested, project_id: str) -> NewMemory:
     )
 
 
-# -- reads (each on the caller's connection) ---------------------------------------
 def _old_episodes(
-    conn: psycopg.Connection, event: CompactionRequested, old_before: datetime, limit: int
+    episodes: Episodes, event: CompactionRequested, old_before: datetime, limit: int
 ) -> list[OldEpisode]:
-    project = "AND project_id = %(project)s " if event.project_id else ""
-    with conn.cursor(row_factory=dict_row) as cur:
-        rows = cur.execute(
-            "SELECT id::text AS id, project_id, session_id, turn_id, user_text, "
-            "assistant_text, created_at FROM episodes "
-            "WHERE app = %(app)s AND user_id = %(user_id)s AND created_at < %(cutoff)s "
-            f"{project}ORDER BY created_at, id LIMIT %(limit)s",
-            {
-                "app": event.app,
-                "user_id": event.user_id,
-                "project": event.project_id,
-                "cutoff": old_before,
-                "limit": limit,
-            },
-        ).fetchall()
-    return [OldEpisode(**row) for row in rows]
+    return episodes.old(event.app, event.user_id, event.project_id, old_before, limit)
 
 
 def _tombstoned(conn: psycopg.Connection, event: CompactionRequested) -> bool:
     """Was the user deleted (GDPR) after this request was made?"""
-    return is_tombstoned(conn, event.app, event.user_id, event.created_at)
+    return Tombstones(conn).covers(event.app, event.user_id, event.created_at)
 
 
 def _by_project(episodes: list[OldEpisode]) -> dict[str, list[OldEpisode]]:
@@ -191,20 +170,20 @@ class Compaction:
         if not event.user_id:
             return self._sweep(event, delivery)
         old_before = cutoff_of(event)
-        if self._seen(event.event_id):
+        if self._seen(event) is Claim.DUPLICATE:
             self._continue(event, old_before)
             return Outcome.DUPLICATE
         for _ in range(_FOLD_ATTEMPTS):
             folds = self._fold(event, old_before)
-            result = self._apply(event, old_before, folds)
-            if result != "changed":
+            written = self._apply(event, old_before, folds)
+            if written is not Written.CHANGED:
                 break
         else:
             raise BatchChanged(f"the batch changed under {_FOLD_ATTEMPTS} folds in a row")
-        if result == "dropped":
+        if written is Written.DROPPED:
             return Outcome.DROPPED
         self._continue(event, old_before)
-        return Outcome.DUPLICATE if result == "duplicate" else Outcome.APPLIED
+        return Outcome.DUPLICATE if written is Written.DUPLICATE else Outcome.APPLIED
 
     def _sweep(self, event: CompactionRequested, delivery: Delivery | None) -> Outcome:
         """A request without a user: one request per user of the app with old
@@ -235,15 +214,16 @@ class Compaction:
         return Outcome.APPLIED
 
     # -- the steps ------------------------------------------------------------
-    def _seen(self, event_id: str) -> bool:
-        """Already applied? Saves the LLM calls of a redelivery (the claim decides)."""
+    def _seen(self, event: CompactionRequested) -> Claim:
+        """Already applied, or its user deleted since? Saves the LLM calls of a
+        redelivery (the claim in the transaction decides)."""
         with self.pool.connection() as conn:
-            return (
-                conn.execute(
-                    "SELECT 1 FROM processed_events WHERE consumer = %s AND event_id = %s",
-                    (CONSUMER, event_id),
-                ).fetchone()
-                is not None
+            return Ledger(conn).peek(
+                CONSUMER,
+                event.event_id,
+                app=event.app,
+                user_id=event.user_id,
+                created_at=event.created_at,
             )
 
     def _fold(self, event: CompactionRequested, old_before: datetime) -> list[Fold] | None:
@@ -252,10 +232,10 @@ class Compaction:
         with self.pool.connection() as conn:
             if _tombstoned(conn, event):
                 return None
-            episodes = _old_episodes(conn, event, old_before, event.batch_limit)
-            store = MemoryStore(conn)
+            episodes = _old_episodes(Episodes(conn), event, old_before, event.batch_limit)
+            memories = Memories(conn)
             planned = [
-                (episodes_of, store.live_of_entity(_summary_key(event, project)), project)
+                (episodes_of, memories.live_of_entity(_summary_key(event, project)), project)
                 for project, episodes_of in _by_project(episodes).items()
             ]
         folds = []
@@ -263,7 +243,7 @@ class Compaction:
             previous_text = previous.text if previous is not None else ""
             text = self.llm.compact(
                 previous_text,
-                [e.as_turn() for e in episodes_of],
+                [as_turn(e) for e in episodes_of],
                 self.settings.compaction_max_tokens,
             ).value.strip()
             newest = max(e.created_at for e in episodes_of)
@@ -280,49 +260,30 @@ class Compaction:
 
     def _apply(
         self, event: CompactionRequested, old_before: datetime, folds: list[Fold] | None
-    ) -> str:
-        """One transaction: "applied", "duplicate", "dropped" (a deleted user) or
-        "changed" (the batch is not what was folded; nothing written)."""
+    ) -> Written:
+        """One transaction; CHANGED when the batch or a summary is not what was folded."""
         with UnitOfWork(self.pool) as uow:
-            conn = uow.conn
-            assert conn is not None
-            user_lock(conn, event.app, event.user_id)
-            if not ProcessedEvents(conn).claim(CONSUMER, event.event_id):
-                return "duplicate"
-            if _tombstoned(conn, event):
+            claim = uow.ledger.claim_or_skip(
+                CONSUMER,
+                event.event_id,
+                app=event.app,
+                user_id=event.user_id,
+                created_at=event.created_at,
+            )
+            if claim is Claim.DUPLICATE:
+                return Written.DUPLICATE
+            if claim is Claim.DELETED:
                 uow.commit()
                 log.info("compaction dropped: the user was deleted", user_id=event.user_id)
-                return "dropped"
+                return Written.DROPPED
             if folds is None:  # the tombstone seen before the fold is gone
-                return "changed"
+                return Written.CHANGED
             folded = [e.id for f in folds for e in f.episodes]
-            now = [e.id for e in _old_episodes(conn, event, old_before, event.batch_limit)]
-            if sorted(now) != sorted(folded):
-                return "changed"
-            store = MemoryStore(conn)
-            for fold in folds:
-                current = store.live_of_entity(fold.key)
-                if _identity(current) != _identity(fold.previous):
-                    return "changed"
-                if not fold.key.text:
-                    continue  # episodes with no text at all: nothing to keep
-                if current is None:
-                    store.create(fold.key, event.event_id)
-                else:
-                    store.update(
-                        current,
-                        fold.key.text,
-                        fold.key.kind,
-                        fold.key.embedding,
-                        fold.key.observed_at,
-                        event.event_id,
-                    )
-            deleted = conn.execute(
-                "DELETE FROM episodes WHERE app = %s AND user_id = %s AND id = ANY(%s::uuid[])",
-                (event.app, event.user_id, folded),
-            ).rowcount
-            if deleted != len(folded):
-                return "changed"
+            now = [e.id for e in _old_episodes(uow.episodes, event, old_before, event.batch_limit)]
+            if sorted(now) != sorted(folded) or not self._write(uow, event, folds):
+                return Written.CHANGED
+            if uow.episodes.delete(event.app, event.user_id, folded) != len(folded):
+                return Written.CHANGED
             uow.commit()
         log.info(
             "episodes compacted",
@@ -331,12 +292,35 @@ class Compaction:
             folded=len(folded),
             summaries=[f.key.project_id or "(global)" for f in folds],
         )
-        return "applied"
+        return Written.APPLIED
+
+    @staticmethod
+    def _write(uow: UnitOfWork, event: CompactionRequested, folds: list[Fold]) -> bool:
+        """Each fold's summary; False (stop, roll back) when a summary is no longer
+        the one that was folded."""
+        for fold in folds:
+            current = uow.memories.live_of_entity(fold.key)
+            if _identity(current) != _identity(fold.previous):
+                return False
+            if not fold.key.text:
+                continue  # episodes with no text at all: nothing to keep
+            if current is None:
+                uow.memories.create(fold.key, event.event_id)
+            else:
+                uow.memories.update(
+                    current,
+                    fold.key.text,
+                    fold.key.kind,
+                    fold.key.embedding,
+                    fold.key.observed_at,
+                    event.event_id,
+                )
+        return True
 
     def _continue(self, event: CompactionRequested, old_before: datetime) -> None:
         """Publish the continuation while old episodes remain (and the user exists)."""
         with self.pool.connection() as conn:
-            if _tombstoned(conn, event) or not _old_episodes(conn, event, old_before, 1):
+            if _tombstoned(conn, event) or not _old_episodes(Episodes(conn), event, old_before, 1):
                 return
         continuation = continuation_of(event)
         self.publisher.publish(continuation).result(timeout=self.settings.publish_timeout_seconds)

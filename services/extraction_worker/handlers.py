@@ -18,20 +18,19 @@ from functools import partial
 from typing import Any
 
 import structlog
-from psycopg.types.json import Jsonb
 from psycopg_pool import ConnectionPool
 
 from shared.bootstrap import Resources
 from shared.bus.worker import DeadLetter, DeadLetterHook, Delivery, HandlerTable, Outcome
 from shared.config import Settings
-from shared.db.pool import UnitOfWork
-from shared.db.repositories import Episode, Episodes, ProcessedEvents
+from shared.db.episodes import Episode
+from shared.db.ledger import Claim, Ledger
+from shared.db.operations import Operations
+from shared.db.unit_of_work import UnitOfWork
 from shared.events import MemoriesGenerate, TurnRecorded
 from shared.llm.base import ExtractionInput
 from shared.memory.consolidate import Applied, Consolidator, Source, correct, new_memory
-from shared.memory.deletion import is_tombstoned
 from shared.memory.search import Fusion
-from shared.memory.store import user_lock
 
 log = structlog.get_logger("agent_memory.extraction")
 
@@ -98,15 +97,16 @@ class Extraction:
         """Already applied, or its user deleted since? Saves the LLM and embedding calls
         (a deleted user's text must not reach them); the transaction decides for good."""
         with self.pool.connection() as conn:
-            applied, deleted = conn.execute(
-                "SELECT EXISTS (SELECT 1 FROM processed_events WHERE consumer = %s "
-                "AND event_id = %s), (SELECT deleted_at FROM deleted_users WHERE app = %s "
-                "AND user_id = %s)",
-                (consumer, event.event_id, event.app, event.user_id),
-            ).fetchone()
-        if applied:
+            seen = Ledger(conn).peek(
+                consumer,
+                event.event_id,
+                app=event.app,
+                user_id=event.user_id,
+                created_at=event.created_at,
+            )
+        if seen is Claim.DUPLICATE:
             return Outcome.DUPLICATE
-        if deleted is not None and event.created_at <= deleted:
+        if seen is Claim.DELETED:
             # Ledgered and dropped in the transaction, with nothing extracted.
             return self._consolidate(consumer, _source(event), [], None)
         return None
@@ -128,27 +128,33 @@ class Extraction:
         vectors = self.embedder.embed(texts) if texts else []
         fusion = Fusion.from_settings(self.settings)
         with UnitOfWork(self.pool) as uow:
-            conn = uow.conn
-            assert conn is not None
-            user_lock(conn, source.app, source.user_id)
-            if not ProcessedEvents(conn).claim(consumer, source.event_id or ""):
+            claim = uow.ledger.claim_or_skip(
+                consumer,
+                source.event_id or "",
+                app=source.app,
+                user_id=source.user_id,
+                created_at=source.observed_at,
+            )
+            if claim is Claim.DUPLICATE:
                 return Outcome.DUPLICATE
-            if is_tombstoned(conn, source.app, source.user_id, source.observed_at):
+            if claim is Claim.DELETED:
                 # A late, retried or replayed event of a user deleted since: the
                 # ledger row is all it leaves.
                 uow.commit()
                 return Outcome.DROPPED
             consolidator = Consolidator(
-                conn, self.llm, fusion, self.settings.consolidation_neighbours
+                uow, self.llm, fusion, self.settings.consolidation_neighbours
             )
             applied = [
                 consolidator.apply(new_memory(c, source, vector), source)
                 for c, vector in zip(candidates, vectors, strict=False)
             ]
             if episode is not None:
-                Episodes(conn).add(episode, vectors[-1])
+                uow.episodes.add(episode, vectors[-1])
             if operation is not None:
-                finish_operation(conn, operation, applied)
+                uow.operations.complete(
+                    operation, {"generated_memories": operation_result(applied)}
+                )
             uow.commit()
         log.info(
             "memories consolidated",
@@ -179,15 +185,6 @@ def operation_result(applied: list[Applied]) -> list[dict[str, Any]]:
     return result
 
 
-def finish_operation(conn: Any, name: str, applied: list[Applied]) -> None:
-    # Also after a failure: a replayed event that succeeds clears its error.
-    conn.execute(
-        "UPDATE operations SET done = true, result = %s, error = NULL, updated_at = now() "
-        "WHERE name = %s",
-        (Jsonb({"generated_memories": operation_result(applied)}), name),
-    )
-
-
 def fail_operation(pool: ConnectionPool, letter: DeadLetter) -> None:
     """A generate request that goes to the dead letters ends its operation with the
     reason, so that no client waits on it forever (a replay that succeeds later
@@ -202,11 +199,7 @@ def fail_operation(pool: ConnectionPool, letter: DeadLetter) -> None:
     if not name.startswith("operations/"):
         return
     with pool.connection() as conn:
-        conn.execute(
-            "UPDATE operations SET done = true, error = %s, updated_at = now() "
-            "WHERE name = %s AND app = %s AND NOT done",
-            (f"dead-lettered: {letter.reason}", name, app),
-        )
+        Operations(conn).fail_pending(name, app, f"dead-lettered: {letter.reason}")
 
 
 def dead_letter_hooks(resources: Resources) -> dict[str, DeadLetterHook]:

@@ -2,8 +2,10 @@
 
 Files are named `NNNN_name.sql`. The only template in them is
 `{{embedding_dim}}`, replaced by the configured dimension (an integer from the
-settings, never user input). What was applied is recorded with a checksum; an
-applied file that has since changed is an error, not a silent skip.
+settings, never user input). What was applied is recorded with a checksum of
+its statements (the file without its `--` comment lines, so that a comment may
+be reworded); an applied file whose statements have since changed is an error,
+not a silent skip.
 """
 
 from __future__ import annotations
@@ -15,11 +17,21 @@ from pathlib import Path
 from typing import Any
 
 import psycopg
+from psycopg import sql
 
 from shared.events.schemas import schemas_dir
 
 _LOCK_KEY = 0x616D5F6D69677261  # "am_migra": serialises concurrent `migrate` runs
 _FILE = re.compile(r"^(\d{4})_([a-z0-9_]+)\.sql$")
+# A checksum recorded as the SHA-256 of the whole file is accepted too (databases
+# exist that recorded that one). The comments of these files differ from the
+# ones such databases hashed, so their recorded whole-file hashes are listed.
+_LEGACY_CHECKSUMS = {
+    "0001_init.sql": "14bd25ba1c7afab49772ca2a6729a54c2f6c7a110fde185bc448dc2dce1a1548",
+    "0002_revision_history.sql": (
+        "605f3d78e257c7ad29cc3dd3300694615b139a2748a371bf3f159f6331916bcd"
+    ),
+}
 
 
 class MigrationError(Exception):
@@ -43,7 +55,15 @@ class Migration:
 
     @property
     def checksum(self) -> str:
-        return hashlib.sha256(self.path.read_bytes()).hexdigest()
+        """The SHA-256 of the file's lines that are not `--` comments."""
+        lines = self.path.read_text(encoding="utf-8").splitlines(keepends=True)
+        statements = "".join(line for line in lines if not line.lstrip().startswith("--"))
+        return hashlib.sha256(statements.encode("utf-8")).hexdigest()
+
+    def matches(self, recorded: str) -> bool:
+        """Is `recorded` a checksum of this file as it is now?"""
+        whole = hashlib.sha256(self.path.read_bytes()).hexdigest()
+        return recorded in (self.checksum, whole, _LEGACY_CHECKSUMS.get(self.path.name))
 
 
 def migrations_dir() -> Path:
@@ -93,7 +113,7 @@ def migrate(
                 check_embedding_dimension(conn, embedding_dim)
             for migration in discover(directory):
                 if migration.version in done:
-                    if done[migration.version][1] != migration.checksum:
+                    if not migration.matches(done[migration.version][1]):
                         raise MigrationError(
                             f"migration {migration.path.name} changed after it was applied"
                         )
@@ -133,3 +153,13 @@ def check_embedding_dimension(conn: psycopg.Connection, embedding_dim: int) -> N
             f"(memories.embedding) but AM_EMBEDDING_DIM is {embedding_dim}; set "
             f"AM_EMBEDDING_DIM={have} or use a new database"
         )
+
+
+def ensure_database(conn: psycopg.Connection, name: str) -> bool:
+    """Create the database `name` unless the server has it; True if it was created.
+    `conn`: an autocommit connection to another database of the server (CREATE
+    DATABASE cannot run in a transaction)."""
+    if conn.execute("SELECT 1 FROM pg_database WHERE datname = %s", (name,)).fetchone():
+        return False
+    conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
+    return True

@@ -23,6 +23,7 @@ import psycopg
 import structlog
 import valkey
 
+from shared.db.migrate import ensure_database
 from shared.localstack.process import ManagedProcess, port_is_open, run_as, tail
 from shared.waiting import poll
 
@@ -221,11 +222,7 @@ class LocalPostgres:
 
         def ready() -> bool:
             with psycopg.connect(self.admin_url, connect_timeout=2, autocommit=True) as conn:
-                exists = conn.execute(
-                    "SELECT 1 FROM pg_database WHERE datname = %s", (DATABASE_NAME,)
-                ).fetchone()
-                if not exists:
-                    conn.execute(f'CREATE DATABASE "{DATABASE_NAME}"')
+                ensure_database(conn, DATABASE_NAME)
             return True
 
         _wait(ready, self.process, "PostgreSQL", STARTUP_TIMEOUT_SECONDS)

@@ -17,7 +17,8 @@ import psutil
 import psycopg
 import structlog
 
-from shared.api_keys import LOOKUP_SQL, create_key, key_hash
+from shared.api_keys import create_key, key_hash
+from shared.db.api_keys import ApiKeys
 from shared.localstack.process import ManagedProcess
 
 log = structlog.get_logger("agent_memory.up")
@@ -121,8 +122,8 @@ def ensure_dev_key(database_url: str, path: Path, app: str) -> str:
     with psycopg.connect(database_url, autocommit=True) as conn:
         if path.exists():
             key = path.read_text(encoding="utf-8").strip()
-            row = conn.execute(LOOKUP_SQL, (key_hash(key),)).fetchone()
-            if row is not None and row[0] == app:
+            found = ApiKeys(conn).lookup(key_hash(key))
+            if found is not None and found[0] == app:
                 return key
         key, _record = create_key(conn, app, admin=True, name="local development (agent-memory up)")
     write_private(path, key + "\n")

@@ -1,6 +1,8 @@
 """Consolidation: each candidate against the most similar live memories of its
 user and scope, decided by the LLM (or the `rules` provider), applied with the
-late-event rule of `shared.memory.store`.
+late-event rule: an observation older than the last one that changed the
+memory (a late or replayed event) changes nothing and is written to history
+only (a revision with `applied` false).
 
 Isolation does not rest on the LLM: a candidate's scope and project are
 corrected to what the source (a turn, a generate request) had, so a turn can
@@ -13,18 +15,12 @@ from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import Any
 
-import psycopg
-from psycopg.rows import dict_row
-
+from shared.db.memories import MemoryRow, NewMemory
+from shared.db.search import similar_memories
+from shared.db.unit_of_work import UnitOfWork
 from shared.llm.base import KINDS, SCOPES, Candidate, ExistingMemory
-from shared.memory.search import FREQUENT, Fusion, fusion_params, hybrid_sql
-from shared.memory.store import (
-    COMPACTED_ENTITY,
-    MEMORY_COLUMNS,
-    MemoryRow,
-    MemoryStore,
-    NewMemory,
-)
+from shared.memory.search import Fusion
+from shared.memory.store import COMPACTED_ENTITY
 
 
 @dataclass(frozen=True)
@@ -80,33 +76,13 @@ def new_memory(candidate: Candidate, source: Source, embedding: Any) -> NewMemor
     )
 
 
-def neighbours(
-    conn: psycopg.Connection, new: NewMemory, fusion: Fusion, limit: int
-) -> list[MemoryRow]:
+def neighbours(uow: UnitOfWork, new: NewMemory, fusion: Fusion, limit: int) -> list[MemoryRow]:
     """The live memory of the same entity first, then the most similar live
-    memories of exactly this user, scope, project and session."""
-    where = (
-        "m.app = %(app)s AND m.user_id = %(user_id)s AND m.valid_to IS NULL "
-        "AND m.scope = %(scope)s AND m.project_id = %(project_id)s "
-        "AND m.session_id = %(session_id)s "
-        # The compacted summary is the compaction worker's alone: a new fact must
-        # never update or retire it.
-        "AND m.entity_name <> %(compacted)s"
-    )
-    params = {
-        "app": new.app,
-        "user_id": new.user_id,
-        "scope": new.scope,
-        "project_id": new.project_id,
-        "session_id": new.session_id,
-        "compacted": COMPACTED_ENTITY,
-        **fusion_params(fusion, [new.embedding], [new.text], limit),
-    }
-    params["frequent"] = FREQUENT.get(conn, "memories", fusion.max_frequency)
-    with conn.cursor(row_factory=dict_row) as cur:
-        rows = cur.execute(hybrid_sql("memories", MEMORY_COLUMNS, where), params).fetchall()
-    found = [MemoryRow.from_row(r) for r in rows]
-    same = MemoryStore(conn).live_of_entity(new) if new.entity_name != COMPACTED_ENTITY else None
+    memories of exactly this user, scope, project and session. The compacted
+    summary is the compaction worker's alone: a new fact never updates or
+    retires it, so it is never a neighbour."""
+    found = uow.run(similar_memories(new, fusion, limit, except_entity=COMPACTED_ENTITY))
+    same = uow.memories.live_of_entity(new) if new.entity_name != COMPACTED_ENTITY else None
     if same is not None:
         found = [same, *[m for m in found if m.id != same.id]][:limit]
     return found
@@ -121,9 +97,9 @@ def existing(memories: list[MemoryRow]) -> list[ExistingMemory]:
 class Consolidator:
     """Applies candidates inside the caller's transaction (which holds the user lock)."""
 
-    def __init__(self, conn: psycopg.Connection, llm: Any, fusion: Fusion, limit: int) -> None:
-        self.conn = conn
-        self.store = MemoryStore(conn)
+    def __init__(self, uow: UnitOfWork, llm: Any, fusion: Fusion, limit: int) -> None:
+        self.uow = uow
+        self.store = uow.memories
         self.llm = llm
         self.fusion = fusion
         self.limit = limit
@@ -133,7 +109,7 @@ class Consolidator:
             return Applied("NONE", None, "")
         if not consolidate:
             return self._create(new, source)
-        found = neighbours(self.conn, new, self.fusion, self.limit)
+        found = neighbours(self.uow, new, self.fusion, self.limit)
         candidate = Candidate(new.entity_name, new.kind, new.scope, new.project_id, new.text)
         decision = self.llm.consolidate(candidate, existing(found)).value
         by_id = {m.id: m for m in found}

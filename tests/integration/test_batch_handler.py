@@ -187,7 +187,9 @@ def test_a_batch_result_that_is_not_an_outcome_fails_its_event(settings, topolog
     ]
 
 
-def test_a_plain_handler_that_returns_no_outcome_fails_its_event(settings, topology, publisher, ids):
+def test_a_plain_handler_that_returns_no_outcome_fails_its_event(
+    settings, topology, publisher, ids
+):
     turn = make_turn(ids, 1)
     publisher.publish(turn).result(timeout=10)
     with running(settings, "turns-summary", {TurnRecorded: [lambda e, d: None]}, publisher):

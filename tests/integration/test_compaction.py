@@ -20,7 +20,7 @@ from services.compaction_worker.handlers import (
 )
 from services.compaction_worker.requests import compaction_request, run_compact_command
 from shared.bus.dlq import DeadLetterQueues
-from shared.db.repositories import Episode, Episodes
+from shared.db.episodes import Episode, Episodes
 from shared.embeddings import make_embedder
 from shared.errors import PermanentError
 from shared.events import CompactionRequested, derived_event_id, encode, format_time, utcnow

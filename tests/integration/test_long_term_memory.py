@@ -9,12 +9,12 @@ from fastapi.testclient import TestClient
 
 from services.api.app import create_app
 from services.extraction_worker.handlers import TURNS_CONSUMER, Extraction
+from shared.db.search import FrequentLexemes
 from shared.embeddings import make_embedder
 from shared.events import MemoriesGenerate, TurnRecorded
 from shared.llm import RulesLLM
 from shared.localstack.components import LocalValkey
 from shared.localstack.process import free_port
-from shared.memory.search import FrequentLexemes
 from tests.bus_helpers import Recorder, make_turn, running
 from tests.support import wait_for
 

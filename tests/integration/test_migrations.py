@@ -1,16 +1,21 @@
+import hashlib
 import random
+import shutil
 import threading
+import uuid
 
 import psycopg
 import pytest
 
 from shared.db.migrate import (
     EmbeddingDimensionMismatch,
+    MigrationError,
     check_embedding_dimension,
     discover,
+    ensure_database,
     migrate,
 )
-from shared.memory.search import vector_text
+from shared.db.search import vector_text
 from tests.support import run_cli
 
 
@@ -207,3 +212,59 @@ def test_a_process_refuses_to_start_on_a_mismatched_database(settings, fresh_dat
     cli = run_cli(mismatched, "migrate")
     assert cli.returncode == 1
     assert "stores vectors of 768 dimensions" in cli.stderr
+
+
+def _recorded(url: str) -> dict[int, str]:
+    with psycopg.connect(url) as conn:
+        return dict(conn.execute("SELECT version, checksum FROM schema_migrations").fetchall())
+
+
+def test_the_checksum_leaves_comments_out_and_old_whole_file_checksums_still_migrate(
+    fresh_database,
+):
+    migrations = discover()
+    migrate(fresh_database, 768)
+    assert _recorded(fresh_database) == {m.version: m.checksum for m in migrations}
+    # A database that recorded whole-file hashes: of the files as they were then
+    # (0001 and 0002, whose comments differ now), and of the others as they are.
+    legacy = {
+        1: "14bd25ba1c7afab49772ca2a6729a54c2f6c7a110fde185bc448dc2dce1a1548",
+        2: "605f3d78e257c7ad29cc3dd3300694615b139a2748a371bf3f159f6331916bcd",
+    }
+    whole = {m.version: hashlib.sha256(m.path.read_bytes()).hexdigest() for m in migrations}
+    assert whole[1] != legacy[1] and whole[2] != legacy[2]
+    with psycopg.connect(fresh_database) as conn:
+        for version, checksum in {**whole, **legacy}.items():
+            conn.execute(
+                "UPDATE schema_migrations SET checksum = %s WHERE version = %s",
+                (checksum, version),
+            )
+    assert migrate(fresh_database, 768) == []
+
+
+def test_a_migration_whose_statements_changed_after_it_was_applied_is_an_error(
+    fresh_database, tmp_path
+):
+    for migration in discover():
+        shutil.copy(migration.path, tmp_path / migration.path.name)
+    migrate(fresh_database, 768, directory=tmp_path)
+    changed = tmp_path / "0002_revision_history.sql"
+    changed.write_text(
+        "-- a comment may be reworded\n" + changed.read_text(encoding="utf-8"), encoding="utf-8"
+    )
+    assert migrate(fresh_database, 768, directory=tmp_path) == []
+    changed.write_text(changed.read_text(encoding="utf-8") + "SELECT 1;\n", encoding="utf-8")
+    with pytest.raises(MigrationError, match="0002_revision_history.sql changed after"):
+        migrate(fresh_database, 768, directory=tmp_path)
+
+
+def test_ensure_database_creates_a_missing_database_once(fresh_database):
+    name = f"t_{uuid.uuid4().hex[:10]}"
+    with psycopg.connect(fresh_database, autocommit=True) as conn:
+        try:
+            assert ensure_database(conn, name) is True
+            assert ensure_database(conn, name) is False
+            found = conn.execute("SELECT 1 FROM pg_database WHERE datname = %s", (name,))
+            assert found.fetchall() == [(1,)]
+        finally:
+            conn.execute(f'DROP DATABASE IF EXISTS "{name}"')

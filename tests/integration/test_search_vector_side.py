@@ -9,18 +9,17 @@ from dataclasses import replace
 import pytest
 from psycopg.rows import dict_row
 
-from services.api import memory_routes
-from services.api.memory_routes import MEMORY_COLUMNS
-from shared.memory.search import (
+from shared.db import search as db_search
+from shared.db.memories import MEMORY_COLUMNS
+from shared.db.search import (
     SCOPE_SIZES,
-    Fusion,
-    Scope,
     fusion_params,
     hybrid_sql,
     memory_count_filter,
     memory_filter,
     vector_text,
 )
+from shared.memory.search import Fusion, Scope
 from tests.conftest import EMBEDDING_DIM
 
 ROWS = 40
@@ -132,7 +131,7 @@ def test_a_search_keeps_its_scopes_count_for_the_next_search_of_that_scope(
         told.append(kwargs.get("exact"))
         return hybrid_sql(*args, **kwargs)
 
-    monkeypatch.setattr(memory_routes, "hybrid_sql", recording)
+    monkeypatch.setattr(db_search, "hybrid_sql", recording)
     for i in range(3):
         body = {"user_id": ids["user_id"], "text": f"I prefer tool number {i}.", "scope": "global"}
         written = client.post(

@@ -1,7 +1,8 @@
 """The in-process caches of search (`FREQUENT`, `SCOPE_SIZES`): values expire, and
 a cache keyed by user keeps a bounded number of them."""
 
-from shared.memory.search import Expiring, Scope, ScopeSizes
+from shared.db.search import ScopeSizes
+from shared.memory.search import Expiring, Scope
 
 
 def test_a_value_is_kept_for_its_ttl_and_stored_again_it_lives_longer():

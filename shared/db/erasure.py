@@ -1,0 +1,44 @@
+"""Erasure: every row of a user, or of one of the user's projects, across the
+tables that hold them (memories with their revisions, episodes, permission rules,
+and for a user also operations). In the caller's transaction, which holds the
+user's lock (`shared.db.memories.user_lock`)."""
+
+from __future__ import annotations
+
+import psycopg
+
+_PROJECT_TABLES = ("memories", "episodes", "permission_rules")
+_USER_TABLES = ("memory_revisions", "memories", "episodes", "permission_rules", "operations")
+
+
+class Erasure:
+    def __init__(self, conn: psycopg.Connection) -> None:
+        self.conn = conn
+
+    def project(self, app: str, user_id: str, project_id: str) -> dict[str, int]:
+        """Everything of one project of the user (its memories of any scope); rows
+        removed by table."""
+        scope = {"app": app, "user_id": user_id, "project": project_id}
+        done = {
+            "memory_revisions": self.conn.execute(
+                "DELETE FROM memory_revisions r USING memories m WHERE r.memory_id = m.id "
+                "AND m.app = %(app)s AND m.user_id = %(user_id)s AND m.project_id = %(project)s",
+                scope,
+            ).rowcount
+        }
+        for table in _PROJECT_TABLES:
+            done[table] = self.conn.execute(
+                f"DELETE FROM {table} WHERE app = %(app)s AND user_id = %(user_id)s "
+                "AND project_id = %(project)s",
+                scope,
+            ).rowcount
+        return done
+
+    def user(self, app: str, user_id: str) -> dict[str, int]:
+        """Everything of the user in the app; rows removed by table."""
+        return {
+            table: self.conn.execute(
+                f"DELETE FROM {table} WHERE app = %s AND user_id = %s", (app, user_id)
+            ).rowcount
+            for table in _USER_TABLES
+        }

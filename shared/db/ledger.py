@@ -1,0 +1,68 @@
+"""The processed-events ledger: `(consumer, event_id)` recorded in the same
+transaction as the event's effects, so that each consumer applies an event once.
+
+`claim_or_skip` is the first step of every handler's transaction: it takes the
+user's lock, records the event, and says whether to go on. `peek` answers the
+same question without writing, before a handler spends LLM or embedding calls.
+"""
+
+from __future__ import annotations
+
+import enum
+from datetime import datetime
+
+import psycopg
+
+from shared.db.memories import user_lock
+from shared.db.tombstones import DELETED_AT_SQL, Tombstones, covers
+
+_APPLIED_SQL = "SELECT 1 FROM processed_events WHERE consumer = %s AND event_id = %s"
+
+
+class Claim(enum.Enum):
+    NEW = "new"  # this transaction applies the event
+    DUPLICATE = "duplicate"  # this consumer applied it already
+    DELETED = "deleted"  # its user was deleted after it was created: drop it
+
+
+class Ledger:
+    def __init__(self, conn: psycopg.Connection) -> None:
+        self.conn = conn
+
+    def claim_or_skip(
+        self, consumer: str, event_id: str, *, app: str, user_id: str, created_at: datetime
+    ) -> Claim:
+        """Under the user's lock (held to the end of the transaction): record the
+        event for this consumer. DUPLICATE: it was recorded already (write nothing).
+        DELETED: recorded now, but the user's tombstone covers it, so the ledger row
+        is all it leaves (commit). NEW: apply its effects, then commit.
+
+        A concurrent delivery of the same event waits on the primary key until the
+        first transaction ends, then sees the conflict, so exactly one applies."""
+        user_lock(self.conn, app, user_id)
+        row = self.conn.execute(
+            "INSERT INTO processed_events (consumer, event_id) VALUES (%s, %s) "
+            "ON CONFLICT DO NOTHING RETURNING 1",
+            (consumer, event_id),
+        ).fetchone()
+        if row is None:
+            return Claim.DUPLICATE
+        if Tombstones(self.conn).covers(app, user_id, created_at):
+            return Claim.DELETED
+        return Claim.NEW
+
+    def peek(
+        self, consumer: str, event_id: str, *, app: str, user_id: str, created_at: datetime
+    ) -> Claim:
+        """What `claim_or_skip` would answer now, writing nothing and taking no lock
+        (one statement): a hint that saves the work of an event that is done or
+        whose user is gone. The claim in the handler's transaction decides."""
+        applied, deleted_at = self.conn.execute(
+            f"SELECT EXISTS ({_APPLIED_SQL}), ({DELETED_AT_SQL})",
+            (consumer, event_id, app, user_id),
+        ).fetchone()
+        if applied:
+            return Claim.DUPLICATE
+        if covers(deleted_at, created_at):
+            return Claim.DELETED
+        return Claim.NEW

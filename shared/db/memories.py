@@ -1,0 +1,284 @@
+"""The memories repository: live memories and their revisions.
+
+A memory keeps its id for life. `create` inserts it; `update` changes its text,
+embedding and `observed_at` in place; `retire` closes it (`valid_to`), which
+takes it out of the live view. Each change writes a revision with the old and
+new text, the event that caused it and when that was observed; a revision with
+`applied` false records an observation that changed nothing (see
+`shared.memory.consolidate`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+import psycopg
+
+from shared.db.run import fetch
+
+MEMORY_COLUMNS = (
+    "m.id::text AS id, m.app, m.user_id, m.project_id, m.session_id, m.scope, m.kind, "
+    "m.entity_name, m.text, m.observed_at, m.created_at, m.updated_at, m.valid_to"
+)
+
+
+@dataclass(frozen=True)
+class MemoryRow:
+    id: str
+    app: str
+    user_id: str
+    project_id: str
+    session_id: str
+    scope: str
+    kind: str
+    entity_name: str
+    text: str
+    observed_at: datetime
+    created_at: datetime
+    updated_at: datetime
+    valid_to: datetime | None = None
+
+    @classmethod
+    def from_row(cls, row: dict[str, Any]) -> MemoryRow:
+        return cls(**{name: row[name] for name in cls.__dataclass_fields__})
+
+    def identity(self) -> dict[str, Any]:
+        """Which memory this is, as the API and operation results name it (an empty
+        project or session is null there)."""
+        return {
+            "id": self.id,
+            "scope": self.scope,
+            "kind": self.kind,
+            "project_id": self.project_id or None,
+            "session_id": self.session_id or None,
+            "entity_name": self.entity_name,
+        }
+
+
+@dataclass(frozen=True)
+class Revision:
+    memory_id: str
+    action: str
+    old_text: str | None
+    new_text: str | None
+    event_id: str | None
+    observed_at: datetime
+    applied: bool
+    created_at: datetime
+
+
+@dataclass(frozen=True)
+class NewMemory:
+    app: str
+    user_id: str
+    project_id: str
+    session_id: str
+    scope: str
+    kind: str
+    entity_name: str
+    text: str
+    embedding: Any
+    observed_at: datetime
+
+
+@dataclass(frozen=True)
+class PageFilter:
+    """Which live memories of a user a listing returns, and where it resumes
+    (`after`: the creation time and id of the last memory of the previous page)."""
+
+    app: str
+    user_id: str
+    project_id: str | None = None
+    scope: str | None = None
+    kind: str | None = None
+    after: tuple[datetime, str] | None = None
+
+
+def user_lock(conn: psycopg.Connection, app: str, user_id: str) -> None:
+    """Serialise this transaction with every other memory write of the user."""
+    conn.execute(
+        "SELECT pg_advisory_xact_lock(hashtextextended(%s, 0))", (f"memories/{app}/{user_id}",)
+    )
+
+
+class Memories:
+    """Plain SQL over one connection (the caller's transaction)."""
+
+    def __init__(self, conn: psycopg.Connection) -> None:
+        self.conn = conn
+
+    def lock_user(self, app: str, user_id: str) -> None:
+        user_lock(self.conn, app, user_id)
+
+    def _memories(self, sql: str, params: Any) -> list[MemoryRow]:
+        return [MemoryRow.from_row(row) for row in fetch(self.conn, sql, params)]
+
+    def _memory(self, sql: str, params: Any) -> MemoryRow | None:
+        found = self._memories(sql, params)
+        return found[0] if found else None
+
+    def get(self, app: str, user_id: str, memory_id: str) -> MemoryRow | None:
+        return self._memory(
+            f"SELECT {MEMORY_COLUMNS} FROM memories m "
+            "WHERE m.id = %s AND m.app = %s AND m.user_id = %s",
+            (memory_id, app, user_id),
+        )
+
+    def page(self, where: PageFilter, limit: int) -> list[MemoryRow]:
+        """Live memories in creation order, at most `limit`."""
+        clauses = ["m.app = %(app)s", "m.user_id = %(user_id)s", "m.valid_to IS NULL"]
+        params: dict[str, Any] = {"app": where.app, "user_id": where.user_id, "limit": limit}
+        for column in ("project_id", "scope", "kind"):
+            value = getattr(where, column)
+            if value:
+                clauses.append(f"m.{column} = %({column})s")
+                params[column] = value
+        if where.after is not None:
+            params["after_created"], params["after_id"] = where.after
+            clauses.append("(m.created_at, m.id) > (%(after_created)s, %(after_id)s::uuid)")
+        return self._memories(
+            f"SELECT {MEMORY_COLUMNS} FROM memories m WHERE {' AND '.join(clauses)} "
+            "ORDER BY m.created_at, m.id LIMIT %(limit)s",
+            params,
+        )
+
+    def live_matching(self, app: str, user_id: str, project_id: str, query: str) -> list[MemoryRow]:
+        """The user's live memories whose text holds every word of `query` (full
+        text, AND of its lexemes): with a project, that project's memories only;
+        without one, global memories only. Oldest first."""
+        if project_id:
+            where, params = (
+                "scope = 'project' AND project_id = %(project)s",
+                {"project": project_id},
+            )
+        else:
+            where, params = "scope = 'global'", {}
+        params.update({"app": app, "user_id": user_id, "query": query})
+        return self._memories(
+            f"""
+            SELECT {MEMORY_COLUMNS} FROM memories AS m
+            WHERE app = %(app)s AND user_id = %(user_id)s AND valid_to IS NULL AND {where}
+              AND plainto_tsquery('english', %(query)s) <> ''::tsquery
+              AND tsv @@ plainto_tsquery('english', %(query)s)
+            ORDER BY created_at, id
+            """,
+            params,
+        )
+
+    def latest_of_entity(self, new: NewMemory) -> MemoryRow | None:
+        """The newest memory, live or closed, of this entity in this exact scope."""
+        return self._of_entity(new, "ORDER BY m.observed_at DESC LIMIT 1")
+
+    def live_of_entity(self, new: NewMemory) -> MemoryRow | None:
+        return self._of_entity(new, "AND m.valid_to IS NULL")
+
+    def _of_entity(self, new: NewMemory, tail: str) -> MemoryRow | None:
+        if not new.entity_name:
+            return None
+        return self._memory(
+            f"SELECT {MEMORY_COLUMNS} FROM memories m WHERE m.app = %s AND m.user_id = %s "
+            "AND m.scope = %s AND m.project_id = %s AND m.session_id = %s "
+            f"AND lower(m.entity_name) = lower(%s) {tail}",
+            (new.app, new.user_id, new.scope, new.project_id, new.session_id, new.entity_name),
+        )
+
+    def create(self, new: NewMemory, event_id: str | None) -> MemoryRow:
+        memory = self._memory(
+            f"""
+            INSERT INTO memories AS m (app, user_id, project_id, session_id, scope, kind,
+                                       entity_name, text, embedding, observed_at,
+                                       source_event_id)
+            VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s)
+            RETURNING {MEMORY_COLUMNS}
+            """,
+            (
+                new.app,
+                new.user_id,
+                new.project_id,
+                new.session_id,
+                new.scope,
+                new.kind,
+                new.entity_name,
+                new.text,
+                new.embedding,
+                new.observed_at,
+                event_id,
+            ),
+        )
+        assert memory is not None
+        self.revise(memory, "CREATED", None, new.text, event_id, new.observed_at)
+        return memory
+
+    def update(
+        self,
+        memory: MemoryRow,
+        text: str,
+        kind: str,
+        embedding: Any,
+        observed_at: datetime,
+        event_id: str | None,
+    ) -> MemoryRow:
+        updated = self._memory(
+            f"""
+            UPDATE memories AS m SET text = %s, kind = %s, embedding = %s, observed_at = %s,
+                   updated_at = now(), source_event_id = %s
+            WHERE m.id = %s AND m.valid_to IS NULL
+            RETURNING {MEMORY_COLUMNS}
+            """,
+            (text, kind, embedding, observed_at, event_id, memory.id),
+        )
+        assert updated is not None
+        self.revise(updated, "UPDATED", memory.text, text, event_id, observed_at)
+        return updated
+
+    def retire(self, memory: MemoryRow, observed_at: datetime, event_id: str | None) -> MemoryRow:
+        """Close the memory; returns it as it is now (with `valid_to`)."""
+        retired = self._memory(
+            f"""
+            UPDATE memories AS m SET valid_to = now(), updated_at = now(), observed_at = %s
+            WHERE m.id = %s AND m.valid_to IS NULL
+            RETURNING {MEMORY_COLUMNS}
+            """,
+            (observed_at, memory.id),
+        )
+        assert retired is not None
+        self.revise(memory, "DELETED", memory.text, None, event_id, observed_at)
+        return retired
+
+    def revise(
+        self,
+        memory: MemoryRow,
+        action: str,
+        old_text: str | None,
+        new_text: str | None,
+        event_id: str | None,
+        observed_at: datetime,
+        applied: bool = True,
+    ) -> None:
+        self.conn.execute(
+            "INSERT INTO memory_revisions (memory_id, app, user_id, action, old_text, new_text, "
+            "event_id, observed_at, applied) VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s)",
+            (
+                memory.id,
+                memory.app,
+                memory.user_id,
+                action,
+                old_text,
+                new_text,
+                event_id,
+                observed_at,
+                applied,
+            ),
+        )
+
+    def revisions(self, memory_id: str) -> list[Revision]:
+        rows = fetch(
+            self.conn,
+            "SELECT memory_id::text AS memory_id, action, old_text, new_text, "
+            "event_id::text AS event_id, observed_at, applied, created_at "
+            "FROM memory_revisions WHERE memory_id = %s ORDER BY id",
+            (memory_id,),
+        )
+        return [Revision(**row) for row in rows]

@@ -1,0 +1,387 @@
+"""Hybrid retrieval in one SQL statement, over memories or episodes.
+
+For each sub-query, two rankings over the same scoped rows: vector distance
+(cosine) and full-text rank (`ts_rank_cd` over the GIN-indexed `tsv`, where the
+question matches rows sharing ANY of its meaningful lexemes: the OR of them, not
+the AND that `plainto_tsquery` would build). Reciprocal rank fusion sums
+`weight / (k + rank)` over both rankings and all sub-queries.
+
+The vector ranking is exact when the scope has fewer than
+`AM_SEARCH_EXACT_BELOW` rows (counted first, up to that number, on the scope's
+index); otherwise Postgres's planner orders the rows, through the HNSW index
+for a large scope. HNSW walks the whole table's graph and drops the rows of
+other users and scopes as it goes (`hnsw.iterative_scan` is on for every
+connection, so it keeps walking until it has its candidates): for a scope that
+is a small share of the table that is many rows thrown away, while sorting the
+scope's own rows by distance is cheaper. The planner makes that choice from
+sampled statistics and can make it either way for the same user from one load
+of the table to the next; the count makes it the same every time. The other
+branch is never executed. A caller that knows the count's answer
+(`SCOPE_SIZES`, what a recent statement found) passes it, and the statement
+then has only the one ranking.
+
+"Meaningful": a lexeme that Postgres's statistics find in more than
+`AM_SEARCH_TEXT_MAX_FREQUENCY` of the rows ("user", "prefer" in a memory store)
+selects no rows, as a stop word would not, though it still counts in the rank of
+the rows the other lexemes select. Without this, a question sharing one such
+word with half of a user's memories would rank all of them. The list of such
+lexemes is read from `pg_stats` once a minute per process (`FrequentLexemes`)
+and passed to the statement as a parameter. At most `AM_SEARCH_TEXT_SCAN_LIMIT`
+selected rows are ranked per sub-query: first by the cheaper `ts_rank`, then
+the best twice `candidates` by `ts_rank_cd`.
+
+Scope: with a project, that project's rows and the user's global ones; without,
+global ones only; a session's own memories only when the search names the
+session. The app and user are always in the filter. Every value is a bound
+parameter.
+
+The searches are `Steps` (`shared.db.run`): the API runs them on its event loop,
+consolidation in its worker thread, through the same code.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+
+import psycopg
+from psycopg.rows import tuple_row
+
+from shared.db.memories import MEMORY_COLUMNS, MemoryRow, NewMemory
+from shared.db.run import Statement, Steps, run
+from shared.memory.search import Expiring, Fusion, Ranked, Scope
+
+EPISODE_COLUMNS = "m.id::text AS id, m.turn_id, m.session_id, m.project_id, m.created_at, m.text"
+# The context's pinned rules: at most this many, newest first.
+PINNED_LIMIT = 50
+
+# The lexemes in more than a fraction of a table's rows, from Postgres's statistics
+# of its `tsv` column.
+FREQUENT_SQL = """
+SELECT x.elem
+FROM pg_stats s, unnest(s.most_common_elems::text::text[], s.most_common_elem_freqs)
+    AS x(elem, freq)
+WHERE s.schemaname = current_schema() AND s.tablename = %s AND s.attname = 'tsv'
+  -- the frequencies array ends with three more numbers (minimum, maximum, nulls)
+  AND x.elem IS NOT NULL AND x.freq > %s
+ORDER BY x.elem"""
+
+
+class FrequentLexemes(Expiring[tuple[str, float], list[str]]):
+    """`FREQUENT_SQL` per (table, fraction), kept `ttl` seconds in this process.
+    Read inside the search statement, the statistics would cost every query a join
+    of four catalogs with privilege checks (the pg_stats view); they change only
+    when the table is analysed."""
+
+    def lookup(self, table: str, fraction: float) -> Steps[list[str]]:
+        key = (table, fraction)
+        found = self.cached(key)
+        if found is None:
+            rows = yield Statement(FREQUENT_SQL, key, tuple_row)
+            found = self.store(key, [row[0] for row in rows])
+        return found
+
+    def get(self, conn: psycopg.Connection, table: str, fraction: float) -> list[str]:
+        """`lookup` on a sync connection."""
+        return run(conn, self.lookup(table, fraction))
+
+
+FREQUENT = FrequentLexemes()
+
+
+class ScopeSizes(Expiring[tuple[str, str, str, str, str, int], bool]):
+    """Whether a scope's vector ranking is exact (fewer rows than `exact_below`), as
+    the last statement that counted it found, kept `ttl` seconds in this process:
+    a statement told so does not count again nor plan the other ranking.
+    A scope that grows past the threshold meanwhile is ranked the old way for at
+    most `ttl` seconds: both ways are right, only their cost differs. One entry per
+    scope searched in the last minute, 10,000 at most (`Expiring.size`)."""
+
+    @staticmethod
+    def key(table: str, scope: Scope, exact_below: int) -> tuple[str, str, str, str, str, int]:
+        # What the statement counts: `memory_count_filter`'s rows, with the scope's values.
+        count = memory_count_filter(scope)
+        return (table, count, scope.app, scope.user_id, scope.project_id, exact_below)
+
+
+SCOPE_SIZES = ScopeSizes()
+
+
+def _lexemes() -> str:
+    """Per sub-query: the OR of all its lexemes (`tsq`, what ranks) and the OR of
+    its meaningful ones (`mtsq`, what selects rows): all but the `frequent` ones
+    (a parameter, from `FrequentLexemes`). Lexemes are quoted for to_tsquery
+    (backslash escapes inside quotes)."""
+    return """
+qt AS (
+    SELECT q.qi, q.emb,
+           to_tsquery('simple', l.all_lexemes) AS tsq,
+           to_tsquery('simple', l.meaningful) AS mtsq
+    FROM q CROSS JOIN LATERAL (
+        SELECT string_agg(w.quoted, ' | ') AS all_lexemes,
+               string_agg(w.quoted, ' | ') FILTER (
+                   WHERE NOT (lex = ANY(%(frequent)s::text[]))) AS meaningful
+        FROM unnest(tsvector_to_array(to_tsvector('english', q.qtext))) AS lex
+        CROSS JOIN LATERAL (
+            SELECT '''' || replace(replace(lex, '\\', '\\\\'), '''', '\\''') || '''' AS quoted
+        ) w
+    ) l
+)"""
+
+
+def _live_in_scope(scope: Scope, session_rows: str) -> str:
+    """Live rows of the scope's app and user: global ones, the project's, and
+    `session_rows` when the scope names a session."""
+    visible = ["m.scope = 'global'"]
+    if scope.project_id:
+        visible.append("(m.scope = 'project' AND m.project_id = %(project_id)s)")
+    if scope.session_id:
+        visible.append(session_rows)
+    return (
+        "m.app = %(app)s AND m.user_id = %(user_id)s AND m.valid_to IS NULL "
+        f"AND ({' OR '.join(visible)})"
+    )
+
+
+def memory_filter(scope: Scope, kinds: list[str] | None) -> tuple[str, dict[str, Any]]:
+    """The WHERE clause (alias `m`) of the live memories `scope` may see."""
+    params: dict[str, Any] = {"app": scope.app, "user_id": scope.user_id}
+    if scope.project_id:
+        params["project_id"] = scope.project_id
+    if scope.session_id:
+        params["session_id"] = scope.session_id
+    clause = _live_in_scope(scope, "(m.scope = 'session' AND m.session_id = %(session_id)s)")
+    if kinds:
+        clause += " AND m.kind = ANY(%(kinds)s)"
+        params["kinds"] = list(kinds)
+    return clause, params
+
+
+def memory_count_filter(scope: Scope) -> str:
+    """Rows of at least `memory_filter`'s, which the scope index (`memories_scope`)
+    answers alone, so that counting them reads no table row: any kind, and the
+    memories of every session when one is named. Same parameters."""
+    return _live_in_scope(scope, "m.scope = 'session'")
+
+
+def episode_filter(
+    scope: Scope, before: datetime | None, after: datetime | None
+) -> tuple[str, dict[str, Any]]:
+    """The WHERE clause (alias `m`) of the episodes `scope` may see: with a project,
+    that project's and those recorded without one; without, those without one."""
+    params: dict[str, Any] = {
+        "app": scope.app,
+        "user_id": scope.user_id,
+        "project_id": scope.project_id,
+    }
+    clause = "m.app = %(app)s AND m.user_id = %(user_id)s AND m.project_id IN (%(project_id)s, '')"
+    if before is not None:
+        clause += " AND m.created_at < %(before)s"
+        params["before"] = before
+    if after is not None:
+        clause += " AND m.created_at > %(after)s"
+        params["after"] = after
+    return clause, params
+
+
+# Longer than most functions: it is one statement's text, read best whole.
+def hybrid_sql(
+    table: str,
+    columns: str,
+    where: str,
+    *,
+    pinned_rules: bool = False,
+    count_where: str | None = None,
+    exact: bool | None = None,
+) -> str:
+    """The statement: fused rows (`pinned` false) and, if asked, every rule the
+    filter admits (`pinned` true; score 0), each with `exact`, whether the vector
+    ranking was exact. Parameters: the filter's, those of `fusion_params`, and
+    `frequent` (the table's `FrequentLexemes`). With `exact` None the statement
+    decides, counting the rows of `count_where` (`where` if not given: a filter
+    admitting at least `where`'s rows, cheaper to count); given (a count a recent
+    statement made, `SCOPE_SIZES`), it only has the one ranking to plan and run."""
+
+    def nearest(order: str, unless_exact: str) -> str:
+        """Each sub-query's `candidates` nearest rows by `order`, if the count says so."""
+        return f"""SELECT qt.qi, n.id, n.dist FROM qt CROSS JOIN LATERAL (
+            SELECT m.id, m.embedding <=> qt.emb AS dist FROM {table} m
+            WHERE {where} AND m.embedding IS NOT NULL
+            ORDER BY {order} LIMIT %(candidates)s
+        ) n{unless_exact}"""
+
+    planned = "m.embedding <=> qt.emb"
+    # `+ 0`: an order the HNSW index cannot give, so the scope's rows are sorted.
+    sorted_ = "(m.embedding <=> qt.emb) + 0"
+    if exact is None:
+        sizing = f"""
+sizing AS (
+    SELECT count(*) < %(exact_below)s AS exact FROM (
+        SELECT 1 FROM {table} m WHERE {count_where or where} LIMIT %(exact_below)s
+    ) s
+),"""
+        nearest_rows = f"""{nearest(planned, " WHERE NOT (SELECT exact FROM sizing)")}
+        UNION ALL
+        {nearest(sorted_, " WHERE (SELECT exact FROM sizing)")}"""
+        was_exact = "(SELECT exact FROM sizing)"
+    else:
+        sizing = ""
+        nearest_rows = nearest(sorted_ if exact else planned, "")
+        was_exact = "true" if exact else "false"
+
+    fused = f"""
+WITH q AS (
+    SELECT u.qi, u.emb, u.qtext
+    FROM unnest(%(embeddings)s::text[]::vector[], %(texts)s::text[])
+        WITH ORDINALITY AS u(emb, qtext, qi)
+),{_lexemes()},{sizing}
+vec AS (
+    SELECT v.id, row_number() OVER (PARTITION BY v.qi ORDER BY v.dist, v.id) AS rank
+    FROM (
+        {nearest_rows}
+    ) v
+),
+txt AS (
+    SELECT t.id, row_number() OVER (PARTITION BY qt.qi ORDER BY t.r DESC, t.id) AS rank
+    FROM qt CROSS JOIN LATERAL (
+        SELECT c.id, ts_rank_cd(c.tsv, qt.tsq) AS r FROM (
+            SELECT s.id, s.tsv FROM (
+                SELECT m.id, m.tsv FROM {table} m
+                WHERE qt.mtsq IS NOT NULL AND m.tsv @@ qt.mtsq AND {where}
+                LIMIT %(text_scan)s
+            ) s
+            ORDER BY ts_rank(s.tsv, qt.tsq) DESC LIMIT 2 * %(candidates)s
+        ) c
+        ORDER BY r DESC LIMIT %(candidates)s
+    ) t
+),
+fused AS (
+    SELECT id, sum(score) AS score, min(vrank) AS vrank, min(trank) AS trank FROM (
+        SELECT id, %(wv)s::float8 / (%(rrf_k)s + rank) AS score,
+               rank AS vrank, NULL::bigint AS trank FROM vec
+        UNION ALL
+        SELECT id, %(wt)s::float8 / (%(rrf_k)s + rank), NULL, rank FROM txt
+    ) s GROUP BY id
+)"""
+    ranked = f"""(
+    SELECT {columns}, f.score, f.vrank, f.trank, false AS pinned, {was_exact} AS exact
+    FROM fused f JOIN {table} m ON m.id = f.id
+    ORDER BY f.score DESC, m.id LIMIT %(limit)s
+)"""
+    if not pinned_rules:
+        return f"{fused}\n{ranked}"
+    rules = f"""(
+    SELECT {columns}, 0::float8, NULL::bigint, NULL::bigint, true AS pinned, {was_exact}
+    FROM {table} m WHERE {where} AND m.kind = 'rule'
+    ORDER BY m.observed_at DESC, m.id LIMIT %(pinned_limit)s
+)"""
+    return f"{fused}\n{ranked}\nUNION ALL\n{rules}"
+
+
+def vector_text(vector: Any) -> str:
+    """pgvector's text form of a vector (a list, a numpy array or a `Vector`)."""
+    values = vector.to_list() if hasattr(vector, "to_list") else vector
+    return "[" + ",".join(repr(float(x)) for x in values) + "]"
+
+
+def fusion_params(
+    fusion: Fusion, embeddings: list[Any], texts: list[str], limit: int
+) -> dict[str, Any]:
+    return {
+        "embeddings": [vector_text(e) for e in embeddings],
+        "texts": texts,
+        "candidates": max(fusion.candidates, limit),
+        "wv": fusion.vector_weight,
+        "wt": fusion.text_weight,
+        "rrf_k": fusion.k,
+        "text_scan": fusion.text_scan,
+        "exact_below": fusion.exact_below,
+        "limit": limit,
+    }
+
+
+def _ranked(row: dict[str, Any]) -> tuple[dict[str, Any], Ranked, bool]:
+    """A row of `hybrid_sql` split into its columns, its ranking and whether it is pinned."""
+    ranked = Ranked(float(row.pop("score")), row.pop("vrank"), row.pop("trank"))
+    row.pop("exact")
+    return row, ranked, bool(row.pop("pinned"))
+
+
+def search_memories(
+    scope: Scope,
+    queries: list[str],
+    embeddings: list[Any],
+    k: int,
+    fusion: Fusion,
+    kinds: list[str] | None = None,
+    pinned: bool = False,
+) -> Steps[tuple[list[tuple[MemoryRow, Ranked]], list[MemoryRow]]]:
+    """The fused top-k live memories `scope` may see and, if `pinned`, its rules
+    (at most PINNED_LIMIT, newest first): one statement."""
+    where, params = memory_filter(scope, kinds)
+    params.update(fusion_params(fusion, embeddings, queries, k))
+    params["pinned_limit"] = PINNED_LIMIT
+    sized = SCOPE_SIZES.key("memories", scope, fusion.exact_below)
+    exact = SCOPE_SIZES.cached(sized)
+    sql = hybrid_sql(
+        "memories",
+        MEMORY_COLUMNS,
+        where,
+        pinned_rules=pinned,
+        count_where=memory_count_filter(scope),
+        exact=exact,
+    )
+    params["frequent"] = yield from FREQUENT.lookup("memories", fusion.max_frequency)
+    rows = yield Statement(sql, params)
+    if exact is None and rows:
+        SCOPE_SIZES.store(sized, bool(rows[0]["exact"]))
+    found, rules = [], []
+    for row in rows:
+        fields, ranked, is_pinned = _ranked(row)
+        memory = MemoryRow.from_row(fields)
+        if is_pinned:
+            rules.append(memory)
+        else:
+            found.append((memory, ranked))
+    return found, rules
+
+
+def search_episodes(
+    scope: Scope,
+    query: str,
+    embedding: Any,
+    k: int,
+    fusion: Fusion,
+    before: datetime | None = None,
+    after: datetime | None = None,
+) -> Steps[list[tuple[dict[str, Any], Ranked]]]:
+    """The fused top-k episodes `scope` may see: each as its `EPISODE_COLUMNS`."""
+    where, params = episode_filter(scope, before, after)
+    params.update(fusion_params(fusion, [embedding], [query], k))
+    params["frequent"] = yield from FREQUENT.lookup("episodes", fusion.max_frequency)
+    rows = yield Statement(hybrid_sql("episodes", EPISODE_COLUMNS, where), params)
+    return [_ranked(row)[:2] for row in rows]
+
+
+def similar_memories(
+    new: NewMemory, fusion: Fusion, limit: int, except_entity: str
+) -> Steps[list[MemoryRow]]:
+    """The live memories most similar to `new` of exactly its user, scope, project
+    and session, but none of the entity `except_entity`."""
+    where = (
+        "m.app = %(app)s AND m.user_id = %(user_id)s AND m.valid_to IS NULL "
+        "AND m.scope = %(scope)s AND m.project_id = %(project_id)s "
+        "AND m.session_id = %(session_id)s AND m.entity_name <> %(except_entity)s"
+    )
+    params = {
+        "app": new.app,
+        "user_id": new.user_id,
+        "scope": new.scope,
+        "project_id": new.project_id,
+        "session_id": new.session_id,
+        "except_entity": except_entity,
+        **fusion_params(fusion, [new.embedding], [new.text], limit),
+    }
+    params["frequent"] = yield from FREQUENT.lookup("memories", fusion.max_frequency)
+    rows = yield Statement(hybrid_sql("memories", MEMORY_COLUMNS, where), params)
+    return [MemoryRow.from_row(row) for row in rows]

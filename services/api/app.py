@@ -22,10 +22,19 @@ from services.api.auth import Authentication
 from services.api.docs import install_docs
 from services.api.errors import install_error_handlers
 from services.api.guard import Guard
-from services.api.lifecycle_routes import install_lifecycle_routes
-from services.api.memory_routes import install_memory_routes
 from services.api.openapi import install_openapi
-from services.api.routers import every_route, health, permissions, sessions
+from services.api.routers import (
+    admin,
+    archive,
+    context,
+    every_route,
+    health,
+    lifecycle,
+    memories,
+    operations,
+    permissions,
+    sessions,
+)
 from shared.bootstrap import bootstrap, make_async_valkey
 from shared.config import Settings, load_settings
 from shared.db.pool import make_async_pool
@@ -52,9 +61,14 @@ def create_app(settings: Settings | None = None, **overrides: Any) -> FastAPI:
     # In this order: it is the OpenAPI document's order of operations.
     app.include_router(health.router)
     app.include_router(sessions.router)
-    install_memory_routes(app)
+    app.include_router(memories.search_router)
+    app.include_router(archive.router)
+    app.include_router(memories.router)
+    app.include_router(context.router)
+    app.include_router(operations.router)
     app.include_router(permissions.router)
-    install_lifecycle_routes(app)
+    app.include_router(lifecycle.router)
+    app.include_router(admin.router)
     install_openapi(app)
     app.add_middleware(Authentication)
     # Inside RequestLog, which starts each request's log context afresh.

@@ -25,6 +25,8 @@ from shared.bus.publisher import EventPublisher
 from shared.config import Settings
 from shared.embeddings.base import Embedder
 from shared.llm.base import LLM
+from shared.memory.retrieval import MemorySearch
+from shared.memory.search import Fusion
 from shared.permissions import Guardrail
 from shared.session_buffer import AsyncSessionBuffer
 
@@ -104,6 +106,12 @@ async def get_llm(request: Request) -> LLM:
     return _state(request).llm
 
 
+async def get_memory_search(request: Request) -> MemorySearch:
+    """The hybrid search over memories and episodes, on the event loop's pool."""
+    state = _state(request)
+    return MemorySearch(state.apool, state.embedder, Fusion.from_settings(state.resources.settings))
+
+
 async def get_app_id(request: Request) -> str:
     """The request's tenant, from its API key (services.api.auth)."""
     return app_of(request)
@@ -124,6 +132,7 @@ GuardrailDep = Annotated[Guardrail, Depends(get_guardrail)]
 PublisherDep = Annotated[EventPublisher, Depends(get_publisher)]
 EmbedderDep = Annotated[Embedder, Depends(get_embedder)]
 LlmDep = Annotated[LLM, Depends(get_llm)]
+MemorySearchDep = Annotated[MemorySearch, Depends(get_memory_search)]
 AppIdDep = Annotated[str, Depends(get_app_id)]
 AdminDep = Annotated[bool, Depends(get_is_admin)]
 
@@ -135,6 +144,7 @@ __all__ = [
     "EmbedderDep",
     "GuardrailDep",
     "LlmDep",
+    "MemorySearchDep",
     "PoolDep",
     "PublisherDep",
     "ResourcesDep",

@@ -1,4 +1,5 @@
-"""Request and response bodies of the long-term memory routes."""
+"""Request and response bodies of the long-term memory routes: memories, the
+archive, the context, operations, deletions and compactions."""
 
 from __future__ import annotations
 
@@ -338,3 +339,33 @@ class Operation(BaseModel):
     done: bool
     generated_memories: list[dict] | None = None
     error: str | None = None
+
+
+class DeleteByQueryRequest(_Request):
+    project_id: OptionalId = None
+    query: QueryText
+
+
+class DeleteByQueryResponse(BaseModel):
+    deleted: list[MemoryView]
+
+
+class DeletionCounts(BaseModel):
+    user_id: str
+    project_id: str | None = None
+    deleted: dict[str, int]
+    deleted_at: str | None = None
+
+
+class CompactionRequest(_Request):
+    project_id: OptionalId = None
+    retention_days: bounded_count(1, 36500) | None = None
+    batch_limit: bounded_count(1, 1000) | None = None
+
+
+class CompactionAccepted(BaseModel):
+    event_id: str
+    user_id: str
+    project_id: str | None
+    retention_days: int
+    batch_limit: int

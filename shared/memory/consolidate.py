@@ -15,10 +15,14 @@ from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import Any
 
+from psycopg_pool import ConnectionPool
+
+from shared.config import Settings
 from shared.db.memories import MemoryRow, NewMemory
 from shared.db.search import similar_memories
 from shared.db.unit_of_work import UnitOfWork
-from shared.llm.base import KINDS, SCOPES, Candidate, ExistingMemory
+from shared.embeddings.base import Embedder
+from shared.llm.base import KINDS, LLM, SCOPES, Candidate, ExistingMemory
 from shared.memory.search import Fusion
 from shared.memory.store import COMPACTED_ENTITY
 
@@ -167,3 +171,28 @@ class Consolidator:
             memory, action, old_text, new_text, source.event_id, source.observed_at, applied=False
         )
         return Applied("HISTORY", memory, new_text or "")
+
+
+def write_memory(
+    pool: ConnectionPool,
+    embedder: Embedder,
+    llm: LLM,
+    settings: Settings,
+    candidate: Candidate,
+    source: Source,
+    consolidate: bool = True,
+) -> Applied:
+    """One memory a client writes (`POST /v1/memories`), embedded and then, unless
+    `consolidate` is false, consolidated like the extraction worker's candidates:
+    in one committed transaction that holds the user's lock. Blocking."""
+    vector = embedder.embed([candidate.text])[0]
+    with UnitOfWork(pool) as uow:
+        uow.memories.lock_user(source.app, source.user_id)
+        consolidator = Consolidator(
+            uow, llm, Fusion.from_settings(settings), settings.consolidation_neighbours
+        )
+        applied = consolidator.apply(
+            new_memory(candidate, source, vector), source, consolidate=consolidate
+        )
+        uow.commit()
+    return applied

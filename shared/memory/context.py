@@ -1,16 +1,25 @@
-"""The `system_instruction` of a context, assembled within a token budget.
+"""The context of a turn: the session's part (Valkey) and the long-term part
+(Postgres) read at once, and its `system_instruction` assembled within a token
+budget.
 
-Order of priority (docs/design.md, "The read path"): pinned rules, then the
-rolling (or carried) summary, then the recent turns, then the retrieved memories. When the budget
-runs out, the lowest priority goes first: memories from the least relevant,
-then the oldest recent turns, then the summary is clipped; rules are dropped
-last, from the newest. `omitted` counts what did not fit.
+Either part may fail; the context is then built without it and says so
+(`Context.failures`). The instruction's order of priority (docs/design.md, "The
+read path"): pinned rules, then the rolling (or carried) summary, then the
+recent turns, then the retrieved memories. When the budget runs out, the lowest
+priority goes first: memories from the least relevant, then the oldest recent
+turns, then the summary is clipped; rules are dropped last, from the newest.
+`omitted` counts what did not fit.
 """
 
 from __future__ import annotations
 
+import asyncio
 from dataclasses import dataclass, field
 
+from shared.db.memories import MemoryRow
+from shared.memory.retrieval import Found, MemorySearch
+from shared.memory.search import Scope
+from shared.session_buffer import AsyncSessionBuffer, BufferedTurn, SessionKey, SessionView, Summary
 from shared.tokens import clip_to_tokens, estimate_tokens
 
 HEADER = (
@@ -88,3 +97,111 @@ def assemble(
         omitted["rules"] += 1
     text = render(rule_lines, summary_text, turn_lines, memory_lines)
     return Built(text, estimate_tokens(text), {k: v for k, v in omitted.items() if v})
+
+
+@dataclass(frozen=True)
+class ContextQuery:
+    """What a context is built for: the session (`scope.session_id`) and the
+    session it continues, the query its memories are searched with, how many,
+    and the instruction's budget and number of recent turns."""
+
+    scope: Scope
+    prev_session_id: str
+    query: str
+    k: int
+    budget: int
+    recent_turns: int
+
+
+@dataclass(frozen=True)
+class SessionSummary:
+    session_id: str
+    text: str
+    version: int
+
+
+@dataclass(frozen=True)
+class Context:
+    rolling: SessionSummary | None
+    carried: SessionSummary | None
+    turns: list[BufferedTurn]
+    rules: list[MemoryRow]
+    memories: list[Found]
+    built: Built
+    # The parts that could not be read ("session", "memories"), and why.
+    failures: dict[str, BaseException]
+
+    @property
+    def degraded(self) -> list[str]:
+        return list(self.failures)
+
+
+async def build_context(
+    query: ContextQuery, buffer: AsyncSessionBuffer, search: MemorySearch
+) -> Context:
+    """The session part and the memory part at once; each may fail alone."""
+    session, recalled = await asyncio.gather(
+        _session_part(query, buffer),
+        search.memories(query.scope, [query.query], query.k, pinned=True),
+        return_exceptions=True,
+    )
+    failures: dict[str, BaseException] = {}
+    view, carried = None, None
+    if isinstance(session, BaseException):
+        failures["session"] = session
+    else:
+        view, carried = session
+    found, rules = [], []
+    if isinstance(recalled, BaseException):
+        failures["memories"] = recalled
+    else:
+        found, rules = recalled
+        # A rule both pinned and found goes into the instruction once, as a rule.
+        pinned = {rule.id for rule in rules}
+        found = [f for f in found if f.memory.id not in pinned]
+    return _assembled(query, view, carried, rules, found, failures)
+
+
+async def _session_part(
+    query: ContextQuery, buffer: AsyncSessionBuffer
+) -> tuple[SessionView, Summary | None]:
+    """The session's view and the summary of the session it continues (the one
+    the query names, else the one the session recorded), if any."""
+    scope = query.scope
+    view = await buffer.read(SessionKey(scope.app, scope.user_id, scope.session_id))
+    carried = None
+    prev = query.prev_session_id or view.prev_session_id
+    if prev:
+        carried = await buffer.read_summary(SessionKey(scope.app, scope.user_id, prev))
+    return view, carried
+
+
+def _assembled(
+    query: ContextQuery,
+    view: SessionView | None,
+    carried: Summary | None,
+    rules: list[MemoryRow],
+    found: list[Found],
+    failures: dict[str, BaseException],
+) -> Context:
+    rolling = (
+        SessionSummary(query.scope.session_id, view.summary.text, view.summary.version)
+        if view is not None and view.summary.version
+        else None
+    )
+    carried_summary = (
+        SessionSummary(query.prev_session_id or view.prev_session_id, carried.text, carried.version)
+        if carried is not None and carried.version and view is not None
+        else None
+    )
+    turns = list(view.turns)[-query.recent_turns :] if view is not None else []
+    built = assemble(
+        rules=[m.text for m in rules],
+        summary=rolling.text if rolling else "",
+        carried=carried_summary.text if carried_summary else "",
+        carried_from=carried_summary.session_id if carried_summary else "",
+        turns=[(t.user, t.assistant) for t in turns],
+        memories=[f"[{f.memory.scope} {f.memory.kind}] {f.memory.text}" for f in found],
+        budget=query.budget,
+    )
+    return Context(rolling, carried_summary, turns, rules, found, built, failures)

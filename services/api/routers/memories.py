@@ -1,0 +1,169 @@
+"""Long-term memory routes: search the memories, list, read, write and delete one.
+
+The search runs on the event loop through the asyncio Postgres pool. The rest
+goes through the synchronous repositories on a worker thread: a write
+consolidates (which may call the LLM) in one transaction holding the user's
+lock, like the extraction worker's (shared.memory.consolidate.write_memory).
+
+`search_router` holds `memories:search` alone: it comes before the archive's
+search in the OpenAPI document, and the other memory routes after it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import json
+import uuid
+from datetime import datetime
+from typing import Annotated
+
+from fastapi import APIRouter, Query, Response
+
+from services.api.deps import AppIdDep, EmbedderDep, LlmDep, MemorySearchDep, PoolDep, SettingsDep
+from services.api.errors import ApiError, postgres_or_503
+from services.api.memory_models import (
+    DeleteMemoryResponse,
+    Identifier,
+    Kind,
+    MemoryDetail,
+    MemoryPage,
+    ScopeName,
+    SearchRequest,
+    SearchResponse,
+    WriteMemoryRequest,
+    WriteMemoryResponse,
+)
+from services.api.models import json_response
+from services.api.routers.views import found_fields, memory_detail, memory_view
+from shared.db.memories import MemoryRow, PageFilter, Revision
+from shared.db.unit_of_work import UnitOfWork, in_thread
+from shared.events import utcnow
+from shared.llm.base import Candidate
+from shared.memory import consolidate, deletion
+from shared.memory.consolidate import Source
+from shared.memory.retrieval import sub_queries
+from shared.memory.search import Scope
+
+search_router = APIRouter()
+router = APIRouter()
+
+
+@search_router.post("/v1/memories:search", response_model=SearchResponse)
+async def memories_search(
+    body: SearchRequest, app_id: AppIdDep, search: MemorySearchDep, llm: LlmDep
+) -> Response:
+    scope = Scope(app_id, body.user_id, body.project_id or "")
+    queries = await sub_queries(llm, body.query) if body.decompose else [body.query]
+    found, _ = await postgres_or_503(search.memories(scope, queries, body.k, body.kinds))
+    # The fast path of services.api.models.json_response.
+    return json_response({"queries": queries, "memories": [found_fields(f) for f in found]})
+
+
+@router.get("/v1/memories", response_model=MemoryPage)
+async def list_memories(
+    app_id: AppIdDep,
+    pool: PoolDep,
+    user_id: Annotated[Identifier, Query()],
+    project_id: Annotated[str | None, Query()] = None,
+    scope: Annotated[ScopeName | None, Query()] = None,
+    kind: Annotated[Kind | None, Query()] = None,
+    limit: Annotated[int, Query(ge=1, le=500)] = 100,
+    cursor: Annotated[str | None, Query()] = None,
+) -> MemoryPage:
+    after = _decode_cursor(cursor) if cursor else None
+    where = PageFilter(app_id, user_id, project_id, scope, kind, after)
+    # One more than the page: whether there is a next one.
+    rows = await postgres_or_503(
+        in_thread(pool, lambda uow: uow.memories.page(where, limit + 1), commit=False)
+    )
+    next_cursor = None
+    if len(rows) > limit:
+        rows = rows[:limit]
+        next_cursor = _encode_cursor(rows[-1])
+    return MemoryPage(memories=[memory_view(m) for m in rows], next_cursor=next_cursor)
+
+
+@router.get("/v1/memories/{memory_id}", response_model=MemoryDetail)
+async def get_memory(
+    memory_id: str, app_id: AppIdDep, pool: PoolDep, user_id: Annotated[Identifier, Query()]
+) -> MemoryDetail:
+    _require_uuid(memory_id)
+
+    def read(uow: UnitOfWork) -> tuple[MemoryRow | None, list[Revision]]:
+        memory = uow.memories.get(app_id, user_id, memory_id)
+        return memory, uow.memories.revisions(memory_id) if memory is not None else []
+
+    memory, revisions = await postgres_or_503(in_thread(pool, read, commit=False))
+    if memory is None:
+        raise ApiError(404, "not_found", f"no memory {memory_id} for this user")
+    return memory_detail(memory, revisions)
+
+
+@router.post("/v1/memories", response_model=WriteMemoryResponse, status_code=201)
+async def write_memory(
+    body: WriteMemoryRequest,
+    app_id: AppIdDep,
+    settings: SettingsDep,
+    pool: PoolDep,
+    embedder: EmbedderDep,
+    llm: LlmDep,
+) -> WriteMemoryResponse:
+    project_id = body.project_id or ""
+    candidate = Candidate(body.entity_name, body.kind, body.scope, project_id, body.text)
+    source = Source(app_id, body.user_id, project_id, body.session_id or "", utcnow(), None)
+    applied = await postgres_or_503(
+        asyncio.to_thread(
+            consolidate.write_memory,
+            pool,
+            embedder,
+            llm,
+            settings,
+            candidate,
+            source,
+            body.consolidate,
+        )
+    )
+    # The rows come from the statements that wrote them (RETURNING): current.
+    memory = memory_view(applied.memory) if applied.memory is not None else None
+    return WriteMemoryResponse(action=applied.action, memory=memory)
+
+
+@router.delete("/v1/memories/{memory_id}", response_model=DeleteMemoryResponse)
+async def delete_memory(
+    memory_id: str, app_id: AppIdDep, pool: PoolDep, user_id: Annotated[Identifier, Query()]
+) -> DeleteMemoryResponse:
+    _require_uuid(memory_id)
+    deleted = await postgres_or_503(
+        in_thread(
+            pool,
+            lambda uow: deletion.delete_memory(uow, app_id, user_id, memory_id, utcnow()),
+            commit=True,
+        )
+    )
+    if not deleted:
+        raise ApiError(404, "not_found", f"no live memory {memory_id} for this user")
+    return DeleteMemoryResponse(memory_id=memory_id, deleted=True)
+
+
+def _require_uuid(value: str) -> None:
+    try:
+        uuid.UUID(value)
+    except ValueError:
+        raise ApiError(404, "not_found", f"no memory {value}") from None
+
+
+def _encode_cursor(memory: MemoryRow) -> str:
+    raw = json.dumps([memory.created_at.isoformat(), memory.id])
+    return base64.urlsafe_b64encode(raw.encode()).decode()
+
+
+def _decode_cursor(cursor: str) -> tuple[datetime, str]:
+    try:
+        created, memory_id = json.loads(base64.urlsafe_b64decode(cursor.encode()))
+        uuid.UUID(memory_id)
+        return datetime.fromisoformat(created), memory_id
+    except (ValueError, TypeError):
+        raise ApiError(
+            422, "invalid_request", "cursor: not a cursor this API returned", field="cursor"
+        ) from None

@@ -1,0 +1,107 @@
+"""Memories, search results and the context as the response models lay them out.
+
+The `*_fields` and `context_body` functions give plain data for the routes on
+the fast path of services.api.models.json_response (a test checks their bodies
+against the models); the others build the models.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+
+from services.api.memory_models import EpisodeView, MemoryDetail, MemoryView, RevisionView
+from shared.db.memories import MemoryRow, Revision
+from shared.events import format_time
+from shared.memory.context import Context, SessionSummary
+from shared.memory.retrieval import Found, FoundEpisode
+
+
+def _time(value: datetime | None) -> str | None:
+    return format_time(value) if value is not None else None
+
+
+def memory_fields(m: MemoryRow) -> dict[str, Any]:
+    """A memory as `MemoryView` lays it out, as plain data."""
+    return {
+        **m.identity(),
+        "text": m.text,
+        "observed_at": format_time(m.observed_at),
+        "created_at": format_time(m.created_at),
+        "updated_at": format_time(m.updated_at),
+        "deleted_at": _time(m.valid_to),
+    }
+
+
+def memory_view(m: MemoryRow) -> MemoryView:
+    return MemoryView(**memory_fields(m))
+
+
+def found_fields(found: Found) -> dict[str, Any]:
+    """A ranked memory as `ScoredMemory` lays it out, as plain data."""
+    return {
+        **memory_fields(found.memory),
+        "score": round(found.ranked.score, 6),
+        "rankers": found.ranked.rankers,
+    }
+
+
+def memory_detail(memory: MemoryRow, revisions: list[Revision]) -> MemoryDetail:
+    return MemoryDetail(
+        **memory_fields(memory),
+        revisions=[
+            RevisionView(
+                action=r.action,
+                old_text=r.old_text,
+                new_text=r.new_text,
+                event_id=r.event_id,
+                observed_at=format_time(r.observed_at),
+                applied=r.applied,
+                created_at=format_time(r.created_at),
+            )
+            for r in revisions
+        ],
+    )
+
+
+def episode_view(found: FoundEpisode) -> EpisodeView:
+    fields = found.fields
+    return EpisodeView(
+        id=fields["id"],
+        turn_id=fields["turn_id"],
+        session_id=fields["session_id"],
+        project_id=fields["project_id"] or None,
+        created_at=format_time(fields["created_at"]),
+        text=fields["text"],
+        score=round(found.ranked.score, 6),
+        rankers=found.ranked.rankers,
+    )
+
+
+def _summary(summary: SessionSummary | None) -> dict[str, Any] | None:
+    if summary is None:
+        return None
+    return {"session_id": summary.session_id, "text": summary.text, "version": summary.version}
+
+
+def context_body(context: Context) -> dict[str, Any]:
+    """The context as `ContextResponse` lays it out, as plain data."""
+    return {
+        "rolling_summary": _summary(context.rolling),
+        "carried_summary": _summary(context.carried),
+        "recent_turns": [
+            {
+                "turn_id": t.turn_id,
+                "created_at": format_time(t.created_at),
+                "user": t.user,
+                "assistant": t.assistant,
+            }
+            for t in context.turns
+        ],
+        "pinned_rules": [memory_fields(m) for m in context.rules],
+        "memories": [found_fields(f) for f in context.memories],
+        "system_instruction": context.built.text,
+        "tokens": context.built.tokens,
+        "omitted": context.built.omitted,
+        "degraded": context.degraded,
+    }

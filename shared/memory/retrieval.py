@@ -1,0 +1,85 @@
+"""Hybrid search on the event loop: the queries embedded, then one statement
+(`shared.db.search`) on the asyncio Postgres pool. The context and
+`memories:search` share `MemorySearch.memories`; the archive search is
+`MemorySearch.episodes`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any, TypeVar
+
+from psycopg_pool import AsyncConnectionPool
+
+from shared.db import search as db_search
+from shared.db.memories import MemoryRow
+from shared.db.run import Steps, arun
+from shared.embeddings.base import Embedder
+from shared.llm.base import LLM
+from shared.memory.search import Fusion, Ranked, Scope
+
+T = TypeVar("T")
+
+
+@dataclass(frozen=True, slots=True)
+class Found:
+    """A memory a search ranked, and how."""
+
+    memory: MemoryRow
+    ranked: Ranked
+
+
+@dataclass(frozen=True, slots=True)
+class FoundEpisode:
+    """An episode a search ranked (its `shared.db.search.EPISODE_COLUMNS`), and how."""
+
+    fields: dict[str, Any]
+    ranked: Ranked
+
+
+@dataclass(frozen=True, slots=True)
+class MemorySearch:
+    pool: AsyncConnectionPool
+    embedder: Embedder
+    fusion: Fusion
+
+    async def memories(
+        self,
+        scope: Scope,
+        queries: list[str],
+        k: int,
+        kinds: list[str] | None = None,
+        pinned: bool = False,
+    ) -> tuple[list[Found], list[MemoryRow]]:
+        """Fused top-k memories and, if `pinned`, the scope's pinned rules: one statement."""
+        embeddings = await self.embedder.aembed_queries(queries)
+        steps = db_search.search_memories(scope, queries, embeddings, k, self.fusion, kinds, pinned)
+        found, rules = await self._run(steps)
+        return [Found(memory, ranked) for memory, ranked in found], rules
+
+    async def episodes(
+        self,
+        scope: Scope,
+        query: str,
+        k: int,
+        before: datetime | None = None,
+        after: datetime | None = None,
+    ) -> list[FoundEpisode]:
+        """Fused top-k episodes of the archive, created in (`after`, `before`)."""
+        embeddings = await self.embedder.aembed_queries([query])
+        steps = db_search.search_episodes(
+            scope, query, embeddings[0], k, self.fusion, before, after
+        )
+        return [FoundEpisode(fields, ranked) for fields, ranked in await self._run(steps)]
+
+    async def _run(self, steps: Steps[T]) -> T:
+        async with self.pool.connection() as conn:
+            return await arun(conn, steps)
+
+
+async def sub_queries(llm: LLM, query: str) -> list[str]:
+    """The query split into single-topic sub-queries by the LLM (blocking, so on a
+    worker thread); the query itself when the LLM finds none."""
+    return (await asyncio.to_thread(llm.decompose, query, "", "")).value or [query]

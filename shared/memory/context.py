@@ -194,7 +194,8 @@ def _assembled(
         if carried is not None and carried.version and view is not None
         else None
     )
-    turns = list(view.turns)[-query.recent_turns :] if view is not None else []
+    wanted = query.recent_turns
+    turns = list(view.turns)[-wanted:] if view is not None and wanted else []
     built = assemble(
         rules=[m.text for m in rules],
         summary=rolling.text if rolling else "",

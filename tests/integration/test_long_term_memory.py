@@ -2,6 +2,7 @@
 Postgres/pgvector, Valkey and Pub/Sub emulator (`rules` LLM, `hash` embeddings)."""
 
 import uuid
+from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime, timedelta
 
 import pytest
@@ -501,3 +502,37 @@ def test_frequent_lexemes_are_read_from_the_statistics_and_kept_for_their_ttl(po
         finally:
             conn.execute(f"DROP TABLE {table}")
             conn.commit()
+
+
+def test_a_generate_waiting_for_a_user_deleted_meanwhile_is_a_404(client, pool, ids):
+    # No worker consumes the request, so the operation stays pending while we wait.
+    body = {"user_id": ids["user_id"], "events": [{"role": "user", "text": "I like tea."}]}
+    with ThreadPoolExecutor(1) as background:
+        waiting = background.submit(
+            client.post, "/v1/memories:generate", json={**body, "wait": True}
+        )
+
+        def pending():
+            with pool.connection() as conn:
+                return conn.execute(
+                    "SELECT name FROM operations WHERE user_id = %s", (ids["user_id"],)
+                ).fetchone()
+
+        (name,) = wait_for(pending, 10, "the pending operation")
+        assert client.delete(f"/v1/users/{ids['user_id']}").status_code == 200
+        answer = waiting.result(timeout=30)
+    assert answer.status_code == 404, answer.text
+    assert answer.json()["error"]["message"] == f"no operation {name} for this user"
+
+
+def test_a_context_of_no_recent_turns_holds_none(app_settings, topology, ids):
+    settings = app_settings.model_copy(update={"context_recent_turns": 0})
+    with TestClient(create_app(settings), raise_server_exceptions=False) as c:
+        turn = {"user_id": ids["user_id"], "user": "Hello there.", "assistant": "Hi!"}
+        assert c.post(f"/v1/sessions/{ids['session_id']}/turns", json=turn).status_code == 202
+        context = c.post(
+            "/v1/context",
+            json={"user_id": ids["user_id"], "session_id": ids["session_id"], "query": "hello"},
+        ).json()
+    assert context["recent_turns"] == []
+    assert "Hello there." not in context["system_instruction"]

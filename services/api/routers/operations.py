@@ -104,7 +104,8 @@ async def _wait(
     delay = 0.02
     while True:
         operation = await _operation(pool, app_id, name, user_id)
-        assert operation is not None
+        if operation is None:  # the user was deleted while we waited
+            raise ApiError(404, "not_found", f"no operation {name} for this user")
         if operation.done or loop.time() >= deadline:
             return operation
         await asyncio.sleep(min(delay, max(0.0, deadline - loop.time())))

@@ -28,7 +28,7 @@ from shared.db.ledger import Claim, Ledger
 from shared.db.operations import Operations
 from shared.db.unit_of_work import UnitOfWork
 from shared.events import MemoriesGenerate, TurnRecorded
-from shared.llm.base import ExtractionInput
+from shared.llm.base import Action, ExtractionInput
 from shared.memory.consolidate import Applied, Consolidator, Source, correct, new_memory
 from shared.memory.search import Fusion
 
@@ -159,7 +159,7 @@ class Extraction:
         log.info(
             "memories consolidated",
             event_id=source.event_id,
-            actions=[a.action for a in applied],
+            actions=[a.action.value for a in applied],
         )
         return Outcome.APPLIED
 
@@ -179,7 +179,7 @@ def operation_result(applied: list[Applied]) -> list[dict[str, Any]]:
     """What `GET /v1/operations/{name}` reports: each memory with its action."""
     result = []
     for a in applied:
-        if a.memory is None or a.action in ("NONE", "HISTORY"):
+        if a.memory is None or a.action in (Action.NONE, Action.HISTORY):
             continue
         result.append({"action": a.action, "memory": {**a.memory.identity(), "text": a.text}})
     return result

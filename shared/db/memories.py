@@ -17,6 +17,7 @@ from typing import Any
 import psycopg
 
 from shared.db.run import fetch
+from shared.llm.base import Action
 
 MEMORY_COLUMNS = (
     "m.id::text AS id, m.app, m.user_id, m.project_id, m.session_id, m.scope, m.kind, "
@@ -208,7 +209,7 @@ class Memories:
             ),
         )
         assert memory is not None
-        self.revise(memory, "CREATED", None, new.text, event_id, new.observed_at)
+        self.revise(memory, Action.CREATED, None, new.text, event_id, new.observed_at)
         return memory
 
     def update(
@@ -230,7 +231,7 @@ class Memories:
             (text, kind, embedding, observed_at, event_id, memory.id),
         )
         assert updated is not None
-        self.revise(updated, "UPDATED", memory.text, text, event_id, observed_at)
+        self.revise(updated, Action.UPDATED, memory.text, text, event_id, observed_at)
         return updated
 
     def retire(self, memory: MemoryRow, observed_at: datetime, event_id: str | None) -> MemoryRow:
@@ -244,13 +245,13 @@ class Memories:
             (observed_at, memory.id),
         )
         assert retired is not None
-        self.revise(memory, "DELETED", memory.text, None, event_id, observed_at)
+        self.revise(memory, Action.DELETED, memory.text, None, event_id, observed_at)
         return retired
 
     def revise(
         self,
         memory: MemoryRow,
-        action: str,
+        action: Action,
         old_text: str | None,
         new_text: str | None,
         event_id: str | None,

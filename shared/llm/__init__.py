@@ -8,6 +8,7 @@ from shared.llm.base import (
     KINDS,
     LLM,
     SCOPES,
+    Action,
     Candidate,
     Completion,
     Decision,
@@ -22,6 +23,7 @@ from shared.llm.rules import RulesLLM
 
 __all__ = [
     "ACTIONS",
+    "Action",
     "KINDS",
     "LLM",
     "SCOPES",

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import datetime
+from enum import StrEnum
 from typing import Generic, Protocol, TypeVar
 
 from shared.errors import DependencyError
@@ -26,7 +27,21 @@ SUMMARY_INSTRUCTION = (
 
 KINDS = ("preference", "fact", "rule", "event")
 SCOPES = ("global", "project", "session")
-ACTIONS = ("CREATED", "UPDATED", "DELETED", "NONE")
+
+
+class Action(StrEnum):
+    """What consolidation does with a candidate memory (also the revision's action)."""
+
+    CREATED = "CREATED"
+    UPDATED = "UPDATED"
+    DELETED = "DELETED"
+    NONE = "NONE"  # a duplicate: nothing written
+    # An observation older than what the memory knows: written to its history only.
+    HISTORY = "HISTORY"
+
+
+# What a model may decide (HISTORY is consolidation's own answer, never a model's).
+ACTIONS = tuple(a.value for a in (Action.CREATED, Action.UPDATED, Action.DELETED, Action.NONE))
 
 
 @dataclass(frozen=True)
@@ -100,7 +115,7 @@ class Decision:
     memory updated, retired or duplicated), None for CREATED; `text` is the text to
     store (CREATED) or the merged text (UPDATED), "" otherwise."""
 
-    action: str  # one of ACTIONS
+    action: Action  # one of ACTIONS
     target_id: str | None
     text: str
 

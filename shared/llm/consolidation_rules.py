@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import re
 
-from shared.llm.base import Candidate, Decision, ExistingMemory
+from shared.llm.base import Action, Candidate, Decision, ExistingMemory
 from shared.llm.phrasing import word_set
 
 DUPLICATE = 0.9
@@ -54,12 +54,14 @@ def decide(candidate: Candidate, existing: list[ExistingMemory]) -> Decision:
     """What to do with `candidate` (see the module docstring)."""
     target = _its_memory(candidate, existing)
     if is_revocation(candidate):
-        return Decision("DELETED", target.id, "") if target else Decision("NONE", None, "")
+        return (
+            Decision(Action.DELETED, target.id, "") if target else Decision(Action.NONE, None, "")
+        )
     if target is None:
-        return Decision("CREATED", None, candidate.text)
+        return Decision(Action.CREATED, None, candidate.text)
     if similarity(candidate.text, target.text) >= DUPLICATE:
-        return Decision("NONE", target.id, "")
-    return Decision("UPDATED", target.id, candidate.text)
+        return Decision(Action.NONE, target.id, "")
+    return Decision(Action.UPDATED, target.id, candidate.text)
 
 
 def _its_memory(candidate: Candidate, existing: list[ExistingMemory]) -> ExistingMemory | None:

@@ -19,6 +19,7 @@ from shared.llm.base import (
     KINDS,
     SCOPES,
     SUMMARY_INSTRUCTION,
+    Action,
     Candidate,
     Decision,
     DialogueTurn,
@@ -219,7 +220,7 @@ def consolidation_prompt(candidate: Candidate, existing: list[ExistingMemory]) -
 
 
 def parse_decision(value: Any, existing: list[ExistingMemory]) -> Decision:
-    action = _choice(value, "action", ACTIONS, "the reply")
+    action = Action(_choice(value, "action", ACTIONS, "the reply"))
     if "target_id" not in value:
         raise MalformedReply("the reply has no 'target_id'")
     target = value["target_id"]
@@ -231,15 +232,15 @@ def parse_decision(value: Any, existing: list[ExistingMemory]) -> Decision:
     ids = {m.id for m in existing}
     if target is not None and target not in ids:
         raise MalformedReply(f"'target_id' {target!r} is not one of the memories given")
-    if action == "CREATED":
+    if action == Action.CREATED:
         if target is not None:
             raise MalformedReply("CREATED with a target_id")
         if not text:
             raise MalformedReply("CREATED with no text")
         return Decision(action, None, text)
-    if action in ("UPDATED", "DELETED") and target is None:
+    if action in (Action.UPDATED, Action.DELETED) and target is None:
         raise MalformedReply(f"{action} with no target_id")
-    if action == "UPDATED":
+    if action == Action.UPDATED:
         if not text:
             raise MalformedReply("UPDATED with no text")
         return Decision(action, target, text)

@@ -22,7 +22,7 @@ from shared.db.memories import MemoryRow, NewMemory
 from shared.db.search import similar_memories
 from shared.db.unit_of_work import UnitOfWork
 from shared.embeddings.base import Embedder
-from shared.llm.base import KINDS, LLM, SCOPES, Candidate, ExistingMemory
+from shared.llm.base import KINDS, LLM, SCOPES, Action, Candidate, ExistingMemory
 from shared.memory.search import Fusion
 from shared.memory.store import COMPACTED_ENTITY
 
@@ -44,7 +44,7 @@ class Applied:
     """What consolidation did with one candidate. `action` is CREATED, UPDATED,
     DELETED, NONE (a duplicate) or HISTORY (older than what the memory knows)."""
 
-    action: str
+    action: Action
     memory: MemoryRow | None
     text: str
 
@@ -110,7 +110,7 @@ class Consolidator:
 
     def apply(self, new: NewMemory, source: Source, consolidate: bool = True) -> Applied:
         if not new.text:
-            return Applied("NONE", None, "")
+            return Applied(Action.NONE, None, "")
         if not consolidate:
             return self._create(new, source)
         found = neighbours(self.uow, new, self.fusion, self.limit)
@@ -118,27 +118,27 @@ class Consolidator:
         decision = self.llm.consolidate(candidate, existing(found)).value
         by_id = {m.id: m for m in found}
         target = by_id.get(decision.target_id or "")
-        if decision.action == "NONE":
-            return Applied("NONE", target, "")
-        if decision.action in ("UPDATED", "DELETED") and target is None:
+        if decision.action == Action.NONE:
+            return Applied(Action.NONE, target, "")
+        if decision.action in (Action.UPDATED, Action.DELETED) and target is None:
             # The provider's own parsing rejects an unknown target; stay safe anyway.
             return self._create(new, source)
-        if decision.action == "UPDATED":
+        if decision.action == Action.UPDATED:
             assert target is not None
             text = decision.text.strip() or new.text
             if target.observed_at > source.observed_at:
-                return self._history(target, "UPDATED", target.text, text, source)
+                return self._history(target, Action.UPDATED, target.text, text, source)
             kind = new.kind if new.kind == "rule" or target.kind != "rule" else target.kind
             memory = self.store.update(
                 target, text, kind, new.embedding, source.observed_at, source.event_id
             )
-            return Applied("UPDATED", memory, text)
-        if decision.action == "DELETED":
+            return Applied(Action.UPDATED, memory, text)
+        if decision.action == Action.DELETED:
             assert target is not None
             if target.observed_at > source.observed_at:
-                return self._history(target, "DELETED", target.text, None, source)
+                return self._history(target, Action.DELETED, target.text, None, source)
             retired = self.store.retire(target, source.observed_at, source.event_id)
-            return Applied("DELETED", retired, target.text)
+            return Applied(Action.DELETED, retired, target.text)
         text = decision.text.strip() or new.text
         return self._create(replace(new, text=text), source)
 
@@ -147,22 +147,22 @@ class Consolidator:
         if latest is not None and latest.observed_at > source.observed_at:
             # A newer observation of this entity exists (live or retired): a late
             # event must not bring an old value back.
-            return self._history(latest, "CREATED", None, new.text, source)
+            return self._history(latest, Action.CREATED, None, new.text, source)
         live = self.store.live_of_entity(new)
         if live is not None:
             if live.text == new.text:
-                return Applied("NONE", live, "")
+                return Applied(Action.NONE, live, "")
             memory = self.store.update(
                 live, new.text, new.kind, new.embedding, source.observed_at, source.event_id
             )
-            return Applied("UPDATED", memory, new.text)
+            return Applied(Action.UPDATED, memory, new.text)
         memory = self.store.create(new, source.event_id)
-        return Applied("CREATED", memory, new.text)
+        return Applied(Action.CREATED, memory, new.text)
 
     def _history(
         self,
         memory: MemoryRow,
-        action: str,
+        action: Action,
         old_text: str | None,
         new_text: str | None,
         source: Source,
@@ -170,7 +170,7 @@ class Consolidator:
         self.store.revise(
             memory, action, old_text, new_text, source.event_id, source.observed_at, applied=False
         )
-        return Applied("HISTORY", memory, new_text or "")
+        return Applied(Action.HISTORY, memory, new_text or "")
 
 
 def write_memory(

@@ -1,23 +1,26 @@
-"""The routes' typed dependencies: what the lifespan opened, and who is asking.
+"""The routes' dependencies: the process's parts, and who is asking.
 
-A route names what it uses as a parameter (`buffer: BufferDep`, `app_id: AppIdDep`);
-no route reads `app.state` itself. `attach` puts the parts on `app.state` when the
-app starts (the middleware reads `resources` and `apool` there too), and `_state`
-is the one place that reads them back.
+A route takes the parts the lifespan opened as one parameter, `api: ApiDep`, and
+reads what it uses from it (`api.buffer`, `api.settings`); no route reads
+`app.state` itself. Each dependency is a pass of FastAPI's solver on every
+request, and the parts are fixed for the life of the process, so one object
+built at start-up carries them all. The request's own facts (`AppIdDep`,
+`AdminDep`) stay dependencies of their own.
 
-Every dependency is an `async def`: FastAPI runs a plain `def` dependency in its
-thread pool, a hop per request for a plain attribute read. Each one still costs
-a little per request, so a hot route asks only for what it uses.
+`attach` builds that object when the app starts and puts it on `app.state`, next
+to the parts the middleware reads there (`resources`, `apool`). Every dependency
+is an `async def`: FastAPI runs a plain `def` dependency in its thread pool, a
+hop per request for a plain attribute read.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Annotated, TypeVar
 
 import valkey.asyncio
 from fastapi import Depends, FastAPI, Request
 from psycopg_pool import AsyncConnectionPool, ConnectionPool
-from starlette.datastructures import State
 
 from services.api.tenant import app_of, is_admin
 from shared.bootstrap import Resources
@@ -33,24 +36,54 @@ from shared.session_buffer import AsyncSessionBuffer
 T = TypeVar("T")
 
 
+@dataclass(frozen=True, slots=True)
+class Api:
+    """What the routes use, opened once for the process by the app's lifespan."""
+
+    settings: Settings
+    buffer: AsyncSessionBuffer
+    valkey: valkey.asyncio.Valkey  # the buffer's client: grants, tombstones, key scans
+    apool: AsyncConnectionPool  # Postgres on the event loop: the reads
+    pool: ConnectionPool  # Postgres for blocking code on a worker thread: locked writes
+    guardrail: Guardrail
+    publisher: EventPublisher
+    embedder: Embedder
+    llm: LLM
+    search: MemorySearch  # the hybrid search over memories and episodes, on `apool`
+
+
 def attach(
     app: FastAPI,
     resources: Resources,
     buffer: AsyncSessionBuffer,
     apool: AsyncConnectionPool,
     guardrail: Guardrail,
-) -> None:
-    """Put the parts the lifespan opened where the dependencies find them. The
-    parts `Resources` may leave out are checked here, once, not per request."""
+) -> Api:
+    """Build the routes' `Api` from the parts the lifespan opened and put it on
+    `app.state`. The parts `Resources` may leave out are checked here, once, not
+    per request."""
+    settings = resources.settings
+    embedder = _built(resources.embedder, "the embedder")
+    api = Api(
+        settings=settings,
+        buffer=buffer,
+        valkey=buffer.client,
+        apool=apool,
+        pool=_built(resources.pool, "the Postgres pool"),
+        guardrail=guardrail,
+        publisher=_built(resources.publisher, "the publisher"),
+        embedder=embedder,
+        llm=_built(resources.llm, "the LLM"),
+        search=MemorySearch(apool, embedder, Fusion.from_settings(settings)),
+    )
     state = app.state
+    state.api = api
+    # The middleware reads these (services.api.auth, services.api.guard).
     state.resources = resources
-    state.buffer = buffer
     state.apool = apool
+    state.buffer = buffer
     state.permissions = guardrail
-    state.pool = _built(resources.pool, "the Postgres pool")
-    state.publisher = _built(resources.publisher, "the publisher")
-    state.llm = _built(resources.llm, "the LLM")
-    state.embedder = _built(resources.embedder, "the embedder")
+    return api
 
 
 def _built(part: T | None, name: str) -> T:
@@ -59,57 +92,8 @@ def _built(part: T | None, name: str) -> T:
     return part
 
 
-def _state(request: Request) -> State:
-    return request.app.state
-
-
-async def get_resources(request: Request) -> Resources:
-    return _state(request).resources
-
-
-async def get_settings(request: Request) -> Settings:
-    return _state(request).resources.settings
-
-
-async def get_buffer(request: Request) -> AsyncSessionBuffer:
-    return _state(request).buffer
-
-
-async def get_valkey(request: Request) -> valkey.asyncio.Valkey:
-    """The session buffer's asyncio client: grants, tombstones, key scans."""
-    return _state(request).buffer.client
-
-
-async def get_async_pool(request: Request) -> AsyncConnectionPool:
-    """Postgres on the event loop: the reads."""
-    return _state(request).apool
-
-
-async def get_pool(request: Request) -> ConnectionPool:
-    """Postgres for blocking code on a worker thread: the writes that lock a user."""
-    return _state(request).pool
-
-
-async def get_guardrail(request: Request) -> Guardrail:
-    return _state(request).permissions
-
-
-async def get_publisher(request: Request) -> EventPublisher:
-    return _state(request).publisher
-
-
-async def get_embedder(request: Request) -> Embedder:
-    return _state(request).embedder
-
-
-async def get_llm(request: Request) -> LLM:
-    return _state(request).llm
-
-
-async def get_memory_search(request: Request) -> MemorySearch:
-    """The hybrid search over memories and episodes, on the event loop's pool."""
-    state = _state(request)
-    return MemorySearch(state.apool, state.embedder, Fusion.from_settings(state.resources.settings))
+async def get_api(request: Request) -> Api:
+    return request.app.state.api
 
 
 async def get_app_id(request: Request) -> str:
@@ -122,33 +106,8 @@ async def get_is_admin(request: Request) -> bool:
     return is_admin(request)
 
 
-ResourcesDep = Annotated[Resources, Depends(get_resources)]
-SettingsDep = Annotated[Settings, Depends(get_settings)]
-BufferDep = Annotated[AsyncSessionBuffer, Depends(get_buffer)]
-ValkeyDep = Annotated[valkey.asyncio.Valkey, Depends(get_valkey)]
-AsyncPoolDep = Annotated[AsyncConnectionPool, Depends(get_async_pool)]
-PoolDep = Annotated[ConnectionPool, Depends(get_pool)]
-GuardrailDep = Annotated[Guardrail, Depends(get_guardrail)]
-PublisherDep = Annotated[EventPublisher, Depends(get_publisher)]
-EmbedderDep = Annotated[Embedder, Depends(get_embedder)]
-LlmDep = Annotated[LLM, Depends(get_llm)]
-MemorySearchDep = Annotated[MemorySearch, Depends(get_memory_search)]
+ApiDep = Annotated[Api, Depends(get_api)]
 AppIdDep = Annotated[str, Depends(get_app_id)]
 AdminDep = Annotated[bool, Depends(get_is_admin)]
 
-__all__ = [
-    "AdminDep",
-    "AppIdDep",
-    "AsyncPoolDep",
-    "BufferDep",
-    "EmbedderDep",
-    "GuardrailDep",
-    "LlmDep",
-    "MemorySearchDep",
-    "PoolDep",
-    "PublisherDep",
-    "ResourcesDep",
-    "SettingsDep",
-    "ValkeyDep",
-    "attach",
-]
+__all__ = ["AdminDep", "Api", "ApiDep", "AppIdDep", "attach"]

@@ -17,7 +17,6 @@ from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.routing import Match
 
-from services.api.routers import every_route
 from shared.errors import DependencyError, EventTooLarge, InvalidEvent
 from shared.events import Event, Limits, OutgoingMessage, encode
 from shared.metrics import count_store_error
@@ -183,7 +182,7 @@ def install_error_handlers(app: FastAPI) -> None:
 def _allowed_methods(request: Request) -> list[str]:
     """Every method some route of this path takes."""
     methods: set[str] = set()
-    for route in every_route(request.app.router.routes):
+    for route in request.app.router.routes:
         if route.matches(request.scope)[0] != Match.NONE:
             methods |= getattr(route, "methods", None) or set()
     return sorted(methods)

@@ -8,8 +8,9 @@ from typing import Any
 
 import structlog
 import valkey.asyncio
+from psycopg_pool import ConnectionPool
 
-from shared.bootstrap import Resources
+from shared.bus.publisher import EventPublisher
 from shared.db.pool import ping
 
 CHECK_TIMEOUT_SECONDS = 2.0
@@ -27,17 +28,16 @@ async def _check(name: str, call: Awaitable[Any]) -> bool:
     return True
 
 
-async def readiness(resources: Resources, valkey_client: valkey.asyncio.Valkey) -> dict[str, bool]:
+async def readiness(
+    pool: ConnectionPool, publisher: EventPublisher, valkey_client: valkey.asyncio.Valkey
+) -> dict[str, bool]:
     """Check Postgres, Valkey and Pub/Sub concurrently: name -> reachable."""
 
     def postgres() -> None:
-        assert resources.pool is not None
-        with resources.pool.connection(timeout=CHECK_TIMEOUT_SECONDS) as conn:
+        with pool.connection(timeout=CHECK_TIMEOUT_SECONDS) as conn:
             ping(conn)
 
     def pubsub() -> None:
-        assert resources.publisher is not None
-        publisher = resources.publisher
         publisher.client.get_topic(
             request={"topic": publisher.topic_path("turns")}, timeout=CHECK_TIMEOUT_SECONDS
         )

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from fastapi import APIRouter
 
-from services.api.deps import AdminDep, AppIdDep, PublisherDep, SettingsDep
+from services.api.deps import AdminDep, ApiDep, AppIdDep
 from services.api.errors import ApiError, published_or_503
 from services.api.memory_models import CompactionAccepted, CompactionRequest
 from services.compaction_worker.requests import compaction_request
@@ -18,8 +18,7 @@ async def request_compaction(
     body: CompactionRequest,
     admin: AdminDep,
     app_id: AppIdDep,
-    settings: SettingsDep,
-    publisher: PublisherDep,
+    api: ApiDep,
 ) -> CompactionAccepted:
     if not admin:
         raise ApiError(403, "forbidden", "compaction needs an admin key of this app")
@@ -28,12 +27,12 @@ async def request_compaction(
             app_id,
             body.user_id,
             body.project_id or "",
-            body.retention_days or settings.compaction_retention_days,
-            body.batch_limit or settings.compaction_batch_limit,
+            body.retention_days or api.settings.compaction_retention_days,
+            body.batch_limit or api.settings.compaction_batch_limit,
         )
     except InvalidEvent as exc:
         raise ApiError(422, "invalid_request", str(exc)) from None
-    await published_or_503(publisher.publish(event), settings.publish_timeout_seconds)
+    await published_or_503(api.publisher.publish(event), api.settings.publish_timeout_seconds)
     return CompactionAccepted(
         event_id=event.event_id,
         user_id=event.user_id,

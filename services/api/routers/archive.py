@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from fastapi import APIRouter
 
-from services.api.deps import AppIdDep, MemorySearchDep
+from services.api.deps import ApiDep, AppIdDep
 from services.api.errors import postgres_or_503
 from services.api.memory_models import ArchiveSearchRequest, ArchiveSearchResponse
 from services.api.routers.views import episode_view
@@ -16,10 +16,10 @@ router = APIRouter()
 
 @router.post("/v1/archive:search", response_model=ArchiveSearchResponse)
 async def archive_search(
-    body: ArchiveSearchRequest, app_id: AppIdDep, search: MemorySearchDep
+    body: ArchiveSearchRequest, app_id: AppIdDep, api: ApiDep
 ) -> ArchiveSearchResponse:
     scope = Scope(app_id, body.user_id, body.project_id or "")
     found = await postgres_or_503(
-        search.episodes(scope, body.query, body.k, body.before, body.after)
+        api.search.episodes(scope, body.query, body.k, body.before, body.after)
     )
     return ArchiveSearchResponse(episodes=[episode_view(e) for e in found])

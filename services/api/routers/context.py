@@ -8,7 +8,7 @@ from __future__ import annotations
 import structlog
 from fastapi import APIRouter, Response
 
-from services.api.deps import AppIdDep, BufferDep, MemorySearchDep, SettingsDep
+from services.api.deps import ApiDep, AppIdDep
 from services.api.memory_models import ContextRequest, ContextResponse
 from services.api.models import json_response
 from services.api.routers.views import context_body
@@ -25,13 +25,8 @@ _WITHOUT = {
 
 
 @router.post("/v1/context", response_model=ContextResponse)
-async def context(
-    body: ContextRequest,
-    app_id: AppIdDep,
-    settings: SettingsDep,
-    buffer: BufferDep,
-    search: MemorySearchDep,
-) -> Response:
+async def context(body: ContextRequest, app_id: AppIdDep, api: ApiDep) -> Response:
+    settings = api.settings
     query = ContextQuery(
         scope=Scope(app_id, body.user_id, body.project_id or "", body.session_id),
         prev_session_id=body.prev_session_id or "",
@@ -40,7 +35,7 @@ async def context(
         budget=body.token_budget or settings.context_token_budget,
         recent_turns=settings.context_recent_turns,
     )
-    built = await build_context(query, buffer, search)
+    built = await build_context(query, api.buffer, api.search)
     for part, error in built.failures.items():
         log.warning(_WITHOUT[part], error=repr(error))
     # The fast path of services.api.models.json_response.

@@ -17,7 +17,7 @@ import structlog
 from fastapi import APIRouter, Path
 from psycopg_pool import ConnectionPool
 
-from services.api.deps import AppIdDep, GuardrailDep, PoolDep, ValkeyDep
+from services.api.deps import ApiDep, AppIdDep
 from services.api.errors import postgres_or_503, valkey_or_503
 from services.api.memory_models import (
     DeleteByQueryRequest,
@@ -45,13 +45,14 @@ PathId = Annotated[Identifier, Path()]
 
 @router.post("/v1/memories:delete", response_model=DeleteByQueryResponse)
 async def delete_by_query(
-    body: DeleteByQueryRequest, app_id: AppIdDep, pool: PoolDep
+    body: DeleteByQueryRequest, app_id: AppIdDep, api: ApiDep
 ) -> DeleteByQueryResponse:
     """adk-memory's semantics: with a project, that project's memories only;
     without one, global memories only (project memories are untouched)."""
     project_id, now = body.project_id or "", utcnow()
     retired = await _committed(
-        pool, lambda uow: delete_matching(uow, app_id, body.user_id, project_id, body.query, now)
+        api.pool,
+        lambda uow: delete_matching(uow, app_id, body.user_id, project_id, body.query, now),
     )
     return DeleteByQueryResponse(deleted=[memory_view(m) for m in retired])
 
@@ -61,14 +62,14 @@ async def remove_project(
     user_id: PathId,
     project_id: PathId,
     app_id: AppIdDep,
-    pool: PoolDep,
-    guardrail: GuardrailDep,
-    client: ValkeyDep,
+    api: ApiDep,
 ) -> DeletionCounts:
-    counts = await _committed(pool, lambda uow: delete_project(uow, app_id, user_id, project_id))
-    guardrail.rules.clear()  # its rules are gone
+    counts = await _committed(
+        api.pool, lambda uow: delete_project(uow, app_id, user_id, project_id)
+    )
+    api.guardrail.rules.clear()  # its rules are gone
     counts["valkey_keys"] = await valkey_or_503(
-        forget_project(client, app_id, user_id, project_id),
+        forget_project(api.valkey, app_id, user_id, project_id),
         "the project's stored memories were deleted but its sessions could not be "
         "removed from Valkey; repeat the request",
     )
@@ -80,18 +81,16 @@ async def remove_project(
 async def remove_user(
     user_id: PathId,
     app_id: AppIdDep,
-    pool: PoolDep,
-    guardrail: GuardrailDep,
-    client: ValkeyDep,
+    api: ApiDep,
 ) -> DeletionCounts:
     """GDPR: everything of the user in this app, and a tombstone so that the
     user's events created before now are dropped wherever they arrive later.
     Safe to repeat (a Valkey outage answers 503 after the Postgres part)."""
     now = utcnow()
-    counts, when = await _committed(pool, lambda uow: delete_user(uow, app_id, user_id, now))
-    guardrail.rules.clear()  # their rules are gone
+    counts, when = await _committed(api.pool, lambda uow: delete_user(uow, app_id, user_id, now))
+    api.guardrail.rules.clear()  # their rules are gone
     counts["valkey_keys"] = await valkey_or_503(
-        forget_user(client, app_id, user_id, when),
+        forget_user(api.valkey, app_id, user_id, when),
         "the user's stored memories were deleted but their sessions could not be "
         "removed from Valkey; repeat the request",
     )

@@ -20,7 +20,7 @@ from typing import Annotated
 
 from fastapi import APIRouter, Query, Response
 
-from services.api.deps import AppIdDep, EmbedderDep, LlmDep, MemorySearchDep, PoolDep, SettingsDep
+from services.api.deps import ApiDep, AppIdDep
 from services.api.errors import ApiError, postgres_or_503
 from services.api.memory_models import (
     DeleteMemoryResponse,
@@ -50,12 +50,10 @@ router = APIRouter()
 
 
 @search_router.post("/v1/memories:search", response_model=SearchResponse)
-async def memories_search(
-    body: SearchRequest, app_id: AppIdDep, search: MemorySearchDep, llm: LlmDep
-) -> Response:
+async def memories_search(body: SearchRequest, app_id: AppIdDep, api: ApiDep) -> Response:
     scope = Scope(app_id, body.user_id, body.project_id or "")
-    queries = await sub_queries(llm, body.query) if body.decompose else [body.query]
-    found, _ = await postgres_or_503(search.memories(scope, queries, body.k, body.kinds))
+    queries = await sub_queries(api.llm, body.query) if body.decompose else [body.query]
+    found, _ = await postgres_or_503(api.search.memories(scope, queries, body.k, body.kinds))
     # The fast path of services.api.models.json_response.
     return json_response({"queries": queries, "memories": [found_fields(f) for f in found]})
 
@@ -63,7 +61,7 @@ async def memories_search(
 @router.get("/v1/memories", response_model=MemoryPage)
 async def list_memories(
     app_id: AppIdDep,
-    pool: PoolDep,
+    api: ApiDep,
     user_id: Annotated[Identifier, Query()],
     project_id: Annotated[str | None, Query()] = None,
     scope: Annotated[ScopeName | None, Query()] = None,
@@ -75,7 +73,7 @@ async def list_memories(
     where = PageFilter(app_id, user_id, project_id, scope, kind, after)
     # One more than the page: whether there is a next one.
     rows = await postgres_or_503(
-        in_thread(pool, lambda uow: uow.memories.page(where, limit + 1), commit=False)
+        in_thread(api.pool, lambda uow: uow.memories.page(where, limit + 1), commit=False)
     )
     next_cursor = None
     if len(rows) > limit:
@@ -86,7 +84,7 @@ async def list_memories(
 
 @router.get("/v1/memories/{memory_id}", response_model=MemoryDetail)
 async def get_memory(
-    memory_id: str, app_id: AppIdDep, pool: PoolDep, user_id: Annotated[Identifier, Query()]
+    memory_id: str, app_id: AppIdDep, api: ApiDep, user_id: Annotated[Identifier, Query()]
 ) -> MemoryDetail:
     _require_uuid(memory_id)
 
@@ -94,7 +92,7 @@ async def get_memory(
         memory = uow.memories.get(app_id, user_id, memory_id)
         return memory, uow.memories.revisions(memory_id) if memory is not None else []
 
-    memory, revisions = await postgres_or_503(in_thread(pool, read, commit=False))
+    memory, revisions = await postgres_or_503(in_thread(api.pool, read, commit=False))
     if memory is None:
         raise ApiError(404, "not_found", f"no memory {memory_id} for this user")
     return memory_detail(memory, revisions)
@@ -104,10 +102,7 @@ async def get_memory(
 async def write_memory(
     body: WriteMemoryRequest,
     app_id: AppIdDep,
-    settings: SettingsDep,
-    pool: PoolDep,
-    embedder: EmbedderDep,
-    llm: LlmDep,
+    api: ApiDep,
 ) -> WriteMemoryResponse:
     project_id = body.project_id or ""
     candidate = Candidate(body.entity_name, body.kind, body.scope, project_id, body.text)
@@ -115,10 +110,10 @@ async def write_memory(
     applied = await postgres_or_503(
         asyncio.to_thread(
             consolidate.write_memory,
-            pool,
-            embedder,
-            llm,
-            settings,
+            api.pool,
+            api.embedder,
+            api.llm,
+            api.settings,
             candidate,
             source,
             body.consolidate,
@@ -131,12 +126,12 @@ async def write_memory(
 
 @router.delete("/v1/memories/{memory_id}", response_model=DeleteMemoryResponse)
 async def delete_memory(
-    memory_id: str, app_id: AppIdDep, pool: PoolDep, user_id: Annotated[Identifier, Query()]
+    memory_id: str, app_id: AppIdDep, api: ApiDep, user_id: Annotated[Identifier, Query()]
 ) -> DeleteMemoryResponse:
     _require_uuid(memory_id)
     deleted = await postgres_or_503(
         in_thread(
-            pool,
+            api.pool,
             lambda uow: deletion.delete_memory(uow, app_id, user_id, memory_id, utcnow()),
             commit=True,
         )

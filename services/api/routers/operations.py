@@ -12,7 +12,7 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Path, Query
 from psycopg_pool import ConnectionPool
 
-from services.api.deps import AppIdDep, PoolDep, PublisherDep, SettingsDep
+from services.api.deps import ApiDep, AppIdDep
 from services.api.errors import ApiError, encode_or_4xx, postgres_or_503, published_or_503
 from services.api.memory_models import GenerateRequest, Identifier, Operation
 from shared.db.unit_of_work import UnitOfWork, in_thread
@@ -29,16 +29,15 @@ UNPUBLISHED = "Pub/Sub did not confirm the request; send it again"
 async def generate(
     body: GenerateRequest,
     app_id: AppIdDep,
-    settings: SettingsDep,
-    pool: PoolDep,
-    publisher: PublisherDep,
+    api: ApiDep,
 ) -> Operation:
+    settings, pool = api.settings, api.pool
     name = f"operations/generate-{uuid.uuid4()}"
-    message = encode_or_4xx(_generate_event(app_id, name, body), publisher.limits)
+    message = encode_or_4xx(_generate_event(app_id, name, body), api.publisher.limits)
     await _commit(pool, lambda uow: uow.operations.start(name, app_id, body.user_id, "generate"))
     try:
         await published_or_503(
-            publisher.publish_message(message),
+            api.publisher.publish_message(message),
             settings.publish_timeout_seconds,
             details={"operation": name},
         )
@@ -55,10 +54,10 @@ async def generate(
 async def get_operation(
     name: Annotated[Identifier, Path()],
     app_id: AppIdDep,
-    pool: PoolDep,
+    api: ApiDep,
     user_id: Annotated[Identifier, Query()],
 ) -> Operation:
-    operation = await _operation(pool, app_id, name, user_id)
+    operation = await _operation(api.pool, app_id, name, user_id)
     if operation is None:
         raise ApiError(404, "not_found", f"no operation {name} for this user")
     return operation

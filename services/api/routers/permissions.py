@@ -16,7 +16,7 @@ from typing import Annotated, Any
 import structlog
 from fastapi import APIRouter, Query, Response
 
-from services.api.deps import AppIdDep, AsyncPoolDep, GuardrailDep, SettingsDep, ValkeyDep
+from services.api.deps import ApiDep, AppIdDep
 from services.api.errors import ApiError, postgres_or_503, valkey_or_503
 from services.api.models import Identifier, json_response
 from services.api.permission_models import (
@@ -52,14 +52,8 @@ router = APIRouter()
 
 
 @router.post("/v1/permissions:evaluate", response_model=EvaluateResponse)
-async def evaluate(
-    body: EvaluateRequest,
-    app_id: AppIdDep,
-    settings: SettingsDep,
-    guardrail: GuardrailDep,
-    pool: AsyncPoolDep,
-    client: ValkeyDep,
-) -> Response:
+async def evaluate(body: EvaluateRequest, app_id: AppIdDep, api: ApiDep) -> Response:
+    settings = api.settings
     call = ToolCall(
         app=app_id,
         user_id=body.user_id,
@@ -68,8 +62,8 @@ async def evaluate(
         tool_name=body.tool_name,
         command=_command(body.tool_args, settings),
     )
-    verdict = await guardrail.evaluate(
-        call, settings.exempt_tools, pool, client, settings.permission_cache_seconds
+    verdict = await api.guardrail.evaluate(
+        call, settings.exempt_tools, api.apool, api.valkey, settings.permission_cache_seconds
     )
     # The audit trail of the guardrail (not the command: it may hold secrets).
     log.info(
@@ -89,13 +83,14 @@ async def evaluate(
 
 
 @router.post("/v1/permissions/grants", status_code=201)
-async def grant(
-    body: GrantRequest, app_id: AppIdDep, settings: SettingsDep, client: ValkeyDep
-) -> GrantResponse:
+async def grant(body: GrantRequest, app_id: AppIdDep, api: ApiDep) -> GrantResponse:
+    settings = api.settings
     command = _command(body.tool_args, settings)
     key = grant_key(app_id, body.user_id, body.session_id, body.tool_name, command)
     ttl = body.ttl_seconds or settings.permission_grant_ttl_seconds
-    expires_at = await valkey_or_503(add_grant(client, key, ttl), "the grant store is unavailable")
+    expires_at = await valkey_or_503(
+        add_grant(api.valkey, key, ttl), "the grant store is unavailable"
+    )
     return GrantResponse(
         user_id=body.user_id,
         session_id=body.session_id,
@@ -106,17 +101,17 @@ async def grant(
 
 
 @router.post("/v1/permissions/rules", status_code=201)
-async def create_rule(
-    body: RuleRequest, app_id: AppIdDep, pool: AsyncPoolDep, guardrail: GuardrailDep
-) -> RuleView:
+async def create_rule(body: RuleRequest, app_id: AppIdDep, api: ApiDep) -> RuleView:
     project = GLOBAL if body.project_id == GLOBAL_PROJECT else body.project_id
     try:
         rule = await postgres_or_503(
-            add_rule(pool, app_id, body.user_id, project, body.tool_name, body.pattern, body.action)
+            add_rule(
+                api.apool, app_id, body.user_id, project, body.tool_name, body.pattern, body.action
+            )
         )
     except RuleLimitError as exc:
         raise ApiError(422, "invalid_request", str(exc), field=exc.field) from None
-    guardrail.rules.clear()
+    api.guardrail.rules.clear()
     return _view(rule)
 
 
@@ -124,11 +119,11 @@ async def create_rule(
 async def get_rules(
     user_id: Annotated[Identifier, Query()],
     app_id: AppIdDep,
-    pool: AsyncPoolDep,
+    api: ApiDep,
     project_id: Annotated[Identifier | None, Query()] = None,
 ) -> RuleList:
     project = GLOBAL if project_id == GLOBAL_PROJECT else project_id
-    rules = await postgres_or_503(list_rules(pool, app_id, user_id, project))
+    rules = await postgres_or_503(list_rules(api.apool, app_id, user_id, project))
     return RuleList(rules=[_view(r) for r in rules])
 
 
@@ -137,15 +132,14 @@ async def remove_rule(
     rule_id: str,
     user_id: Annotated[Identifier, Query()],
     app_id: AppIdDep,
-    pool: AsyncPoolDep,
-    guardrail: GuardrailDep,
+    api: ApiDep,
 ) -> DeleteRuleResponse:
     """Only the rule's own user deletes it: 404 for another user's rule."""
     if not _is_uuid(rule_id) or not await postgres_or_503(
-        delete_rule(pool, app_id, user_id, rule_id)
+        delete_rule(api.apool, app_id, user_id, rule_id)
     ):
         raise ApiError(404, "not_found", f"no permission rule {rule_id}")
-    guardrail.rules.clear()
+    api.guardrail.rules.clear()
     return DeleteRuleResponse(id=rule_id, deleted=True)
 
 

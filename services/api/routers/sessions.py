@@ -16,7 +16,7 @@ import structlog
 import valkey
 from fastapi import APIRouter, Path, Query, Response
 
-from services.api.deps import AppIdDep, BufferDep, PublisherDep, SettingsDep
+from services.api.deps import ApiDep, AppIdDep
 from services.api.errors import ApiError, encode_or_4xx, published_or_503, valkey_or_503
 from services.api.models import (
     DeleteSessionResponse,
@@ -58,18 +58,17 @@ async def record_turn(
     body: RecordTurnRequest,
     response: Response,
     app_id: AppIdDep,
-    settings: SettingsDep,
-    buffer: BufferDep,
-    publisher: PublisherDep,
+    api: ApiDep,
 ) -> RecordTurnResponse:
+    settings = api.settings
     event, message = _turn_event(app_id, session_id, body, settings)
     started = time.perf_counter()
-    buffered = await _buffer_turn(buffer, event)
+    buffered = await _buffer_turn(api.buffer, event)
     buffered_at = time.perf_counter()
     # The publish may still land after our timeout; a retry with this turn_id is
     # the same event, so it can never make a second turn.
     await published_or_503(
-        publisher.publish_message(message),
+        api.publisher.publish_message(message),
         settings.publish_timeout_seconds,
         "the turn could not be published; retry with the same turn_id",
         {"turn_id": event.turn_id, "event_id": event.event_id},
@@ -88,9 +87,10 @@ async def get_session(
     session_id: SessionPath,
     user_id: Annotated[Identifier, Query()],
     app_id: AppIdDep,
-    buffer: BufferDep,
+    api: ApiDep,
 ) -> Response:
     key = SessionKey(app_id, user_id, session_id)
+    buffer = api.buffer
 
     async def read() -> tuple[SessionView, Summary | None]:
         view = await buffer.read(key, with_folds=True)
@@ -110,10 +110,10 @@ async def delete_session(
     session_id: SessionPath,
     user_id: Annotated[Identifier, Query()],
     app_id: AppIdDep,
-    buffer: BufferDep,
+    api: ApiDep,
 ) -> DeleteSessionResponse:
     key = SessionKey(app_id, user_id, session_id)
-    deleted = await valkey_or_503(buffer.delete(key))
+    deleted = await valkey_or_503(api.buffer.delete(key))
     log.info("session deleted", session=session_id, keys=deleted)
     return DeleteSessionResponse(session_id=session_id, deleted_keys=deleted)
 

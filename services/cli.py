@@ -74,6 +74,7 @@ def _parser() -> argparse.ArgumentParser:
         _add_config,
         _add_up,
         _add_demo,
+        _add_mcp,
     ):
         add(sub)
     return parser
@@ -260,8 +261,23 @@ def _add_demo(sub: _Subparsers) -> None:
     )
 
 
+def _add_mcp(sub: _Subparsers) -> None:
+    _command(
+        sub,
+        "mcp",
+        "serve the memory as MCP tools over stdio (AGENT_MEMORY_URL, AGENT_MEMORY_API_KEY; "
+        "see docs/mcp.md)",
+    )
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
+    if args.command == "mcp":
+        # A client of the API: it needs none of the server's AM_* settings.
+        from services.mcp_server import stdio
+
+        configure_logging("auto", "WARNING")
+        return stdio.main(_version())
     try:
         settings = load_settings()
     except ConfigError as exc:

@@ -80,5 +80,5 @@ def configure_logging(fmt: str = "auto", level: str = "INFO") -> None:
     root.handlers[:] = [handler]
     root.setLevel(level)
     # These libraries are chatty at INFO; their warnings still come through.
-    for noisy in ("google.cloud.pubsub_v1", "google.api_core", "grpc", "httpx", "urllib3"):
+    for noisy in ("google.cloud.pubsub_v1", "google.api_core", "grpc", "httpx", "urllib3", "mcp"):
         logging.getLogger(noisy).setLevel(max(logging.WARNING, _LEVELS[level]))

@@ -22,6 +22,7 @@ from services.api.auth import Authentication
 from services.api.docs import install_docs
 from services.api.errors import install_error_handlers
 from services.api.guard import Guard
+from services.api.mcp import install_mcp, run_mcp
 from services.api.openapi import install_openapi
 from services.api.routers import (
     admin,
@@ -73,6 +74,7 @@ def create_app(settings: Settings | None = None, **overrides: Any) -> FastAPI:
         admin.router,
     ):
         app.router.routes.extend(router.routes)
+    install_mcp(app)
     install_openapi(app)
     app.add_middleware(Authentication)
     # Inside RequestLog, which starts each request's log context afresh.
@@ -118,6 +120,7 @@ async def _lifespan(
                 "the app's without a key",
                 app=resolved.default_app,
             )
+        await opened.enter_async_context(run_mcp(app))
         log.info("api started", auth=not resolved.auth_disabled)
         yield
 

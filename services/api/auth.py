@@ -1,4 +1,5 @@
-"""Tenant authentication: every `/v1` route needs `Authorization: Bearer <key>`.
+"""Tenant authentication: every `/v1` route, and the MCP tools at `/mcp`, need
+`Authorization: Bearer <key>`.
 
 The key's app becomes the request's tenant (`request.state.app_id`); nothing
 in a body or query chooses it. Plain ASGI (no BaseHTTPMiddleware) so it costs
@@ -33,6 +34,7 @@ log = structlog.get_logger("agent_memory.api")
 
 T = TypeVar("T")
 PROTECTED_PREFIX = "/v1/"
+MCP_PATH = "/mcp"
 MAX_CACHED_KEYS = 10_000
 
 
@@ -43,7 +45,7 @@ class Authentication:
         self._known: dict[bytes, _Known] = {}
 
     async def __call__(self, scope: dict, receive: Any, send: Any) -> None:
-        if scope["type"] != "http" or not scope["path"].startswith(PROTECTED_PREFIX):
+        if scope["type"] != "http" or not _protected(scope["path"]):
             await self.app(scope, receive, send)
             return
         api = scope["app"]
@@ -121,6 +123,10 @@ async def within(call: Awaitable[T], seconds: float) -> T:
 def _consume(task: asyncio.Future) -> None:
     if not task.cancelled():
         task.exception()  # retrieved, so asyncio does not report it as lost
+
+
+def _protected(path: str) -> bool:
+    return path.startswith(PROTECTED_PREFIX) or path == MCP_PATH or path.startswith(MCP_PATH + "/")
 
 
 def _bearer(scope: dict) -> str | None:

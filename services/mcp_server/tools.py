@@ -1,0 +1,311 @@
+"""The MCP tools: each one call of the API through `AsyncMemoryClient`.
+
+A tool's failure is raised as the SDK's `ToolError`, which the client receives
+as a tool result with `isError` set and the message: the API's own message for
+an API error (it names the bad field), the schema's for a bad argument. The
+server keeps serving either way.
+
+No `from __future__ import annotations` here: the SDK reads the tools'
+signatures (their types and `Field` descriptions) to build the input schemas.
+"""
+
+import logging
+from collections.abc import Callable
+from contextlib import AbstractAsyncContextManager
+from dataclasses import dataclass
+from typing import Annotated, Any, Literal
+
+from mcp.server.mcpserver import Context, MCPServer
+from mcp.server.mcpserver.exceptions import ToolError
+from mcp.types import ToolAnnotations
+from pydantic import Field
+
+from shared.client import AsyncMemoryClient, MemoryClientError
+
+Kind = Literal["preference", "fact", "rule", "event"]
+Scope = Literal["global", "project", "session"]
+# Opens the API client for one tool call: the stdio server's one client, or on
+# HTTP a client of the app in process carrying the caller's key.
+Connect = Callable[[Context], AbstractAsyncContextManager[AsyncMemoryClient]]
+
+INSTRUCTIONS = (
+    "Long-term memory of the user across sessions. Call get_context at the start of a "
+    "task for what is known about the user; remember durable facts, preferences and "
+    "rules as you learn them; record_turn after each exchange so the memory learns "
+    "from the conversation; check_tool_permission before running a risky tool."
+)
+
+UserId = Annotated[
+    str | None,
+    Field(description="The user the memory belongs to (default: the server's configured user)"),
+]
+SessionId = Annotated[
+    str | None,
+    Field(description="The conversation's id (default: the server's configured session)"),
+]
+ProjectId = Annotated[
+    str | None,
+    Field(description="A project to scope to (default: the server's configured project, if any)"),
+]
+Query = Annotated[str, Field(description="What to look for, in natural language")]
+K = Annotated[int | None, Field(description="How many results at most (1-100)")]
+
+
+@dataclass(frozen=True)
+class Defaults:
+    """The ids a call that omits them gets (the stdio server's environment)."""
+
+    user_id: str | None = None
+    project_id: str | None = None
+    session_id: str | None = None
+
+
+class MemoryTools:
+    """The tools, bound to how they reach the API and to the default ids."""
+
+    def __init__(self, connect: Connect, defaults: Defaults) -> None:
+        self._connect = connect
+        self._defaults = defaults
+
+    async def get_context(
+        self,
+        query: Annotated[str, Field(description="The task or question at hand")],
+        ctx: Context,
+        user_id: UserId = None,
+        session_id: SessionId = None,
+        project_id: ProjectId = None,
+        token_budget: Annotated[
+            int | None, Field(description="Cap on the instruction's size in tokens")
+        ] = None,
+    ) -> str:
+        """The system instruction to work with for this query: the user's rules, the
+        memories relevant to it, the session's summary and its recent turns. Call it
+        at the start of a task, with the task as the query."""
+        user, session = self._user(user_id), self._session(session_id)
+        project = self._project(project_id)
+        answer = await self._call(
+            ctx,
+            lambda c: c.context(
+                user, session, query, project_id=project, token_budget=token_budget
+            ),
+        )
+        return answer.system_instruction
+
+    async def remember(
+        self,
+        text: Annotated[str, Field(description="The memory, one self-contained sentence")],
+        ctx: Context,
+        kind: Annotated[Kind, Field(description="What sort of memory it is")] = "fact",
+        scope: Annotated[
+            Scope, Field(description="Where it applies: always, in a project, or this session")
+        ] = "global",
+        entity_name: Annotated[str, Field(description="Who or what it is about")] = "",
+        user_id: UserId = None,
+        project_id: ProjectId = None,
+        session_id: SessionId = None,
+    ) -> dict[str, Any]:
+        """Store a fact, preference, rule or event about the user now. It is merged
+        with what is already known: the answer's action is CREATED, UPDATED (an
+        existing memory rewritten), DELETED (it contradicted one) or NONE (known)."""
+        user = self._user(user_id)
+        # A memory names only the id of its own scope (the API refuses others).
+        project = self._project(project_id) if scope == "project" else None
+        session = self._session(session_id) if scope == "session" else None
+        answer = await self._call(
+            ctx,
+            lambda c: c.write_memory(
+                user,
+                text,
+                scope=scope,
+                kind=kind,
+                project_id=project,
+                session_id=session,
+                entity_name=entity_name,
+            ),
+        )
+        return answer.model_dump(mode="json")
+
+    async def record_turn(
+        self,
+        user: Annotated[str, Field(description="What the user said")],
+        assistant: Annotated[str, Field(description="What the assistant answered")],
+        ctx: Context,
+        user_id: UserId = None,
+        session_id: SessionId = None,
+        project_id: ProjectId = None,
+    ) -> dict[str, Any]:
+        """Record one exchange of the conversation. Memories are extracted from it in
+        the background (seconds later), and it joins the session's summary."""
+        who, session = self._user(user_id), self._session(session_id)
+        project = self._project(project_id)
+        answer = await self._call(
+            ctx, lambda c: c.record_turn(session, who, user, assistant, project_id=project)
+        )
+        return answer.model_dump(mode="json")
+
+    async def search_memories(
+        self,
+        query: Query,
+        ctx: Context,
+        k: K = None,
+        kinds: Annotated[list[Kind] | None, Field(description="Only these kinds")] = None,
+        user_id: UserId = None,
+        project_id: ProjectId = None,
+    ) -> dict[str, Any]:
+        """Search the user's long-term memories (facts, preferences, rules, events)
+        by meaning and by words; the best matches first, each with its id."""
+        user, project = self._user(user_id), self._project(project_id)
+        found = await self._call(
+            ctx, lambda c: c.search(user, query, project_id=project, k=k, kinds=kinds)
+        )
+        return {"memories": [_brief(m.model_dump(mode="json")) for m in found]}
+
+    async def search_archive(
+        self,
+        query: Query,
+        ctx: Context,
+        k: K = None,
+        after: Annotated[str | None, Field(description="Only turns after (ISO 8601)")] = None,
+        before: Annotated[str | None, Field(description="Only turns before (ISO 8601)")] = None,
+        user_id: UserId = None,
+        project_id: ProjectId = None,
+    ) -> dict[str, Any]:
+        """Search past conversation turns, word for word as they were recorded, when
+        the memories do not hold a detail (what exactly was said, and when)."""
+        user, project = self._user(user_id), self._project(project_id)
+        found = await self._call(
+            ctx,
+            lambda c: c.archive_search(
+                user, query, project_id=project, k=k, before=before, after=after
+            ),
+        )
+        return {"episodes": [e.model_dump(mode="json") for e in found]}
+
+    async def list_memories(
+        self,
+        ctx: Context,
+        scope: Annotated[Scope | None, Field(description="Only this scope")] = None,
+        kind: Annotated[Kind | None, Field(description="Only this kind")] = None,
+        limit: Annotated[int | None, Field(description="Page size (1-500)")] = None,
+        cursor: Annotated[
+            str | None, Field(description="The next_cursor of the previous page")
+        ] = None,
+        user_id: UserId = None,
+        project_id: ProjectId = None,
+    ) -> dict[str, Any]:
+        """List the user's memories, newest first, a page at a time."""
+        user, project = self._user(user_id), self._project(project_id)
+        page = await self._call(
+            ctx,
+            lambda c: c.list_memories(
+                user, project_id=project, scope=scope, kind=kind, limit=limit, cursor=cursor
+            ),
+        )
+        memories = [_brief(m.model_dump(mode="json")) for m in page.memories]
+        return {"memories": memories, "next_cursor": page.next_cursor}
+
+    async def forget(
+        self,
+        ctx: Context,
+        memory_id: Annotated[str | None, Field(description="The memory's id")] = None,
+        query: Annotated[
+            str | None, Field(description="Delete the memories matching this instead")
+        ] = None,
+        user_id: UserId = None,
+        project_id: ProjectId = None,
+    ) -> dict[str, Any]:
+        """Delete a memory the user wants gone or that is wrong: by its id (from
+        search_memories or list_memories), or every memory matching a query. Give
+        exactly one of memory_id and query."""
+        if (memory_id is None) == (query is None):
+            raise ToolError("give exactly one of memory_id and query")
+        user = self._user(user_id)
+        if memory_id is not None:
+            answer = await self._call(ctx, lambda c: c.delete_memory(user, memory_id))
+            return {"deleted": [answer.memory_id] if answer.deleted else []}
+        project = self._project(project_id)
+        gone = await self._call(ctx, lambda c: c.delete_memories(user, query, project_id=project))
+        return {"deleted": [m.id for m in gone]}
+
+    async def check_tool_permission(
+        self,
+        tool_name: Annotated[str, Field(description="The tool the agent is about to run")],
+        ctx: Context,
+        tool_args: Annotated[
+            dict[str, Any] | None, Field(description="Its arguments, as it would get them")
+        ] = None,
+        user_id: UserId = None,
+        session_id: SessionId = None,
+        project_id: ProjectId = None,
+    ) -> dict[str, Any]:
+        """May the agent run this tool call? decision ALLOW: go ahead; BLOCK: do not,
+        the user forbade it (reason says why); PENDING: ask the user first."""
+        user, session = self._user(user_id), self._session(session_id)
+        project = self._project(project_id)
+        verdict = await self._call(
+            ctx,
+            lambda c: c.evaluate_permission(
+                user, session, tool_name, tool_args or {}, project_id=project
+            ),
+        )
+        return verdict.model_dump(mode="json")
+
+    async def _call(self, ctx: Context, call: Callable[[AsyncMemoryClient], Any]) -> Any:
+        """`call`'s answer; a client error as a ToolError carrying the API's message."""
+        try:
+            async with self._connect(ctx) as client:
+                return await call(client)
+        except MemoryClientError as exc:
+            raise ToolError(str(exc)) from exc
+
+    def _user(self, given: str | None) -> str:
+        user = given or self._defaults.user_id
+        if not user:
+            raise ToolError("user_id is required: no default user is configured")
+        return user
+
+    def _session(self, given: str | None) -> str:
+        session = given or self._defaults.session_id
+        if not session:
+            raise ToolError("session_id is required: no default session is configured")
+        return session
+
+    def _project(self, given: str | None) -> str | None:
+        return given or self._defaults.project_id
+
+
+def _brief(memory: dict[str, Any]) -> dict[str, Any]:
+    """A memory as an agent needs it: no bookkeeping timestamps but when observed."""
+    drop = ("created_at", "updated_at", "deleted_at")
+    return {k: v for k, v in memory.items() if k not in drop and v is not None}
+
+
+_READ_ONLY = ToolAnnotations(read_only_hint=True, open_world_hint=False)
+_WRITES = ToolAnnotations(read_only_hint=False, destructive_hint=False, open_world_hint=False)
+_DELETES = ToolAnnotations(read_only_hint=False, destructive_hint=True, open_world_hint=False)
+TOOLS = {
+    "get_context": _READ_ONLY,
+    "remember": _WRITES,
+    "record_turn": _WRITES,
+    "search_memories": _READ_ONLY,
+    "search_archive": _READ_ONLY,
+    "list_memories": _READ_ONLY,
+    "forget": _DELETES,
+    # It consumes a one-time grant when one matches: not read-only.
+    "check_tool_permission": _WRITES,
+}
+
+
+def build_server(connect: Connect, defaults: Defaults, version: str = "") -> MCPServer:
+    """The MCP server with every tool, reaching the API through `connect`."""
+    # The SDK configures the root logger when a server is built; the process's
+    # logging is the project's own (shared.logging), so it is put back.
+    root = logging.getLogger()
+    handlers, level = root.handlers[:], root.level
+    server = MCPServer("agent-memory", instructions=INSTRUCTIONS, version=version)
+    root.handlers[:] = handlers
+    root.setLevel(level)
+    tools = MemoryTools(connect, defaults)
+    for name, annotations in TOOLS.items():
+        server.add_tool(getattr(tools, name), name=name, annotations=annotations)
+    return server

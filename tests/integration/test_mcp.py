@@ -1,0 +1,225 @@
+"""The MCP server (services/mcp_server) through the SDK's own client, on both
+transports, against the live API (uvicorn in a thread, API keys required):
+
+- stdio: `python -m services.cli mcp` as a child process, configured by the
+  AGENT_MEMORY_* variables, calling the API over HTTP;
+- streamable HTTP: the API's own `/mcp`, with the caller's API key.
+
+Each transport lists the tools, remembers a fact, finds it (search and context),
+forgets it, sees a permission BLOCK, and answers bad input with tool errors.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import uuid
+from collections.abc import AsyncIterator, Iterator
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import Any
+
+import anyio
+import httpx
+import httpx2
+import psycopg
+import pytest
+from mcp import ClientSession, StdioServerParameters, stdio_client
+from mcp.client.streamable_http import streamable_http_client
+
+from shared.api_keys import create_key
+from shared.client import MemoryClient
+from tests.support import REPO, serve_api
+
+TOOLS = {
+    "get_context",
+    "remember",
+    "record_turn",
+    "search_memories",
+    "search_archive",
+    "list_memories",
+    "forget",
+    "check_tool_permission",
+}
+
+
+@pytest.fixture
+def api_settings(app_settings):
+    return app_settings.model_copy(update={"auth_disabled": False, "auth_cache_seconds": 0})
+
+
+@pytest.fixture
+def key(stack, ids) -> str:
+    with psycopg.connect(stack.database_url, autocommit=True) as conn:
+        key, _ = create_key(conn, ids["app"])
+    return key
+
+
+@pytest.fixture
+def base_url(api_settings, topology) -> Iterator[str]:
+    with serve_api(api_settings) as url:
+        yield url
+
+
+@asynccontextmanager
+async def stdio_session(url: str, key: str, ids: dict, log: Path) -> AsyncIterator[ClientSession]:
+    env = {
+        "AGENT_MEMORY_URL": url,
+        "AGENT_MEMORY_API_KEY": key,
+        "AGENT_MEMORY_USER_ID": ids["user_id"],
+        "AGENT_MEMORY_SESSION_ID": ids["session_id"],
+        "PYTHONPATH": str(REPO),
+    }
+    server = StdioServerParameters(
+        command=sys.executable, args=["-m", "services.cli", "mcp"], env=env, cwd=str(REPO)
+    )
+    with log.open("w") as errlog:
+        async with (
+            stdio_client(server, errlog=errlog) as (read, write),
+            ClientSession(read, write) as session,
+        ):
+            await session.initialize()
+            yield session
+
+
+@asynccontextmanager
+async def http_session(url: str, key: str) -> AsyncIterator[ClientSession]:
+    headers = {"Authorization": f"Bearer {key}"}
+    async with (
+        httpx2.AsyncClient(headers=headers, timeout=30) as http,
+        streamable_http_client(f"{url}/mcp", http_client=http) as (read, write),
+        ClientSession(read, write) as session,
+    ):
+        await session.initialize()
+        yield session
+
+
+async def call(session: ClientSession, tool: str, **args: Any) -> Any:
+    """The tool's answer; a tool error fails the test with its message."""
+    result = await session.call_tool(tool, args)
+    assert not result.is_error, result.content[0].text
+    text = result.content[0].text
+    return text if tool == "get_context" else json.loads(text)
+
+
+async def error_of(session: ClientSession, tool: str, **args: Any) -> str:
+    result = await session.call_tool(tool, args)
+    assert result.is_error, f"{tool}{args} did not fail"
+    return result.content[0].text
+
+
+async def scenario(session: ClientSession, ids: dict, rules: MemoryClient, **who: str) -> None:
+    """The whole tour; `who` is the user and session to pass, when the server has
+    no defaults (HTTP)."""
+    listed = await session.list_tools()
+    assert {tool.name for tool in listed.tools} == TOOLS
+    assert all(tool.description and tool.input_schema["properties"] for tool in listed.tools)
+
+    fact = "The user's favourite editor is Helix."
+    written = await call(session, "remember", text=fact, kind="preference", **_user(who))
+    assert written["action"] == "CREATED"
+    memory_id = written["memory"]["id"]
+    found = await call(session, "search_memories", query="favourite editor", **_user(who))
+    assert memory_id in [m["id"] for m in found["memories"]]
+    instruction = await call(session, "get_context", query="Which editor to open?", **who)
+    assert fact in instruction
+
+    assert await call(session, "forget", memory_id=memory_id, **_user(who)) == {
+        "deleted": [memory_id]
+    }
+    found = await call(session, "search_memories", query="favourite editor", **_user(who))
+    assert memory_id not in [m["id"] for m in found["memories"]]
+    listing = await call(session, "list_memories", **_user(who))
+    assert memory_id not in [m["id"] for m in listing["memories"]]
+
+    # The rule is added through the API, as a person (or an admin tool) would.
+    rules.add_rule(ids["user_id"], "run_shell", r"^rm -rf", "BLOCK")
+    verdict = await call(
+        session,
+        "check_tool_permission",
+        tool_name="run_shell",
+        tool_args={"CommandLine": "rm -rf /srv"},
+        **who,
+    )
+    assert verdict["decision"] == "BLOCK"
+
+    await bad_input(session, who)
+
+
+async def bad_input(session: ClientSession, who: dict) -> None:
+    """Each is a tool error with the schema's or the API's message; the server
+    answers the next call as before."""
+    assert "text" in await error_of(session, "remember", **_user(who))  # missing
+    assert "kind" in await error_of(session, "remember", text="x", kind="bogus", **_user(who))
+    assert "query" in await error_of(session, "search_memories", query=7, **_user(who))
+    # The API's own 422 and 404 messages.
+    assert "422" in await error_of(session, "search_memories", query="x", k=0, **_user(who))
+    missing = await error_of(session, "forget", memory_id=str(uuid.uuid4()), **_user(who))
+    assert "404" in missing
+    assert "Unknown tool" in await error_of(session, "no_such_tool")
+    assert "exactly one" in await error_of(session, "forget", **_user(who))
+    assert (await call(session, "list_memories", **_user(who)))["memories"] == []
+
+
+def _user(who: dict) -> dict:
+    return {k: v for k, v in who.items() if k == "user_id"}
+
+
+def test_stdio_server(base_url, key, ids, tmp_path):
+    async def run() -> None:
+        with MemoryClient(base_url, api_key=key) as rules:
+            async with stdio_session(base_url, key, ids, tmp_path / "mcp.log") as session:
+                await scenario(session, ids, rules)
+
+    anyio.run(run)
+
+
+def test_stdio_server_passes_on_the_apis_401(base_url, ids, tmp_path):
+    async def run() -> None:
+        async with stdio_session(base_url, "am_wrong", ids, tmp_path / "mcp.log") as session:
+            for _ in range(2):  # and it keeps serving
+                message = await error_of(session, "list_memories")
+                assert "401" in message and "invalid or revoked API key" in message
+
+    anyio.run(run)
+
+
+def test_http_server(base_url, key, ids):
+    who = {"user_id": ids["user_id"], "session_id": ids["session_id"]}
+
+    async def run() -> None:
+        with MemoryClient(base_url, api_key=key) as rules:
+            async with http_session(base_url, key) as session:
+                await scenario(session, ids, rules, **who)
+                message = await error_of(session, "get_context", query="x")
+                assert "user_id is required" in message
+
+    anyio.run(run)
+
+
+def test_http_server_needs_an_api_key(base_url):
+    initialize = {"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {}}
+    for headers in ({}, {"Authorization": "Bearer am_wrong"}):
+        answer = httpx.post(f"{base_url}/mcp", json=initialize, headers=headers, timeout=10)
+        assert answer.status_code == 401
+        assert answer.json()["error"]["code"] == "unauthenticated"
+
+
+def test_stdio_server_without_its_configuration_exits_2():
+    env = {"PATH": "/usr/bin:/bin", "PYTHONPATH": str(REPO)}
+    done = subprocess.run(
+        [sys.executable, "-m", "services.cli", "mcp"],
+        env=env,
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        stdin=subprocess.DEVNULL,
+    )
+    assert done.returncode == 2
+    assert done.stderr.strip().splitlines() == [
+        "agent-memory mcp: set AGENT_MEMORY_URL and AGENT_MEMORY_API_KEY (the API's URL "
+        "and an API key from `agent-memory keys create`)"
+    ]
+    assert "Traceback" not in done.stderr

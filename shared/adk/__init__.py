@@ -22,6 +22,28 @@ session: `state={"project_id": "CloudRetail"}`), else the `project_id` given to
 each of these, else none (the user's global memories only). The ADK `app_name`
 is not the tenant: the client's API key decides the app.
 
+The alternative to this native wiring is the MCP server (docs/mcp.md): the agent
+gets the memory as tools (get_context, remember, search_memories, forget,
+check_tool_permission, ...) and decides itself when to call them, through ADK's
+own `McpToolset`, launching `agent-memory mcp` or reaching the API's `/mcp`:
+
+    from google.adk.tools.mcp_tool import (
+        McpToolset, StdioConnectionParams, StreamableHTTPConnectionParams,
+    )
+    from mcp import StdioServerParameters
+
+    tools = McpToolset(connection_params=StdioConnectionParams(
+        server_params=StdioServerParameters(command="agent-memory", args=["mcp"], env={
+            "AGENT_MEMORY_URL": base_url, "AGENT_MEMORY_API_KEY": api_key,
+            "AGENT_MEMORY_USER_ID": user_id,
+        })))
+    # or, with no process to launch:
+    tools = McpToolset(connection_params=StreamableHTTPConnectionParams(
+        url=f"{base_url}/mcp", headers={"Authorization": f"Bearer {api_key}"}))
+    agent = LlmAgent(name="dev", model="gemini-2.5-flash", tools=[tools])
+
+Over HTTP each call names its `user_id`: there is no server-side default.
+
 Only this package imports google-adk; the rest of the project never does.
 """
 

@@ -11,11 +11,13 @@ forgets it, sees a permission BLOCK, and answers bad input with tool errors.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import subprocess
 import sys
 import uuid
 from collections.abc import AsyncIterator, Iterator
+from concurrent.futures import Future
 from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
@@ -28,8 +30,10 @@ import pytest
 from mcp import ClientSession, StdioServerParameters, stdio_client
 from mcp.client.streamable_http import streamable_http_client
 
+from services.api.app import create_app
 from shared.api_keys import create_key
 from shared.client import MemoryClient
+from shared.localstack.process import free_port
 from tests.support import REPO, serve_api
 
 TOOLS = {
@@ -196,6 +200,57 @@ def test_http_server(base_url, key, ids):
                 assert "user_id is required" in message
 
     anyio.run(run)
+
+
+def _refused(message: object) -> Future:
+    """Pub/Sub refusing a message: recording the turn answers 503."""
+    refused: Future = Future()
+    refused.set_exception(RuntimeError("Pub/Sub is down"))
+    return refused
+
+
+def test_an_api_503_is_a_tool_error(api_settings, topology, key, ids, monkeypatch):
+    who = {"user_id": ids["user_id"], "session_id": ids["session_id"]}
+    app = create_app(api_settings)
+
+    async def run() -> None:
+        async with http_session(url, key) as session:
+            for _ in range(2):  # and it keeps serving
+                message = await error_of(session, "record_turn", user="hi", assistant="ok", **who)
+                assert "503 publish_failed: the turn could not be published" in message
+
+    with serve_api(api_settings, app) as url:
+        monkeypatch.setattr(app.state.api.publisher, "publish_message", _refused)
+        anyio.run(run)
+
+
+def test_stdio_server_with_the_api_unreachable(ids, tmp_path):
+    url = f"http://127.0.0.1:{free_port()}"  # nothing listens there
+
+    async def run() -> None:
+        async with stdio_session(url, "am_any", ids, tmp_path / "mcp.log") as session:
+            for _ in range(2):
+                message = await error_of(session, "search_memories", query="x")
+                assert "no answer after 4 attempt(s): ConnectError" in message
+
+    anyio.run(run)
+
+
+def test_adk_mcp_toolset_over_http(base_url, key):
+    """The ADK wiring docs/mcp.md shows: ADK's own McpToolset finds every tool."""
+    mcp_tool = pytest.importorskip("google.adk.tools.mcp_tool")
+
+    async def run() -> None:
+        params = mcp_tool.StreamableHTTPConnectionParams(
+            url=f"{base_url}/mcp", headers={"Authorization": f"Bearer {key}"}
+        )
+        toolset = mcp_tool.McpToolset(connection_params=params)
+        try:
+            assert {tool.name for tool in await toolset.get_tools()} == TOOLS
+        finally:
+            await toolset.close()
+
+    asyncio.run(run())
 
 
 def test_http_server_needs_an_api_key(base_url):

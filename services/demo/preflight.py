@@ -65,7 +65,9 @@ def _adc_missing() -> str | None:
             google.auth.default(scopes=["https://www.googleapis.com/auth/cloud-platform"])
             found.append(None)
         except GoogleAuthError:  # none found, or found and unusable
-            found.append("AM_GEMINI_API_KEY is not set and no Application Default Credentials")
+            found.append(
+                "AM_GEMINI_API_KEY is not set and no Application Default Credentials were found"
+            )
 
     # A daemon thread: a metadata server that never answers must not hold the exit.
     thread = threading.Thread(target=look, daemon=True, name="adc-lookup")

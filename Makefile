@@ -10,11 +10,17 @@ STAMP := $(VENV)/.installed
 
 venv: $(STAMP)
 
+# pip's own lines (each package collected, downloaded, installed) are the progress
+# of a first run's minute of installing; the echo lines say what it is for.
 $(STAMP): pyproject.toml
-	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	@test -x $(BIN)/python || { echo "== creating the virtual environment $(VENV)"; \
+		$(PYTHON) -m venv $(VENV); }
+	@echo "== updating pip in $(VENV)"
 	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet -e '.[test,adk,tracing]'
-	touch $(STAMP)
+	@echo "== installing agent-memory and its extras (test, adk, tracing, report) into $(VENV)"
+	$(BIN)/python -m pip install -e '.[test,adk,tracing,report]'
+	@touch $(STAMP)
+	@echo "== $(VENV) is ready"
 
 test: $(STAMP)
 	$(BIN)/python -m pytest

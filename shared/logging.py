@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import logging
 import sys
+from typing import TextIO
 
 import orjson
 import structlog
@@ -37,12 +38,14 @@ def _dumps(value: object, default: object = None, **_options: object) -> str:
     return orjson.dumps(value, default=default, option=orjson.OPT_NON_STR_KEYS).decode()
 
 
-def configure_logging(fmt: str = "auto", level: str = "INFO") -> None:
+def configure_logging(fmt: str = "auto", level: str = "INFO", stream: TextIO | None = None) -> None:
     """Configure structlog and the stdlib root logger for this process.
 
-    `fmt` is `json`, `console`, or `auto` (console on a terminal, JSON otherwise).
+    `fmt` is `json`, `console`, or `auto` (console on a terminal, JSON otherwise);
+    the lines go to `stream`, stderr by default.
     """
-    use_json = fmt == "json" or (fmt == "auto" and not sys.stderr.isatty())
+    stream = stream or sys.stderr
+    use_json = fmt == "json" or (fmt == "auto" and not stream.isatty())
     timestamper = structlog.processors.TimeStamper(fmt="iso", utc=True)
     if use_json:
         renderer: list = [
@@ -62,7 +65,7 @@ def configure_logging(fmt: str = "auto", level: str = "INFO") -> None:
             *renderer,
         ],
         wrapper_class=structlog.make_filtering_bound_logger(_LEVELS[level]),
-        logger_factory=structlog.WriteLoggerFactory(file=sys.stderr),
+        logger_factory=structlog.WriteLoggerFactory(file=stream),
         cache_logger_on_first_use=True,
     )
     formatter = structlog.stdlib.ProcessorFormatter(
@@ -74,7 +77,7 @@ def configure_logging(fmt: str = "auto", level: str = "INFO") -> None:
         ],
         processors=[structlog.stdlib.ProcessorFormatter.remove_processors_meta, *renderer],
     )
-    handler = logging.StreamHandler(sys.stderr)
+    handler = logging.StreamHandler(stream)
     handler.setFormatter(formatter)
     root = logging.getLogger()
     root.handlers[:] = [handler]

@@ -10,8 +10,11 @@ through the HTTP API only, as an agent would:
    background tokens (every LLM prompt the workers built) included.
 
 It waits for the pipeline by polling with deadlines, never by fixed sleeps,
-prints a report, writes `report.json` and `tokens_per_turn.png` to `--out`, and
-exits non-zero if a check fails.
+prints a report, writes `report.json` and `tokens_per_turn.png` (with matplotlib,
+the `report` extra) to `--out`, and exits non-zero if a check fails, keeping the
+run's folder and its logs. A `gemini` provider without credentials stops it
+before the stack starts (exit 2). Log lines go to `logs/demo.log` in the run's
+folder, not into the report.
 """
 
 from __future__ import annotations
@@ -23,11 +26,12 @@ import sys
 import tempfile
 from pathlib import Path
 
-from services.demo import reference, report, session
+from services.demo import preflight, reference, report, session
 from services.demo.api import Api, Check, DemoError, llm_tokens
 from shared.config import Settings
 from shared.localstack.components import ComponentError
 from shared.localstack.stack import LocalStack, StackError
+from shared.logging import configure_logging
 
 
 def say(text: str) -> None:
@@ -41,8 +45,13 @@ def run_demo(
     embeddings: str | None = None,
     out: Path = Path("demo-report"),
 ) -> int:
-    data_dir = Path(tempfile.mkdtemp(prefix="agent-memory-demo-"))
     demo_settings = _demo_settings(settings, llm, embeddings)
+    problem = preflight.gemini_problem(demo_settings)
+    if problem:
+        print(f"agent-memory demo: {problem}", file=sys.stderr, flush=True)
+        return 2
+    data_dir = Path(tempfile.mkdtemp(prefix="agent-memory-demo-"))
+    log_path = _log_to_file(data_dir)
     providers = {"llm": demo_settings.llm_provider, "embeddings": demo_settings.embedding_provider}
     # The stack's processes read their providers from the environment it passes on.
     os.environ["AM_LLM_PROVIDER"] = providers["llm"]
@@ -50,7 +59,33 @@ def run_demo(
     stack = LocalStack(demo_settings, data_dir, fast=not keep, any_api_port=True)
     # SIGTERM (a CI timeout, `kill`) must still stop the stack: make it unwind.
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
-    say(f"starting a fresh local stack in {data_dir} ...")
+    say(f"starting a fresh local stack in {data_dir} (logs: {log_path.parent}) ...")
+    code = 1  # an exception (Ctrl-C, SIGTERM) is a failed run too
+    try:
+        code = _play(stack, providers, out)
+    finally:
+        if code != 0:
+            say(f"the run failed: its data and logs are kept in {data_dir} (see {log_path.parent})")
+        elif keep:
+            say(f"data kept in {data_dir}")
+        else:
+            shutil.rmtree(data_dir, ignore_errors=True)
+    return code
+
+
+def _log_to_file(data_dir: Path) -> Path:
+    """Send this process's log lines (the stack's start and stop) to a file in the
+    run's folder: the terminal shows the demo's story and report only."""
+    log_dir = data_dir / "logs"
+    log_dir.mkdir(parents=True, exist_ok=True)
+    path = log_dir / "demo.log"
+    # Open for the rest of the process: every later log line is written to it.
+    configure_logging("json", "INFO", stream=path.open("a", encoding="utf-8"))  # noqa: SIM115
+    return path
+
+
+def _play(stack: LocalStack, providers: dict[str, str], out: Path) -> int:
+    """Start the stack, play the scenarios, stop it, report; the exit status."""
     try:
         endpoints = stack.start()
     except (StackError, ComponentError) as exc:
@@ -75,10 +110,6 @@ def run_demo(
     finally:
         api.close()
         stack.stop()
-        if keep:
-            say(f"data kept in {data_dir}")
-        else:
-            shutil.rmtree(data_dir, ignore_errors=True)
     return _report(out, providers, result, checks)
 
 
@@ -103,11 +134,11 @@ def _report(
     """Print and write the report; the exit status: 1 if a check failed."""
     numbers = report.figures(result)
     checks += result.checks + report.target_checks(numbers)
-    json_path, chart_path = report.write(out, providers, result, numbers, checks)
+    json_path, chart = report.write(out, providers, result, numbers, checks)
     for line in report.lines(providers, numbers, checks):
         say(line)
     failed = [c for c in checks if not c.passed]
-    say(f"\nreport: {json_path}; chart: {chart_path}")
+    say(f"\nreport: {json_path}; chart: {chart}")
     verdict = "FAIL" if failed else "PASS"
     say(f"{verdict}: {len(checks) - len(failed)} of {len(checks)} checks passed")
     return 1 if failed else 0

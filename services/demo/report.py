@@ -1,4 +1,5 @@
-"""The demo's report: printed, written to `report.json`, and charted (PNG)."""
+"""The demo's report: printed, written to `report.json`, and charted (PNG, when
+matplotlib is installed)."""
 
 from __future__ import annotations
 
@@ -7,12 +8,11 @@ from pathlib import Path
 from typing import Any
 
 from services.demo.api import Check, check
-from services.demo.chart import line_chart
+from services.demo.chart import ChartUnavailable, draw
 from services.demo.session import TURN_COUNT, SessionResult
 
 TURN_REDUCTION_TARGET = 90.0  # % at turn 45 (the reference design reports 88.9%)
 CUMULATIVE_TARGET = 80.0  # % over the session, background tokens included (reference: 72.0%)
-NAIVE, TIERED = (200, 40, 40), (30, 90, 200)
 
 
 def percentile(values: list[float], p: float) -> float:
@@ -72,26 +72,42 @@ def write(
     result: SessionResult,
     numbers: dict[str, Any],
     checks: list[Check],
-) -> tuple[Path, Path]:
+) -> tuple[Path, str]:
+    """Write `report.json` and the chart; their path and where the chart is (or
+    why it is not)."""
     out.mkdir(parents=True, exist_ok=True)
+    background = result.background_by_turn or [0] * len(result.naive)
     report = {
         "providers": providers,
         "turns": [
-            {"turn": n, "naive_tokens": naive, "tiered_tokens": tiered, "context_ms": round(ms, 1)}
-            for n, (naive, tiered, ms) in enumerate(
-                zip(result.naive, result.tiered, result.context_ms, strict=True), start=1
+            {
+                "turn": n,
+                "naive_tokens": naive,
+                "tiered_tokens": tiered,
+                "background_tokens": spent,
+                "context_ms": round(ms, 1),
+            }
+            for n, (naive, tiered, spent, ms) in enumerate(
+                zip(result.naive, result.tiered, background, result.context_ms, strict=True),
+                start=1,
             )
         ],
         **numbers,
         "checks": [c.as_dict() for c in checks],
         "passed": all(c.passed for c in checks),
     }
-    json_path, chart_path = out / "report.json", out / "tokens_per_turn.png"
+    json_path = out / "report.json"
     json_path.write_text(json.dumps(report, indent=2) + "\n", encoding="utf-8")
-    chart_path.write_bytes(
-        line_chart([("NAIVE", NAIVE, result.naive), ("TIERED", TIERED, result.tiered)])
-    )
-    return json_path, chart_path
+    return json_path, chart(report, out / "tokens_per_turn.png")
+
+
+def chart(report: dict[str, Any], path: Path) -> str:
+    """Draw the chart; the report's words for where it is, or where it would have been."""
+    try:
+        return str(draw(report, path))
+    except ChartUnavailable as exc:
+        path.unlink(missing_ok=True)  # not an earlier run's chart beside this report
+        return f"not drawn, {exc}; it would have been {path}"
 
 
 def lines(providers: dict[str, str], numbers: dict[str, Any], checks: list[Check]) -> list[str]:

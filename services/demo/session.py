@@ -131,36 +131,47 @@ class SessionResult:
     background_tokens: int
     checks: list[Check]
     turn45_context: str
+    background_by_turn: list[int] = field(default_factory=list)  # sums to background_tokens
 
 
 def play(api: Api, say: Any, tokens_now: Any) -> SessionResult:
     say(f"\n== 3. A long development session: {TURN_COUNT} turns, project {PROJECT}")
     turns = script()
-    background_before = tokens_now()
-    naive, tiered, context_ms, lag_ms, ctx = _record_all(api, say, turns)
+    before = sum(tokens_now().values())
+
+    def background() -> int:
+        """The workers' LLM tokens since the session began."""
+        return sum(tokens_now().values()) - before
+
+    naive, tiered, context_ms, lag_ms, ctx, so_far = _record_all(api, say, turns, background)
 
     def trimmed() -> dict[str, Any] | None:
         view = _view(api)
         return view if view["turns_total"] == TURN_COUNT and view["turn_count"] <= 10 else None
 
     view = wait_until("the summary worker to keep the buffer within its trigger", trimmed)
-    background = sum(tokens_now().values()) - sum(background_before.values())
+    total = background()
+    # Per turn: what the workers used while it was played; the last turn also gets
+    # what they used until the buffer was trimmed.
+    so_far[-1] = total
+    by_turn = [b - a for a, b in zip([0, *so_far], so_far, strict=False)]
     turn45 = ctx["system_instruction"]
     checks = _checks(view, turn45)
     say(
         f"  the summary worker folded {view['folded_turn_count']} turns into summary version "
         f"{view['summary']['version']}; {view['turn_count']} turns left in the buffer"
     )
-    return SessionResult(naive, tiered, context_ms, lag_ms, background, checks, turn45)
+    return SessionResult(naive, tiered, context_ms, lag_ms, total, checks, turn45, by_turn)
 
 
 def _record_all(
-    api: Api, say: Any, turns: list[Turn]
-) -> tuple[list[int], list[int], list[float], list[float], dict[str, Any]]:
+    api: Api, say: Any, turns: list[Turn], background: Any
+) -> tuple[list[int], list[int], list[float], list[float], dict[str, Any], list[int]]:
     """Each turn as an agent plays it: read the context for it, then record it.
     Returns the prompt tokens of every turn, naive and tiered, the context reads'
-    milliseconds, the memory lags of the measured turns, and the last context."""
-    naive, tiered, context_ms, lag_ms = [], [], [], []
+    milliseconds, the memory lags of the measured turns, the last context, and the
+    workers' LLM tokens so far after each turn."""
+    naive, tiered, context_ms, lag_ms, so_far = [], [], [], [], []
     history = 0  # tokens of every earlier turn, verbatim
     ctx: dict[str, Any] = {}
     for turn in turns:
@@ -191,12 +202,13 @@ def _record_all(
         history += estimate_tokens(turn.rendered())
         if turn.n <= len(OPENING) or turn.n == TURN_COUNT:
             lag_ms.append(_wait_memory(api, turn, recorded_at))
+        so_far.append(background())
         if turn.n % 5 == 0:
             say(
                 f"  turn {turn.n:2d}: prompt tokens naive {naive[-1]:>7,}  tiered {tiered[-1]:>5,}"
                 f"  (context read {took:.0f} ms)"
             )
-    return naive, tiered, context_ms, lag_ms, ctx
+    return naive, tiered, context_ms, lag_ms, ctx, so_far
 
 
 def _checks(view: dict[str, Any], turn45: str) -> list[Check]:

@@ -92,11 +92,15 @@ def _ensure_os_user(name: str) -> None:
 
 def _grant_traverse(path: Path) -> None:
     """Let another user reach `path` by adding o+x on ancestors that lack it."""
+    granted = []
     for parent in [path, *path.parents]:
         mode = parent.stat().st_mode
         if not mode & stat.S_IXOTH:
-            log.warning("running as root: letting PostgreSQL's user traverse", path=str(parent))
             parent.chmod(mode | stat.S_IXOTH)
+            granted.append(str(parent))
+    if granted:
+        # One line for the operator: a change to their folders' modes is theirs to know.
+        log.warning("running as root: added o+x so PostgreSQL's user can traverse", paths=granted)
 
 
 # glibc's malloc in each Postgres backend: keep freed memory for the next statement

@@ -1,9 +1,13 @@
 """`agent-memory demo` (what `make demo` runs) end to end: a fresh stack, the
-reference scenario, the permission checks, the 45-turn session, the report."""
+reference scenario, the permission checks, the 45-turn session, the report and
+its chart, no log lines among them; and a `gemini` provider without credentials
+stopping at once."""
 
 import json
+import re
 import subprocess
 import sys
+import time
 
 import pytest
 
@@ -35,6 +39,7 @@ def test_the_demo_passes_every_check_and_writes_its_report(tmp_path):
         timeout=300,
     )
     assert result.returncode == 0, result.stdout + result.stderr
+    _assert_no_log_lines(result)
     stdout = result.stdout
     assert stdout.rstrip().endswith(f"PASS: {len(CHECKS)} of {len(CHECKS)} checks passed")
     for name in CHECKS:
@@ -58,4 +63,66 @@ def test_the_demo_passes_every_check_and_writes_its_report(tmp_path):
         total["tiered_prompt_tokens"] + total["background_tokens"]
     )
     assert total["savings_percent"] >= 80
-    assert (out / "tokens_per_turn.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    chart = (out / "tokens_per_turn.png").read_bytes()
+    assert chart[:8] == b"\x89PNG\r\n\x1a\n" and b"Matplotlib" in chart
+    assert f"chart: {out / 'tokens_per_turn.png'}\n" in stdout
+    assert [t["background_tokens"] for t in turns].count(0) < len(turns)
+    assert sum(t["background_tokens"] for t in turns) == total["background_tokens"]
+
+
+def _log_lines(text: str) -> list[str]:
+    """Lines of a log renderer: JSON objects, or the console's ISO timestamps."""
+    return [
+        line
+        for line in text.splitlines()
+        if line.lstrip().startswith("{")
+        or re.match(r"\d{4}-\d\d-\d\dT\d\d:", line)
+        or "running as root" in line
+    ]
+
+
+def _assert_no_log_lines(result: subprocess.CompletedProcess) -> None:
+    # The demo's own story only: the stack's log lines go to the run's logs folder.
+    assert _log_lines(result.stdout) == []
+    assert _log_lines(result.stderr) == []
+
+
+@pytest.mark.parametrize("option", ["--llm", "--embeddings"])
+def test_the_demo_without_gemini_credentials_fails_fast_and_says_why(tmp_path, option):
+    env = _clean_env(CLOUDSDK_CONFIG=str(tmp_path / "gcloud"))  # no gcloud ADC file
+    env.pop("GOOGLE_APPLICATION_CREDENTIALS", None)
+    started = time.monotonic()
+    result = subprocess.run(
+        [sys.executable, "-m", "services.cli", "demo", option, "gemini"],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert time.monotonic() - started < 20  # the interpreter's start-up, not a stack's
+    assert result.returncode == 2, result.stdout + result.stderr
+    assert result.stdout == ""  # no stack was started
+    for words in (f"{option} gemini", "AM_GEMINI_API_KEY", "GOOGLE_CLOUD_PROJECT"):
+        assert words in result.stderr
+    assert "Application Default Credentials" in result.stderr
+    assert "Traceback" not in result.stderr
+
+
+def test_a_failed_demo_keeps_its_folder_and_logs_and_says_where(tmp_path):
+    # A stack that cannot start: the emulator is not where the setting says.
+    env = _clean_env(AM_PUBSUB_EMULATOR_BIN=str(tmp_path / "no-emulator"), TMPDIR=str(tmp_path))
+    result = subprocess.run(
+        [sys.executable, "-m", "services.cli", "demo", "--out", str(tmp_path / "report")],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert result.returncode == 1, result.stdout + result.stderr
+    assert "could not start the stack" in result.stdout
+    [kept] = tmp_path.glob("agent-memory-demo-*")
+    assert f"the run failed: its data and logs are kept in {kept} " in result.stdout
+    assert (kept / "logs" / "demo.log").stat().st_size > 0
+    _assert_no_log_lines(result)

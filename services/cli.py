@@ -77,7 +77,48 @@ def _parser() -> argparse.ArgumentParser:
         _add_mcp,
     ):
         add(sub)
+    _add_examples(parser)
     return parser
+
+
+# The example each subcommand's `--help` ends with.
+EXAMPLES = {
+    "api": "AM_API_PORT=8080 agent-memory api",
+    "worker": "agent-memory worker extraction",
+    "worker summary": "AM_WORKER_CONCURRENCY=16 agent-memory worker summary",
+    "worker extraction": "AM_LLM_PROVIDER=gemini agent-memory worker extraction",
+    "worker compaction": "agent-memory worker compaction",
+    "migrate": "AM_DATABASE_URL=postgresql://… agent-memory migrate",
+    "topology": "agent-memory topology show",
+    "topology apply": "agent-memory topology apply",
+    "topology show": "agent-memory topology show",
+    "dlq": "agent-memory dlq list",
+    "dlq list": "agent-memory dlq list",
+    "dlq show": "agent-memory dlq show turns-extraction --limit 5",
+    "dlq replay": "agent-memory dlq replay turns-extraction --older-than 15m --dry-run",
+    "dlq purge": "agent-memory dlq purge turns-summary --event-id 6f1c1a52-… --yes",
+    "compact": "agent-memory compact --all --retention-days 30",
+    "keys": "agent-memory keys list",
+    "keys create": "agent-memory keys create --app acme --name 'support agent'",
+    "keys list": "agent-memory keys list",
+    "keys revoke": "agent-memory keys revoke 3f2b…",
+    "config": "agent-memory config reference --write",
+    "config reference": "agent-memory config reference > configuration.md",
+    "up": "agent-memory up --scale extraction=2",
+    "demo": "agent-memory demo --keep --out demo-report",
+    "mcp": "AGENT_MEMORY_URL=http://127.0.0.1:8080 AGENT_MEMORY_API_KEY=am_… agent-memory mcp",
+}
+
+
+def _add_examples(parser: argparse.ArgumentParser, path: tuple[str, ...] = ()) -> None:
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for name, child in action.choices.items():
+                words = (*path, name)
+                child.epilog = f"example:\n  {EXAMPLES[' '.join(words)]}"
+                # Keeps the example's line as written (the options still wrap).
+                child.formatter_class = argparse.RawDescriptionHelpFormatter
+                _add_examples(child, words)
 
 
 def _command(sub: _Subparsers, name: str, help_: str) -> argparse.ArgumentParser:

@@ -1,11 +1,12 @@
 """Every command and option of `agent-memory` explains itself, and each subcommand's
-`--help` shows its own usage."""
+`--help` shows its own usage and ends with an example."""
 
 import argparse
+import shlex
 
 import pytest
 
-from services.cli import _parser, main
+from services.cli import EXAMPLES, _parser, main
 
 
 def _commands(
@@ -42,7 +43,9 @@ def test_each_subcommand_help_shows_its_own_usage(capsys, words):
     with pytest.raises(SystemExit) as exited:
         main([*words, "--help"])
     assert exited.value.code == 0
-    assert capsys.readouterr().out.startswith(f"usage: agent-memory {' '.join(words)} ")
+    out = capsys.readouterr().out
+    assert out.startswith(f"usage: agent-memory {' '.join(words)} ")
+    assert out.endswith(f"example:\n  {EXAMPLES[' '.join(words)]}\n")
 
 
 def test_worker_kinds_and_topology_actions_keep_their_names():
@@ -54,3 +57,11 @@ def test_worker_kinds_and_topology_actions_keep_their_names():
         "config_command": "reference",
         "write": True,
     }
+
+
+@pytest.mark.parametrize("words", sorted(EXAMPLES))
+def test_each_example_is_a_command_the_parser_takes(words):
+    argv = shlex.split(EXAMPLES[words].split(">")[0])
+    argv = argv[argv.index("agent-memory") + 1 :]  # after any VAR=value prefix
+    assert argv[: len(words.split())] == words.split()
+    _parser().parse_args(argv)

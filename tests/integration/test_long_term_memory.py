@@ -108,6 +108,11 @@ def test_kinds_filter_and_pinned_rules_in_context(client, ids):
         json={"user_id": user, "session_id": ids["session_id"], "query": "migrations on Fridays?"},
     ).json()
     assert about_rule["system_instruction"].count("Never run migrations on Fridays.") == 1
+    texts = [m["text"] for m in about_rule["pinned_rules"] + about_rule["memories"]]
+    assert {text: about_rule["system_instruction"].count(text) for text in texts} == {
+        "Never run migrations on Fridays.": 1,
+        "User likes green tea.": 1,
+    }
     assert [m["text"] for m in about_rule["memories"]] == ["User likes green tea."]
 
 

@@ -27,7 +27,7 @@ from services.api.models import (
     Time,
     bounded_count,
 )
-from shared.memory.store import COMPACTED_ENTITY
+from shared.db.memories import COMPACTED_ENTITY
 
 Kind = Literal["preference", "fact", "rule", "event"]
 ScopeName = Literal["global", "project", "session"]

@@ -41,13 +41,12 @@ from shared.bus.worker import Delivery, HandlerTable, Outcome
 from shared.config import Settings
 from shared.db.episodes import Episodes, OldEpisode
 from shared.db.ledger import Claim, Ledger
-from shared.db.memories import Memories, MemoryRow, NewMemory
+from shared.db.memories import COMPACTED_ENTITY, Memories, MemoryRow, NewMemory
 from shared.db.tombstones import Tombstones
 from shared.db.unit_of_work import UnitOfWork
 from shared.errors import PermanentError
 from shared.events import CompactionRequested, derived_event_id, format_time
 from shared.llm.base import DialogueTurn
-from shared.memory.store import COMPACTED_ENTITY
 
 log = structlog.get_logger("agent_memory.compaction")
 

@@ -25,6 +25,11 @@ MEMORY_COLUMNS = (
 )
 
 
+# The entity of a user's compacted summary of old episodes (one per scope and
+# project, kind `event`), written only by the compaction worker.
+COMPACTED_ENTITY = "compacted-episodes"
+
+
 @dataclass(frozen=True)
 class MemoryRow:
     id: str

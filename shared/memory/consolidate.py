@@ -18,13 +18,12 @@ from typing import Any
 from psycopg_pool import ConnectionPool
 
 from shared.config import Settings
-from shared.db.memories import MemoryRow, NewMemory
+from shared.db.memories import COMPACTED_ENTITY, MemoryRow, NewMemory
 from shared.db.search import similar_memories
 from shared.db.unit_of_work import UnitOfWork
 from shared.embeddings.base import Embedder
 from shared.llm.base import KINDS, LLM, SCOPES, Action, Candidate, ExistingMemory
 from shared.memory.search import Fusion
-from shared.memory.store import COMPACTED_ENTITY
 
 
 @dataclass(frozen=True)

@@ -49,7 +49,10 @@ def run_migrate(args: argparse.Namespace, settings: Settings) -> int:
         return _fail("AM_DATABASE_URL is not set")
     try:
         applied = migrate(
-            settings.database_url, settings.embedding_dim, login=connect_kwargs(settings)
+            settings.database_url,
+            settings.embedding_dim,
+            login=connect_kwargs(settings),
+            progress=lambda line: print(f"migrate: {line}", file=sys.stderr, flush=True),
         )
     except (MigrationError, ValueError) as exc:
         return _fail(str(exc))
@@ -101,8 +104,9 @@ def run_up(args: argparse.Namespace, settings: Settings) -> int:
     from shared.localstack.stack import LocalStack, StackError, describe
 
     scale = {kind: n for item in args.scale for kind, n in item.items()}
-    stack = LocalStack(settings, args.data_dir, scale=scale)
+    stack = LocalStack(settings, args.data_dir, scale=scale, progress=_progress_line)
     stack.install_signal_handlers()
+    _progress_line(f"starting the local stack in {stack.data_dir} ...")
     try:
         stack.start()
     except (StackError, ComponentError) as exc:
@@ -111,6 +115,11 @@ def run_up(args: argparse.Namespace, settings: Settings) -> int:
         return _fail("stopped during start-up", 130)
     print(describe(stack), flush=True)
     return stack.run_until_signal()
+
+
+def _progress_line(line: str) -> None:
+    # stderr: stdout keeps only the banner, which scripts read.
+    print(f"up: {line}", file=sys.stderr, flush=True)
 
 
 def run_demo(args: argparse.Namespace, settings: Settings) -> int:

@@ -56,7 +56,13 @@ def run_demo(
     # The stack's processes read their providers from the environment it passes on.
     os.environ["AM_LLM_PROVIDER"] = providers["llm"]
     os.environ["AM_EMBEDDING_PROVIDER"] = providers["embeddings"]
-    stack = LocalStack(demo_settings, data_dir, fast=not keep, any_api_port=True)
+    stack = LocalStack(
+        demo_settings,
+        data_dir,
+        fast=not keep,
+        any_api_port=True,
+        progress=lambda line: say(f"  {line}"),
+    )
     # SIGTERM (a CI timeout, `kill`) must still stop the stack: make it unwind.
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     say(f"starting a fresh local stack in {data_dir} (logs: {log_path.parent}) ...")

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import hashlib
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -88,12 +89,19 @@ def migrate(
     embedding_dim: int,
     directory: Path | None = None,
     login: dict[str, Any] | None = None,
+    progress: Callable[[str], None] | None = None,
 ) -> list[str]:
     """Apply pending migrations; return the names applied (empty if up to date).
-    `login`: extra connection parameters (the IAM token, shared/db/iam.py)."""
+    `login`: extra connection parameters (the IAM token, shared/db/iam.py);
+    `progress`: told what it waits for and each migration as it starts (one can
+    rewrite a large table for minutes)."""
+    say = progress or (lambda _line: None)
     applied_now: list[str] = []
     with psycopg.connect(database_url, autocommit=True, **(login or {})) as conn:
-        conn.execute("SELECT pg_advisory_lock(%s)", (_LOCK_KEY,))
+        locked = conn.execute("SELECT pg_try_advisory_lock(%s)", (_LOCK_KEY,)).fetchone()
+        if not (locked and locked[0]):
+            say("waiting for another migration of this database to finish ...")
+            conn.execute("SELECT pg_advisory_lock(%s)", (_LOCK_KEY,))
         try:
             conn.execute(
                 """
@@ -118,6 +126,7 @@ def migrate(
                             f"migration {migration.path.name} changed after it was applied"
                         )
                     continue
+                say(f"applying {migration.path.name} ...")
                 with conn.transaction():
                     conn.execute(migration.sql(embedding_dim))
                     conn.execute(

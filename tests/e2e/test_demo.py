@@ -1,7 +1,7 @@
 """`agent-memory demo` (what `make demo` runs) end to end: a fresh stack, the
 reference scenario, the permission checks, the 45-turn session, the report and
-its chart, no log lines among them; and a `gemini` provider without credentials
-stopping at once."""
+its chart, no log lines among them; and a `gemini` provider without credentials,
+or out of reach, stopping at once."""
 
 import json
 import re
@@ -11,6 +11,7 @@ import time
 
 import pytest
 
+from shared.localstack.process import free_port
 from tests.e2e.test_up import _clean_env
 from tests.support import REPO
 
@@ -41,6 +42,9 @@ def test_the_demo_passes_every_check_and_writes_its_report(tmp_path):
     assert result.returncode == 0, result.stdout + result.stderr
     _assert_no_log_lines(result)
     stdout = result.stdout
+    # The stack's start-up steps are told as they complete, before the story.
+    assert re.search(r"\n  PostgreSQL ready on port \d+ \(\d+\.\d s\)\n", stdout)
+    assert stdout.index("  services started: api, ") < stdout.index("stack up: API")
     assert stdout.rstrip().endswith(f"PASS: {len(CHECKS)} of {len(CHECKS)} checks passed")
     for name in CHECKS:
         assert f"  PASS  {name}\n" in stdout
@@ -107,6 +111,28 @@ def test_the_demo_without_gemini_credentials_fails_fast_and_says_why(tmp_path, o
         assert words in result.stderr
     assert "Application Default Credentials" in result.stderr
     assert "Traceback" not in result.stderr
+
+
+def test_the_demo_with_gemini_out_of_reach_fails_fast_and_says_why():
+    # A key, but nothing answers where Gemini should be (no network, a wrong URL).
+    url = f"http://127.0.0.1:{free_port()}"
+    env = _clean_env(AM_GEMINI_API_KEY="a-key", AM_GEMINI_BASE_URL=url)
+    started = time.monotonic()
+    result = subprocess.run(
+        [sys.executable, "-m", "services.cli", "demo", "--llm", "gemini"],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert time.monotonic() - started < 20  # the interpreter's start-up, not a stack's
+    assert result.returncode == 2, result.stdout + result.stderr
+    assert result.stdout == ""
+    assert result.stderr == (
+        f"agent-memory demo: --llm gemini: cannot reach {url} ([Errno 111] Connection "
+        "refused); check the network or AM_GEMINI_BASE_URL\n"
+    )
 
 
 def test_a_failed_demo_keeps_its_folder_and_logs_and_says_where(tmp_path):

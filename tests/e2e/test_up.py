@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -151,6 +152,19 @@ def test_up_runs_the_stack_and_stops_it_cleanly(tmp_path):
         for kind, replicas in (("summary", 2), ("extraction", 2), ("compaction", 1)):
             assert names.count(f"services.cli worker {kind}") == replicas, names
         assert "workers   summary x2, extraction x2, compaction x1" in out
+        # Progress: one line per start-up step as it completes, before the banner.
+        steps = [line for line in out.splitlines() if line.startswith("up: ")]
+        assert steps[0] == f"up: starting the local stack in {data_dir.resolve()} ..."
+        assert [re.sub(r"\d+(\.\d+)?", "N", line) for line in steps[1:]] == [
+            "up: PostgreSQL ready on port N (N s)",
+            "up: Valkey ready on port N (N s)",
+            "up: Pub/Sub emulator ready on port N (N s)",
+            "up: migrations: N applied (N s)",
+            "up: topology: N created or updated (N s)",
+            "up: services started: api, summary, summary-N, extraction, extraction-N, "
+            "compaction (N s)",
+        ]
+        assert out.index(steps[-1]) < out.index("agent-memory is up")
 
         ready = httpx.get(f"{up.api_url}/readyz", timeout=10)
         assert ready.status_code == 200, ready.text
@@ -294,6 +308,9 @@ def test_up_runs_the_stack_and_stops_it_cleanly(tmp_path):
         code, took = up.stop()
     assert code == 0, up.output()
     assert took < 10.0
+    last = up.output().splitlines()[-2:]
+    assert last[0] == "up: stopping: the services drain, then the components stop ..."
+    assert re.fullmatch(r"up: stopped \(\d+\.\d s\)", last[1]), last
     gone, alive = psutil.wait_procs(children, timeout=1)
     assert alive == [], [" ".join(p.cmdline()) for p in alive]
     assert not (data_dir / "pids.json").exists()

@@ -8,6 +8,7 @@ import psycopg
 import pytest
 
 from shared.db.migrate import (
+    _LOCK_KEY,
     EmbeddingDimensionMismatch,
     MigrationError,
     check_embedding_dimension,
@@ -16,7 +17,7 @@ from shared.db.migrate import (
     migrate,
 )
 from shared.db.search import vector_text
-from tests.support import run_cli
+from tests.support import run_cli, wait_for
 
 
 def test_migrate_creates_the_tables_and_is_idempotent(fresh_database):
@@ -174,6 +175,26 @@ def test_two_concurrent_migrations_apply_each_file_once(fresh_database):
         t.join(timeout=60)
     assert errors == []
     assert sorted(len(r) for r in results) == [0, len(discover())]
+
+
+def test_migrate_says_what_it_applies_and_what_it_waits_for(settings, fresh_database):
+    files = [m.path.name for m in discover()]
+    # The command: each migration on stderr as it starts, the outcome on stdout.
+    cli = run_cli(settings.model_copy(update={"database_url": fresh_database}), "migrate")
+    assert cli.returncode == 0, cli.stderr
+    assert cli.stdout == f"applied: {', '.join(files)}\n"
+    assert cli.stderr.splitlines() == [f"migrate: applying {name} ..." for name in files]
+    said: list[str] = []
+    with psycopg.connect(fresh_database, autocommit=True) as holder:
+        holder.execute("SELECT pg_advisory_lock(%s)", (_LOCK_KEY,))  # another `migrate`
+        waiting = threading.Thread(
+            target=migrate, args=(fresh_database, 768), kwargs={"progress": said.append}
+        )
+        waiting.start()
+        wait_for(lambda: said, 30, "the migration to say it waits")
+        holder.execute("SELECT pg_advisory_unlock(%s)", (_LOCK_KEY,))
+        waiting.join(timeout=60)
+    assert said == ["waiting for another migration of this database to finish ..."]
 
 
 def test_a_project_fact_never_overwrites_another_projects(fresh_database):

@@ -1,13 +1,16 @@
 """What the demo checks before it starts a stack: a `gemini` provider needs an API
-key, or a project and Application Default Credentials (the command's own exit and
-message: tests/e2e/test_demo.py)."""
+key, or a project and Application Default Credentials, and an endpoint that answers
+for its model with them (the command's own exit and message: tests/e2e/test_demo.py)."""
 
 import google.auth
 from google.auth.exceptions import DefaultCredentialsError
+from google.oauth2.credentials import Credentials
 from pydantic import SecretStr
 
 from services.demo.preflight import gemini_problem
 from shared.config import load_settings
+from shared.localstack.process import free_port
+from tests.fake_gemini import error_reply
 
 
 def _no_adc(*_args, **_kwargs):
@@ -25,15 +28,61 @@ def test_a_project_without_adc_is_named(monkeypatch):
     assert "AM_GEMINI_API_KEY" in problem
 
 
-def test_credentials_or_offline_providers_need_nothing(monkeypatch):
-    monkeypatch.setattr(google.auth, "default", lambda *a, **k: (object(), "my-project"))
+def _keyed(url: str, **settings):
+    return load_settings(gemini_api_key=SecretStr("k"), gemini_base_url=url, **settings)
+
+
+def test_credentials_that_reach_the_model_or_offline_providers_pass(monkeypatch, fake):
+    adc = Credentials(token="a-token")  # an access token that needs no refresh
+    monkeypatch.setattr(google.auth, "default", lambda *a, **k: (adc, "my-project"))
     assert gemini_problem(load_settings(llm_provider="rules", embedding_provider="hash")) is None
-    key = load_settings(embedding_provider="gemini", gemini_api_key=SecretStr("k"))
-    assert gemini_problem(key) is None
+    assert gemini_problem(_keyed(fake.url, embedding_provider="gemini")) is None
     vertex = load_settings(
-        llm_provider="gemini", gemini_api_key=None, google_cloud_project="my-project"
+        llm_provider="gemini",
+        gemini_api_key=None,
+        google_cloud_project="my-project",
+        gemini_base_url=fake.url,
     )
     assert gemini_problem(vertex) is None
+    # One look at each model the run asks Gemini for.
+    both = _keyed(fake.url, llm_provider="gemini", embedding_provider="gemini")
+    assert gemini_problem(both) is None
+    assert [call.model for call in fake.calls("get")] == [
+        "text-embedding-005",
+        "gemini-3.5-flash",
+        "gemini-3.5-flash",
+        "text-embedding-005",
+    ]
+
+
+def test_an_endpoint_that_does_not_answer_is_named():
+    url = f"http://127.0.0.1:{free_port()}"
+    problem = gemini_problem(_keyed(url, llm_provider="gemini"))
+    assert problem == (
+        f"--llm gemini: cannot reach {url} ([Errno 111] Connection refused); "
+        "check the network or AM_GEMINI_BASE_URL"
+    )
+
+
+def test_a_refused_key_and_an_unknown_model_are_named(fake):
+    fake.script("get", error_reply(400, "API key not valid."))
+    assert gemini_problem(_keyed(fake.url, llm_provider="gemini")) == (
+        f"--llm gemini: {fake.url} refused the request (400: API key not valid.); "
+        "check AM_GEMINI_API_KEY"
+    )
+    fake.script("get", error_reply(404, "models/nope is not found."))
+    assert gemini_problem(
+        _keyed(fake.url, embedding_provider="gemini", embedding_model="nope")
+    ) == (
+        f"--embeddings gemini: {fake.url} has no model 'nope' (404: models/nope is not found.); "
+        "check AM_EMBEDDING_MODEL"
+    )
+
+
+def test_a_passing_outage_does_not_stop_the_demo(fake):
+    # The workers retry through a 5xx; only what retrying cannot fix stops the demo.
+    fake.script("get", error_reply(503, "overloaded"))
+    assert gemini_problem(_keyed(fake.url, llm_provider="gemini")) is None
 
 
 def test_the_default_project_is_no_vertex_project(monkeypatch):

@@ -51,7 +51,7 @@ from shared.config import load_settings  # noqa: E402
 from shared.db.episodes import Episode, Episodes  # noqa: E402
 from shared.db.migrate import migrate  # noqa: E402
 from shared.db.pool import make_pool  # noqa: E402
-from shared.db.search import FREQUENT, episode_filter, fusion_params, hybrid_sql  # noqa: E402
+from shared.db.search import episode_filter, fusion_params, hybrid_sql  # noqa: E402
 from shared.embeddings import make_embedder  # noqa: E402
 from shared.localstack.components import LocalPostgres  # noqa: E402
 from shared.localstack.process import free_port  # noqa: E402
@@ -216,12 +216,8 @@ def load(pool, embedder, data: dict, app: str) -> None:
     with pool.connection() as conn:
         repo = Episodes(conn)
         for episode, vector in zip(episodes, vectors, strict=True):
-            repo.add(episode, Vector(vector))
+            repo.archive(episode, lambda _keys, v=vector: [Vector(v)], window=0, dated=False)
         conn.commit()
-        # Statistics now, as a running service has them: which lexemes are too
-        # common to select rows comes from them (shared/memory/search.py), and
-        # autovacuum would otherwise analyse the table at some point of the run.
-        conn.execute("ANALYZE episodes")
 
 
 def recall(pool, embedder, data: dict, app: str, fusion: Fusion) -> dict[int, float]:
@@ -233,7 +229,6 @@ def recall(pool, embedder, data: dict, app: str, fusion: Fusion) -> dict[int, fl
             scope = Scope(app, data["user_id"], q.get("project_id") or "")
             where, params = episode_filter(scope, None, None)
             params.update(fusion_params(fusion, [Vector(vector)], [q["question"]], max(KS)))
-            params["frequent"] = FREQUENT.get(conn, "episodes", fusion.max_frequency)
             rows = cur.execute(hybrid_sql("episodes", "m.turn_id", where), params).fetchall()
             # A ranking with weight 0 still lists its rows, at score 0: not found.
             ranked = [r["turn_id"] for r in rows if r["score"] > 0]

@@ -70,6 +70,7 @@ def _parser() -> argparse.ArgumentParser:
         _add_topology,
         _add_dlq,
         _add_compact,
+        _add_archive,
         _add_keys,
         _add_config,
         _add_up,
@@ -98,6 +99,8 @@ EXAMPLES = {
     "dlq replay": "agent-memory dlq replay turns-extraction --older-than 15m --dry-run",
     "dlq purge": "agent-memory dlq purge turns-summary --event-id 6f1c1a52-… --yes",
     "compact": "agent-memory compact --all --retention-days 30",
+    "archive": "agent-memory archive backfill-keys",
+    "archive backfill-keys": "agent-memory archive backfill-keys --batch 50",
     "keys": "agent-memory keys list",
     "keys create": "agent-memory keys create --app acme --name 'support agent'",
     "keys list": "agent-memory keys list",
@@ -241,6 +244,24 @@ def _add_compact(sub: _Subparsers) -> None:
     compact.add_argument("--retention-days", type=int, help="default AM_COMPACTION_RETENTION_DAYS")
 
 
+def _add_archive(sub: _Subparsers) -> None:
+    actions = _actions(
+        _command(sub, "archive", "the episodic archive's search keys"),
+        "archive_command",
+        "ACTION",
+        "what to do",
+    )
+    backfill = _command(
+        actions,
+        "backfill-keys",
+        "key the episodes archived without a search key, session by session (resumable; "
+        "the workers keep running)",
+    )
+    backfill.add_argument(
+        "--batch", type=_at_least_one, default=100, help="sessions read per batch (default 100)"
+    )
+
+
 def _add_keys(sub: _Subparsers) -> None:
     actions = _actions(
         _command(sub, "keys", "API keys (one app each)"), "keys_command", "ACTION", "what to do"
@@ -342,6 +363,7 @@ def _dispatch(args: argparse.Namespace, settings: Settings) -> int:
         "topology": commands.run_topology,
         "dlq": commands.run_dlq,
         "compact": commands.run_compact,
+        "archive": commands.run_archive,
         "keys": commands.run_keys,
         "config": run_config_command,
         "up": commands.run_up,

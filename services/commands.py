@@ -93,6 +93,12 @@ def run_compact(args: argparse.Namespace, settings: Settings) -> int:
     return run_compact_command(args, settings)
 
 
+def run_archive(args: argparse.Namespace, settings: Settings) -> int:
+    from services.archive_command import run_archive_command
+
+    return run_archive_command(args, settings)
+
+
 def run_keys(args: argparse.Namespace, settings: Settings) -> int:
     from services.api.keys import run_keys_command
 

@@ -230,17 +230,22 @@ class Settings(BaseSettings):
     """the `k` of reciprocal rank fusion (`weight / (k + rank)`)"""
     search_candidates: int = Field(default=30, ge=1, le=1000)
     """rows each ranking contributes before fusion (at least `k`)"""
-    search_text_max_frequency: float = Field(default=0.02, gt=0, le=1)
-    """a word found in more than this share of rows (Postgres's statistics) selects no rows in
-    full-text search, as a stop word; it still counts in the rank"""
-    search_text_scan_limit: int = Field(default=1000, ge=1)
-    """rows the full-text ranking scores at most per sub-query"""
+    search_text_scan_limit: int = Field(default=1000, ge=1, le=100_000)
+    """rows the full-text ranking scores at most per sub-query; a word in more of the searched
+    scope's rows than this selects no rows, as a stop word (it still counts in the rank), and the
+    weight of a word is `ln(1 + this / its count in the scope)`"""
     # An HNSW scan walks the whole table's graph: for a small scope, sorting its own
     # rows by exact distance costs less.
     search_exact_below: int = Field(default=5000, ge=0, le=100_000)
     """a scope with fewer rows than this (counted up to it on the scope's index) is ranked by exact
     vector distance; above, the planner orders them (through the HNSW index for a large scope);
     `0`: never exact"""
+    # The archive's search keys (shared/memory/episode_keys.py).
+    episode_key_window: int = Field(default=2, ge=0, le=5)
+    """neighbouring turns of the same session, before and after, in an episode's search key"""
+    episode_key_dated: bool = True
+    """an episode's search key names when it was said, in words ("Tuesday 9 May 2023,
+    afternoon", UTC)"""
     consolidation_neighbours: int = Field(default=5, ge=1, le=50)
     """live memories a new candidate is compared with"""
     context_token_budget: int = Field(default=2000, ge=100, le=100_000)

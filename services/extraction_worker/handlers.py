@@ -2,11 +2,12 @@
 and consolidated memories.
 
 For each event: ask the LLM for candidates (outside any transaction: it needs no
-database state and may take seconds), embed the episode and the candidates in
-one batch, then in ONE transaction that holds the user's advisory lock: the
-ledger row, consolidation of each candidate (memories and revisions), and the
-episode. Either all of it commits or none of it, and a redelivery does it again
-from the start; the ledger makes a second commit impossible.
+database state and may take seconds), embed the candidates in one batch, then in
+ONE transaction that holds the user's advisory lock: the ledger row,
+consolidation of each candidate (memories and revisions), and the episode with
+its search key and its neighbours' (`Episodes.archive`). Either all of it
+commits or none of it, and a redelivery does it again from the start; the ledger
+makes a second commit impossible.
 """
 
 from __future__ import annotations
@@ -123,8 +124,6 @@ class Extraction:
         for inp in inputs:
             candidates += [correct(c, source) for c in self.llm.extract(inp).value]
         texts = [c.text for c in candidates]
-        if episode is not None:
-            texts.append(episode.text)
         vectors = self.embedder.embed(texts) if texts else []
         fusion = Fusion.from_settings(self.settings)
         with UnitOfWork(self.pool) as uow:
@@ -150,7 +149,13 @@ class Extraction:
                 for c, vector in zip(candidates, vectors, strict=False)
             ]
             if episode is not None:
-                uow.episodes.add(episode, vectors[-1])
+                # Its key holds its neighbours', read in this transaction: embedded here.
+                uow.episodes.archive(
+                    episode,
+                    self.embedder.embed,
+                    self.settings.episode_key_window,
+                    self.settings.episode_key_dated,
+                )
             if operation is not None:
                 uow.operations.complete(
                     operation, {"generated_memories": operation_result(applied)}

@@ -1,15 +1,35 @@
-"""The episodes repository: the archive of recorded turns, and what compaction
-reads from it and removes."""
+"""The episodes repository: the archive of recorded turns, their search keys, and
+what compaction reads from it and removes."""
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
+from typing import Any
 
 import psycopg
 from psycopg.types.json import Jsonb
 
 from shared.db.run import fetch
+from shared.memory.episode_keys import windows
+
+# An episode's full-text vector: its own words weigh more than its context's.
+EPISODE_TSV = (
+    "setweight(to_tsvector('english', {text}), 'A') "
+    "|| setweight(to_tsvector('english', coalesce({context}, '')), 'B')"
+)
+Embed = Callable[[list[str]], Sequence[Any]]
+
+
+@dataclass(frozen=True)
+class Keyed:
+    """An archived turn as its key is computed: its id, text and current context."""
+
+    id: str | None  # None: the turn being archived
+    text: str
+    created_at: datetime
+    context: str | None
 
 
 @dataclass(frozen=True)
@@ -48,33 +68,133 @@ class Episodes:
     def __init__(self, conn: psycopg.Connection) -> None:
         self.conn = conn
 
-    def add(self, episode: Episode, embedding: object = None) -> bool:
-        """Archive a turn; False if this turn of the session is already archived."""
+    def archive(self, episode: Episode, embed: Embed, window: int, dated: bool) -> bool:
+        """Archive a turn with its search key, and key again the turns of its session
+        within `window` of it, whose windows now hold it (a turn that arrives late
+        goes between its neighbours); False if the turn is already archived.
+
+        Every key is a function of the session's rows, so a redelivery or replay
+        computes the same keys; only the keys that changed are embedded again. Run
+        under the user's lock (the extraction transaction) so that two turns of a
+        session are never keyed from snapshots missing each other."""
+        before = self._neighbours(episode, "<", "DESC", 2 * window)[::-1]
+        after = self._neighbours(episode, ">", "ASC", 2 * window)
+        new = Keyed(None, episode.text, episode.created_at, None)
+        session = [*before, new, *after]
+        keyed = windows([k.text for k in session], [k.created_at for k in session], window, dated)
+        at = len(before)
+        changed = [
+            j
+            for j in range(max(0, at - window), min(len(session), at + window + 1))
+            if j == at or session[j].context != keyed[j].context()
+        ]
+        vectors = dict(zip(changed, embed([keyed[j].key() for j in changed]), strict=True))
+        tsv = EPISODE_TSV.format(text="%(text)s", context="%(context)s")
         row = self.conn.execute(
-            """
+            f"""
             INSERT INTO episodes (app, user_id, project_id, session_id, turn_id, event_id,
-                                  user_text, assistant_text, tool_events, text, embedding,
-                                  created_at)
-            VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s)
+                                  user_text, assistant_text, tool_events, text, context,
+                                  tsv, embedding, created_at)
+            VALUES (%(app)s, %(user_id)s, %(project_id)s, %(session_id)s, %(turn_id)s,
+                    %(event_id)s, %(user_text)s, %(assistant_text)s, %(tool_events)s,
+                    %(text)s, %(context)s, {tsv}, %(embedding)s, %(created_at)s)
             ON CONFLICT (app, user_id, session_id, turn_id) DO NOTHING
             RETURNING 1
             """,
+            {
+                "app": episode.app,
+                "user_id": episode.user_id,
+                "project_id": episode.project_id,
+                "session_id": episode.session_id,
+                "turn_id": episode.turn_id,
+                "event_id": episode.event_id,
+                "user_text": episode.user_text,
+                "assistant_text": episode.assistant_text,
+                "tool_events": Jsonb(episode.tool_events),
+                "text": episode.text,
+                "context": keyed[at].context(),
+                "embedding": vectors[at],
+                "created_at": episode.created_at,
+            },
+        ).fetchone()
+        if row is None:
+            return False
+        self.rekey([(session[j].id, keyed[j].context(), vectors[j]) for j in changed if j != at])
+        return True
+
+    def rekey(self, keys: list[tuple[str | None, str, Any]]) -> None:
+        """Store new keys: (episode id, context, embedding of the whole key) each."""
+        if not keys:
+            return
+        tsv = EPISODE_TSV.format(text="text", context="%s")
+        with self.conn.cursor() as cur:
+            cur.executemany(
+                f"UPDATE episodes SET context = %s, tsv = {tsv}, embedding = %s "
+                "WHERE id = %s::uuid",
+                [(context, context, embedding, id_) for id_, context, embedding in keys],
+            )
+
+    def key_session(
+        self, app: str, user_id: str, session_id: str, embed: Embed, window: int, dated: bool
+    ) -> int:
+        """Key every turn of a session again from its rows (the backfill, under the
+        user's lock); how many had no key before."""
+        rows = self.conn.execute(
+            "SELECT id::text, text, created_at, context FROM episodes "
+            "WHERE app = %s AND user_id = %s AND session_id = %s ORDER BY created_at, turn_id",
+            (app, user_id, session_id),
+        ).fetchall()
+        session = [Keyed(*row) for row in rows]
+        keyed = windows([k.text for k in session], [k.created_at for k in session], window, dated)
+        changed = [j for j, k in enumerate(session) if k.context != keyed[j].context()]
+        vectors = embed([keyed[j].key() for j in changed]) if changed else []
+        self.rekey(
+            [(session[j].id, keyed[j].context(), v) for j, v in zip(changed, vectors, strict=True)]
+        )
+        return sum(1 for k in session if k.context is None)
+
+    def unkeyed_sessions(self, limit: int) -> list[tuple[str, str, str]]:
+        """Up to `limit` sessions (app, user, session) with turns archived without a key."""
+        rows = self.conn.execute(
+            "SELECT DISTINCT app, user_id, session_id FROM episodes WHERE context IS NULL "
+            "ORDER BY app, user_id, session_id LIMIT %s",
+            (limit,),
+        ).fetchall()
+        return [(app, user_id, session_id) for app, user_id, session_id in rows]
+
+    def unkeyed(self) -> int:
+        """How many archived turns have no key yet."""
+        row = self.conn.execute("SELECT count(*) FROM episodes WHERE context IS NULL").fetchone()
+        return int(row[0]) if row else 0
+
+    def keyed_schema(self) -> bool:
+        """Whether the database has the episodes' keys (migration 0008)."""
+        row = self.conn.execute(
+            "SELECT 1 FROM information_schema.columns WHERE table_schema = current_schema() "
+            "AND table_name = 'episodes' AND column_name = 'context'"
+        ).fetchone()
+        return row is not None
+
+    def _neighbours(self, episode: Episode, side: str, order: str, limit: int) -> list[Keyed]:
+        """Up to `limit` turns of the episode's session before (`<`) or after (`>`) it
+        in the session's order (time, then turn id), nearest first."""
+        if limit == 0:
+            return []
+        rows = self.conn.execute(
+            "SELECT id::text, text, created_at, context FROM episodes "
+            "WHERE app = %s AND user_id = %s AND session_id = %s "
+            f"AND (created_at, turn_id) {side} (%s, %s) "
+            f"ORDER BY created_at {order}, turn_id {order} LIMIT %s",
             (
                 episode.app,
                 episode.user_id,
-                episode.project_id,
                 episode.session_id,
-                episode.turn_id,
-                episode.event_id,
-                episode.user_text,
-                episode.assistant_text,
-                Jsonb(episode.tool_events),
-                episode.text,
-                embedding,
                 episode.created_at,
+                episode.turn_id,
+                limit,
             ),
-        ).fetchone()
-        return row is not None
+        ).fetchall()
+        return [Keyed(*row) for row in rows]
 
     def users_with_old(self, app: str, cutoff: datetime, project_id: str = "") -> list[str]:
         """The users of `app` with episodes created before `cutoff` (of `project_id`

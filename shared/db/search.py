@@ -20,15 +20,16 @@ branch is never executed. A caller that knows the count's answer
 (`SCOPE_SIZES`, what a recent statement found) passes it, and the statement
 then has only the one ranking.
 
-"Meaningful": a lexeme that Postgres's statistics find in more than
-`AM_SEARCH_TEXT_MAX_FREQUENCY` of the rows ("user", "prefer" in a memory store)
-selects no rows, as a stop word would not, though it still counts in the rank of
-the rows the other lexemes select. Without this, a question sharing one such
-word with half of a user's memories would rank all of them. The list of such
-lexemes is read from `pg_stats` once a minute per process (`FrequentLexemes`)
-and passed to the statement as a parameter. At most `AM_SEARCH_TEXT_SCAN_LIMIT`
-selected rows are ranked per sub-query: first by the cheaper `ts_rank`, then
-the best twice `candidates` by `ts_rank_cd`.
+Term weighting is the searching scope's own, so a ranking is the same whenever
+it is asked and whatever other tenants store: each of the question's lexemes
+is counted in the scope's rows, up to `AM_SEARCH_TEXT_SCAN_LIMIT` + 1. A lexeme
+found in more than that many of them ("user", "prefer" in a large memory store)
+selects no rows, as a stop word would not; the others select the rows they are
+in (the OR of them), at most that many per sub-query. A selected row scores the
+sum of its lexemes' weights, `ln(1 + limit / count)` (rarer: heavier, as in
+BM25's IDF), full for a lexeme of the row's own text and 0.4 of it for one only
+in an episode's context (the neighbouring turns and the date: weight `B` in
+`tsv`); `ts_rank_cd` (the lexemes' density) breaks ties.
 
 Scope: with a project, that project's rows and the user's global ones; without,
 global ones only; a session's own memories only when the search names the
@@ -44,49 +45,13 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any
 
-import psycopg
-from psycopg.rows import tuple_row
-
 from shared.db.memories import MEMORY_COLUMNS, MemoryRow, NewMemory
-from shared.db.run import Statement, Steps, run
+from shared.db.run import Statement, Steps
 from shared.memory.search import Expiring, Fusion, Ranked, Scope
 
 EPISODE_COLUMNS = "m.id::text AS id, m.turn_id, m.session_id, m.project_id, m.created_at, m.text"
 # The context's pinned rules: at most this many, newest first.
 PINNED_LIMIT = 50
-
-# The lexemes in more than a fraction of a table's rows, from Postgres's statistics
-# of its `tsv` column.
-FREQUENT_SQL = """
-SELECT x.elem
-FROM pg_stats s, unnest(s.most_common_elems::text::text[], s.most_common_elem_freqs)
-    AS x(elem, freq)
-WHERE s.schemaname = current_schema() AND s.tablename = %s AND s.attname = 'tsv'
-  -- the frequencies array ends with three more numbers (minimum, maximum, nulls)
-  AND x.elem IS NOT NULL AND x.freq > %s
-ORDER BY x.elem"""
-
-
-class FrequentLexemes(Expiring[tuple[str, float], list[str]]):
-    """`FREQUENT_SQL` per (table, fraction), kept `ttl` seconds in this process.
-    Read inside the search statement, the statistics would cost every query a join
-    of four catalogs with privilege checks (the pg_stats view); they change only
-    when the table is analysed."""
-
-    def lookup(self, table: str, fraction: float) -> Steps[list[str]]:
-        key = (table, fraction)
-        found = self.cached(key)
-        if found is None:
-            rows = yield Statement(FREQUENT_SQL, key, tuple_row)
-            found = self.store(key, [row[0] for row in rows])
-        return found
-
-    def get(self, conn: psycopg.Connection, table: str, fraction: float) -> list[str]:
-        """`lookup` on a sync connection."""
-        return run(conn, self.lookup(table, fraction))
-
-
-FREQUENT = FrequentLexemes()
 
 
 class ScopeSizes(Expiring[tuple[str, str, str, str, str, int], bool]):
@@ -107,25 +72,38 @@ class ScopeSizes(Expiring[tuple[str, str, str, str, str, int], bool]):
 SCOPE_SIZES = ScopeSizes()
 
 
-def _lexemes() -> str:
-    """Per sub-query: the OR of all its lexemes (`tsq`, what ranks) and the OR of
-    its meaningful ones (`mtsq`, what selects rows): all but the `frequent` ones
-    (a parameter, from `FrequentLexemes`). Lexemes are quoted for to_tsquery
-    (backslash escapes inside quotes)."""
-    return """
+def _lexemes(table: str, where: str) -> str:
+    """Per sub-query (`q`): each distinct lexeme of its text (`lx`), quoted for
+    to_tsquery (backslash escapes inside quotes), with its count in the scope's
+    rows up to `text_scan` + 1 (`df`); the OR of the lexemes under that count,
+    which selects rows (`qt.mtsq`); and the OR of all, which `ts_rank_cd` reads
+    (`qt.tsq`)."""
+    return f"""
+lx AS (
+    SELECT DISTINCT q.qi, w.quoted
+    FROM q CROSS JOIN LATERAL unnest(tsvector_to_array(to_tsvector('english', q.qtext))) AS lex
+    CROSS JOIN LATERAL (
+        SELECT '''' || replace(replace(lex, '\\', '\\\\'), '''', '\\''') || '''' AS quoted
+    ) w
+),
+df AS (
+    SELECT lx.qi, lx.quoted, to_tsquery('simple', lx.quoted) AS one,
+           to_tsquery('simple', lx.quoted || ':AD') AS own, c.n
+    FROM lx CROSS JOIN LATERAL (
+        SELECT count(*) AS n FROM (
+            SELECT 1 FROM {table} m
+            WHERE m.tsv @@ to_tsquery('simple', lx.quoted) AND {where}
+            LIMIT %(text_scan)s + 1
+        ) r
+    ) c
+),
 qt AS (
     SELECT q.qi, q.emb,
-           to_tsquery('simple', l.all_lexemes) AS tsq,
-           to_tsquery('simple', l.meaningful) AS mtsq
-    FROM q CROSS JOIN LATERAL (
-        SELECT string_agg(w.quoted, ' | ') AS all_lexemes,
-               string_agg(w.quoted, ' | ') FILTER (
-                   WHERE NOT (lex = ANY(%(frequent)s::text[]))) AS meaningful
-        FROM unnest(tsvector_to_array(to_tsvector('english', q.qtext))) AS lex
-        CROSS JOIN LATERAL (
-            SELECT '''' || replace(replace(lex, '\\', '\\\\'), '''', '\\''') || '''' AS quoted
-        ) w
-    ) l
+           (SELECT to_tsquery('simple', string_agg(df.quoted, ' | '))
+            FROM df WHERE df.qi = q.qi) AS tsq,
+           (SELECT to_tsquery('simple', string_agg(df.quoted, ' | '))
+            FROM df WHERE df.qi = q.qi AND df.n BETWEEN 1 AND %(text_scan)s) AS mtsq
+    FROM q
 )"""
 
 
@@ -196,11 +174,11 @@ def hybrid_sql(
 ) -> str:
     """The statement: fused rows (`pinned` false) and, if asked, every rule the
     filter admits (`pinned` true; score 0), each with `exact`, whether the vector
-    ranking was exact. Parameters: the filter's, those of `fusion_params`, and
-    `frequent` (the table's `FrequentLexemes`). With `exact` None the statement
-    decides, counting the rows of `count_where` (`where` if not given: a filter
-    admitting at least `where`'s rows, cheaper to count); given (a count a recent
-    statement made, `SCOPE_SIZES`), it only has the one ranking to plan and run."""
+    ranking was exact. Parameters: the filter's and those of `fusion_params`.
+    With `exact` None the statement decides, counting the rows of `count_where`
+    (`where` if not given: a filter admitting at least `where`'s rows, cheaper to
+    count); given (a count a recent statement made, `SCOPE_SIZES`), it only has
+    the one ranking to plan and run."""
 
     def nearest(order: str, unless_exact: str) -> str:
         """Each sub-query's `candidates` nearest rows by `order`, if the count says so."""
@@ -234,7 +212,7 @@ WITH q AS (
     SELECT u.qi, u.emb, u.qtext
     FROM unnest(%(embeddings)s::text[]::vector[], %(texts)s::text[])
         WITH ORDINALITY AS u(emb, qtext, qi)
-),{_lexemes()},{sizing}
+),{_lexemes(table, where)},{sizing}
 vec AS (
     SELECT v.id, row_number() OVER (PARTITION BY v.qi ORDER BY v.dist, v.id) AS rank
     FROM (
@@ -242,17 +220,19 @@ vec AS (
     ) v
 ),
 txt AS (
-    SELECT t.id, row_number() OVER (PARTITION BY qt.qi ORDER BY t.r DESC, t.id) AS rank
+    SELECT t.id, row_number() OVER (PARTITION BY qt.qi ORDER BY t.r DESC, t.d DESC, t.id) AS rank
     FROM qt CROSS JOIN LATERAL (
-        SELECT c.id, ts_rank_cd(c.tsv, qt.tsq) AS r FROM (
-            SELECT s.id, s.tsv FROM (
-                SELECT m.id, m.tsv FROM {table} m
-                WHERE qt.mtsq IS NOT NULL AND m.tsv @@ qt.mtsq AND {where}
-                LIMIT %(text_scan)s
-            ) s
-            ORDER BY ts_rank(s.tsv, qt.tsq) DESC LIMIT 2 * %(candidates)s
-        ) c
-        ORDER BY r DESC LIMIT %(candidates)s
+        SELECT s.id, s.r, ts_rank_cd(s.tsv, qt.tsq) AS d FROM (
+            SELECT m.id, m.tsv, (
+                SELECT sum(ln(1.0 + %(text_scan)s::float8 / df.n) * CASE
+                    WHEN m.tsv @@ df.own THEN 1.0 WHEN m.tsv @@ df.one THEN 0.4 ELSE 0 END)
+                FROM df WHERE df.qi = qt.qi AND df.n > 0
+            ) AS r
+            FROM {table} m
+            WHERE qt.mtsq IS NOT NULL AND m.tsv @@ qt.mtsq AND {where}
+            LIMIT %(text_scan)s
+        ) s
+        ORDER BY s.r DESC, d DESC, s.id LIMIT %(candidates)s
     ) t
 ),
 fused AS (
@@ -331,7 +311,6 @@ def search_memories(
         count_where=memory_count_filter(scope),
         exact=exact,
     )
-    params["frequent"] = yield from FREQUENT.lookup("memories", fusion.max_frequency)
     rows = yield Statement(sql, params)
     if exact is None and rows:
         SCOPE_SIZES.store(sized, bool(rows[0]["exact"]))
@@ -358,7 +337,6 @@ def search_episodes(
     """The fused top-k episodes `scope` may see: each as its `EPISODE_COLUMNS`."""
     where, params = episode_filter(scope, before, after)
     params.update(fusion_params(fusion, [embedding], [query], k))
-    params["frequent"] = yield from FREQUENT.lookup("episodes", fusion.max_frequency)
     rows = yield Statement(hybrid_sql("episodes", EPISODE_COLUMNS, where), params)
     return [_ranked(row)[:2] for row in rows]
 
@@ -382,6 +360,5 @@ def similar_memories(
         "except_entity": except_entity,
         **fusion_params(fusion, [new.embedding], [new.text], limit),
     }
-    params["frequent"] = yield from FREQUENT.lookup("memories", fusion.max_frequency)
     rows = yield Statement(hybrid_sql("memories", MEMORY_COLUMNS, where), params)
     return [MemoryRow.from_row(row) for row in rows]

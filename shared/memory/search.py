@@ -34,9 +34,8 @@ class Fusion:
     text_weight: float = 0.6
     k: int = 60
     candidates: int = 30
-    # Lexemes in more of the rows than this do not select rows (they still rank).
-    max_frequency: float = 0.02
-    # Rows the full-text side ranks at most per sub-query (bounds its cost).
+    # Rows the full-text side ranks at most per sub-query (bounds its cost); a
+    # lexeme in more of the scope's rows selects none (shared/db/search.py).
     text_scan: int = 1000
     # Scopes with fewer rows than this are ranked by exact distance (0: never).
     exact_below: int = 5000
@@ -48,7 +47,6 @@ class Fusion:
             settings.search_text_weight,
             settings.search_rrf_k,
             settings.search_candidates,
-            settings.search_text_max_frequency,
             settings.search_text_scan_limit,
             settings.search_exact_below,
         )
@@ -72,7 +70,7 @@ class Ranked:
         return found
 
 
-# How long search keeps what it read of the statistics, and the scopes' counts.
+# How long search keeps the scopes' counts.
 TTL_SECONDS = 60.0
 
 

@@ -37,13 +37,18 @@ def compaction(settings, topology, publisher, pool):
     return Compaction(pool, RulesLLM(), make_embedder(settings), settings, publisher)
 
 
+def no_embeddings(texts):
+    """Compaction reads no embedding: the archive's keys stay without one."""
+    return [None] * len(texts)
+
+
 def _add(pool, ids, texts, age=OLD, project="", user_id=None, start=0):
     """Archive one episode per user text, `age` old, one second apart (oldest first)."""
     base = utcnow() - age
     with pool.connection() as conn:
         episodes = Episodes(conn)
         for n, text in enumerate(texts, start):
-            episodes.add(
+            episodes.archive(
                 Episode(
                     app=ids["app"],
                     user_id=user_id or ids["user_id"],
@@ -55,7 +60,10 @@ def _add(pool, ids, texts, age=OLD, project="", user_id=None, start=0):
                     assistant_text="Noted.",
                     tool_events=[],
                     created_at=base + timedelta(seconds=n),
-                )
+                ),
+                no_embeddings,
+                window=2,
+                dated=True,
             )
 
 

@@ -1,7 +1,6 @@
 """Long-term memory through the API and the extraction handlers, on the real
 Postgres/pgvector, Valkey and Pub/Sub emulator (`rules` LLM, `hash` embeddings)."""
 
-import uuid
 from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime, timedelta
 
@@ -10,7 +9,6 @@ from fastapi.testclient import TestClient
 
 from services.api.app import create_app
 from services.extraction_worker.handlers import TURNS_CONSUMER, Extraction
-from shared.db.search import FrequentLexemes
 from shared.embeddings import make_embedder
 from shared.events import MemoriesGenerate, TurnRecorded
 from shared.llm import RulesLLM
@@ -480,33 +478,6 @@ def test_context_with_postgres_down_still_returns_the_session(
     assert [t["user"] for t in context["recent_turns"]] == ["Hello there."]
     assert context["memories"] == [] and context["pinned_rules"] == []
     assert "Hello there." in context["system_instruction"]
-
-
-def test_frequent_lexemes_are_read_from_the_statistics_and_kept_for_their_ttl(pool):
-    table = f"t_{uuid.uuid4().hex[:10]}"
-    now = [0.0]
-    cache = FrequentLexemes(ttl=60, clock=lambda: now[0])
-    with pool.connection() as conn:
-        conn.execute(f"CREATE TABLE {table} (tsv tsvector)")
-        try:
-            # "alpha" in every row, "beta" in 40 of 200, every other word in one.
-            conn.execute(
-                f"INSERT INTO {table} SELECT to_tsvector('simple', 'alpha word' || i "
-                f"|| CASE WHEN i % 5 = 0 THEN ' beta' ELSE '' END) FROM generate_series(1, 200) i"
-            )
-            conn.execute(f"ANALYZE {table}")
-            assert cache.get(conn, table, 0.5) == ["alpha"]
-            assert cache.get(conn, table, 0.1) == ["alpha", "beta"]
-            first = cache.get(conn, table, 0.5)
-            conn.execute(f"UPDATE {table} SET tsv = to_tsvector('simple', 'gamma')")
-            conn.execute(f"ANALYZE {table}")
-            now[0] = 59.0
-            assert cache.get(conn, table, 0.5) is first  # still the cached statistics
-            now[0] = 60.0
-            assert cache.get(conn, table, 0.5) == ["gamma"]  # read again after the ttl
-        finally:
-            conn.execute(f"DROP TABLE {table}")
-            conn.commit()
 
 
 def test_a_generate_waiting_for_a_user_deleted_meanwhile_is_a_404(client, pool, ids):

@@ -3,10 +3,12 @@ import random
 import shutil
 import threading
 import uuid
+from datetime import UTC, datetime
 
 import psycopg
 import pytest
 
+from shared.db.episodes import Episode, Episodes
 from shared.db.migrate import (
     _LOCK_KEY,
     EmbeddingDimensionMismatch,
@@ -56,10 +58,12 @@ def test_migrate_creates_the_tables_and_is_idempotent(fresh_database):
         (5, "inline_text"),
         (6, "uncompressed_rows"),
         (7, "gin_without_pending_list"),
+        (8, "episode_keys"),
     ]
     assert "USING hnsw (embedding vector_cosine_ops)" in indexes["memories_embedding"]
     assert "USING gin (tsv)" in indexes["memories_tsv"]
     assert "USING hnsw (embedding vector_cosine_ops)" in indexes["episodes_embedding"]
+    assert "(app, user_id, session_id, created_at, turn_id)" in indexes["episodes_session_order"]
     live = indexes["memories_live_entity"]
     assert "UNIQUE" in live and "app, user_id, scope, project_id" in live
 
@@ -101,16 +105,29 @@ def test_a_row_is_stored_whole_and_uncompressed_when_it_fits_a_page(fresh_databa
             "%s::vector, now())",
             (user_id, project_id, text, vector_text(values)),
         )
-        conn.execute(
-            "INSERT INTO episodes (app, user_id, project_id, session_id, turn_id, event_id, "
-            "user_text, assistant_text, text, embedding, created_at) VALUES "
-            "('app-with-a-long-enough-name', %s, %s, 's', 't', gen_random_uuid(), %s, %s, %s, "
-            "%s::vector, now())",
-            (user_id, project_id, text, text, text + text, vector_text(values)),
-        )
+        # An episode in the middle of its session: its key holds four neighbours.
+        for n in range(5):
+            Episodes(conn).archive(
+                Episode(
+                    app="app-with-a-long-enough-name",
+                    user_id=user_id,
+                    project_id=project_id,
+                    session_id="s",
+                    turn_id=f"t{n}",
+                    event_id=str(uuid.uuid4()),
+                    user_text=text,
+                    assistant_text=text,
+                    tool_events=[],
+                    created_at=datetime(2026, 5, 9, 14, n, tzinfo=UTC),
+                ),
+                lambda keys: [vector_text(values)] * len(keys),
+                window=2,
+                dated=True,
+            )
         for table in ("memories", "episodes"):
-            layout = conn.execute(LAYOUT_SQL.format(table=table), (user_id,)).fetchone()
-            assert layout == (False,) * 6 + (None,) * 5 + (8 + 4 * 768,), table
+            layouts = conn.execute(LAYOUT_SQL.format(table=table), (user_id,)).fetchall()
+            expected = (False,) * 6 + (None,) * 5 + (8 + 4 * 768,)
+            assert layouts == [expected] * (5 if table == "episodes" else 1), table
 
 
 def test_new_rows_go_straight_into_the_full_text_indexes(fresh_database):

@@ -1,4 +1,4 @@
-"""The in-process caches of search (`FREQUENT`, `SCOPE_SIZES`): values expire, and
+"""The in-process cache of search (`SCOPE_SIZES`): values expire, and
 a cache keyed by user keeps a bounded number of them."""
 
 from shared.db.search import ScopeSizes

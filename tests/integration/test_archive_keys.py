@@ -1,0 +1,237 @@
+"""The archive's search keys (an episode with its session's neighbouring turns and
+its date) and the full-text weighting that depends on the searching scope's rows
+only, on the real Postgres with the `hash` embeddings."""
+
+import random
+import shutil
+import uuid
+from datetime import UTC, datetime, timedelta
+
+import psycopg
+import pytest
+from psycopg.rows import dict_row
+
+from shared.db.episodes import EPISODE_TSV, Episode, Episodes
+from shared.db.migrate import discover, migrate
+from shared.db.run import run
+from shared.db.search import search_episodes
+from shared.embeddings import HashEmbedder
+from shared.memory.episode_keys import when_in_words
+from shared.memory.search import Fusion, Scope
+from tests.support import run_cli
+
+SAID_AT = datetime(2023, 5, 9, 14, 0, tzinfo=UTC)  # a Tuesday afternoon
+DIALOGUE = [
+    ("I finally went to that pottery class on Saturday.", "Oh nice, how was it?"),
+    ("Loved it, the clay was so calming.", "That sounds lovely."),
+    ("My sister wants to join next time.", "You two should go together."),
+    ("Maybe. The teacher was patient with us.", "Good teachers make all the difference."),
+    ("Anyway, work is busy this week.", "Hang in there."),
+    ("Thanks, talk soon.", "Bye!"),
+]
+
+
+def _episode(ids, n, user_id=None, session_id=None):
+    user, assistant = DIALOGUE[n]
+    return Episode(
+        app=ids["app"],
+        user_id=user_id or ids["user_id"],
+        project_id="",
+        session_id=session_id or ids["session_id"],
+        turn_id=f"t{n}",
+        event_id=str(uuid.uuid4()),
+        user_text=user,
+        assistant_text=assistant,
+        tool_events=[],
+        created_at=SAID_AT + timedelta(minutes=n),
+    )
+
+
+def _floats(vector_text: str) -> list[float]:
+    return [float(x) for x in vector_text.strip("[]").split(",")]
+
+
+def _stored(connect, ids, session_id=None):
+    """The session's episodes as stored; `connect` gives a connection to read them."""
+    with connect() as conn, conn.cursor(row_factory=dict_row) as cur:
+        cur.execute(
+            "SELECT turn_id, text, context, embedding::text AS embedding FROM episodes "
+            "WHERE app = %s AND user_id = %s AND session_id = %s ORDER BY turn_id",
+            (ids["app"], ids["user_id"], session_id or ids["session_id"]),
+        )
+        return cur.fetchall()
+
+
+def test_each_turn_is_keyed_with_its_neighbours_and_date_whatever_order_they_arrive(pool, ids):
+    embedder = HashEmbedder(768)
+    order = list(range(len(DIALOGUE)))
+    random.Random(7).shuffle(order)
+    with pool.connection() as conn:
+        for n in order:  # a late turn goes between its neighbours
+            assert Episodes(conn).archive(_episode(ids, n), embedder.embed, window=2, dated=True)
+    stored = _stored(pool.connection, ids)
+    texts = [row["text"] for row in stored]
+    when = when_in_words(SAID_AT)
+    assert when == "Tuesday 9 May 2023, afternoon"
+    for n, row in enumerate(stored):
+        before, after = texts[max(0, n - 2) : n], texts[n + 1 : n + 3]
+        assert row["context"] == "\n".join([when, *before, *after]), n
+        key = "\n".join([when, *before, texts[n], *after])
+        assert _floats(row["embedding"]) == pytest.approx(embedder.embed([key])[0], abs=1e-6), n
+    assert stored[1]["text"] == (
+        "User: Loved it, the clay was so calming.\nAssistant: That sounds lovely."
+    )
+
+    # A redelivered turn is archived once and changes no key.
+    with pool.connection() as conn:
+        assert not Episodes(conn).archive(_episode(ids, 3), embedder.embed, window=2, dated=True)
+    assert _stored(pool.connection, ids) == stored
+
+
+def test_turn_only_keys_hold_the_text_alone(pool, ids):
+    embedder = HashEmbedder(768)
+    with pool.connection() as conn:
+        for n in range(3):
+            Episodes(conn).archive(_episode(ids, n), embedder.embed, window=0, dated=False)
+    for row in _stored(pool.connection, ids):
+        assert row["context"] == ""
+        expected = embedder.embed([row["text"]])[0]
+        assert _floats(row["embedding"]) == pytest.approx(expected, abs=1e-6)
+
+
+def _search(pool, ids, query, embedder, fusion=None):
+    scope = Scope(ids["app"], ids["user_id"])
+    fusion = fusion or Fusion(text_scan=50)
+    with pool.connection() as conn:
+        found = run(
+            conn, search_episodes(scope, query, embedder.embed_queries([query])[0], 10, fusion)
+        )
+    return [(fields["turn_id"], ranked) for fields, ranked in found]
+
+
+def test_the_reply_that_answers_is_found_by_the_words_of_the_turn_before(pool, ids):
+    embedder = HashEmbedder(768)
+    question = "What did I think of the pottery class?"
+    with pool.connection() as conn:
+        for n in range(len(DIALOGUE)):
+            Episodes(conn).archive(_episode(ids, n), embedder.embed, window=2, dated=True)
+            other = _episode(ids, n, session_id=ids["session_id"] + "-turn-only")
+            Episodes(conn).archive(other, embedder.embed, window=0, dated=False)
+    text_only = Fusion(vector_weight=0.0, text_weight=1.0, text_scan=50)
+    both = _search(pool, ids, question, embedder, text_only)
+    # The reply ("Loved it, the clay was so calming") shares no word with the
+    # question: only its key, holding the turn before, finds it.
+    found = [turn for turn, ranked in both if ranked.text_rank is not None]
+    assert found.count("t1") == 1
+    assert found[:2] == ["t0", "t0"]
+
+
+def _bulk_load(pool, app, user_id, rows, words):
+    """Another tenant's archive, loaded in one statement: every row holds `words`."""
+    tsv = EPISODE_TSV.format(text="x.text", context="''")
+    with pool.connection() as conn:
+        conn.execute(
+            "INSERT INTO episodes (app, user_id, session_id, turn_id, event_id, user_text, "
+            f"assistant_text, text, context, tsv, created_at) SELECT %s, %s, 's', 't' || i, "
+            f"gen_random_uuid(), x.text, '', x.text, '', {tsv}, now() "
+            "FROM generate_series(1, %s) i, LATERAL (SELECT %s || ' ' || i AS text) x",
+            (app, user_id, rows, words),
+        )
+
+
+def test_a_ranking_is_the_same_across_analyze_and_another_tenants_bulk_load(pool, ids):
+    embedder = HashEmbedder(768)
+    with pool.connection() as conn:
+        for n in range(len(DIALOGUE)):
+            Episodes(conn).archive(_episode(ids, n), embedder.embed, window=2, dated=True)
+    question = "Was the pottery teacher patient with my sister?"
+    first = _search(pool, ids, question, embedder)
+    assert [turn for turn, ranked in first if ranked.text_rank == 1] == ["t3"]
+    # Another app's user writes 3,000 turns full of the question's words, and the
+    # table's statistics are read again: neither moves this user's ranking.
+    _bulk_load(pool, f"{ids['app']}-other", "bulk", 3000, "pottery teacher patient sister")
+    with pool.connection() as conn:
+        conn.execute("ANALYZE episodes")
+    assert _search(pool, ids, question, embedder) == first
+
+
+def test_a_word_in_more_rows_of_the_scope_than_the_scan_limit_selects_none(pool, ids):
+    # 60 turns of this user say "pottery"; one says "kiln" as well.
+    _bulk_load(pool, ids["app"], ids["user_id"], 60, "pottery")
+    with pool.connection() as conn:
+        conn.execute(
+            "UPDATE episodes SET text = text || ' kiln', tsv = tsv || to_tsvector('english', "
+            "'kiln') WHERE app = %s AND user_id = %s AND turn_id = 't7'",
+            (ids["app"], ids["user_id"]),
+        )
+    text_only = Fusion(vector_weight=0.0, text_weight=1.0, text_scan=50)
+    found = _search(pool, ids, "pottery kiln", HashEmbedder(768), text_only)
+    # "pottery" is in 60 > 50 of the scope's rows: only "kiln" selects.
+    assert [turn for turn, ranked in found if ranked.text_rank is not None] == ["t7"]
+    wider = _search(pool, ids, "pottery kiln", HashEmbedder(768), Fusion(0.0, 1.0, text_scan=100))
+    texts = [turn for turn, ranked in wider if ranked.text_rank is not None]
+    assert texts[0] == "t7" and len(texts) == 10
+
+
+def test_the_backfill_keys_an_archive_from_before_the_keys_session_by_session(
+    settings, fresh_database, tmp_path
+):
+    # A database at migration 0007, with turns of two sessions archived then.
+    older = tmp_path / "migrations"
+    older.mkdir()
+    for migration in discover():
+        if migration.version < 8:
+            shutil.copy(migration.path, older / migration.path.name)
+    migrate(fresh_database, 768, directory=older)
+    with psycopg.connect(fresh_database) as conn:
+        for session in ("s1", "s2"):
+            for n, (user, assistant) in enumerate(DIALOGUE):
+                conn.execute(
+                    "INSERT INTO episodes (app, user_id, session_id, turn_id, event_id, "
+                    "user_text, assistant_text, text, created_at) "
+                    "VALUES ('a', 'u', %s, %s, gen_random_uuid(), %s, %s, %s, %s)",
+                    (
+                        session,
+                        f"t{n}",
+                        user,
+                        assistant,
+                        f"User: {user}\nAssistant: {assistant}",
+                        SAID_AT + timedelta(minutes=n),
+                    ),
+                )
+    on_it = settings.model_copy(update={"database_url": fresh_database})
+    refused = run_cli(on_it, "archive", "backfill-keys")
+    assert (refused.returncode, refused.stdout) == (1, "")
+    assert refused.stderr == (
+        "agent-memory archive: the database has no episode keys yet: run `agent-memory "
+        "migrate` first (migration 0008_episode_keys.sql)\n"
+    )
+
+    migrate(fresh_database, 768)
+    done = run_cli(on_it, "archive", "backfill-keys", "--batch", "1")
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.startswith("keyed 12 episodes in ")
+    assert done.stderr.splitlines() == [
+        "keyed 6 of 12 episodes",
+        "keyed 12 of 12 episodes",
+    ]
+    ids = {"app": "a", "user_id": "u"}
+
+    def connect():
+        return psycopg.connect(fresh_database)
+
+    first = _stored(connect, ids, "s1")
+    texts = [row["text"] for row in first]
+    assert first[3]["context"] == "\n".join([when_in_words(SAID_AT), *texts[1:3], *texts[4:6]])
+    assert _stored(connect, ids, "s2") == first
+
+    # Turns archived without a key meanwhile (a worker of the release before): a
+    # second run keys those, and only those.
+    with psycopg.connect(fresh_database) as conn:
+        conn.execute(
+            "UPDATE episodes SET context = NULL WHERE session_id = 's2' AND turn_id = 't5'"
+        )
+    again = run_cli(on_it, "archive", "backfill-keys")
+    assert again.returncode == 0, again.stderr
+    assert again.stdout.startswith("keyed 1 episode in ")
+    assert _stored(connect, ids, "s2") == first

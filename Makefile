@@ -17,8 +17,8 @@ $(STAMP): pyproject.toml
 		$(PYTHON) -m venv $(VENV); }
 	@echo "== updating pip in $(VENV)"
 	$(BIN)/python -m pip install --quiet --upgrade pip
-	@echo "== installing agent-memory and its extras (test, adk, tracing, report) into $(VENV)"
-	$(BIN)/python -m pip install -e '.[test,adk,tracing,report]'
+	@echo "== installing agent-memory and its extras (test, adk, tracing, report, e5) into $(VENV)"
+	$(BIN)/python -m pip install -e '.[test,adk,tracing,report,e5]'
 	@touch $(STAMP)
 	@echo "== $(VENV) is ready"
 

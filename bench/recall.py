@@ -45,13 +45,13 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from pgvector import Vector  # noqa: E402
-from psycopg.rows import dict_row  # noqa: E402
 
 from shared.config import load_settings  # noqa: E402
 from shared.db.episodes import Episode, Episodes  # noqa: E402
 from shared.db.migrate import migrate  # noqa: E402
 from shared.db.pool import make_pool  # noqa: E402
-from shared.db.search import episode_filter, fusion_params, hybrid_sql  # noqa: E402
+from shared.db.run import run  # noqa: E402
+from shared.db.search import search_episodes  # noqa: E402
 from shared.embeddings import make_embedder  # noqa: E402
 from shared.localstack.components import LocalPostgres  # noqa: E402
 from shared.localstack.process import free_port  # noqa: E402
@@ -224,14 +224,12 @@ def recall(pool, embedder, data: dict, app: str, fusion: Fusion) -> dict[int, fl
     totals = dict.fromkeys(KS, 0.0)
     questions = data["questions"]
     vectors = embedder.embed_queries([q["question"] for q in questions])
-    with pool.connection() as conn, conn.cursor(row_factory=dict_row) as cur:
+    with pool.connection() as conn:
         for q, vector in zip(questions, vectors, strict=True):
             scope = Scope(app, data["user_id"], q.get("project_id") or "")
-            where, params = episode_filter(scope, None, None)
-            params.update(fusion_params(fusion, [Vector(vector)], [q["question"]], max(KS)))
-            rows = cur.execute(hybrid_sql("episodes", "m.turn_id", where), params).fetchall()
+            steps = search_episodes(scope, q["question"], Vector(vector), max(KS), fusion)
             # A ranking with weight 0 still lists its rows, at score 0: not found.
-            ranked = [r["turn_id"] for r in rows if r["score"] > 0]
+            ranked = [f["turn_id"] for f, r in run(conn, steps) if r.score > 0]
             evidence = set(q["evidence"])
             for k in KS:
                 totals[k] += len(evidence & set(ranked[:k])) / len(evidence)

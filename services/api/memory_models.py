@@ -145,6 +145,33 @@ class ArchiveSearchRequest(_Request):
     k: Count = Field(default=3, ge=1, le=100)
     before: AwareTime = None
     after: AwareTime = None
+    context_turns: Count = Field(
+        default=0,
+        ge=0,
+        le=5,
+        description="turns of each hit's session before and after it to return with it, as "
+        "its `context` (a turn that is a hit, or in a better hit's context, is listed once)",
+    )
+    read_period: bool = Field(
+        default=True,
+        description="without `before` and `after`: search first within the period the query "
+        "names ('in May 2023', 'last summer', 'two weeks ago'; rules in docs/api.md), then the "
+        "rest of the archive if that period holds fewer than `k` turns",
+    )
+    asked_at: AwareTime = Field(
+        default=None,
+        description="the time relative periods ('last week') are read against; default now",
+    )
+
+
+class ContextTurnView(BaseModel):
+    """A turn of a hit's session around it, returned as context, not as a hit."""
+
+    id: str
+    turn_id: str
+    created_at: str
+    text: str
+    offset: int = Field(description="its place from the hit: -1 the turn before, 1 the one after")
 
 
 class EpisodeView(BaseModel):
@@ -156,10 +183,24 @@ class EpisodeView(BaseModel):
     text: str
     score: float
     rankers: list[str]
+    context: list[ContextTurnView] = Field(
+        default=[], description="with `context_turns`: the turns around it, in session order"
+    )
+
+
+class PeriodView(BaseModel):
+    """The period the query named, as the search read it: `start` <= time < `end`."""
+
+    phrase: str
+    start: str
+    end: str
 
 
 class ArchiveSearchResponse(BaseModel):
     episodes: list[EpisodeView]
+    period: PeriodView | None = Field(
+        default=None, description="the period the query named, searched first; null if none"
+    )
 
 
 def _only_its_scope_names(scope: str, field: str) -> dict:

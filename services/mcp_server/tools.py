@@ -167,6 +167,13 @@ class MemoryTools:
         k: K = None,
         after: Annotated[str | None, Field(description="Only turns after (ISO 8601)")] = None,
         before: Annotated[str | None, Field(description="Only turns before (ISO 8601)")] = None,
+        context_turns: Annotated[
+            int | None,
+            Field(
+                description="Also return this many turns before and after each hit, as its "
+                "context (0-5; a reply makes sense only with the turn it answers)"
+            ),
+        ] = None,
         user_id: UserId = None,
         project_id: ProjectId = None,
     ) -> dict[str, Any]:
@@ -176,7 +183,13 @@ class MemoryTools:
         found = await self._call(
             ctx,
             lambda c: c.archive_search(
-                user, query, project_id=project, k=k, before=before, after=after
+                user,
+                query,
+                project_id=project,
+                k=k,
+                before=before,
+                after=after,
+                context_turns=context_turns,
             ),
         )
         return {"episodes": [e.model_dump(mode="json") for e in found]}

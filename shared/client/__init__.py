@@ -53,6 +53,7 @@ from shared.client.models import (
     SessionSummary,
     SessionTurn,
     SessionView,
+    SurroundingTurn,
     WriteResult,
 )
 from shared.client.sync import MemoryClient
@@ -98,5 +99,6 @@ __all__ = [
     "SessionSummary",
     "SessionTurn",
     "SessionView",
+    "SurroundingTurn",
     "WriteResult",
 ]

@@ -166,10 +166,21 @@ class AsyncMemoryClient:
         k: int | None = None,
         before: datetime | str | None = None,
         after: datetime | str | None = None,
+        context_turns: int | None = None,
+        read_period: bool | None = None,
+        asked_at: datetime | str | None = None,
     ) -> list[m.Episode]:
         return await self._send(
             routes.archive_search(
-                user_id, query, project_id=project_id, k=k, before=before, after=after
+                user_id,
+                query,
+                project_id=project_id,
+                k=k,
+                before=before,
+                after=after,
+                context_turns=context_turns,
+                read_period=read_period,
+                asked_at=asked_at,
             )
         )
 

@@ -125,6 +125,16 @@ class MemoryPage(Answer):
     next_cursor: str | None  # pass back for the next page; None on the last
 
 
+class SurroundingTurn(Answer):
+    """A turn of a hit's session around it (`archive_search(context_turns=...)`)."""
+
+    id: str
+    turn_id: str
+    created_at: datetime
+    text: str
+    offset: int  # its place from the hit: -1 the turn before, 1 the one after
+
+
 class Episode(Answer):
     """A recorded turn in the episodic archive, as an archive search found it."""
 
@@ -136,6 +146,7 @@ class Episode(Answer):
     text: str
     score: float
     rankers: list[str]
+    context: list[SurroundingTurn] = []  # with context_turns, in session order
 
 
 class WriteResult(Answer):

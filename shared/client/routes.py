@@ -146,9 +146,20 @@ def archive_search(
     k: int | None,
     before: datetime | str | None,
     after: datetime | str | None,
+    context_turns: int | None,
+    read_period: bool | None,
+    asked_at: datetime | str | None,
 ) -> Call[list[m.Episode]]:
     body: dict[str, Any] = {"user_id": user_id, "query": query}
-    body |= _present(project_id=project_id, k=k, before=_time(before), after=_time(after))
+    body |= _present(
+        project_id=project_id,
+        k=k,
+        before=_time(before),
+        after=_time(after),
+        context_turns=context_turns,
+        read_period=read_period,
+        asked_at=_time(asked_at),
+    )
     parse = _list(m.Episode, "episodes")
     return Call("POST", "/v1/archive:search", parse, json=body, retry_safe=True)
 

@@ -173,11 +173,26 @@ class MemoryClient:
         k: int | None = None,
         before: datetime | str | None = None,
         after: datetime | str | None = None,
+        context_turns: int | None = None,
+        read_period: bool | None = None,
+        asked_at: datetime | str | None = None,
     ) -> list[m.Episode]:
-        """Search the episodic archive (every recorded turn), best first."""
+        """Search the episodic archive (every recorded turn), best first; with
+        `context_turns` (0-5), each hit with the turns of its session around it. A
+        period the query names ("in May 2023", "last week" as of `asked_at`, default
+        now) is searched first unless `read_period` is False or `before`/`after` are
+        given."""
         return self._send(
             routes.archive_search(
-                user_id, query, project_id=project_id, k=k, before=before, after=after
+                user_id,
+                query,
+                project_id=project_id,
+                k=k,
+                before=before,
+                after=after,
+                context_turns=context_turns,
+                read_period=read_period,
+                asked_at=asked_at,
             )
         )
 

@@ -45,6 +45,8 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any
 
+from psycopg.rows import tuple_row
+
 from shared.db.memories import MEMORY_COLUMNS, MemoryRow, NewMemory
 from shared.db.run import Statement, Steps
 from shared.memory.search import Expiring, Fusion, Ranked, Scope
@@ -52,6 +54,69 @@ from shared.memory.search import Expiring, Fusion, Ranked, Scope
 EPISODE_COLUMNS = "m.id::text AS id, m.turn_id, m.session_id, m.project_id, m.created_at, m.text"
 # The context's pinned rules: at most this many, newest first.
 PINNED_LIMIT = 50
+
+
+# A lexeme quoted for to_tsquery (backslash escapes inside quotes).
+_QUOTED = "'''' || replace(replace({lex}, '\\', '\\\\'), '''', '\\''') || ''''"
+
+# Each distinct lexeme of each sub-query's text (`english`, as `tsv` is built).
+LEXEMES_SQL = """
+SELECT u.qi, w.lex
+FROM unnest(%(texts)s::text[]) WITH ORDINALITY AS u(qtext, qi)
+CROSS JOIN LATERAL (
+    SELECT DISTINCT lex FROM unnest(tsvector_to_array(to_tsvector('english', u.qtext))) AS lex
+) w
+ORDER BY u.qi, w.lex"""
+
+
+def _count_sql(table: str, where: str) -> str:
+    """The count of each of `missing` in the filter's rows, up to `text_scan` + 1."""
+    return f"""
+SELECT l.lex, (
+    SELECT count(*) FROM (
+        SELECT 1 FROM {table} m
+        WHERE m.tsv @@ to_tsquery('simple', {_QUOTED.format(lex="l.lex")}) AND {where}
+        LIMIT %(text_scan)s + 1
+    ) r
+) AS n
+FROM unnest(%(missing)s::text[]) AS l(lex)"""
+
+
+class LexemeCounts(Expiring[tuple[Any, ...], int]):
+    """How many of a scope's rows hold a lexeme (up to the scan limit + 1), kept
+    `ttl` seconds in this process per scope and lexeme. A count is the scope's
+    own (no other tenant's rows, no table statistics), so the same question over
+    the same rows is weighted the same way whenever it is asked; kept, it spares
+    every search the posting list of a common word (thousands of rows across
+    the table) for each of its words. A scope's own writes reach its counts
+    within `ttl`."""
+
+    def weights(
+        self, table: str, where: str, filter_params: dict[str, Any], texts: list[str], scan: int
+    ) -> Steps[dict[str, list[Any]]]:
+        """The statement parameters `lex_qi`, `lex` and `lex_n`: each sub-query's
+        lexemes with their counts in the filter's rows."""
+        rows = yield Statement(LEXEMES_SQL, {"texts": texts}, tuple_row)
+        scope = (table, where, tuple(sorted((k, _frozen(v)) for k, v in filter_params.items())))
+        counts = {lex: self.cached((*scope, scan, lex)) for _, lex in rows}
+        missing = sorted(lex for lex, n in counts.items() if n is None)
+        if missing:
+            params = {**filter_params, "missing": missing, "text_scan": scan}
+            counted = yield Statement(_count_sql(table, where), params, tuple_row)
+            for lex, n in counted:
+                counts[lex] = self.store((*scope, scan, lex), int(n))
+        return {
+            "lex_qi": [qi for qi, _ in rows],
+            "lex": [lex for _, lex in rows],
+            "lex_n": [counts[lex] for _, lex in rows],
+        }
+
+
+def _frozen(value: Any) -> Any:
+    return tuple(value) if isinstance(value, list) else value
+
+
+LEXEME_COUNTS = LexemeCounts(size=100_000)
 
 
 class ScopeSizes(Expiring[tuple[str, str, str, str, str, int], bool]):
@@ -72,30 +137,18 @@ class ScopeSizes(Expiring[tuple[str, str, str, str, str, int], bool]):
 SCOPE_SIZES = ScopeSizes()
 
 
-def _lexemes(table: str, where: str) -> str:
-    """Per sub-query (`q`): each distinct lexeme of its text (`lx`), quoted for
-    to_tsquery (backslash escapes inside quotes), with its count in the scope's
-    rows up to `text_scan` + 1 (`df`); the OR of the lexemes under that count,
-    which selects rows (`qt.mtsq`); and the OR of all, which `ts_rank_cd` reads
-    (`qt.tsq`)."""
+def _lexemes() -> str:
+    """Per sub-query (`q`): its lexemes with their counts in the scope's rows
+    (`df`, from `LexemeCounts`: parameters); the OR of those under the scan
+    limit, which selects rows (`qt.mtsq`); and the OR of all, which `ts_rank_cd`
+    reads (`qt.tsq`)."""
+    quoted = _QUOTED.format(lex="d.lex")
     return f"""
-lx AS (
-    SELECT DISTINCT q.qi, w.quoted
-    FROM q CROSS JOIN LATERAL unnest(tsvector_to_array(to_tsvector('english', q.qtext))) AS lex
-    CROSS JOIN LATERAL (
-        SELECT '''' || replace(replace(lex, '\\', '\\\\'), '''', '\\''') || '''' AS quoted
-    ) w
-),
 df AS (
-    SELECT lx.qi, lx.quoted, to_tsquery('simple', lx.quoted) AS one,
-           to_tsquery('simple', lx.quoted || ':AD') AS own, c.n
-    FROM lx CROSS JOIN LATERAL (
-        SELECT count(*) AS n FROM (
-            SELECT 1 FROM {table} m
-            WHERE m.tsv @@ to_tsquery('simple', lx.quoted) AND {where}
-            LIMIT %(text_scan)s + 1
-        ) r
-    ) c
+    SELECT d.qi, w.quoted, to_tsquery('simple', w.quoted) AS one,
+           to_tsquery('simple', w.quoted || ':AD') AS own, d.n
+    FROM unnest(%(lex_qi)s::bigint[], %(lex)s::text[], %(lex_n)s::int[]) AS d(qi, lex, n)
+    CROSS JOIN LATERAL (SELECT {quoted} AS quoted) w
 ),
 qt AS (
     SELECT q.qi, q.emb,
@@ -212,7 +265,7 @@ WITH q AS (
     SELECT u.qi, u.emb, u.qtext
     FROM unnest(%(embeddings)s::text[]::vector[], %(texts)s::text[])
         WITH ORDINALITY AS u(emb, qtext, qi)
-),{_lexemes(table, where)},{sizing}
+),{_lexemes()},{sizing}
 vec AS (
     SELECT v.id, row_number() OVER (PARTITION BY v.qi ORDER BY v.dist, v.id) AS rank
     FROM (
@@ -299,6 +352,7 @@ def search_memories(
     """The fused top-k live memories `scope` may see and, if `pinned`, its rules
     (at most PINNED_LIMIT, newest first): one statement."""
     where, params = memory_filter(scope, kinds)
+    params |= yield from LEXEME_COUNTS.weights("memories", where, params, queries, fusion.text_scan)
     params.update(fusion_params(fusion, embeddings, queries, k))
     params["pinned_limit"] = PINNED_LIMIT
     sized = SCOPE_SIZES.key("memories", scope, fusion.exact_below)
@@ -336,9 +390,46 @@ def search_episodes(
 ) -> Steps[list[tuple[dict[str, Any], Ranked]]]:
     """The fused top-k episodes `scope` may see: each as its `EPISODE_COLUMNS`."""
     where, params = episode_filter(scope, before, after)
+    params |= yield from LEXEME_COUNTS.weights("episodes", where, params, [query], fusion.text_scan)
     params.update(fusion_params(fusion, [embedding], [query], k))
     rows = yield Statement(hybrid_sql("episodes", EPISODE_COLUMNS, where), params)
     return [_ranked(row)[:2] for row in rows]
+
+
+def surrounding_turns(
+    scope: Scope, hits: list[str], turns: int
+) -> Steps[dict[str, list[dict[str, Any]]]]:
+    """Per hit (an episode id of `scope`'s user), up to `turns` turns of its session
+    before it and after it, in the session's order, each with its `offset` from
+    the hit (-2, -1, 1, 2, ...)."""
+    if not hits or turns == 0:
+        return {}
+    side = """(
+        SELECT {sign} * row_number() OVER (ORDER BY m.created_at {order}, m.turn_id {order})
+                   AS offset_, m.id, m.turn_id, m.created_at, m.text
+        FROM episodes m
+        WHERE m.app = e.app AND m.user_id = e.user_id AND m.session_id = e.session_id
+          AND (m.created_at, m.turn_id) {cmp} (e.created_at, e.turn_id)
+        ORDER BY m.created_at {order}, m.turn_id {order} LIMIT %(turns)s
+    )"""
+    rows = yield Statement(
+        f"""
+        SELECT e.id::text AS hit, s.offset_ AS offset, s.id::text AS id, s.turn_id,
+               s.created_at, s.text
+        FROM episodes e CROSS JOIN LATERAL (
+            {side.format(sign=-1, order="DESC", cmp="<")}
+            UNION ALL
+            {side.format(sign=1, order="ASC", cmp=">")}
+        ) s
+        WHERE e.id = ANY(%(hits)s::uuid[]) AND e.app = %(app)s AND e.user_id = %(user_id)s
+        ORDER BY e.id, s.offset_
+        """,
+        {"hits": hits, "turns": turns, "app": scope.app, "user_id": scope.user_id},
+    )
+    around: dict[str, list[dict[str, Any]]] = {}
+    for row in rows:
+        around.setdefault(row.pop("hit"), []).append(row)
+    return around
 
 
 def similar_memories(
@@ -358,7 +449,10 @@ def similar_memories(
         "project_id": new.project_id,
         "session_id": new.session_id,
         "except_entity": except_entity,
-        **fusion_params(fusion, [new.embedding], [new.text], limit),
     }
+    params |= yield from LEXEME_COUNTS.weights(
+        "memories", where, params, [new.text], fusion.text_scan
+    )
+    params |= fusion_params(fusion, [new.embedding], [new.text], limit)
     rows = yield Statement(hybrid_sql("memories", MEMORY_COLUMNS, where), params)
     return [MemoryRow.from_row(row) for row in rows]

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import asyncio
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any, TypeVar
 
 from psycopg_pool import AsyncConnectionPool
@@ -18,6 +18,7 @@ from shared.db.memories import MemoryRow
 from shared.db.run import Steps, arun
 from shared.embeddings.base import Embedder
 from shared.llm.base import LLM
+from shared.memory.periods import Period
 from shared.memory.search import Fusion, Ranked, Scope
 
 T = TypeVar("T")
@@ -73,6 +74,36 @@ class MemorySearch:
             scope, query, embeddings[0], k, self.fusion, before, after
         )
         return [FoundEpisode(fields, ranked) for fields, ranked in await self._run(steps)]
+
+    async def episodes_in(
+        self, scope: Scope, query: str, k: int, period: Period
+    ) -> list[FoundEpisode]:
+        """The top-k episodes of `period` and, if it holds fewer than k, the best of
+        the rest of the archive after them."""
+        # The filter's `after` is exclusive; the period's start is not.
+        after = period.start - timedelta(microseconds=1)
+        inside = await self.episodes(scope, query, k, before=period.end, after=after)
+        if len(inside) >= k:
+            return inside
+        seen = {f.fields["id"] for f in inside}
+        rest = [f for f in await self.episodes(scope, query, k) if f.fields["id"] not in seen]
+        return inside + rest[: k - len(inside)]
+
+    async def surrounding(
+        self, scope: Scope, found: list[FoundEpisode], turns: int
+    ) -> list[list[dict[str, Any]]]:
+        """Per hit, in order, the turns around it in its session (`turns` before and
+        after), each listed once: none that is a hit itself or already listed
+        around a better hit (adjacent hits share their neighbours)."""
+        hits = [f.fields["id"] for f in found]
+        around = await self._run(db_search.surrounding_turns(scope, hits, turns))
+        shown = set(hits)
+        listed = []
+        for hit in hits:
+            turns_of_hit = [t for t in around.get(hit, []) if t["id"] not in shown]
+            shown.update(t["id"] for t in turns_of_hit)
+            listed.append(turns_of_hit)
+        return listed
 
     async def _run(self, steps: Steps[T]) -> T:
         async with self.pool.connection() as conn:

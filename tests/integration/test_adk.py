@@ -349,7 +349,7 @@ def test_the_memory_service_records_sessions_once_and_searches(api, extracted, f
     )
     script.on(
         recall,
-        function_call("search_archived_memory", query="staging database"),
+        function_call("search_archived_memory", query="staging database", context_turns=1),
         text("You called it orchid."),
     )
     shell = Shell()
@@ -444,6 +444,9 @@ def test_the_memory_service_records_sessions_once_and_searches(api, extracted, f
     archive = function_responses(recall_call)[-1]
     assert archive["name"] == "search_archived_memory"
     assert any("orchid" in e["text"] for e in archive["response"]["episodes"])
+    # context_turns reached the API: each hit carries the turns next to it, if any.
+    offsets = [t["offset"] for e in archive["response"]["episodes"] for t in e["context"]]
+    assert set(offsets) <= {-1, 1}
     [tools] = recall_call.body["tools"]
     assert {d["name"] for d in tools["functionDeclarations"]} == {
         "run_shell",

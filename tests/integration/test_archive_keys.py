@@ -2,6 +2,7 @@
 its date) and the full-text weighting that depends on the searching scope's rows
 only, on the real Postgres with the `hash` embeddings."""
 
+import dataclasses
 import random
 import shutil
 import uuid
@@ -235,3 +236,64 @@ def test_the_backfill_keys_an_archive_from_before_the_keys_session_by_session(
     assert again.returncode == 0, again.stderr
     assert again.stdout.startswith("keyed 1 episode in ")
     assert _stored(connect, ids, "s2") == first
+
+
+def test_an_archive_search_returns_each_hit_with_the_turns_around_it_once(client, pool, ids):
+    embedder = HashEmbedder(768)
+    with pool.connection() as conn:
+        for n in range(len(DIALOGUE)):
+            Episodes(conn).archive(_episode(ids, n), embedder.embed, window=2, dated=True)
+    body = {"user_id": ids["user_id"], "query": "patient teacher sister", "k": 2}
+    plain = client.post("/v1/archive:search", json=body)
+    assert plain.status_code == 200, plain.text
+    hits = plain.json()["episodes"]
+    # "sister" (t2) and "patient teacher" (t3): two adjacent turns.
+    assert sorted(h["turn_id"] for h in hits) == ["t2", "t3"]
+    assert [h["context"] for h in hits] == [[], []]
+
+    found = client.post("/v1/archive:search", json={**body, "context_turns": 2})
+    assert found.status_code == 200, found.text
+    first, second = found.json()["episodes"]
+    assert [h["turn_id"] for h in (first, second)] == [h["turn_id"] for h in hits]
+    around = {
+        h["turn_id"]: [(t["turn_id"], t["offset"]) for t in h["context"]] for h in (first, second)
+    }
+    # Each hit's neighbours within two turns, in order, none of them a hit, and a
+    # turn two hits share listed with the better one only.
+    assert [first["turn_id"], second["turn_id"]] == ["t3", "t2"]
+    assert around == {"t3": [("t1", -2), ("t4", 1), ("t5", 2)], "t2": [("t0", -2)]}
+    texts = {row["turn_id"]: row["text"] for row in _stored(pool.connection, ids)}
+    assert [t["text"] for t in first["context"]] == [texts["t1"], texts["t4"], texts["t5"]]
+
+
+def test_a_period_the_question_names_is_searched_first(client, pool, ids):
+    embedder = HashEmbedder(768)
+    sessions = {
+        "may": datetime(2023, 5, 20, 18, tzinfo=UTC),
+        "june": datetime(2023, 6, 3, 9, tzinfo=UTC),
+    }
+    with pool.connection() as conn:
+        for name, at in sessions.items():
+            for n in range(2):
+                episode = _episode(ids, n, session_id=f"{ids['session_id']}-{name}")
+                episode = dataclasses.replace(episode, created_at=at + timedelta(minutes=n))
+                Episodes(conn).archive(episode, embedder.embed, window=2, dated=True)
+    body = {"user_id": ids["user_id"], "query": "What did I do last month?", "k": 3}
+    asked = {**body, "asked_at": "2023-06-10T12:00:00Z"}
+    found = client.post("/v1/archive:search", json=asked)
+    assert found.status_code == 200, found.text
+    answer = found.json()
+    assert answer["period"] == {
+        "phrase": "last month",
+        "start": "2023-05-01T00:00:00.000000Z",
+        "end": "2023-06-01T00:00:00.000000Z",
+    }
+    # May's two turns first, then the best of the rest up to k.
+    sessions_found = [e["session_id"].rsplit("-", 1)[1] for e in answer["episodes"]]
+    assert sessions_found == ["may", "may", "june"]
+    # Read against the asking time; turned off, or given bounds, no period is read.
+    for other in ({**asked, "read_period": False}, {**asked, "after": "2023-06-01T00:00:00Z"}):
+        plain = client.post("/v1/archive:search", json=other).json()
+        assert plain["period"] is None
+    now = client.post("/v1/archive:search", json=body).json()["period"]
+    assert now["phrase"] == "last month" and now["start"] > "2023-05-01"

@@ -292,6 +292,9 @@ def test_archive_search_generate_and_operations(client, ids, extraction_worker):
     assert "beagle named Pixel" in episodes[0].text and episodes[0].score > 0
     assert client.archive_search(user, "beagle", before=datetime(2000, 1, 1, tzinfo=UTC)) == []
     assert len(client.archive_search(user, "beagle", after="2000-01-01T00:00:00Z")) == 1
+    # The session holds one turn: nothing around the hit.
+    [alone] = client.archive_search(user, "beagle", context_turns=2)
+    assert alone.turn_id == turn.turn_id and alone.context == []
 
     events = [
         ("user", "For project CloudRetail, the region is us-east1."),

@@ -8,7 +8,9 @@ from fastapi import APIRouter
 from services.api.deps import ApiDep, AppIdDep
 from services.api.errors import postgres_or_503
 from services.api.memory_models import ArchiveSearchRequest, ArchiveSearchResponse
-from services.api.routers.views import episode_view
+from services.api.routers.views import episode_view, period_view
+from shared.events import utcnow
+from shared.memory.periods import find_period
 from shared.memory.search import Scope
 
 router = APIRouter()
@@ -19,7 +21,19 @@ async def archive_search(
     body: ArchiveSearchRequest, app_id: AppIdDep, api: ApiDep
 ) -> ArchiveSearchResponse:
     scope = Scope(app_id, body.user_id, body.project_id or "")
-    found = await postgres_or_503(
-        api.search.episodes(scope, body.query, body.k, body.before, body.after)
+    period = None
+    if body.read_period and body.before is None and body.after is None:
+        period = find_period(body.query, body.asked_at or utcnow())
+    if period is not None:
+        found = await postgres_or_503(api.search.episodes_in(scope, body.query, body.k, period))
+    else:
+        found = await postgres_or_503(
+            api.search.episodes(scope, body.query, body.k, body.before, body.after)
+        )
+    around: list[list[dict]] = [[] for _ in found]
+    if body.context_turns:
+        around = await postgres_or_503(api.search.surrounding(scope, found, body.context_turns))
+    return ArchiveSearchResponse(
+        episodes=[episode_view(e, turns) for e, turns in zip(found, around, strict=True)],
+        period=period_view(period) if period is not None else None,
     )
-    return ArchiveSearchResponse(episodes=[episode_view(e) for e in found])

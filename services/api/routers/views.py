@@ -10,10 +10,18 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any
 
-from services.api.memory_models import EpisodeView, MemoryDetail, MemoryView, RevisionView
+from services.api.memory_models import (
+    ContextTurnView,
+    EpisodeView,
+    MemoryDetail,
+    MemoryView,
+    PeriodView,
+    RevisionView,
+)
 from shared.db.memories import MemoryRow, Revision
 from shared.events import format_time
 from shared.memory.context import Context, SessionSummary
+from shared.memory.periods import Period
 from shared.memory.retrieval import Found, FoundEpisode
 
 
@@ -64,8 +72,18 @@ def memory_detail(memory: MemoryRow, revisions: list[Revision]) -> MemoryDetail:
     )
 
 
-def episode_view(found: FoundEpisode) -> EpisodeView:
+def episode_view(found: FoundEpisode, around: list[dict[str, Any]] | None = None) -> EpisodeView:
     fields = found.fields
+    context = [
+        ContextTurnView(
+            id=t["id"],
+            turn_id=t["turn_id"],
+            created_at=format_time(t["created_at"]),
+            text=t["text"],
+            offset=t["offset"],
+        )
+        for t in around or []
+    ]
     return EpisodeView(
         id=fields["id"],
         turn_id=fields["turn_id"],
@@ -75,6 +93,13 @@ def episode_view(found: FoundEpisode) -> EpisodeView:
         text=fields["text"],
         score=round(found.ranked.score, 6),
         rankers=found.ranked.rankers,
+        context=context,
+    )
+
+
+def period_view(period: Period) -> PeriodView:
+    return PeriodView(
+        phrase=period.phrase, start=format_time(period.start), end=format_time(period.end)
     )
 
 

@@ -80,7 +80,7 @@ class DrainWatch:
     their logs), the outcomes that were not applied, the workers' Postgres backends,
     and the CPU and machine readings at the first applied event."""
 
-    def __init__(self, stack: LocalStack, gemini: ManagedProcess, names: list[str]) -> None:
+    def __init__(self, stack: LocalStack, gemini: ManagedProcess | None, names: list[str]) -> None:
         self.stack, self.gemini, self.names = stack, gemini, names
         self.logs = [HandledLog(name, stack.log_dir / f"{name}.log") for name in names]
         self.handled: dict[str, Handled] = {}
@@ -89,7 +89,7 @@ class DrainWatch:
         self.at_first: dict = {}
 
     def cpu(self) -> dict[str, float]:
-        return cpu_seconds(self.stack, [self.gemini], tree=True)
+        return cpu_seconds(self.stack, [self.gemini] if self.gemini else [], tree=True)
 
     def drained(self, db: psycopg.Connection, count: int) -> bool:
         for log in self.logs:

@@ -27,7 +27,11 @@ First it measures the summary worker's drain rate in a stack of its own with
 bench/pipeline.py's `backlog_drain` (the `rules` provider, as there).
 
     .venv/bin/python bench/scaling.py [--turns 2000] [--users 200] [--concurrency 16]
-        [--generate-ms 800] [--embed-ms 150] [--jitter 0.25] [--quick]
+        [--generate-ms 800] [--embed-ms 150] [--jitter 0.25] [--quick] [--offline]
+
+`--offline` measures only the extraction worker's own cost: one replica with the
+`rules` LLM and `hash` embeddings (no LLM latency), three drains of a fresh
+backlog each, and prints `extraction offline: <events/s> · <events/s> · <events/s>`.
 
 The last line is `scaling: 2 replicas x<ratio>, 4 replicas x<ratio>` (drain rate
 against the 1-replica run at `--concurrency`).
@@ -88,7 +92,7 @@ def backlog(run: str, users: int, turns: int) -> list[TurnRecorded]:
 def drain(
     stack: LocalStack,
     publisher: EventPublisher,
-    gemini: ManagedProcess,
+    gemini: ManagedProcess | None,
     replicas: int,
     concurrency: int,
     users: int,
@@ -183,6 +187,27 @@ def summary_drain(burst: int) -> dict:
             os.environ.pop("PUBSUB_EMULATOR_HOST", None)
 
 
+def offline_runs(args: argparse.Namespace) -> list[dict]:
+    """One extraction replica with the offline providers (`rules`, `hash`): what the
+    worker's own work costs, with no LLM latency to hide it. Three drains."""
+    with bench_stack(services=()) as (stack, endpoints, settings):
+        os.environ.update(AM_LLM_PROVIDER="rules", AM_EMBEDDING_PROVIDER="hash")
+        publisher = EventPublisher(
+            settings.model_copy(update={"pubsub_emulator_host": endpoints.pubsub_emulator_host})
+        )
+        c = args.concurrency
+        try:
+            drain(stack, publisher, None, 1, c, c, 2 * c, 0.05)  # not measured: warm-up
+            results = []
+            for _ in range(3):
+                result = drain(stack, publisher, None, 1, c, args.users, args.turns, 0.05)
+                print(row(result), flush=True)
+                results.append(result)
+            return results
+        finally:
+            publisher.stop()
+
+
 def extraction_runs(args: argparse.Namespace) -> list[dict]:
     per_event = (2 * args.generate_ms + args.embed_ms) / 1000 + 0.1
     with bench_stack(services=()) as (stack, endpoints, settings):
@@ -247,9 +272,19 @@ def main() -> int:
     parser.add_argument("--jitter", type=float, default=0.25, help="e.g. 0.25 for +-25%%")
     parser.add_argument("--summary-burst", type=int, default=10_000)
     parser.add_argument("--quick", action="store_true", help="400 turns of 100 users")
+    parser.add_argument(
+        "--offline",
+        action="store_true",
+        help="only one extraction replica with the rules LLM and hash embeddings, three drains",
+    )
     args = parser.parse_args()
     if args.quick:
         args.turns, args.users, args.summary_burst = 400, 100, 2000
+    if args.offline:
+        print(f"extraction, offline providers: {args.turns} turns of {args.users} users\n{HEADER}")
+        rates = [r["events_per_second"] for r in offline_runs(args)]
+        print(f"extraction offline: {' · '.join(f'{r:.1f}' for r in rates)} events/s")
+        return 0
 
     summary = summary_drain(args.summary_burst)
     print(

@@ -20,10 +20,11 @@ branch is never executed. A caller that knows the count's answer
 (`SCOPE_SIZES`, what a recent statement found) passes it, and the statement
 then has only the one ranking.
 
-Term weighting is the searching scope's own, so a ranking is the same whenever
-it is asked and whatever other tenants store: each of the question's lexemes
-is counted in the scope's rows, up to `AM_SEARCH_TEXT_SCAN_LIMIT` + 1. A lexeme
-found in more than that many of them ("user", "prefer" in a large memory store)
+Term weighting is the searching user's own, so a ranking is the same whenever
+it is asked and whatever other tenants store: how many of the user's rows hold
+each lexeme is kept in `lexeme_counts` by triggers as rows are written
+(migration 0009; a memory counts while it is live). A lexeme in more than
+`AM_SEARCH_TEXT_SCAN_LIMIT` of them ("user", "prefer" in a large memory store)
 selects no rows, as a stop word would not; the others select the rows they are
 in (the OR of them), at most that many per sub-query. A selected row scores the
 sum of its lexemes' weights, `ln(1 + limit / count)` (rarer: heavier, as in
@@ -45,8 +46,6 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any
 
-from psycopg.rows import tuple_row
-
 from shared.db.memories import MEMORY_COLUMNS, MemoryRow, NewMemory
 from shared.db.run import Statement, Steps
 from shared.memory.search import Expiring, Fusion, Ranked, Scope
@@ -58,65 +57,6 @@ PINNED_LIMIT = 50
 
 # A lexeme quoted for to_tsquery (backslash escapes inside quotes).
 _QUOTED = "'''' || replace(replace({lex}, '\\', '\\\\'), '''', '\\''') || ''''"
-
-# Each distinct lexeme of each sub-query's text (`english`, as `tsv` is built).
-LEXEMES_SQL = """
-SELECT u.qi, w.lex
-FROM unnest(%(texts)s::text[]) WITH ORDINALITY AS u(qtext, qi)
-CROSS JOIN LATERAL (
-    SELECT DISTINCT lex FROM unnest(tsvector_to_array(to_tsvector('english', u.qtext))) AS lex
-) w
-ORDER BY u.qi, w.lex"""
-
-
-def _count_sql(table: str, where: str) -> str:
-    """The count of each of `missing` in the filter's rows, up to `text_scan` + 1."""
-    return f"""
-SELECT l.lex, (
-    SELECT count(*) FROM (
-        SELECT 1 FROM {table} m
-        WHERE m.tsv @@ to_tsquery('simple', {_QUOTED.format(lex="l.lex")}) AND {where}
-        LIMIT %(text_scan)s + 1
-    ) r
-) AS n
-FROM unnest(%(missing)s::text[]) AS l(lex)"""
-
-
-class LexemeCounts(Expiring[tuple[Any, ...], int]):
-    """How many of a scope's rows hold a lexeme (up to the scan limit + 1), kept
-    `ttl` seconds in this process per scope and lexeme. A count is the scope's
-    own (no other tenant's rows, no table statistics), so the same question over
-    the same rows is weighted the same way whenever it is asked; kept, it spares
-    every search the posting list of a common word (thousands of rows across
-    the table) for each of its words. A scope's own writes reach its counts
-    within `ttl`."""
-
-    def weights(
-        self, table: str, where: str, filter_params: dict[str, Any], texts: list[str], scan: int
-    ) -> Steps[dict[str, list[Any]]]:
-        """The statement parameters `lex_qi`, `lex` and `lex_n`: each sub-query's
-        lexemes with their counts in the filter's rows."""
-        rows = yield Statement(LEXEMES_SQL, {"texts": texts}, tuple_row)
-        scope = (table, where, tuple(sorted((k, _frozen(v)) for k, v in filter_params.items())))
-        counts = {lex: self.cached((*scope, scan, lex)) for _, lex in rows}
-        missing = sorted(lex for lex, n in counts.items() if n is None)
-        if missing:
-            params = {**filter_params, "missing": missing, "text_scan": scan}
-            counted = yield Statement(_count_sql(table, where), params, tuple_row)
-            for lex, n in counted:
-                counts[lex] = self.store((*scope, scan, lex), int(n))
-        return {
-            "lex_qi": [qi for qi, _ in rows],
-            "lex": [lex for _, lex in rows],
-            "lex_n": [counts[lex] for _, lex in rows],
-        }
-
-
-def _frozen(value: Any) -> Any:
-    return tuple(value) if isinstance(value, list) else value
-
-
-LEXEME_COUNTS = LexemeCounts(size=100_000)
 
 
 class ScopeSizes(Expiring[tuple[str, str, str, str, str, int], bool]):
@@ -137,18 +77,23 @@ class ScopeSizes(Expiring[tuple[str, str, str, str, str, int], bool]):
 SCOPE_SIZES = ScopeSizes()
 
 
-def _lexemes() -> str:
-    """Per sub-query (`q`): its lexemes with their counts in the scope's rows
-    (`df`, from `LexemeCounts`: parameters); the OR of those under the scan
-    limit, which selects rows (`qt.mtsq`); and the OR of all, which `ts_rank_cd`
-    reads (`qt.tsq`)."""
-    quoted = _QUOTED.format(lex="d.lex")
+def _lexemes(table: str) -> str:
+    """Per sub-query (`q`): each of its lexemes with how many of the user's rows
+    hold it (`df`, from `lexeme_counts`); the OR of those in at most `text_scan`
+    of them, which selects rows (`qt.mtsq`); and the OR of all, which
+    `ts_rank_cd` reads (`qt.tsq`)."""
+    quoted = _QUOTED.format(lex="l.lex")
     return f"""
 df AS (
-    SELECT d.qi, w.quoted, to_tsquery('simple', w.quoted) AS one,
-           to_tsquery('simple', w.quoted || ':AD') AS own, d.n
-    FROM unnest(%(lex_qi)s::bigint[], %(lex)s::text[], %(lex_n)s::int[]) AS d(qi, lex, n)
+    SELECT l.qi, w.quoted, to_tsquery('simple', w.quoted) AS one,
+           to_tsquery('simple', w.quoted || ':AD') AS own, coalesce(c.rows, 0) AS n
+    FROM (
+        SELECT DISTINCT q.qi, lex
+        FROM q, unnest(tsvector_to_array(to_tsvector('english', q.qtext))) AS lex
+    ) l(qi, lex)
     CROSS JOIN LATERAL (SELECT {quoted} AS quoted) w
+    LEFT JOIN lexeme_counts c
+        ON c.app = %(app)s AND c.user_id = %(user_id)s AND c.tbl = '{table}' AND c.lexeme = l.lex
 ),
 qt AS (
     SELECT q.qi, q.emb,
@@ -265,7 +210,7 @@ WITH q AS (
     SELECT u.qi, u.emb, u.qtext
     FROM unnest(%(embeddings)s::text[]::vector[], %(texts)s::text[])
         WITH ORDINALITY AS u(emb, qtext, qi)
-),{_lexemes()},{sizing}
+),{_lexemes(table)},{sizing}
 vec AS (
     SELECT v.id, row_number() OVER (PARTITION BY v.qi ORDER BY v.dist, v.id) AS rank
     FROM (
@@ -352,7 +297,6 @@ def search_memories(
     """The fused top-k live memories `scope` may see and, if `pinned`, its rules
     (at most PINNED_LIMIT, newest first): one statement."""
     where, params = memory_filter(scope, kinds)
-    params |= yield from LEXEME_COUNTS.weights("memories", where, params, queries, fusion.text_scan)
     params.update(fusion_params(fusion, embeddings, queries, k))
     params["pinned_limit"] = PINNED_LIMIT
     sized = SCOPE_SIZES.key("memories", scope, fusion.exact_below)
@@ -390,7 +334,6 @@ def search_episodes(
 ) -> Steps[list[tuple[dict[str, Any], Ranked]]]:
     """The fused top-k episodes `scope` may see: each as its `EPISODE_COLUMNS`."""
     where, params = episode_filter(scope, before, after)
-    params |= yield from LEXEME_COUNTS.weights("episodes", where, params, [query], fusion.text_scan)
     params.update(fusion_params(fusion, [embedding], [query], k))
     rows = yield Statement(hybrid_sql("episodes", EPISODE_COLUMNS, where), params)
     return [_ranked(row)[:2] for row in rows]
@@ -450,9 +393,6 @@ def similar_memories(
         "session_id": new.session_id,
         "except_entity": except_entity,
     }
-    params |= yield from LEXEME_COUNTS.weights(
-        "memories", where, params, [new.text], fusion.text_scan
-    )
     params |= fusion_params(fusion, [new.embedding], [new.text], limit)
     rows = yield Statement(hybrid_sql("memories", MEMORY_COLUMNS, where), params)
     return [MemoryRow.from_row(row) for row in rows]

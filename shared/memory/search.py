@@ -35,7 +35,7 @@ class Fusion:
     k: int = 60
     candidates: int = 30
     # Rows the full-text side ranks at most per sub-query (bounds its cost); a
-    # lexeme in more of the scope's rows selects none (shared/db/search.py).
+    # lexeme in more of the user's rows selects none (shared/db/search.py).
     text_scan: int = 1000
     # Scopes with fewer rows than this are ranked by exact distance (0: never).
     exact_below: int = 5000

@@ -297,3 +297,58 @@ def test_a_period_the_question_names_is_searched_first(client, pool, ids):
         assert plain["period"] is None
     now = client.post("/v1/archive:search", json=body).json()["period"]
     assert now["phrase"] == "last month" and now["start"] > "2023-05-01"
+
+
+RECOUNT = """
+SELECT tbl, lexeme, count(*)::integer FROM (
+    SELECT 'memories' AS tbl, l.lexeme FROM memories m, unnest(tsvector_to_array(m.tsv)) l(lexeme)
+    WHERE m.app = %(app)s AND m.user_id = %(user_id)s AND m.valid_to IS NULL
+    UNION ALL
+    SELECT 'episodes', l.lexeme FROM episodes e, unnest(tsvector_to_array(e.tsv)) l(lexeme)
+    WHERE e.app = %(app)s AND e.user_id = %(user_id)s
+) x GROUP BY tbl, lexeme ORDER BY tbl, lexeme"""
+KEPT = """SELECT tbl, lexeme, rows FROM lexeme_counts
+WHERE app = %(app)s AND user_id = %(user_id)s ORDER BY tbl, lexeme"""
+
+
+def _counts(pool, ids):
+    """The user's kept lexeme counts, and the same counted from their rows now."""
+    with pool.connection() as conn:
+        return conn.execute(KEPT, ids).fetchall(), conn.execute(RECOUNT, ids).fetchall()
+
+
+def test_the_lexeme_counts_follow_every_write_and_go_with_the_user(client, pool, ids):
+    embedder = HashEmbedder(768)
+    with pool.connection() as conn:
+        for n in range(len(DIALOGUE)):  # inserts, then the neighbours' keys updated
+            Episodes(conn).archive(_episode(ids, n), embedder.embed, window=2, dated=True)
+    kept, counted = _counts(pool, ids)
+    assert kept == counted and ("episodes", "potteri", 3) in kept
+    with pool.connection() as conn:
+        first = conn.execute(
+            "SELECT id::text FROM episodes WHERE app = %s AND user_id = %s AND turn_id = 't0'",
+            (ids["app"], ids["user_id"]),
+        ).fetchone()
+        Episodes(conn).delete(ids["app"], ids["user_id"], [first[0]])  # as compaction does
+    body = {
+        "user_id": ids["user_id"],
+        "scope": "global",
+        "kind": "preference",
+        "entity_name": "kiln",
+    }
+    created = client.post("/v1/memories", json={**body, "text": "Prefers a kiln at cone six."})
+    assert created.status_code == 201, created.text
+    memory_id = created.json()["memory"]["id"]
+    updated = client.post("/v1/memories", json={**body, "text": "Prefers a kiln at cone ten."})
+    assert updated.status_code == 201, updated.text
+    assert updated.json()["action"] == "UPDATED"
+    kept, counted = _counts(pool, ids)
+    assert kept == counted and ("memories", "ten", 1) in kept
+    assert client.delete(f"/v1/memories/{memory_id}", params={"user_id": ids["user_id"]}).json()[
+        "deleted"
+    ]
+    kept, counted = _counts(pool, ids)
+    # The memory deleted: its words are gone from the counts; then the user's are.
+    assert kept == counted and not [row for row in kept if row[0] == "memories"]
+    assert client.delete(f"/v1/users/{ids['user_id']}").status_code == 200
+    assert _counts(pool, ids) == ([], [])

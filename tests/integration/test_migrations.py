@@ -59,6 +59,7 @@ def test_migrate_creates_the_tables_and_is_idempotent(fresh_database):
         (6, "uncompressed_rows"),
         (7, "gin_without_pending_list"),
         (8, "episode_keys"),
+        (9, "lexeme_counts"),
     ]
     assert "USING hnsw (embedding vector_cosine_ops)" in indexes["memories_embedding"]
     assert "USING gin (tsv)" in indexes["memories_tsv"]

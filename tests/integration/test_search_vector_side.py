@@ -60,7 +60,6 @@ def _search(
     fusion = replace(Fusion(), vector_weight=1.0, text_weight=0.0, exact_below=exact_below)
     where, params = memory_filter(Scope(ids["app"], ids["user_id"]), None)
     params.update(fusion_params(fusion, [query], ["no words in common"], 10))
-    params |= {"lex_qi": [], "lex": [], "lex_n": []}  # no words: the vector side alone
     sql = hybrid_sql("memories", MEMORY_COLUMNS, where, exact=exact)
     with pool.connection() as conn, conn.cursor(row_factory=dict_row) as cur:
         rows = cur.execute(sql, params).fetchall()

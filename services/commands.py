@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+from collections.abc import Callable
 
 from shared.config import Settings
 
@@ -52,7 +53,7 @@ def run_migrate(args: argparse.Namespace, settings: Settings) -> int:
             settings.database_url,
             settings.embedding_dim,
             login=connect_kwargs(settings),
-            progress=lambda line: print(f"migrate: {line}", file=sys.stderr, flush=True),
+            progress=_progress("migrate"),
         )
     except (MigrationError, ValueError) as exc:
         return _fail(str(exc))
@@ -110,9 +111,10 @@ def run_up(args: argparse.Namespace, settings: Settings) -> int:
     from shared.localstack.stack import LocalStack, StackError, describe
 
     scale = {kind: n for item in args.scale for kind, n in item.items()}
-    stack = LocalStack(settings, args.data_dir, scale=scale, progress=_progress_line)
+    progress = _progress("up")
+    stack = LocalStack(settings, args.data_dir, scale=scale, progress=progress)
     stack.install_signal_handlers()
-    _progress_line(f"starting the local stack in {stack.data_dir} ...")
+    progress(f"starting the local stack in {stack.data_dir} ...")
     try:
         stack.start()
     except (StackError, ComponentError) as exc:
@@ -123,9 +125,14 @@ def run_up(args: argparse.Namespace, settings: Settings) -> int:
     return stack.run_until_signal()
 
 
-def _progress_line(line: str) -> None:
-    # stderr: stdout keeps only the banner, which scripts read.
-    print(f"up: {line}", file=sys.stderr, flush=True)
+def _progress(command: str) -> Callable[[str], None]:
+    """A command's progress lines: on stderr, so that stdout keeps only its outcome
+    (the banner, what was applied), which scripts read."""
+
+    def say(line: str) -> None:
+        print(f"{command}: {line}", file=sys.stderr, flush=True)
+
+    return say
 
 
 def run_demo(args: argparse.Namespace, settings: Settings) -> int:

@@ -64,6 +64,22 @@ class OldEpisode:
     created_at: datetime
 
 
+def _changed_keys(
+    session: list[Keyed], among: range, embed: Embed, window: int, dated: bool
+) -> dict[str | None, tuple[str, Any]]:
+    """The keys of the turns `among` a session's (in order) whose context is not
+    the stored one (a turn not yet archived has none): episode id (None for that
+    turn) -> (context, embedding of the whole key), embedded in one call."""
+    keyed = windows([k.text for k in session], [k.created_at for k in session], window, dated)
+    changed = [
+        j for j in among if session[j].context != keyed[j].context() or session[j].id is None
+    ]
+    if not changed:
+        return {}
+    vectors = embed([keyed[j].key() for j in changed])
+    return {session[j].id: (keyed[j].context(), v) for j, v in zip(changed, vectors, strict=True)}
+
+
 class Episodes:
     def __init__(self, conn: psycopg.Connection) -> None:
         self.conn = conn
@@ -81,14 +97,10 @@ class Episodes:
         after = self._neighbours(episode, ">", "ASC", 2 * window)
         new = Keyed(None, episode.text, episode.created_at, None)
         session = [*before, new, *after]
-        keyed = windows([k.text for k in session], [k.created_at for k in session], window, dated)
         at = len(before)
-        changed = [
-            j
-            for j in range(max(0, at - window), min(len(session), at + window + 1))
-            if j == at or session[j].context != keyed[j].context()
-        ]
-        vectors = dict(zip(changed, embed([keyed[j].key() for j in changed]), strict=True))
+        around = range(max(0, at - window), min(len(session), at + window + 1))
+        keys = _changed_keys(session, around, embed, window, dated)
+        context, embedding = keys.pop(new.id)
         tsv = EPISODE_TSV.format(text="%(text)s", context="%(context)s")
         row = self.conn.execute(
             f"""
@@ -112,18 +124,18 @@ class Episodes:
                 "assistant_text": episode.assistant_text,
                 "tool_events": Jsonb(episode.tool_events),
                 "text": episode.text,
-                "context": keyed[at].context(),
-                "embedding": vectors[at],
+                "context": context,
+                "embedding": embedding,
                 "created_at": episode.created_at,
             },
         ).fetchone()
         if row is None:
             return False
-        self.rekey([(session[j].id, keyed[j].context(), vectors[j]) for j in changed if j != at])
+        self._rekey(keys)
         return True
 
-    def rekey(self, keys: list[tuple[str | None, str, Any]]) -> None:
-        """Store new keys: (episode id, context, embedding of the whole key) each."""
+    def _rekey(self, keys: dict[str | None, tuple[str, Any]]) -> None:
+        """Store new keys: episode id -> (context, embedding of the whole key)."""
         if not keys:
             return
         tsv = EPISODE_TSV.format(text="text", context="%s")
@@ -131,7 +143,7 @@ class Episodes:
             cur.executemany(
                 f"UPDATE episodes SET context = %s, tsv = {tsv}, embedding = %s "
                 "WHERE id = %s::uuid",
-                [(context, context, embedding, id_) for id_, context, embedding in keys],
+                [(context, context, embedding, id_) for id_, (context, embedding) in keys.items()],
             )
 
     def key_session(
@@ -145,12 +157,7 @@ class Episodes:
             (app, user_id, session_id),
         ).fetchall()
         session = [Keyed(*row) for row in rows]
-        keyed = windows([k.text for k in session], [k.created_at for k in session], window, dated)
-        changed = [j for j, k in enumerate(session) if k.context != keyed[j].context()]
-        vectors = embed([keyed[j].key() for j in changed]) if changed else []
-        self.rekey(
-            [(session[j].id, keyed[j].context(), v) for j, v in zip(changed, vectors, strict=True)]
-        )
+        self._rekey(_changed_keys(session, range(len(session)), embed, window, dated))
         return sum(1 for k in session if k.context is None)
 
     def unkeyed_sessions(self, limit: int) -> list[tuple[str, str, str]]:

@@ -43,7 +43,7 @@ consolidation in its worker thread, through the same code.
 
 from __future__ import annotations
 
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
 
 from shared.db.memories import MEMORY_COLUMNS, MemoryRow, NewMemory
@@ -337,6 +337,28 @@ def search_episodes(
     params.update(fusion_params(fusion, [embedding], [query], k))
     rows = yield Statement(hybrid_sql("episodes", EPISODE_COLUMNS, where), params)
     return [_ranked(row)[:2] for row in rows]
+
+
+def search_episodes_within(
+    scope: Scope,
+    query: str,
+    embedding: Any,
+    k: int,
+    fusion: Fusion,
+    start: datetime,
+    end: datetime,
+) -> Steps[list[tuple[dict[str, Any], Ranked]]]:
+    """The top-k episodes created in [`start`, `end`) and, if there are fewer
+    than k, the best of the rest of the archive after them."""
+    # The filter's `after` is exclusive; the period's start is not.
+    inside = yield from search_episodes(
+        scope, query, embedding, k, fusion, before=end, after=start - timedelta(microseconds=1)
+    )
+    if len(inside) >= k:
+        return inside
+    seen = {fields["id"] for fields, _ in inside}
+    rest = yield from search_episodes(scope, query, embedding, k, fusion)
+    return inside + [hit for hit in rest if hit[0]["id"] not in seen][: k - len(inside)]
 
 
 def surrounding_turns(

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import asyncio
 from dataclasses import dataclass
-from datetime import datetime, timedelta
+from datetime import datetime
 from typing import Any, TypeVar
 
 from psycopg_pool import AsyncConnectionPool
@@ -80,14 +80,11 @@ class MemorySearch:
     ) -> list[FoundEpisode]:
         """The top-k episodes of `period` and, if it holds fewer than k, the best of
         the rest of the archive after them."""
-        # The filter's `after` is exclusive; the period's start is not.
-        after = period.start - timedelta(microseconds=1)
-        inside = await self.episodes(scope, query, k, before=period.end, after=after)
-        if len(inside) >= k:
-            return inside
-        seen = {f.fields["id"] for f in inside}
-        rest = [f for f in await self.episodes(scope, query, k) if f.fields["id"] not in seen]
-        return inside + rest[: k - len(inside)]
+        embeddings = await self.embedder.aembed_queries([query])
+        steps = db_search.search_episodes_within(
+            scope, query, embeddings[0], k, self.fusion, period.start, period.end
+        )
+        return [FoundEpisode(fields, ranked) for fields, ranked in await self._run(steps)]
 
     async def surrounding(
         self, scope: Scope, found: list[FoundEpisode], turns: int

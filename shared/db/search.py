@@ -79,28 +79,35 @@ SCOPE_SIZES = ScopeSizes()
 
 def _lexemes(table: str) -> str:
     """Per sub-query (`q`): each of its lexemes with how many of the user's rows
-    hold it (`df`, from `lexeme_counts`); the OR of those in at most `text_scan`
-    of them, which selects rows (`qt.mtsq`); and the OR of all, which
-    `ts_rank_cd` reads (`qt.tsq`)."""
+    hold it (`df.n`, from `lexeme_counts`) and its BM25 weight (`df.idf`, against
+    the user's row count, kept under the empty lexeme); the OR of those in at most
+    `max_frequency` of the user's rows (or `candidates`, for a small archive),
+    which selects rows (`qt.mtsq`); and the OR of all, which `ts_rank_cd` reads
+    (`qt.tsq`)."""
     quoted = _QUOTED.format(lex="l.lex")
+    count = """coalesce((SELECT c.rows FROM lexeme_counts c WHERE c.app = %(app)s
+        AND c.user_id = %(user_id)s AND c.tbl = '{table}' AND c.lexeme = {lexeme}), 0)"""
     return f"""
+total AS (SELECT {count.format(table=table, lexeme="''")}::float8 AS n),
 df AS (
     SELECT l.qi, w.quoted, to_tsquery('simple', w.quoted) AS one,
-           to_tsquery('simple', w.quoted || ':AD') AS own, coalesce(c.rows, 0) AS n
+           to_tsquery('simple', w.quoted || ':AD') AS own, c.n,
+           ln(1 + (total.n - c.n + 0.5) / (c.n + 0.5)) AS idf,
+           c.n BETWEEN 1 AND greatest(%(candidates)s, %(max_frequency)s * total.n) AS selects
     FROM (
         SELECT DISTINCT q.qi, lex
         FROM q, unnest(tsvector_to_array(to_tsvector('english', q.qtext))) AS lex
     ) l(qi, lex)
     CROSS JOIN LATERAL (SELECT {quoted} AS quoted) w
-    LEFT JOIN lexeme_counts c
-        ON c.app = %(app)s AND c.user_id = %(user_id)s AND c.tbl = '{table}' AND c.lexeme = l.lex
+    CROSS JOIN LATERAL (SELECT {count.format(table=table, lexeme="l.lex")} AS n) c
+    CROSS JOIN total
 ),
 qt AS (
     SELECT q.qi, q.emb,
            (SELECT to_tsquery('simple', string_agg(df.quoted, ' | '))
             FROM df WHERE df.qi = q.qi) AS tsq,
            (SELECT to_tsquery('simple', string_agg(df.quoted, ' | '))
-            FROM df WHERE df.qi = q.qi AND df.n BETWEEN 1 AND %(text_scan)s) AS mtsq
+            FROM df WHERE df.qi = q.qi AND df.selects) AS mtsq
     FROM q
 )"""
 
@@ -220,17 +227,21 @@ vec AS (
 txt AS (
     SELECT t.id, row_number() OVER (PARTITION BY qt.qi ORDER BY t.r DESC, t.d DESC, t.id) AS rank
     FROM qt CROSS JOIN LATERAL (
-        SELECT s.id, s.r, ts_rank_cd(s.tsv, qt.tsq) AS d FROM (
-            SELECT m.id, m.tsv, (
-                SELECT sum(ln(1.0 + %(text_scan)s::float8 / df.n) * CASE
-                    WHEN m.tsv @@ df.own THEN 1.0 WHEN m.tsv @@ df.one THEN 0.4 ELSE 0 END)
-                FROM df WHERE df.qi = qt.qi AND df.n > 0
-            ) AS r
-            FROM {table} m
-            WHERE qt.mtsq IS NOT NULL AND m.tsv @@ qt.mtsq AND {where}
-            LIMIT %(text_scan)s
-        ) s
-        ORDER BY s.r DESC, d DESC, s.id LIMIT %(candidates)s
+        -- Cover density (ts_rank_cd, the costlier) only orders the best by weight.
+        SELECT b.id, b.r, ts_rank_cd(b.tsv, qt.tsq) AS d FROM (
+            SELECT s.id, s.tsv, s.r FROM (
+                SELECT m.id, m.tsv, (
+                    SELECT sum(df.idf * CASE
+                        WHEN m.tsv @@ df.own THEN 1.0 WHEN m.tsv @@ df.one THEN 0.4 ELSE 0 END)
+                    FROM df WHERE df.qi = qt.qi AND df.n > 0
+                ) AS r
+                FROM {table} m
+                WHERE qt.mtsq IS NOT NULL AND m.tsv @@ qt.mtsq AND {where}
+                LIMIT %(text_scan)s
+            ) s
+            ORDER BY s.r DESC, s.id LIMIT 2 * %(candidates)s
+        ) b
+        ORDER BY b.r DESC, d DESC, b.id LIMIT %(candidates)s
     ) t
 ),
 fused AS (
@@ -273,6 +284,7 @@ def fusion_params(
         "wt": fusion.text_weight,
         "rrf_k": fusion.k,
         "text_scan": fusion.text_scan,
+        "max_frequency": fusion.max_frequency,
         "exact_below": fusion.exact_below,
         "limit": limit,
     }

@@ -34,9 +34,11 @@ class Fusion:
     text_weight: float = 0.6
     k: int = 60
     candidates: int = 30
-    # Rows the full-text side ranks at most per sub-query (bounds its cost); a
-    # lexeme in more of the user's rows selects none (shared/db/search.py).
+    # Rows the full-text side ranks at most per sub-query (bounds its cost).
     text_scan: int = 1000
+    # A lexeme in more than this share of the user's rows selects none (a stop
+    # word, shared/db/search.py).
+    max_frequency: float = 0.02
     # Scopes with fewer rows than this are ranked by exact distance (0: never).
     exact_below: int = 5000
 
@@ -48,6 +50,7 @@ class Fusion:
             settings.search_rrf_k,
             settings.search_candidates,
             settings.search_text_scan_limit,
+            settings.search_text_max_frequency,
             settings.search_exact_below,
         )
 

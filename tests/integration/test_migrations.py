@@ -60,6 +60,7 @@ def test_migrate_creates_the_tables_and_is_idempotent(fresh_database):
         (7, "gin_without_pending_list"),
         (8, "episode_keys"),
         (9, "lexeme_counts"),
+        (10, "lexeme_totals"),
     ]
     assert "USING hnsw (embedding vector_cosine_ops)" in indexes["memories_embedding"]
     assert "USING gin (tsv)" in indexes["memories_tsv"]

@@ -251,8 +251,8 @@ class Settings(BaseSettings):
     """rows the full-text ranking scores at most per sub-query"""
     search_text_max_frequency: float = Field(default=0.02, gt=0, le=1)
     """share of the searching user's rows above which a word selects no rows, as a stop word (it
-    still counts in the rank; a word in at most `AM_SEARCH_CANDIDATES` rows always selects); the
-    weight of a word is BM25's, from its count in the user's rows"""
+    still counts in the rank; a word in at most a tenth of `AM_SEARCH_TEXT_SCAN_LIMIT` rows always
+    selects); the weight of a word is BM25's, from its count in the user's rows"""
     # An HNSW scan walks the whole table's graph: for a small scope, sorting its own
     # rows by exact distance costs less.
     search_exact_below: int = Field(default=5000, ge=0, le=100_000)

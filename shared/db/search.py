@@ -81,9 +81,10 @@ def _lexemes(table: str) -> str:
     """Per sub-query (`q`): each of its lexemes with how many of the user's rows
     hold it (`df.n`, from `lexeme_counts`) and its BM25 weight (`df.idf`, against
     the user's row count, kept under the empty lexeme); the OR of those in at most
-    `max_frequency` of the user's rows (or `candidates`, for a small archive),
-    which selects rows (`qt.mtsq`); and the OR of all, which `ts_rank_cd` reads
-    (`qt.tsq`)."""
+    `max_frequency` of the user's rows (or a tenth of `text_scan`, so that a small
+    archive, or an episode's word counted in its neighbours' keys too, is not all
+    stop words), which selects rows (`qt.mtsq`); and the OR of all, which
+    `ts_rank_cd` reads (`qt.tsq`)."""
     quoted = _QUOTED.format(lex="l.lex")
     count = """coalesce((SELECT c.rows FROM lexeme_counts c WHERE c.app = %(app)s
         AND c.user_id = %(user_id)s AND c.tbl = '{table}' AND c.lexeme = {lexeme}), 0)"""
@@ -93,7 +94,7 @@ df AS (
     SELECT l.qi, w.quoted, to_tsquery('simple', w.quoted) AS one,
            to_tsquery('simple', w.quoted || ':AD') AS own, c.n,
            ln(1 + (total.n - c.n + 0.5) / (c.n + 0.5)) AS idf,
-           c.n BETWEEN 1 AND greatest(%(candidates)s, %(max_frequency)s * total.n) AS selects
+           c.n BETWEEN 1 AND greatest(%(text_scan)s / 10, %(max_frequency)s * total.n) AS selects
     FROM (
         SELECT DISTINCT q.qi, lex
         FROM q, unnest(tsvector_to_array(to_tsvector('english', q.qtext))) AS lex

@@ -165,11 +165,12 @@ def test_a_word_in_more_than_the_stop_share_of_the_users_rows_selects_none(pool,
             "'kiln') WHERE app = %s AND user_id = %s AND turn_id = 't7'",
             (ids["app"], ids["user_id"]),
         )
-    text_only = Fusion(vector_weight=0.0, text_weight=1.0, max_frequency=0.5)
+    text_only = Fusion(vector_weight=0.0, text_weight=1.0, text_scan=100, max_frequency=0.5)
     found = _search(pool, ids, "pottery kiln", HashEmbedder(768), text_only)
-    # "pottery" is in all 60 of the user's rows, more than half: only "kiln" selects.
+    # "pottery" is in all 60 of the user's rows, more than half (and more than a
+    # tenth of the scan limit): only "kiln" selects.
     assert [turn for turn, ranked in found if ranked.text_rank is not None] == ["t7"]
-    every = Fusion(vector_weight=0.0, text_weight=1.0, max_frequency=1.0)
+    every = Fusion(vector_weight=0.0, text_weight=1.0, text_scan=100, max_frequency=1.0)
     wider = _search(pool, ids, "pottery kiln", HashEmbedder(768), every)
     texts = [turn for turn, ranked in wider if ranked.text_rank is not None]
     assert texts[0] == "t7" and len(texts) == 10

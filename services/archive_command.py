@@ -15,6 +15,7 @@ import sys
 import time
 
 import psycopg
+from pgvector.psycopg import register_vector
 from tqdm import tqdm
 
 from shared.config import Settings
@@ -72,6 +73,7 @@ class Backfill:
         if not episodes.keyed_schema():
             return _fail(NOT_MIGRATED)
         check_embedding_dimension(conn, self.settings.embedding_dim)
+        register_vector(conn)  # the keys' embeddings are sent as pgvector's type
         total = episodes.unkeyed()
         started = time.monotonic()
         terminal = sys.stderr.isatty()

@@ -11,6 +11,7 @@ from typing import Any
 import psycopg
 from psycopg.types.json import Jsonb
 
+from shared.db.pool import as_vector
 from shared.db.run import fetch
 from shared.memory.episode_keys import windows
 
@@ -77,7 +78,10 @@ def _changed_keys(
     if not changed:
         return {}
     vectors = embed([keyed[j].key() for j in changed])
-    return {session[j].id: (keyed[j].context(), v) for j, v in zip(changed, vectors, strict=True)}
+    return {
+        session[j].id: (keyed[j].context(), as_vector(v))
+        for j, v in zip(changed, vectors, strict=True)
+    }
 
 
 class Episodes:

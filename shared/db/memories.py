@@ -16,6 +16,7 @@ from typing import Any
 
 import psycopg
 
+from shared.db.pool import as_vector
 from shared.db.run import fetch
 from shared.llm.base import Action
 
@@ -208,7 +209,7 @@ class Memories:
                 new.kind,
                 new.entity_name,
                 new.text,
-                new.embedding,
+                as_vector(new.embedding),
                 new.observed_at,
                 event_id,
             ),
@@ -233,7 +234,7 @@ class Memories:
             WHERE m.id = %s AND m.valid_to IS NULL
             RETURNING {MEMORY_COLUMNS}
             """,
-            (text, kind, embedding, observed_at, event_id, memory.id),
+            (text, kind, as_vector(embedding), observed_at, event_id, memory.id),
         )
         assert updated is not None
         self.revise(updated, Action.UPDATED, memory.text, text, event_id, observed_at)

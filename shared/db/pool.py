@@ -7,6 +7,7 @@ from collections.abc import Callable
 from typing import Any
 
 import psycopg
+from pgvector import Vector
 from pgvector.psycopg import register_vector, register_vector_async
 from psycopg_pool import AsyncConnectionPool, ConnectionPool
 from psycopg_pool.abc import AsyncKwargsParam, KwargsParam
@@ -18,6 +19,14 @@ from shared.db.iam import login_kwargs
 # connection and its message's lease.
 STATEMENT_TIMEOUT_MS = 30_000
 LOCK_TIMEOUT_MS = 10_000
+
+
+def as_vector(values: Any) -> Any:
+    """An embedding that is a list of floats as pgvector's type, which a connection
+    with `register_vector` sends: a list would go as a float8[] literal, its dump
+    checking every number's text for quoting (about 3 ms per 768 floats, against
+    0.03 ms). Anything else (a `Vector`, pgvector's text form) as it is."""
+    return Vector(values) if isinstance(values, list) else values
 
 
 def _configure(conn: psycopg.Connection) -> None:

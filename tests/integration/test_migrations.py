@@ -61,6 +61,7 @@ def test_migrate_creates_the_tables_and_is_idempotent(fresh_database):
         (8, "episode_keys"),
         (9, "lexeme_counts"),
         (10, "lexeme_totals"),
+        (11, "episode_keys_pending_list"),
     ]
     assert "USING hnsw (embedding vector_cosine_ops)" in indexes["memories_embedding"]
     assert "USING gin (tsv)" in indexes["memories_tsv"]

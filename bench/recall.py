@@ -65,7 +65,9 @@ ANSWERED = "hybrid + period"  # contextual hybrid, the period a question names f
 
 
 def ingest(conn: psycopg.Connection, embedder: Any, data: dict) -> dict[str, float]:
-    """Both archives of every conversation; seconds spent per key kind."""
+    """Both archives of every conversation; the seconds spent embedding the turns
+    (`turn-only`) and keying them (`contextual`: the keys computed, embedded and
+    stored)."""
     turns = [
         (conv["conversation_id"], session["session_id"], turn)
         for conv in data["conversations"]
@@ -174,8 +176,9 @@ def measure(conn, embedder: Any, data: dict, configured: Fusion) -> dict[str, An
 
 def report(provider: str, dim: int, ingest_s: dict[str, float], results: dict[str, Any]) -> None:
     print(
-        f"\nembeddings: {provider} ({dim} dimensions); embedding for ingest: "
-        + ", ".join(f"{k} {v:.0f} s" for k, v in ingest_s.items())
+        f"\nembeddings: {provider} ({dim} dimensions); embedding the turns "
+        f"{ingest_s['turn-only']:.0f} s, computing, embedding and storing the contextual "
+        f"keys {ingest_s['contextual']:.0f} s"
     )
     metrics = [f"recall@{k}" for k in KS] + ["nDCG@10"]
     print(

@@ -89,7 +89,7 @@ def _lexemes(table: str) -> str:
     count = """coalesce((SELECT c.rows FROM lexeme_counts c WHERE c.app = %(app)s
         AND c.user_id = %(user_id)s AND c.tbl = '{table}' AND c.lexeme = {lexeme}), 0)"""
     return f"""
-total AS (SELECT {count.format(table=table, lexeme="''")}::float8 AS n),
+total AS MATERIALIZED (SELECT {count.format(table=table, lexeme="''")}::float8 AS n),
 df AS (
     SELECT l.qi, w.quoted, to_tsquery('simple', w.quoted) AS one,
            to_tsquery('simple', w.quoted || ':AD') AS own, c.n,
@@ -100,7 +100,8 @@ df AS (
         FROM q, unnest(tsvector_to_array(to_tsvector('english', q.qtext))) AS lex
     ) l(qi, lex)
     CROSS JOIN LATERAL (SELECT {quoted} AS quoted) w
-    CROSS JOIN LATERAL (SELECT {count.format(table=table, lexeme="l.lex")} AS n) c
+    -- OFFSET 0: one lookup per lexeme, not one per use of c.n.
+    CROSS JOIN LATERAL (SELECT {count.format(table=table, lexeme="l.lex")} AS n OFFSET 0) c
     CROSS JOIN total
 ),
 qt AS (

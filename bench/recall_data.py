@@ -194,8 +194,6 @@ class Event:
 
 @dataclass
 class Placed:
-    session: int
-    turn: int  # first turn of the event in its session
     turns: list[tuple[str, str]]
     labels: dict[str, int]  # evidence label -> turn offset
 
@@ -217,7 +215,7 @@ def _arrange(lines: list[Line], subject_is_a: bool, rng: random.Random) -> Place
                 labels[ln.evidence] = len(turns)
         turns.append((a.text, b.text if b else rng.choice(REACTIONS)))
         i += 2 if b else 1
-    return Placed(-1, -1, turns, labels)
+    return Placed(turns, labels)
 
 
 class Conversation:
@@ -226,7 +224,6 @@ class Conversation:
         self.id = f"c{index:02d}"
         self.names = (a, b)
         self.events: list[Event] = []
-        self.sessions: list[int] = []  # per event, its session
         # Lines that share a question's words, each with the event it must not
         # share a session with.
         self.distractors: list[tuple[str, int]] = []
@@ -252,248 +249,215 @@ def _events(conv: Conversation) -> list[tuple[Event, int | None]]:
     a, b = conv.names
     hobbies: set[str] = set()
     out: list[tuple[Event, int | None]] = []
+
+    def tell(event: Event, *distractors: str) -> None:
+        """News with no event to follow, and the lines that share its question's
+        words (placed in other sessions)."""
+        out.append((event, None))
+        conv.distract(len(out) - 1, *distractors)
+
     for s in (a, b):
         o = b if s == a else a
         _she, her, her_own = _pronoun(s)
         for _ in range(3):
             hobby = conv.pick(HOBBIES, hobbies)
             verdict = rng.choice(VERDICTS)
-            out.append(
-                (
-                    Event(
-                        s,
-                        [
-                            Line("S", f"I finally went to that {hobby} class I told you about."),
-                            Line("O", "Oh yes! And? How was it?"),
-                            Line("S", verdict, "verdict"),
-                            Line("O", rng.choice(["Ha, fair enough.", "Love that for you."])),
-                        ],
-                        [
-                            (
-                                "single-hop",
-                                f"What did {s} think of the {hobby} class?",
-                                [(None, "verdict")],
-                            )
-                        ],
-                    ),
-                    None,
-                )
-            )
-            conv.distract(
-                len(out) - 1,
+            tell(
+                Event(
+                    s,
+                    [
+                        Line("S", f"I finally went to that {hobby} class I told you about."),
+                        Line("O", "Oh yes! And? How was it?"),
+                        Line("S", verdict, "verdict"),
+                        Line("O", rng.choice(["Ha, fair enough.", "Love that for you."])),
+                    ],
+                    [
+                        (
+                            "single-hop",
+                            f"What did {s} think of the {hobby} class?",
+                            [(None, "verdict")],
+                        )
+                    ],
+                ),
                 f"My cousin keeps asking me to join her {hobby} class, no thanks.",
                 f"There's a poster for a {hobby} class at the library.",
             )
         for band in rng.sample(BANDS, 2):
-            out.append(
-                (
-                    Event(
-                        s,
-                        [
-                            Line("O", f"Did you go to the {band} gig in the end?"),
-                            Line("S", "I did!"),
-                            Line("O", "And?"),
-                            Line("S", rng.choice(VERDICTS), "verdict"),
-                        ],
-                        [
-                            (
-                                "single-hop",
-                                f"How did {s} like the {band} concert?",
-                                [(None, "verdict")],
-                            )
-                        ],
-                    ),
-                    None,
-                )
-            )
-            conv.distract(len(out) - 1, f"Tickets for {band} sold out in minutes, apparently.")
-        for book in rng.sample(BOOKS, 2):
-            out.append(
-                (
-                    Event(
-                        s,
-                        [
-                            Line("S", f"I started {book}, the one you lent me."),
-                            Line("O", "Ooh. Any good?"),
-                            Line("S", rng.choice(BOOK_VERDICTS), "verdict"),
-                        ],
-                        [("single-hop", f"Did {s} enjoy reading {book}?", [(None, "verdict")])],
-                    ),
-                    None,
-                )
-            )
-            conv.distract(len(out) - 1, f"The library has a waiting list for {book}.")
-        pet, breed = rng.choice(PETS), rng.choice(BREEDS)
-        out.append(
-            (
+            tell(
                 Event(
                     s,
                     [
-                        Line(
-                            "S", f"Meet {pet}! We brought him home from the shelter today.", "pet"
-                        ),
-                        Line("O", "Oh my god, the ears! What breed is he?"),
-                        Line("S", f"A {breed}, three years old and very shy.", "breed"),
-                        Line("O", "I need to meet him."),
+                        Line("O", f"Did you go to the {band} gig in the end?"),
+                        Line("S", "I did!"),
+                        Line("O", "And?"),
+                        Line("S", rng.choice(VERDICTS), "verdict"),
                     ],
                     [
-                        ("temporal", f"When did {s} adopt {pet}?", [(None, "pet")]),
-                        ("single-hop", f"What breed is {s}'s dog {pet}?", [(None, "breed")]),
+                        (
+                            "single-hop",
+                            f"How did {s} like the {band} concert?",
+                            [(None, "verdict")],
+                        )
                     ],
                 ),
-                None,
+                f"Tickets for {band} sold out in minutes, apparently.",
             )
-        )
-        conv.distract(
-            len(out) - 1,
+        for book in rng.sample(BOOKS, 2):
+            tell(
+                Event(
+                    s,
+                    [
+                        Line("S", f"I started {book}, the one you lent me."),
+                        Line("O", "Ooh. Any good?"),
+                        Line("S", rng.choice(BOOK_VERDICTS), "verdict"),
+                    ],
+                    [("single-hop", f"Did {s} enjoy reading {book}?", [(None, "verdict")])],
+                ),
+                f"The library has a waiting list for {book}.",
+            )
+        pet, breed = rng.choice(PETS), rng.choice(BREEDS)
+        tell(
+            Event(
+                s,
+                [
+                    Line("S", f"Meet {pet}! We brought him home from the shelter today.", "pet"),
+                    Line("O", "Oh my god, the ears! What breed is he?"),
+                    Line("S", f"A {breed}, three years old and very shy.", "breed"),
+                    Line("O", "I need to meet him."),
+                ],
+                [
+                    ("temporal", f"When did {s} adopt {pet}?", [(None, "pet")]),
+                    ("single-hop", f"What breed is {s}'s dog {pet}?", [(None, "breed")]),
+                ],
+            ),
             f"The shelter near me posted a {breed} puppy today.",
             f"My aunt's dog is also called {pet}, funny.",
         )
         sport, rest = rng.choice(SPORTS), rng.choice(RESTS)
-        out.append(
-            (
-                Event(
-                    s,
-                    [
-                        Line("S", f"I twisted my ankle playing {sport}, so stupid.", "sprain"),
-                        Line("O", "Ouch! Is it bad?"),
-                        Line(
-                            "S", f"Just a sprain. {rest.capitalize()} of rest, apparently.", "rest"
-                        ),
-                        Line("O", "Take it easy, seriously."),
-                    ],
-                    [
-                        (
-                            "single-hop",
-                            f"How long does {s} have to rest after hurting {her_own} ankle?",
-                            [(None, "rest")],
-                        ),
-                        (
-                            "temporal",
-                            f"When did {s} twist {her_own} ankle playing {sport}?",
-                            [(None, "sprain")],
-                        ),
-                    ],
-                ),
-                None,
-            )
+        tell(
+            Event(
+                s,
+                [
+                    Line("S", f"I twisted my ankle playing {sport}, so stupid.", "sprain"),
+                    Line("O", "Ouch! Is it bad?"),
+                    Line("S", f"Just a sprain. {rest.capitalize()} of rest, apparently.", "rest"),
+                    Line("O", "Take it easy, seriously."),
+                ],
+                [
+                    (
+                        "single-hop",
+                        f"How long does {s} have to rest after hurting {her_own} ankle?",
+                        [(None, "rest")],
+                    ),
+                    (
+                        "temporal",
+                        f"When did {s} twist {her_own} ankle playing {sport}?",
+                        [(None, "sprain")],
+                    ),
+                ],
+            ),
+            f"We watched the {sport} final at the pub, what a match.",
         )
-        conv.distract(len(out) - 1, f"We watched the {sport} final at the pub, what a match.")
         sibling, baby = rng.choice(SIBLINGS), rng.choice(BABIES)
         child, them = rng.choice([("girl", "her"), ("boy", "him")])
-        out.append(
-            (
-                Event(
-                    s,
-                    [
-                        Line("S", f"My {sibling} just had a baby!", "born"),
-                        Line("O", "Congratulations!! Boy or girl?"),
-                        Line("S", f"A {child}, they called {them} {baby}.", "baby"),
-                        Line("O", "What a lovely name."),
-                    ],
-                    [
-                        (
-                            "single-hop",
-                            f"What is the name of {s}'s {sibling}'s baby?",
-                            [(None, "baby")],
-                        ),
-                        ("temporal", f"When did {s}'s {sibling} have a baby?", [(None, "born")]),
-                    ],
-                ),
-                None,
-            )
+        tell(
+            Event(
+                s,
+                [
+                    Line("S", f"My {sibling} just had a baby!", "born"),
+                    Line("O", "Congratulations!! Boy or girl?"),
+                    Line("S", f"A {child}, they called {them} {baby}.", "baby"),
+                    Line("O", "What a lovely name."),
+                ],
+                [
+                    (
+                        "single-hop",
+                        f"What is the name of {s}'s {sibling}'s baby?",
+                        [(None, "baby")],
+                    ),
+                    ("temporal", f"When did {s}'s {sibling} have a baby?", [(None, "born")]),
+                ],
+            ),
+            f"My {sibling} wants a baby name book for some reason.",
         )
-        conv.distract(len(out) - 1, f"My {sibling} wants a baby name book for some reason.")
         vehicle, colour = rng.choice(VEHICLES), rng.choice(COLOURS)
-        out.append(
-            (
-                Event(
-                    s,
-                    [
-                        Line(
-                            "S",
-                            f"I bought a {vehicle}! Second hand but it runs like new.",
-                            "bought",
-                        ),
-                        Line("O", "Finally! What colour?"),
-                        Line("S", f"{colour}, obviously.", "colour"),
-                        Line("O", "Of course it is."),
-                    ],
-                    [
-                        ("single-hop", f"What colour is {s}'s {vehicle}?", [(None, "colour")]),
-                        ("temporal", f"When did {s} buy the {vehicle}?", [(None, "bought")]),
-                    ],
-                ),
-                None,
-            )
+        tell(
+            Event(
+                s,
+                [
+                    Line(
+                        "S",
+                        f"I bought a {vehicle}! Second hand but it runs like new.",
+                        "bought",
+                    ),
+                    Line("O", "Finally! What colour?"),
+                    Line("S", f"{colour}, obviously.", "colour"),
+                    Line("O", "Of course it is."),
+                ],
+                [
+                    ("single-hop", f"What colour is {s}'s {vehicle}?", [(None, "colour")]),
+                    ("temporal", f"When did {s} buy the {vehicle}?", [(None, "bought")]),
+                ],
+            ),
+            f"Someone parked a {colour.lower()} {vehicle} across my drive.",
         )
-        conv.distract(len(out) - 1, f"Someone parked a {colour.lower()} {vehicle} across my drive.")
         gift = rng.choice(GIFTS)
-        out.append(
-            (
-                Event(
-                    s,
-                    [
-                        Line("S", f"I got you something for your birthday, {o}. Don't laugh."),
-                        Line("O", "What is it??"),
-                        Line("S", f"{gift[0].upper()}{gift[1:]}. You said you wanted one.", "gift"),
-                        Line("O", "Stop, I love it."),
-                    ],
-                    [
-                        (
-                            "single-hop",
-                            f"What did {s} give {o} for {_pronoun(o)[2]} birthday?",
-                            [(None, "gift")],
-                        )
-                    ],
-                ),
-                None,
-            )
+        tell(
+            Event(
+                s,
+                [
+                    Line("S", f"I got you something for your birthday, {o}. Don't laugh."),
+                    Line("O", "What is it??"),
+                    Line("S", f"{gift[0].upper()}{gift[1:]}. You said you wanted one.", "gift"),
+                    Line("O", "Stop, I love it."),
+                ],
+                [
+                    (
+                        "single-hop",
+                        f"What did {s} give {o} for {_pronoun(o)[2]} birthday?",
+                        [(None, "gift")],
+                    )
+                ],
+            ),
+            "My birthday dinner is sorted, finally.",
         )
-        conv.distract(len(out) - 1, "My birthday dinner is sorted, finally.")
         company, role = rng.choice(COMPANIES), rng.choice(ROLES)
-        out.append(
-            (
-                Event(
-                    s,
-                    [
-                        Line("O", f"Did you hear back from {company}?"),
-                        Line("S", f"Yes! They offered me the {role} job."),
-                        Line("O", "Amazing. Are you taking it?"),
-                        Line("S", "Already signed. I start in two weeks.", "accepted"),
-                    ],
-                    [
-                        (
-                            "single-hop",
-                            f"Did {s} accept the job offer from {company}?",
-                            [(None, "accepted")],
-                        )
-                    ],
-                ),
-                None,
-            )
+        tell(
+            Event(
+                s,
+                [
+                    Line("O", f"Did you hear back from {company}?"),
+                    Line("S", f"Yes! They offered me the {role} job."),
+                    Line("O", "Amazing. Are you taking it?"),
+                    Line("S", "Already signed. I start in two weeks.", "accepted"),
+                ],
+                [
+                    (
+                        "single-hop",
+                        f"Did {s} accept the job offer from {company}?",
+                        [(None, "accepted")],
+                    )
+                ],
+            ),
+            f"A recruiter from {company} messaged me about some job.",
         )
-        conv.distract(len(out) - 1, f"A recruiter from {company} messaged me about some job.")
         place = rng.choice(NEIGHBOURHOODS)
-        out.append(
-            (
-                Event(
-                    s,
-                    [
-                        Line("O", "How's the flat hunt going?"),
-                        Line("S", f"Signed the lease! {place}, two bedrooms.", "flat"),
-                    ],
-                    [
-                        ("single-hop", f"Which neighbourhood did {s} move to?", [(None, "flat")]),
-                        (
-                            "temporal",
-                            f"When did {s} sign the lease for the flat in {place}?",
-                            [(None, "flat")],
-                        ),
-                    ],
-                ),
-                None,
-            )
+        tell(
+            Event(
+                s,
+                [
+                    Line("O", "How's the flat hunt going?"),
+                    Line("S", f"Signed the lease! {place}, two bedrooms.", "flat"),
+                ],
+                [
+                    ("single-hop", f"Which neighbourhood did {s} move to?", [(None, "flat")]),
+                    (
+                        "temporal",
+                        f"When did {s} sign the lease for the flat in {place}?",
+                        [(None, "flat")],
+                    ),
+                ],
+            ),
         )
         # Multi-hop: a trip planned in one session and told of in a later one.
         city, friend = rng.choice(CITIES), rng.choice(FRIENDS)
@@ -613,7 +577,7 @@ def _conversation(index: int, a: str, b: str, rng: random.Random) -> tuple[dict,
         size = sum(len(p.turns) for _, p in blocks) + len(chats)
         chats += [rng.choice(SMALL_TALK) for _ in range(max(0, rng.randrange(18, 23) - size))]
         for chat in chats:
-            small = Placed(-1, -1, [chat], {})
+            small = Placed([chat], {})
             blocks.insert(rng.randrange(len(blocks) + 1), (None, small))
         turns: list[tuple[str, str]] = []
         for i, placed in blocks:

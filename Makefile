@@ -22,8 +22,12 @@ $(STAMP): pyproject.toml
 	@touch $(STAMP)
 	@echo "== $(VENV) is ready"
 
+# Two pytest processes, each with its own Postgres, Valkey and emulator: the tests
+# wait on processes and the network as much as they compute.
+TEST_WORKERS ?= 2
+
 test: $(STAMP)
-	$(BIN)/python -m pytest
+	$(BIN)/python -m pytest -n $(TEST_WORKERS) --dist worksteal
 
 demo: $(STAMP)
 	$(BIN)/agent-memory demo

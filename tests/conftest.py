@@ -1,6 +1,7 @@
 """Fixtures: the real Postgres (pgvector), Valkey and Pub/Sub emulator, started once per
-test session by the same code as `agent-memory up`; isolation by unique names per test
-(a topic prefix, user and session ids), never by wiping shared state."""
+pytest process (each xdist worker has its own) by the same code as `agent-memory up`;
+isolation by unique names per test (a topic prefix, user and session ids), never by
+wiping shared state."""
 
 from __future__ import annotations
 

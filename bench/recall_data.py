@@ -237,6 +237,11 @@ class Conversation:
         return choice
 
 
+def _own(kind: str, question: str, label: str) -> tuple[str, str, list[tuple[int | None, str]]]:
+    """A question answered by the line `label` of the event that asks it."""
+    return (kind, question, [(None, label)])
+
+
 def _pronoun(name: str) -> tuple[str, str, str]:
     """Subject, object and possessive."""
     return ("she", "her", "her") if name in SHE else ("he", "him", "his")
@@ -271,13 +276,7 @@ def _events(conv: Conversation) -> list[tuple[Event, int | None]]:
                         Line("S", verdict, "verdict"),
                         Line("O", rng.choice(["Ha, fair enough.", "Love that for you."])),
                     ],
-                    [
-                        (
-                            "single-hop",
-                            f"What did {s} think of the {hobby} class?",
-                            [(None, "verdict")],
-                        )
-                    ],
+                    [_own("single-hop", f"What did {s} think of the {hobby} class?", "verdict")],
                 ),
                 f"My cousin keeps asking me to join her {hobby} class, no thanks.",
                 f"There's a poster for a {hobby} class at the library.",
@@ -292,13 +291,7 @@ def _events(conv: Conversation) -> list[tuple[Event, int | None]]:
                         Line("O", "And?"),
                         Line("S", rng.choice(VERDICTS), "verdict"),
                     ],
-                    [
-                        (
-                            "single-hop",
-                            f"How did {s} like the {band} concert?",
-                            [(None, "verdict")],
-                        )
-                    ],
+                    [_own("single-hop", f"How did {s} like the {band} concert?", "verdict")],
                 ),
                 f"Tickets for {band} sold out in minutes, apparently.",
             )
@@ -311,7 +304,7 @@ def _events(conv: Conversation) -> list[tuple[Event, int | None]]:
                         Line("O", "Ooh. Any good?"),
                         Line("S", rng.choice(BOOK_VERDICTS), "verdict"),
                     ],
-                    [("single-hop", f"Did {s} enjoy reading {book}?", [(None, "verdict")])],
+                    [_own("single-hop", f"Did {s} enjoy reading {book}?", "verdict")],
                 ),
                 f"The library has a waiting list for {book}.",
             )
@@ -326,8 +319,8 @@ def _events(conv: Conversation) -> list[tuple[Event, int | None]]:
                     Line("O", "I need to meet him."),
                 ],
                 [
-                    ("temporal", f"When did {s} adopt {pet}?", [(None, "pet")]),
-                    ("single-hop", f"What breed is {s}'s dog {pet}?", [(None, "breed")]),
+                    _own("temporal", f"When did {s} adopt {pet}?", "pet"),
+                    _own("single-hop", f"What breed is {s}'s dog {pet}?", "breed"),
                 ],
             ),
             f"The shelter near me posted a {breed} puppy today.",
@@ -344,15 +337,13 @@ def _events(conv: Conversation) -> list[tuple[Event, int | None]]:
                     Line("O", "Take it easy, seriously."),
                 ],
                 [
-                    (
+                    _own(
                         "single-hop",
                         f"How long does {s} have to rest after hurting {her_own} ankle?",
-                        [(None, "rest")],
+                        "rest",
                     ),
-                    (
-                        "temporal",
-                        f"When did {s} twist {her_own} ankle playing {sport}?",
-                        [(None, "sprain")],
+                    _own(
+                        "temporal", f"When did {s} twist {her_own} ankle playing {sport}?", "sprain"
                     ),
                 ],
             ),
@@ -370,12 +361,8 @@ def _events(conv: Conversation) -> list[tuple[Event, int | None]]:
                     Line("O", "What a lovely name."),
                 ],
                 [
-                    (
-                        "single-hop",
-                        f"What is the name of {s}'s {sibling}'s baby?",
-                        [(None, "baby")],
-                    ),
-                    ("temporal", f"When did {s}'s {sibling} have a baby?", [(None, "born")]),
+                    _own("single-hop", f"What is the name of {s}'s {sibling}'s baby?", "baby"),
+                    _own("temporal", f"When did {s}'s {sibling} have a baby?", "born"),
                 ],
             ),
             f"My {sibling} wants a baby name book for some reason.",
@@ -395,8 +382,8 @@ def _events(conv: Conversation) -> list[tuple[Event, int | None]]:
                     Line("O", "Of course it is."),
                 ],
                 [
-                    ("single-hop", f"What colour is {s}'s {vehicle}?", [(None, "colour")]),
-                    ("temporal", f"When did {s} buy the {vehicle}?", [(None, "bought")]),
+                    _own("single-hop", f"What colour is {s}'s {vehicle}?", "colour"),
+                    _own("temporal", f"When did {s} buy the {vehicle}?", "bought"),
                 ],
             ),
             f"Someone parked a {colour.lower()} {vehicle} across my drive.",
@@ -412,10 +399,10 @@ def _events(conv: Conversation) -> list[tuple[Event, int | None]]:
                     Line("O", "Stop, I love it."),
                 ],
                 [
-                    (
+                    _own(
                         "single-hop",
                         f"What did {s} give {o} for {_pronoun(o)[2]} birthday?",
-                        [(None, "gift")],
+                        "gift",
                     )
                 ],
             ),
@@ -431,13 +418,7 @@ def _events(conv: Conversation) -> list[tuple[Event, int | None]]:
                     Line("O", "Amazing. Are you taking it?"),
                     Line("S", "Already signed. I start in two weeks.", "accepted"),
                 ],
-                [
-                    (
-                        "single-hop",
-                        f"Did {s} accept the job offer from {company}?",
-                        [(None, "accepted")],
-                    )
-                ],
+                [_own("single-hop", f"Did {s} accept the job offer from {company}?", "accepted")],
             ),
             f"A recruiter from {company} messaged me about some job.",
         )
@@ -450,11 +431,9 @@ def _events(conv: Conversation) -> list[tuple[Event, int | None]]:
                     Line("S", f"Signed the lease! {place}, two bedrooms.", "flat"),
                 ],
                 [
-                    ("single-hop", f"Which neighbourhood did {s} move to?", [(None, "flat")]),
-                    (
-                        "temporal",
-                        f"When did {s} sign the lease for the flat in {place}?",
-                        [(None, "flat")],
+                    _own("single-hop", f"Which neighbourhood did {s} move to?", "flat"),
+                    _own(
+                        "temporal", f"When did {s} sign the lease for the flat in {place}?", "flat"
                     ),
                 ],
             ),
@@ -504,7 +483,7 @@ def _events(conv: Conversation) -> list[tuple[Event, int | None]]:
             cook = Event(
                 s, [Line("S", f"Made {dish} for the first time, it turned out great.", "cook")]
             )
-            cook.questions.append(("temporal", "", [(None, "cook")]))  # worded once placed
+            cook.questions.append(_own("temporal", "", "cook"))  # worded once placed
             out.append((cook, None))
         conv.distract(len(out) - 1, *rng.sample(FIRSTS, 4))
     return out

@@ -11,8 +11,8 @@ single-hop, multi-hop and temporal; its docstring says how it is hard). Each
 conversation is one user's archive. The turns go through the extraction worker's
 repository (`Episodes.archive`, turn-only) into a fresh local Postgres, one
 database per provider; the contextual keys are then computed as the backfill
-computes them (`Episodes.key_session`, window 2, dated), the same keys the worker
-reaches once a session has moved on. The searches run the archive search's own
+computes them (`Episodes.plan_session` and `key_session`, window 2, dated), the
+same keys the worker reaches once a session has moved on. The searches run the archive search's own
 statements (`shared.db.search`).
 
 recall@k of a question is the share of its evidence turns in the top k; nDCG@10
@@ -95,11 +95,15 @@ def ingest(conn: psycopg.Connection, embedder: Any, data: dict) -> dict[str, flo
     repo = Episodes(conn)
     for app in KEYS.values():
         for episode, vector in zip(episodes, vectors, strict=True):
-            repo.archive(replace(episode, app=app), lambda _k, v=vector: [Vector(v)], 0, False)
+            repo.archive_locally(
+                replace(episode, app=app), lambda _k, v=vector: [Vector(v)], 0, False
+            )
     conn.commit()
     started = time.perf_counter()
     for conv_id, session_id in sorted({(e.user_id, e.session_id) for e in episodes}):
-        repo.key_session(KEYS["contextual"], conv_id, session_id, embedder.embed, 2, True)
+        plan = repo.plan_session(KEYS["contextual"], conv_id, session_id, 2, True)
+        vectors = embedder.embed(plan.texts) if plan.keys else []
+        repo.key_session(KEYS["contextual"], conv_id, session_id, plan, vectors)
     conn.commit()
     seconds["contextual"] = time.perf_counter() - started
     return seconds

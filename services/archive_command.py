@@ -1,10 +1,12 @@
 """`agent-memory archive backfill-keys`: key the episodes archived before the
 archive had search keys (migration 0008), session by session.
 
-Each session is keyed in a transaction of its own under its user's lock (the
-lock the extraction worker archives under), so the workers keep running and a
-session is either keyed whole or not at all; a second run, or a run after
-Ctrl-C, takes up the sessions still without keys. Progress goes to stderr: a
+Each session's keys are computed and embedded from its rows with no transaction
+open, then stored in a transaction of its own under its user's lock (the lock
+the extraction worker archives under) if the rows are still those; otherwise
+computed again. So the workers keep running and a session is either keyed whole
+or not at all; a second run, or a run after Ctrl-C, takes up the sessions still
+without keys. Progress goes to stderr: a
 bar on a terminal, a line per batch otherwise.
 """
 
@@ -13,16 +15,23 @@ from __future__ import annotations
 import argparse
 import sys
 import time
+from collections.abc import Callable, Sequence
+from typing import Any
 
 import psycopg
 from pgvector.psycopg import register_vector
 from tqdm import tqdm
 
 from shared.config import Settings
-from shared.db.episodes import Embed, Episodes
+from shared.db.episodes import Episodes
 from shared.db.memories import user_lock
 from shared.db.migrate import MigrationError, check_embedding_dimension
 from shared.db.pool import connect_kwargs
+
+Embed = Callable[[list[str]], Sequence[Any]]
+# Times a session's keys are computed again when its turns change meanwhile;
+# a session still changing is left for the next run.
+_KEY_ATTEMPTS = 3
 
 NOT_MIGRATED = (
     "the database has no episode keys yet: run `agent-memory migrate` first "
@@ -79,25 +88,39 @@ class Backfill:
         terminal = sys.stderr.isatty()
         with tqdm(total=total, unit=" episodes", file=sys.stderr, disable=not terminal) as bar:
             while sessions := episodes.unkeyed_sessions(self.batch):
+                batch_done = 0
                 for app, user_id, session_id in sessions:
-                    # One session, whole or not at all, between the worker's turns.
-                    with conn.transaction():
-                        user_lock(conn, app, user_id)
-                        keyed = episodes.key_session(
-                            app,
-                            user_id,
-                            session_id,
-                            self.embed,
-                            self.settings.episode_key_window,
-                            self.settings.episode_key_dated,
-                        )
-                    self.done += keyed
+                    keyed = self._key(episodes, app, user_id, session_id)
+                    batch_done += keyed
                     bar.update(keyed)
+                self.done += batch_done
+                if batch_done == 0:
+                    break  # these sessions kept changing while being keyed
                 if not terminal:
                     line = f"keyed {self.done} of {_episodes(total)}"
                     print(line, file=sys.stderr, flush=True)
         took = time.monotonic() - started
+        left = episodes.unkeyed()
+        if left:
+            print(
+                f"keyed {_episodes(self.done)} in {took:.1f} s; {_episodes(left)} of sessions "
+                "that kept changing are left: run it again"
+            )
+            return 1
         print(f"keyed {_episodes(self.done)} in {took:.1f} s; none is left without a key")
+        return 0
+
+    def _key(self, episodes: Episodes, app: str, user_id: str, session_id: str) -> int:
+        """One session, whole or not at all, between the worker's turns."""
+        window, dated = self.settings.episode_key_window, self.settings.episode_key_dated
+        for _ in range(_KEY_ATTEMPTS):
+            plan = episodes.plan_session(app, user_id, session_id, window, dated)
+            vectors = self.embed(plan.texts) if plan.keys else []
+            with episodes.conn.transaction():
+                user_lock(episodes.conn, app, user_id)
+                keyed = episodes.key_session(app, user_id, session_id, plan, vectors)
+            if keyed is not None:
+                return keyed
         return 0
 
 

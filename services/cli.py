@@ -13,8 +13,9 @@ from datetime import timedelta
 from importlib import metadata
 from pathlib import Path
 
-from shared.config import WORKER_KINDS, ConfigError, Settings, load_settings
+from shared.config import ConfigError, Settings, load_settings
 from shared.logging import configure_logging
+from shared.scale import WORKER_KINDS
 
 _SUB_HELP = "a subscription: its short name (turns-summary), full id or dead-letter name"
 
@@ -31,7 +32,7 @@ def _age(text: str) -> timedelta:
 
 
 def _scale(text: str) -> dict[str, int]:
-    from shared.config import parse_scale
+    from shared.scale import parse_scale
 
     try:
         return parse_scale(text)

@@ -15,12 +15,14 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Protocol
 
 import structlog
 from google.cloud import pubsub_v1
 
 from services.compaction_worker import handlers as compaction
 from services.extraction_worker import handlers as extraction
+from services.extraction_worker.sweeper import IdleWindows
 from services.summary_worker import handlers as summary
 from shared.bootstrap import Resources, bootstrap
 from shared.bus.clients import subscriber_client
@@ -28,11 +30,17 @@ from shared.bus.dependencies import Dependencies
 from shared.bus.topology import full_name
 from shared.bus.worker import DeadLetterHook, HandlerTable, SubscriberRuntime
 from shared.config import Settings
+from shared.db.unit_of_work import UnitsOfWork
 from shared.health import worker_probes
 from shared.metrics import serve_metrics
 from shared.tracing import configure as configure_tracing
 
 log = structlog.get_logger("agent_memory.worker")
+
+# A Postgres worker's pool when AM_DB_POOL_SIZE is unset: its handlers hold a
+# connection only for their reads and one short transaction, never across a model
+# call, so a few connections serve many handlers.
+DEFAULT_POOL_SIZE = 8
 
 
 @dataclass(frozen=True)
@@ -43,11 +51,30 @@ class WorkerKind:
     embedder: bool
     handlers: Callable[[Resources], dict[str, HandlerTable]]
     # Handlers at once when AM_WORKER_CONCURRENCY is unset. The summary handler
-    # waits mostly on Valkey round trips, so more of them drain faster; a Postgres
-    # worker's concurrency is the size of its connection pool.
+    # waits mostly on Valkey round trips, so more of them drain faster; an extraction
+    # handler mostly on the model.
     default_concurrency: int
     # What a subscription's dead letters must tell before they go (see DeadLetterHook).
     dead_letter_hooks: Callable[[Resources], dict[str, DeadLetterHook]] | None = None
+    # A thread of the kind's own beside its subscriptions (started and stopped with them).
+    background: Callable[[Resources, Dependencies], Background] | None = None
+
+
+class Background(Protocol):
+    def start(self) -> None: ...
+    def stop(self) -> None: ...
+
+
+def idle_windows(resources: Resources, dependencies: Dependencies) -> IdleWindows:
+    """The extraction worker's sweep of windows with no new turn for a while."""
+    assert resources.pool is not None and resources.publisher is not None
+    settings = resources.settings
+    return IdleWindows(
+        UnitsOfWork(resources.pool, "extraction"),
+        extraction.publishing(resources.publisher, settings),
+        settings.extraction_window_seconds,
+        ready=lambda: dependencies.ready,
+    )
 
 
 WORKERS: dict[str, WorkerKind] = {
@@ -67,6 +94,7 @@ WORKERS: dict[str, WorkerKind] = {
         handlers=extraction.handlers,
         default_concurrency=16,
         dead_letter_hooks=extraction.dead_letter_hooks,
+        background=idle_windows,
     ),
     "compaction": WorkerKind(
         postgres=True,
@@ -103,7 +131,7 @@ def run_worker(kind: str, settings: Settings) -> int:
         llm=spec.llm,
         embedder=spec.embedder,
         publisher=True,
-        pool_size=concurrency,
+        pool_size=settings.db_pool_size or min(concurrency, DEFAULT_POOL_SIZE),
     )
     tables = spec.handlers(resources)
     hooks = spec.dead_letter_hooks(resources) if spec.dead_letter_hooks else {}
@@ -127,11 +155,16 @@ def run_worker(kind: str, settings: Settings) -> int:
         )
         for subscription, table in tables.items()
     ]
+    background = spec.background(resources, dependencies) if spec.background else None
     dependencies.start()
     try:
         for runtime in runtimes:
             runtime.start()
+        if background is not None:
+            background.start()
         exit_code = _run_until_stopped(runtimes, stop)
+        if background is not None:
+            background.stop()
         drained = stop_all(runtimes, settings.worker_shutdown_seconds)
         log.info("worker exiting", kind=kind, drained=drained, exit_code=exit_code)
         if not drained:

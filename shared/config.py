@@ -15,46 +15,14 @@ from pydantic import (
     Field,
     SecretStr,
     ValidationError,
-    ValidationInfo,
     field_validator,
 )
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from shared import setting_checks as checks
+
 # Pub/Sub's limit on one message, less room for its attributes and ordering key.
 MAX_PUBSUB_MESSAGE_BYTES = 10_000_000 - 64 * 1024
-
-WORKER_KINDS = ("summary", "extraction", "compaction")
-# Replicas of one kind `agent-memory up` runs on one machine: eight extraction
-# replicas at their default concurrency hold 128 of the local Postgres's 200
-# connections.
-MAX_LOCAL_REPLICAS = 8
-
-
-def parse_scale(items: str | list[str]) -> dict[str, int]:
-    """`extraction=3,summary=2` (or a list of such items) as {kind: replicas};
-    a later item of a kind wins. ValueError quotes the item that is wrong."""
-    if isinstance(items, str):
-        items = [items]
-    scale: dict[str, int] = {}
-    for part in (p.strip() for item in items for p in item.split(",")):
-        if not part:
-            continue
-        kind, equals, count = (s.strip() for s in part.partition("="))
-        if not equals:
-            raise ValueError(f"{part!r}: expected KIND=REPLICAS, e.g. extraction=3")
-        if kind not in WORKER_KINDS:
-            raise ValueError(
-                f"{part!r}: unknown worker kind {kind!r}; known: {', '.join(WORKER_KINDS)}"
-            )
-        if not count.isdigit():
-            raise ValueError(f"{part!r}: replicas must be a whole number, not {count!r}")
-        replicas = int(count)
-        if not 1 <= replicas <= MAX_LOCAL_REPLICAS:
-            raise ValueError(
-                f"{part!r}: replicas must be from 1 to {MAX_LOCAL_REPLICAS}, not {replicas}"
-            )
-        scale[kind] = replicas
-    return scale
 
 
 class ConfigError(Exception):
@@ -119,9 +87,13 @@ class Settings(BaseSettings):
     [local-stack.md](local-stack.md#the-pubsub-emulator))"""
     # Each worker kind is its own deployment, so the default is the kind's own.
     worker_concurrency: int | None = Field(default=None, ge=1, le=1000)
-    """handlers running at once per subscription in this worker process (for a Postgres worker, also
-    its pool size); up to 4× as many messages are leased ahead. Unset: per kind, summary `64`
-    (Valkey only), extraction `16`, compaction `4`"""
+    """handlers running at once per subscription in this worker process; up to 4× as many
+    messages are leased ahead. Unset: per kind, summary `64` (Valkey only), extraction `16`,
+    compaction `4`"""
+    db_pool_size: int | None = Field(default=None, ge=1, le=1000)
+    """Postgres connections of a worker process. A handler holds one only for its short reads and
+    its one transaction, never across a model or embedding call. Unset: the worker's concurrency, at
+    most `8`"""
     scale: str = ""
     """`agent-memory up` only: replicas per worker kind, `extraction=3,summary=2` (1–8 each; each
     kind unnamed runs one); `up --scale KIND=N` overrides it per kind"""
@@ -207,6 +179,14 @@ class Settings(BaseSettings):
     counted from the first attempt"""
     llm_retry_initial_seconds: float = Field(default=0.5, gt=0)
     """first retry's backoff ceiling (doubles, capped at 8 s, full jitter)"""
+    llm_max_calls_per_minute: int | None = Field(default=None, ge=1, le=1_000_000)
+    """the workers' model calls per app in any 60 seconds, across every replica (counted in Valkey,
+    which every worker then needs); a worker over it waits, holding the message. Unset: no
+    limit"""
+    llm_max_input_tokens: int = Field(default=32_000, ge=4_000, le=2_000_000)
+    """the most input tokens one extraction call may send: a larger window is split into several
+    calls, never cut; at least what one turn of the largest texts needs
+    (`AM_MAX_MESSAGE_BYTES` / 2 + 2,000)"""
 
     # Embeddings.
     embedding_provider: Literal["hash", "gemini", "e5"] = "hash"
@@ -228,15 +208,6 @@ class Settings(BaseSettings):
     e5_threads: int = Field(default=1, ge=1)
     """CPU threads of one `e5` embedding call, read once per process when the model loads; more make
     a call faster only on cores that nothing else uses"""
-
-    @field_validator("embedding_dim")
-    @classmethod
-    def _e5_dimension(cls, value: int, info: ValidationInfo) -> int:
-        # The model's vectors have 384 dimensions, no other number. (embedding_provider is
-        # declared before embedding_dim: info.data holds it once it is valid.)
-        if info.data.get("embedding_provider") == "e5" and value != 384:
-            raise ValueError(f"must be 384 with AM_EMBEDDING_PROVIDER=e5, not {value}")
-        return value
 
     # Long-term memory: hybrid retrieval, consolidation, context.
     search_vector_weight: float = Field(default=0.4, ge=0)
@@ -265,6 +236,16 @@ class Settings(BaseSettings):
     episode_key_dated: bool = True
     """an episode's search key names when it was said, in words ("Tuesday 9 May 2023,
     afternoon", UTC)"""
+    extraction_window_turns: int = Field(default=4, ge=1, le=50)
+    """a session's turns extracted together in one model call: a window closes at this many
+    turns, after `AM_EXTRACTION_WINDOW_SECONDS` without a new one, when the user's next session
+    starts or on a flush (`1`: every turn on its own)"""
+    extraction_window_seconds: float = Field(default=30.0, gt=0, le=86_400)
+    """a window with no new turn for this long is extracted"""
+    extraction_filter: bool = True
+    """`true`: a turn with nothing worth remembering (greetings, acknowledgements, only tool output,
+    hardly a word) is archived but never sent to the model
+    (`agent_memory_extraction_skipped_total{reason}`)"""
     consolidation_neighbours: int = Field(default=5, ge=1, le=50)
     """live memories a new candidate is compared with"""
     context_token_budget: int = Field(default=2000, ge=100, le=100_000)
@@ -341,44 +322,16 @@ class Settings(BaseSettings):
     log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = "INFO"
     """the lowest level logged"""
 
-    @field_validator("database_iam_auth")
-    @classmethod
-    def _iam_url(cls, value: bool, info: ValidationInfo) -> bool:
-        url = info.data.get("database_url")
-        if value and url:
-            from shared.db.iam import check_iam_url
-
-            check_iam_url(url)  # a ValueError names what is wrong with AM_DATABASE_URL
-        return value
-
-    @field_validator("auth_disabled", mode="before")
-    @classmethod
-    def _explicit_true(cls, value: object) -> object:
-        # Only an explicit `true` turns authentication off ("1", "yes", "on" do not).
-        if isinstance(value, str) and value.strip().lower() not in ("true", "false"):
-            raise ValueError("must be true or false")
-        return value
+    _e5_dimension = field_validator("embedding_dim")(checks.e5_dimension)
+    _iam_url = field_validator("database_iam_auth")(checks.iam_url)
+    _one_turn_fits = field_validator("llm_max_input_tokens")(checks.one_turn_fits)
+    _explicit_true = field_validator("auth_disabled", mode="before")(checks.explicit_true)
+    _scale_parses = field_validator("scale")(checks.scale_parses)
+    _prefix_is_a_resource_name = field_validator("topic_prefix")(checks.resource_prefix)
 
     @property
     def exempt_tools(self) -> frozenset[str]:
         return frozenset(t.strip() for t in self.permission_exempt_tools.split(",") if t.strip())
-
-    @field_validator("scale")
-    @classmethod
-    def _scale_parses(cls, value: str) -> str:
-        parse_scale(value)
-        return value
-
-    @field_validator("topic_prefix")
-    @classmethod
-    def _prefix_is_a_resource_name(cls, value: str) -> str:
-        # Pub/Sub names start with a letter and hold letters, digits and -_.~+%.
-        if not value or not value[0].isalpha() or value.lower().startswith("goog"):
-            raise ValueError("must start with a letter and not with 'goog'")
-        allowed = set("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-_.~+%")
-        if set(value) - allowed:
-            raise ValueError("may hold only letters, digits and - _ . ~ + %")
-        return value
 
 
 _ENV_NAMES = {

@@ -81,6 +81,24 @@ MESSAGES_HELD = Gauge(
     "Messages a worker holds, leased and unsettled, until a dependency is back.",
     ["subscription"],
 )
+DB_TRANSACTION_SECONDS = Histogram(
+    "agent_memory_db_transaction_seconds",
+    "How long a unit of work kept its Postgres connection, from the checkout to the "
+    "commit or rollback (no model or embedding call happens meanwhile), by process.",
+    ["worker"],
+    buckets=(0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.075, 0.1, 0.25, 0.5, 1, 2.5, 5, 10),
+)
+EXTRACTION_SKIPPED = Counter(
+    "agent_memory_extraction_skipped",
+    "Turns archived but never sent to the model: nothing in them worth remembering, by "
+    "reason (greeting, acknowledgement, tool_output, few_words).",
+    ["reason"],
+)
+EXTRACTION_WINDOWS_WAITING = Gauge(
+    "agent_memory_extraction_turns_waiting",
+    "Turns archived and waiting in an extraction window (all sessions), as the last "
+    "idle-window sweep of this worker counted them.",
+)
 API_REQUEST_SECONDS = Histogram(
     "agent_memory_api_request_seconds",
     "Read API request latency, by method, route (its template) and status.",

@@ -23,7 +23,7 @@ from shared.bus.worker import (
     SubscriberRuntime,
 )
 from shared.config import Settings
-from shared.events import Event, TurnRecorded
+from shared.events import Event, ExtractionRequested, TurnRecorded
 from shared.llm import LLM, RulesLLM
 from shared.session_buffer import SessionBuffer
 
@@ -184,3 +184,67 @@ def summary_handler(
     with the offline `rules` LLM by default."""
     resources = Resources(settings=settings, buffer=buffer, llm=llm or RulesLLM())
     return handlers(resources)["turns-summary"][TurnRecorded]  # type: ignore[return-value]
+
+
+def inline_extraction(pool, llm, embedder, settings: Settings, window: int = 1):
+    """The extraction worker's handlers with windows of `window` turns, where each
+    extraction request is handled at once, in the call that makes it: for tests
+    that run the turns subscription without the requests one (a window's failure
+    then fails the turn that closed it)."""
+    from services.extraction_worker.handlers import Extraction
+    from shared.db.unit_of_work import UnitsOfWork
+
+    local = settings.model_copy(update={"extraction_window_turns": window})
+    extraction: Extraction
+
+    def handle(request: ExtractionRequested) -> None:
+        extraction.handle_request(request, None)
+
+    extraction = Extraction(UnitsOfWork(pool, "extraction"), llm, embedder, local, handle)
+    return extraction
+
+
+@contextmanager
+def extraction_worker(
+    settings: Settings, pool, llm, embedder, publisher: EventPublisher, recorder=None
+) -> Iterator[dict[str, SubscriberRuntime]]:
+    """The extraction worker's subscriptions as `agent-memory worker extraction`
+    runs them (its handlers, publishing its extraction requests, and its dead-letter
+    hooks, and its sweep of idle windows), in this process; every handler wrapped by
+    `recorder` when given."""
+    from services.extraction_worker import handlers as extraction
+    from services.extraction_worker.sweeper import IdleWindows
+    from shared.db.unit_of_work import UnitsOfWork
+
+    resources = Resources(
+        settings=settings, pool=pool, llm=llm, embedder=embedder, publisher=publisher
+    )
+    hooks = extraction.dead_letter_hooks(resources)
+    runtimes = {}
+    for subscription, table in extraction.handlers(resources).items():
+        if recorder is not None:
+            table = {kind: [recorder.wrap(h) for h in entry] for kind, entry in table.items()}
+        runtimes[subscription] = SubscriberRuntime(
+            settings,
+            subscription,
+            table,
+            publisher,
+            concurrency=settings.worker_concurrency or 8,
+            on_dead_letter=hooks.get(subscription),
+        )
+    sweep = IdleWindows(
+        UnitsOfWork(pool, "extraction"),
+        extraction.publishing(publisher, settings),
+        settings.extraction_window_seconds,
+    )
+    for runtime in runtimes.values():
+        runtime.start()
+    sweep.start()
+    try:
+        yield runtimes
+    finally:
+        sweep.stop()
+        for runtime in runtimes.values():
+            runtime.request_stop()
+        for runtime in runtimes.values():
+            runtime.stop(timeout=10)

@@ -38,6 +38,7 @@ from shared.localstack.components import (
 )
 from shared.localstack.process import ManagedProcess, free_port
 from shared.logging import configure_logging
+from tests.bus_helpers import inline_extraction
 from tests.fake_gemini import FakeGemini
 
 TEST_PROJECT = "agent-memory-test"
@@ -99,6 +100,8 @@ def make_settings(stack: Stack, **overrides: object) -> Settings:
         "retry_max_backoff_seconds": 1,
         "worker_concurrency": 8,
         "worker_shutdown_seconds": 5.0,
+        # A window with fewer turns than it takes closes a second after its last one.
+        "extraction_window_seconds": 1.0,
         # Tests of other features call the API as AM_DEFAULT_APP; the tests of
         # authentication turn it on.
         "auth_disabled": True,
@@ -185,7 +188,7 @@ def client(app_settings: Settings, topology: TopologyAdmin) -> Iterator[TestClie
 @pytest.fixture
 def extraction(app_settings: Settings, pool: ConnectionPool) -> Extraction:
     """The extraction worker's handlers with the offline `rules` LLM."""
-    return Extraction(pool, RulesLLM(), make_embedder(app_settings), app_settings)
+    return inline_extraction(pool, RulesLLM(), make_embedder(app_settings), app_settings)
 
 
 @pytest.fixture

@@ -4,8 +4,9 @@
 #               topic (its /readyz asks Pub/Sub for it); reads the database URL
 #   summary     consumes turns-summary; publishes to turns-summary-dlq (it
 #               dead-letters itself on the last allowed attempt)
-#   extraction  consumes turns-extraction and memory-generate-extraction; publishes
-#               to their dead-letter topics; reads the database URL
+#   extraction  consumes turns-extraction, extraction-requests and
+#               memory-generate-extraction; publishes to their dead-letter topics
+#               and to extraction-requests (a window closes); reads the database URL
 #   compaction  consumes compaction-requests; publishes to its dead-letter topic and
 #               to compaction-requests (continuations); reads the database URL
 #   ops         the migrate and API-key jobs: reads the database URL, adds API-key
@@ -35,10 +36,12 @@ locals {
   }
 
   # Topics each identity may publish to (short topic names as in topology.json).
-  api_publishes = ["turns", "memory-generate", "compaction-requests"]
+  api_publishes = ["turns", "memory-generate", "compaction-requests", "extraction-requests"]
   # A worker publishes to its subscriptions' dead-letter topics (it dead-letters a
   # message itself on the last allowed attempt); the compaction worker also to its
-  # own topic (continuations).
+  # own topic (continuations), the extraction worker to extraction-requests (a
+  # window closes).
+  requests_topics = ["compaction-requests", "extraction-requests"]
   worker_publishes = merge(
     {
       for sub, spec in local.topology.subscriptions : "${spec.consumer}/${spec.dead_letter}" => {
@@ -50,7 +53,7 @@ locals {
       for sub, spec in local.topology.subscriptions : "${spec.consumer}/${spec.topic}" => {
         consumer = spec.consumer
         topic_id = google_pubsub_topic.event[spec.topic].id
-      } if spec.consumer == "compaction"
+      } if contains(local.requests_topics, spec.topic)
     },
   )
 

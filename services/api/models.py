@@ -217,6 +217,21 @@ class SessionResponse(BaseModel):
     folds: list[FoldView]  # which turns went into which summary version
 
 
+class FlushSessionRequest(BaseModel):
+    """Extract the session's turns now, without waiting for its window to close."""
+
+    model_config = ConfigDict(extra="forbid", json_schema_extra={"examples": [{"user_id": "u-42"}]})
+
+    user_id: Identifier
+
+
+class FlushSessionResponse(BaseModel):
+    session_id: str
+    # The extraction request's id: the session's turns recorded before this answer
+    # are extracted by it (turns still on their way, as soon as they arrive).
+    event_id: str
+
+
 class DeleteSessionResponse(BaseModel):
     session_id: str
     deleted_keys: int

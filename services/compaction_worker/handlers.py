@@ -27,26 +27,26 @@ ledgered, nothing is compacted and nothing continues.
 from __future__ import annotations
 
 import enum
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime, timedelta
-from typing import Any
 
 import psycopg
 import structlog
-from psycopg_pool import ConnectionPool
 
 from shared.bootstrap import Resources
 from shared.bus.publisher import EventPublisher
 from shared.bus.worker import Delivery, HandlerTable, Outcome
 from shared.config import Settings
 from shared.db.episodes import Episodes, OldEpisode
-from shared.db.ledger import Claim, Ledger
-from shared.db.memories import COMPACTED_ENTITY, Memories, MemoryRow, NewMemory
+from shared.db.ledger import Claim
+from shared.db.memories import COMPACTED_ENTITY, MemoryRow, NewMemory
 from shared.db.tombstones import Tombstones
-from shared.db.unit_of_work import UnitOfWork
+from shared.db.unit_of_work import UnitOfWork, UnitsOfWork
+from shared.embeddings.base import Embedder
 from shared.errors import PermanentError
 from shared.events import CompactionRequested, derived_event_id, format_time
-from shared.llm.base import DialogueTurn
+from shared.llm.base import LLM, DialogueTurn
 
 log = structlog.get_logger("agent_memory.compaction")
 
@@ -158,9 +158,9 @@ def _by_project(episodes: list[OldEpisode]) -> dict[str, list[OldEpisode]]:
 
 @dataclass
 class Compaction:
-    pool: ConnectionPool
-    llm: Any
-    embedder: Any
+    units: Callable[[], UnitOfWork]
+    llm: LLM
+    embedder: Embedder
     settings: Settings
     publisher: EventPublisher
 
@@ -193,9 +193,9 @@ class Compaction:
         applies once. Nothing else is written, so the sweep needs no ledger row."""
         at = delivery.publish_time if delivery and delivery.publish_time else event.created_at
         run = format_time(at)
-        with self.pool.connection() as conn:
+        with self.units() as uow:
             users = users_with_old_episodes(
-                conn, event.app, cutoff(at, event.retention_days), event.project_id
+                uow.conn, event.app, cutoff(at, event.retention_days), event.project_id
             )
         requests = [
             replace(
@@ -216,8 +216,8 @@ class Compaction:
     def _seen(self, event: CompactionRequested) -> Claim:
         """Already applied, or its user deleted since? Saves the LLM calls of a
         redelivery (the claim in the transaction decides)."""
-        with self.pool.connection() as conn:
-            return Ledger(conn).peek(
+        with self.units() as uow:
+            return uow.ledger.peek(
                 CONSUMER,
                 event.event_id,
                 app=event.app,
@@ -228,11 +228,11 @@ class Compaction:
     def _fold(self, event: CompactionRequested, old_before: datetime) -> list[Fold] | None:
         """Each scope's new summary, from a snapshot read outside the transaction.
         None for a deleted user."""
-        with self.pool.connection() as conn:
-            if _tombstoned(conn, event):
+        with self.units() as uow:
+            if _tombstoned(uow.conn, event):
                 return None
-            episodes = _old_episodes(Episodes(conn), event, old_before, event.batch_limit)
-            memories = Memories(conn)
+            episodes = _old_episodes(uow.episodes, event, old_before, event.batch_limit)
+            memories = uow.memories
             planned = [
                 (episodes_of, memories.live_of_entity(_summary_key(event, project)), project)
                 for project, episodes_of in _by_project(episodes).items()
@@ -261,7 +261,7 @@ class Compaction:
         self, event: CompactionRequested, old_before: datetime, folds: list[Fold] | None
     ) -> Written:
         """One transaction; CHANGED when the batch or a summary is not what was folded."""
-        with UnitOfWork(self.pool) as uow:
+        with self.units() as uow:
             claim = uow.ledger.claim_or_skip(
                 CONSUMER,
                 event.event_id,
@@ -318,8 +318,10 @@ class Compaction:
 
     def _continue(self, event: CompactionRequested, old_before: datetime) -> None:
         """Publish the continuation while old episodes remain (and the user exists)."""
-        with self.pool.connection() as conn:
-            if _tombstoned(conn, event) or not _old_episodes(Episodes(conn), event, old_before, 1):
+        with self.units() as uow:
+            if _tombstoned(uow.conn, event) or not _old_episodes(
+                uow.episodes, event, old_before, 1
+            ):
                 return
         continuation = continuation_of(event)
         self.publisher.publish(continuation).result(timeout=self.settings.publish_timeout_seconds)
@@ -335,7 +337,7 @@ def handlers(resources: Resources) -> dict[str, HandlerTable]:
     assert resources.pool is not None and resources.llm is not None
     assert resources.embedder is not None and resources.publisher is not None
     compaction = Compaction(
-        resources.pool,
+        UnitsOfWork(resources.pool, "compaction"),
         resources.llm,
         resources.embedder,
         resources.settings,

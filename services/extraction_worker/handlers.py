@@ -1,105 +1,102 @@
-"""Handlers of the extraction worker: turns and generate requests become episodes
-and consolidated memories.
+"""Handlers of the extraction worker (docs/design.md, "Extraction windows").
 
-For each event: ask the LLM for candidates (outside any transaction: it needs no
-database state and may take seconds), embed the candidates in one batch, then in
-ONE transaction that holds the user's advisory lock: the ledger row,
-consolidation of each candidate (memories and revisions), and the episode with
-its search key and its neighbours' (`Episodes.archive`). Either all of it
-commits or none of it, and a redelivery does it again from the start; the ledger
-makes a second commit impossible.
+- `turns-extraction`: a turn is archived at once and joins its session's window
+  (`archiving`); a window that closes publishes an extraction request.
+- `extraction-requests`: a session's window is extracted, in one extraction and
+  one consolidation call (`windows`); its dead letters hand the window's turns
+  to `turns-extraction`'s dead letters, one by one.
+- `memory-generate-extraction`: the contents of a generate request are extracted
+  the same way, as a window of one, and its operation completed.
+
+No model or embedding call happens with a transaction open or a lock held:
+each handler decides first, then writes in one short transaction that takes the
+user's lock and checks what it decided on. The ledger makes each effect happen
+once however often an event is delivered.
 """
 
 from __future__ import annotations
 
 import contextlib
 import json
+from collections.abc import Callable
 from dataclasses import dataclass
 from functools import partial
 from typing import Any
 
 import structlog
-from psycopg_pool import ConnectionPool
 
+from services.extraction_worker.archiving import TURNS_CONSUMER, Archiver
+from services.extraction_worker.planning import Planner
+from services.extraction_worker.windows import WindowExtraction, dead_letter_window
 from shared.bootstrap import Resources
+from shared.bus.publisher import EventPublisher
 from shared.bus.worker import DeadLetter, DeadLetterHook, Delivery, HandlerTable, Outcome
 from shared.config import Settings
-from shared.db.episodes import Episode
-from shared.db.ledger import Claim, Ledger
+from shared.db.ledger import Claim
 from shared.db.operations import Operations
-from shared.db.unit_of_work import UnitOfWork
-from shared.events import MemoriesGenerate, TurnRecorded
-from shared.llm.base import Action, ExtractionInput
-from shared.memory.consolidate import Applied, Consolidator, Source, correct, new_memory
+from shared.db.unit_of_work import UnitOfWork, UnitsOfWork
+from shared.db.windows import WindowKey
+from shared.embeddings.base import Embedder
+from shared.events import ExtractionRequested, MemoriesGenerate, TurnRecorded
+from shared.llm.base import LLM, Action, ExtractionInput
+from shared.memory.consolidate import Applied, Source
+from shared.memory.decisions import DECIDE_ATTEMPTS, MemoriesChanged, apply, unchanged
 from shared.memory.search import Fusion
 
 log = structlog.get_logger("agent_memory.extraction")
 
-TURNS_CONSUMER = "turns-extraction"
 GENERATE_CONSUMER = "memory-generate-extraction"
+REQUESTS = "extraction-requests"
+Units = Callable[[], UnitOfWork]
+# What becomes of an extraction request: published (the worker) or handled at once.
+Request = Callable[[ExtractionRequested], None]
+
+__all__ = ["GENERATE_CONSUMER", "REQUESTS", "TURNS_CONSUMER", "Extraction", "handlers"]
 
 
 @dataclass
 class Extraction:
-    pool: ConnectionPool
-    llm: Any
-    embedder: Any
+    units: Units
+    llm: LLM
+    embedder: Embedder
     settings: Settings
+    request: Request  # publishes an extraction request (and waits for Pub/Sub's word)
 
-    def handle_turn(self, event: TurnRecorded, delivery: Delivery) -> Outcome:
-        seen = self._seen(TURNS_CONSUMER, event)
-        if seen is not None:
-            return seen
-        source = _source(event)
-        episode = Episode(
-            app=event.app,
-            user_id=event.user_id,
-            project_id=event.project_id,
-            session_id=event.session_id,
-            turn_id=event.turn_id,
-            event_id=event.event_id,
-            user_text=event.user,
-            assistant_text=event.assistant,
-            tool_events=[
-                {"name": t.name, "arguments": t.arguments, "output": t.output}
-                for t in event.tool_events
-            ],
-            created_at=event.created_at,
-        )
-        inp = ExtractionInput(
-            session_id=event.session_id,
-            project_id=event.project_id,
-            prev_session_id=event.prev_session_id,
-            observed_at=event.created_at,
-            user=event.user,
-            assistant=event.assistant,
-        )
-        return self._consolidate(TURNS_CONSUMER, source, [inp], episode)
+    def __post_init__(self) -> None:
+        self.planner = Planner(self.units, self.llm, self.embedder, self.settings)
+        self.archiver = Archiver(self.units, self.embedder, self.settings)
+        self.windows = WindowExtraction(self.units, self.planner, self.settings)
 
-    def handle_generate(self, event: MemoriesGenerate, delivery: Delivery) -> Outcome:
-        seen = self._seen(GENERATE_CONSUMER, event)
-        if seen is not None:
-            return seen
-        source = _source(event)
-        user = "\n".join(e.text for e in event.events if e.role == "user")
-        assistant = "\n".join(e.text for e in event.events if e.role != "user")
-        inp = ExtractionInput(
-            session_id=event.session_id,
-            project_id=event.project_id,
-            prev_session_id="",
-            observed_at=event.created_at,
-            user=user,
-            assistant=assistant,
-        )
-        return self._consolidate(GENERATE_CONSUMER, source, [inp], None, event.operation)
+    def handle_turn(self, event: TurnRecorded, delivery: Delivery | None) -> Outcome:
+        published_at = delivery.publish_time if delivery is not None else None
+        enrolled = self.archiver.enroll(event, published_at)
+        for request in enrolled.requests:
+            self.request(request)
+        return enrolled.outcome
 
-    # -- the steps ------------------------------------------------------------
-    def _seen(self, consumer: str, event: TurnRecorded | MemoriesGenerate) -> Outcome | None:
-        """Already applied, or its user deleted since? Saves the LLM and embedding calls
-        (a deleted user's text must not reach them); the transaction decides for good."""
-        with self.pool.connection() as conn:
-            seen = Ledger(conn).peek(
-                consumer,
+    def handle_request(self, event: ExtractionRequested, delivery: Delivery | None) -> Outcome:
+        session = WindowKey(event.app, event.user_id, event.session_id)
+        if event.reason in ("flush", "next_session"):
+            # Turns of the session published before this request and still in flight
+            # close their window as soon as they arrive.
+            through = delivery.publish_time if delivery and delivery.publish_time else None
+            with self.units() as uow:
+                uow.windows.mark_flush(session, through or event.created_at)
+                uow.commit()
+        return self.windows.extract(session)
+
+    def handle_generate(self, event: MemoriesGenerate, delivery: Delivery | None) -> Outcome:
+        source = Source(
+            event.app,
+            event.user_id,
+            event.project_id,
+            event.session_id,
+            event.created_at,
+            event.event_id,
+        )
+        with self.units() as uow:
+            seen = uow.ledger.peek(
+                GENERATE_CONSUMER,
                 event.event_id,
                 app=event.app,
                 user_id=event.user_id,
@@ -107,77 +104,37 @@ class Extraction:
             )
         if seen is Claim.DUPLICATE:
             return Outcome.DUPLICATE
-        if seen is Claim.DELETED:
-            # Ledgered and dropped in the transaction, with nothing extracted.
-            return self._consolidate(consumer, _source(event), [], None)
-        return None
-
-    def _consolidate(
-        self,
-        consumer: str,
-        source: Source,
-        inputs: list[ExtractionInput],
-        episode: Episode | None,
-        operation: str | None = None,
-    ) -> Outcome:
-        candidates = []
-        for inp in inputs:
-            candidates += [correct(c, source) for c in self.llm.extract(inp).value]
-        texts = [c.text for c in candidates]
-        vectors = self.embedder.embed(texts) if texts else []
-        fusion = Fusion.from_settings(self.settings)
-        with UnitOfWork(self.pool) as uow:
-            claim = uow.ledger.claim_or_skip(
-                consumer,
-                source.event_id or "",
-                app=source.app,
-                user_id=source.user_id,
-                created_at=source.observed_at,
-            )
-            if claim is Claim.DUPLICATE:
-                return Outcome.DUPLICATE
-            if claim is Claim.DELETED:
-                # A late, retried or replayed event of a user deleted since: the
-                # ledger row is all it leaves.
-                uow.commit()
-                return Outcome.DROPPED
-            consolidator = Consolidator(
-                uow, self.llm, fusion, self.settings.consolidation_neighbours
-            )
-            applied = [
-                consolidator.apply(new_memory(c, source, vector), source)
-                for c, vector in zip(candidates, vectors, strict=False)
-            ]
-            if episode is not None:
-                # Its key holds its neighbours', read in this transaction: embedded here.
-                uow.episodes.archive(
-                    episode,
-                    self.embedder.embed,
-                    self.settings.episode_key_window,
-                    self.settings.episode_key_dated,
-                )
-            if operation is not None:
-                uow.operations.complete(
-                    operation, {"generated_memories": operation_result(applied)}
-                )
-            uow.commit()
-        log.info(
-            "memories consolidated",
-            event_id=source.event_id,
-            actions=[a.action.value for a in applied],
+        user = "\n".join(e.text for e in event.events if e.role == "user")
+        assistant = "\n".join(e.text for e in event.events if e.role != "user")
+        inp = ExtractionInput.single(
+            event.session_id, event.project_id, "", event.created_at, user, assistant
         )
-        return Outcome.APPLIED
-
-
-def _source(event: TurnRecorded | MemoriesGenerate) -> Source:
-    return Source(
-        event.app,
-        event.user_id,
-        event.project_id,
-        event.session_id,
-        event.created_at,
-        event.event_id,
-    )
+        for _ in range(DECIDE_ATTEMPTS):
+            # A deleted user's text must not reach the model: the claim drops it.
+            planned = [] if seen is Claim.DELETED else self.planner.plan(inp, {"turn": source})
+            with self.units() as uow:
+                claim = uow.ledger.claim_or_skip(
+                    GENERATE_CONSUMER,
+                    event.event_id,
+                    app=event.app,
+                    user_id=event.user_id,
+                    created_at=event.created_at,
+                )
+                if claim is Claim.DUPLICATE:
+                    return Outcome.DUPLICATE
+                if claim is Claim.DELETED:
+                    uow.commit()
+                    return Outcome.DROPPED
+                fusion = Fusion.from_settings(self.settings)
+                if not unchanged(uow, planned, fusion, self.settings.consolidation_neighbours):
+                    continue
+                applied = apply(uow, planned)
+                result = {"generated_memories": operation_result(applied)}
+                uow.operations.complete(event.operation, result)
+                uow.commit()
+            log.info("memories generated", actions=[a.action.value for a in applied])
+            return Outcome.APPLIED
+        raise MemoriesChanged(f"the user's memories changed under {DECIDE_ATTEMPTS} decisions")
 
 
 def operation_result(applied: list[Applied]) -> list[dict[str, Any]]:
@@ -190,7 +147,7 @@ def operation_result(applied: list[Applied]) -> list[dict[str, Any]]:
     return result
 
 
-def fail_operation(pool: ConnectionPool, letter: DeadLetter) -> None:
+def fail_operation(units: Units, letter: DeadLetter) -> None:
     """A generate request that goes to the dead letters ends its operation with the
     reason, so that no client waits on it forever (a replay that succeeds later
     sets its result). Read from the raw body when the event could not be decoded."""
@@ -203,21 +160,45 @@ def fail_operation(pool: ConnectionPool, letter: DeadLetter) -> None:
             name, app = str(body.get("operation", "")), str(body.get("app", app))
     if not name.startswith("operations/"):
         return
-    with pool.connection() as conn:
-        Operations(conn).fail_pending(name, app, f"dead-lettered: {letter.reason}")
+    with units() as uow:
+        Operations(uow.conn).fail_pending(name, app, f"dead-lettered: {letter.reason}")
+        uow.commit()
+
+
+def publishing(publisher: EventPublisher, settings: Settings) -> Request:
+    def publish(request: ExtractionRequested) -> None:
+        publisher.publish(request).result(timeout=settings.publish_timeout_seconds)
+
+    return publish
+
+
+def _units(resources: Resources) -> Units:
+    assert resources.pool is not None
+    return UnitsOfWork(resources.pool, "extraction")
 
 
 def dead_letter_hooks(resources: Resources) -> dict[str, DeadLetterHook]:
-    assert resources.pool is not None
-    return {GENERATE_CONSUMER: partial(fail_operation, resources.pool)}
+    assert resources.publisher is not None
+    units = _units(resources)
+    return {
+        GENERATE_CONSUMER: partial(fail_operation, units),
+        REQUESTS: partial(dead_letter_window, units, resources.publisher, resources.settings),
+    }
 
 
 def handlers(resources: Resources) -> dict[str, HandlerTable]:
     """The handler table of each subscription this worker consumes."""
-    assert resources.pool is not None and resources.llm is not None
-    assert resources.embedder is not None
-    extraction = Extraction(resources.pool, resources.llm, resources.embedder, resources.settings)
+    assert resources.llm is not None and resources.embedder is not None
+    assert resources.publisher is not None
+    extraction = Extraction(
+        _units(resources),
+        resources.llm,
+        resources.embedder,
+        resources.settings,
+        publishing(resources.publisher, resources.settings),
+    )
     return {
-        "turns-extraction": {TurnRecorded: [extraction.handle_turn]},
-        "memory-generate-extraction": {MemoriesGenerate: [extraction.handle_generate]},
+        TURNS_CONSUMER: {TurnRecorded: [extraction.handle_turn]},
+        REQUESTS: {ExtractionRequested: [extraction.handle_request]},
+        GENERATE_CONSUMER: {MemoriesGenerate: [extraction.handle_generate]},
     }

@@ -32,7 +32,8 @@ INSTRUCTIONS = (
     "Long-term memory of the user across sessions. Call get_context at the start of a "
     "task for what is known about the user; remember durable facts, preferences and "
     "rules as you learn them; record_turn after each exchange so the memory learns "
-    "from the conversation; check_tool_permission before running a risky tool."
+    "from the conversation, and end_session when the conversation is over; "
+    "check_tool_permission before running a risky tool."
 )
 
 UserId = Annotated[
@@ -141,6 +142,15 @@ class MemoryTools:
         answer = await self._call(
             ctx, lambda c: c.record_turn(session, who, user, assistant, project_id=project)
         )
+        return answer.model_dump(mode="json")
+
+    async def end_session(
+        self, ctx: Context, user_id: UserId = None, session_id: SessionId = None
+    ) -> dict[str, Any]:
+        """The conversation is over: what its turns say becomes long-term memories
+        now, instead of after a few more turns or a quiet spell."""
+        who, session = self._user(user_id), self._session(session_id)
+        answer = await self._call(ctx, lambda c: c.flush_session(session, who))
         return answer.model_dump(mode="json")
 
     async def search_memories(
@@ -300,6 +310,7 @@ TOOLS = {
     "get_context": _READ_ONLY,
     "remember": _WRITES,
     "record_turn": _WRITES,
+    "end_session": _WRITES,
     "search_memories": _READ_ONLY,
     "search_archive": _READ_ONLY,
     "list_memories": _READ_ONLY,

@@ -39,7 +39,13 @@ class AgentMemoryService(BaseMemoryService):
     this call earlier, or by `memory_callbacks`' after-agent callback) is one
     turn for the API, and turns this process recorded through the same client
     (by either) are not even sent again.
-    A turn still waiting for the model's final answer is left for a later call."""
+    A turn still waiting for the model's final answer is left for a later call.
+
+    ADK calls `add_session_to_memory` when a session is over: after recording its
+    turns it flushes the session, so what they say becomes long-term memories now
+    rather than when the session's extraction window would close. A service that
+    calls it after every turn passes `flush_sessions=False` (the window then
+    closes by itself: after a few turns, or a quiet spell)."""
 
     def __init__(
         self,
@@ -48,17 +54,21 @@ class AgentMemoryService(BaseMemoryService):
         project_id: str | None = None,
         search_limit: int | None = None,
         limits: TurnLimits = API_DEFAULTS,
+        flush_sessions: bool = True,
     ) -> None:
         self.client = client
         self.project_id = project_id
         self.search_limit = search_limit
         self.limits = limits
+        self.flush_sessions = flush_sessions
 
     async def add_session_to_memory(self, session: Session) -> None:
         turns = [t for t in turns_from_events(session.events) if t.complete]
         prev = prev_session_of(session.state)
         project = project_of(session.state, self.project_id)
         await self._record(session.user_id, session.id, turns, project, prev)
+        if self.flush_sessions and turns:
+            await self.client.flush_session(session.id, session.user_id)
 
     async def add_events_to_memory(
         self,

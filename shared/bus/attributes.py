@@ -18,3 +18,17 @@ MAX_ATTRIBUTE_BYTES = 1000  # Pub/Sub allows 1024 bytes per attribute value
 def truncate_utf8(text: str, max_bytes: int) -> str:
     """At most `max_bytes` of UTF-8, cut on a character boundary."""
     return text.encode("utf-8")[:max_bytes].decode("utf-8", errors="ignore")
+
+
+def dead_letter_attributes(
+    attributes: dict[str, str], reason: str, subscription: str, attempt: int, ordering_key: str
+) -> dict[str, str]:
+    """A message's attributes as it goes to `subscription`'s dead letters: what it
+    had (but a replay's target), and why, where, on which attempt, with which key."""
+    dead = {k: v for k, v in attributes.items() if k != REPLAYED_FOR}
+    dead[DEAD_LETTER_REASON] = truncate_utf8(reason, MAX_ATTRIBUTE_BYTES)
+    dead[DEAD_LETTER_SUBSCRIPTION] = subscription
+    dead[DEAD_LETTER_ATTEMPT] = str(attempt)
+    if ordering_key:
+        dead[DEAD_LETTER_ORDERING_KEY] = ordering_key
+    return dead

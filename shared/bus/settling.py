@@ -26,15 +26,7 @@ from typing import Any
 
 import structlog
 
-from shared.bus.attributes import (
-    DEAD_LETTER_ATTEMPT,
-    DEAD_LETTER_ORDERING_KEY,
-    DEAD_LETTER_REASON,
-    DEAD_LETTER_SUBSCRIPTION,
-    MAX_ATTRIBUTE_BYTES,
-    REPLAYED_FOR,
-    truncate_utf8,
-)
+from shared.bus.attributes import REPLAYED_FOR, dead_letter_attributes
 from shared.bus.contract import DeadLetter, DeadLetterHook, Outcome
 from shared.bus.dependencies import Dependencies
 from shared.bus.publisher import EventPublisher
@@ -165,12 +157,9 @@ class Settler:
                     self.dependencies.report(dependency, exc)
                     return HELD, f"dead-letter hook: {type(exc).__name__}: {exc}"
                 log.error("dead-letter hook failed", error=repr(exc), reason=reason)
-        dead = {k: v for k, v in pending.attributes.items() if k != REPLAYED_FOR}
-        dead[DEAD_LETTER_REASON] = truncate_utf8(reason, MAX_ATTRIBUTE_BYTES)
-        dead[DEAD_LETTER_SUBSCRIPTION] = self.subscription
-        dead[DEAD_LETTER_ATTEMPT] = str(pending.attempt)
-        if message.ordering_key:
-            dead[DEAD_LETTER_ORDERING_KEY] = message.ordering_key
+        dead = dead_letter_attributes(
+            pending.attributes, reason, self.subscription, pending.attempt, message.ordering_key
+        )
         try:
             self.publisher.publish_raw(self.dead_letter_topic, message.data, dead).result(
                 timeout=self.settings.publish_timeout_seconds

@@ -10,7 +10,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from shared.events import CompactionRequested, MemoriesGenerate, TurnRecorded
+from shared.events import (
+    CompactionRequested,
+    ExtractionRequested,
+    MemoriesGenerate,
+    TurnRecorded,
+)
 
 
 @dataclass(frozen=True)
@@ -31,6 +36,7 @@ TOPICS: tuple[TopicSpec, ...] = (
     TopicSpec(TurnRecorded.TOPIC, TurnRecorded.EVENT_TYPE),
     TopicSpec(MemoriesGenerate.TOPIC, MemoriesGenerate.EVENT_TYPE),
     TopicSpec(CompactionRequested.TOPIC, CompactionRequested.EVENT_TYPE),
+    TopicSpec(ExtractionRequested.TOPIC, ExtractionRequested.EVENT_TYPE),
 )
 
 SUBSCRIPTIONS: tuple[SubscriptionSpec, ...] = (
@@ -41,6 +47,9 @@ SUBSCRIPTIONS: tuple[SubscriptionSpec, ...] = (
     ),
     SubscriptionSpec(
         "compaction-requests", CompactionRequested.TOPIC, ordered=False, consumer="compaction"
+    ),
+    SubscriptionSpec(
+        "extraction-requests", ExtractionRequested.TOPIC, ordered=True, consumer="extraction"
     ),
 )
 

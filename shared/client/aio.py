@@ -113,6 +113,9 @@ class AsyncMemoryClient:
     async def session(self, session_id: str, user_id: str) -> m.SessionView:
         return await self._send(routes.session(session_id, user_id))
 
+    async def flush_session(self, session_id: str, user_id: str) -> m.FlushedSession:
+        return await self._send(routes.flush_session(session_id, user_id))
+
     async def delete_session(self, session_id: str, user_id: str) -> m.DeletedSession:
         return await self._send(routes.delete_session(session_id, user_id))
 

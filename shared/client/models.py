@@ -74,6 +74,11 @@ class SessionView(Answer):
     folds: list[Fold]
 
 
+class FlushedSession(Answer):
+    session_id: str
+    event_id: str
+
+
 class DeletedSession(Answer):
     session_id: str
     deleted_keys: int

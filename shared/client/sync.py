@@ -117,6 +117,10 @@ class MemoryClient:
         """The session's short-term memory: rolling summary and buffered turns."""
         return self._send(routes.session(session_id, user_id))
 
+    def flush_session(self, session_id: str, user_id: str) -> m.FlushedSession:
+        """Extract the session's waiting turns now (at its end), not when its window closes."""
+        return self._send(routes.flush_session(session_id, user_id))
+
     def delete_session(self, session_id: str, user_id: str) -> m.DeletedSession:
         """Remove the session's short-term memory (its long-term memories stay)."""
         return self._send(routes.delete_session(session_id, user_id))
@@ -378,14 +382,10 @@ class MemoryClient:
         batch_limit: int | None = None,
     ) -> m.CompactionAccepted:
         """Fold old episodes into a summary (admin keys only). Not retried."""
-        return self._send(
-            routes.request_compaction(
-                user_id,
-                project_id=project_id,
-                retention_days=retention_days,
-                batch_limit=batch_limit,
-            )
+        call = routes.request_compaction(
+            user_id, project_id=project_id, retention_days=retention_days, batch_limit=batch_limit
         )
+        return self._send(call)
 
     def health(self) -> dict[str, Any]:
         """`/healthz`: the process answers (raises otherwise)."""

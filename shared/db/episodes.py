@@ -20,7 +20,6 @@ EPISODE_TSV = (
     "setweight(to_tsvector('english', {text}), 'A') "
     "|| setweight(to_tsvector('english', coalesce({context}, '')), 'B')"
 )
-Embed = Callable[[list[str]], Sequence[Any]]
 
 
 @dataclass(frozen=True)
@@ -65,22 +64,40 @@ class OldEpisode:
     created_at: datetime
 
 
+@dataclass(frozen=True)
+class KeyPlan:
+    """The search keys a session's turns need, computed from a snapshot of its rows
+    read outside any transaction: `rows` the snapshot (checked again under the
+    user's lock before anything is written), `keys` episode id (None: the turn
+    being archived) -> (context, the whole key's text) of each key that changed."""
+
+    rows: tuple[Keyed, ...]
+    keys: dict[str | None, tuple[str, str]]
+
+    @property
+    def texts(self) -> list[str]:
+        """What to embed, in the order `embedded` takes the vectors back."""
+        return [text for _context, text in self.keys.values()]
+
+    def embedded(self, vectors: Sequence[Any]) -> dict[str | None, tuple[str, Any]]:
+        """Episode id -> (context, the key's embedding as pgvector's type)."""
+        return {
+            id_: (context, as_vector(vector))
+            for (id_, (context, _text)), vector in zip(self.keys.items(), vectors, strict=True)
+        }
+
+
 def _changed_keys(
-    session: list[Keyed], among: range, embed: Embed, window: int, dated: bool
-) -> dict[str | None, tuple[str, Any]]:
+    session: list[Keyed], among: range, window: int, dated: bool
+) -> dict[str | None, tuple[str, str]]:
     """The keys of the turns `among` a session's (in order) whose context is not
     the stored one (a turn not yet archived has none): episode id (None for that
-    turn) -> (context, embedding of the whole key), embedded in one call."""
+    turn) -> (context, the whole key's text)."""
     keyed = windows([k.text for k in session], [k.created_at for k in session], window, dated)
-    changed = [
-        j for j in among if session[j].context != keyed[j].context() or session[j].id is None
-    ]
-    if not changed:
-        return {}
-    vectors = embed([keyed[j].key() for j in changed])
     return {
-        session[j].id: (keyed[j].context(), as_vector(v))
-        for j, v in zip(changed, vectors, strict=True)
+        session[j].id: (keyed[j].context(), keyed[j].key())
+        for j in among
+        if session[j].context != keyed[j].context() or session[j].id is None
     }
 
 
@@ -88,23 +105,43 @@ class Episodes:
     def __init__(self, conn: psycopg.Connection) -> None:
         self.conn = conn
 
-    def archive(self, episode: Episode, embed: Embed, window: int, dated: bool) -> bool:
-        """Archive a turn with its search key, and key again the turns of its session
-        within `window` of it, whose windows now hold it (a turn that arrives late
-        goes between its neighbours); False if the turn is already archived.
+    def archived(self, episode: Episode) -> bool:
+        """Is the turn in the archive already?"""
+        row = self.conn.execute(
+            "SELECT 1 FROM episodes WHERE app = %s AND user_id = %s AND session_id = %s "
+            "AND turn_id = %s",
+            (episode.app, episode.user_id, episode.session_id, episode.turn_id),
+        ).fetchone()
+        return row is not None
 
-        Every key is a function of the session's rows, so a redelivery or replay
-        computes the same keys; only the keys that changed are embedded again. Run
-        under the user's lock (the extraction transaction) so that two turns of a
-        session are never keyed from snapshots missing each other."""
+    def plan_archive(self, episode: Episode, window: int, dated: bool) -> KeyPlan:
+        """The keys archiving `episode` writes: its own, and those of its session's
+        turns within `window` of it, whose windows now hold it (a turn that arrives
+        late goes between its neighbours). Every key is a function of the session's
+        rows, so a redelivery or replay computes the same keys; only the keys that
+        changed are embedded again."""
         before = self._neighbours(episode, "<", "DESC", 2 * window)[::-1]
         after = self._neighbours(episode, ">", "ASC", 2 * window)
         new = Keyed(None, episode.text, episode.created_at, None)
         session = [*before, new, *after]
         at = len(before)
         around = range(max(0, at - window), min(len(session), at + window + 1))
-        keys = _changed_keys(session, around, embed, window, dated)
-        context, embedding = keys.pop(new.id)
+        return KeyPlan((*before, *after), _changed_keys(session, around, window, dated))
+
+    def archive(
+        self, episode: Episode, plan: KeyPlan, vectors: Sequence[Any], window: int
+    ) -> bool | None:
+        """Archive the turn with the keys of `plan` (made with this `window`), embedded
+        as `vectors`; False if it is archived already, None (nothing written) if its
+        session's turns around it are no longer those `plan` was computed from.
+        Under the user's lock (the extraction transaction): two turns of a session
+        never key each other from snapshots missing each other."""
+        before = self._neighbours(episode, "<", "DESC", 2 * window)[::-1]
+        after = self._neighbours(episode, ">", "ASC", 2 * window)
+        if (*before, *after) != plan.rows:
+            return None
+        keys = plan.embedded(vectors)
+        context, embedding = keys.pop(None)
         tsv = EPISODE_TSV.format(text="%(text)s", context="%(context)s")
         row = self.conn.execute(
             f"""
@@ -138,6 +175,22 @@ class Episodes:
         self._rekey(keys)
         return True
 
+    def archive_locally(
+        self,
+        episode: Episode,
+        embed: Callable[[list[str]], Sequence[Any]],
+        window: int,
+        dated: bool,
+    ) -> bool:
+        """`plan_archive` and `archive` in the caller's transaction, for an `embed` that
+        computes locally (the `hash` provider, vectors at hand), never one that calls
+        a network: the tests', the benchmarks' and the migrations' archiving."""
+        plan = self.plan_archive(episode, window, dated)
+        written = self.archive(episode, plan, embed(plan.texts) if plan.keys else [], window)
+        if written is None:
+            raise RuntimeError("the session changed inside one transaction")
+        return written
+
     def _rekey(self, keys: dict[str | None, tuple[str, Any]]) -> None:
         """Store new keys: episode id -> (context, embedding of the whole key)."""
         if not keys:
@@ -150,19 +203,32 @@ class Episodes:
                 [(context, context, embedding, id_) for id_, (context, embedding) in keys.items()],
             )
 
+    def plan_session(
+        self, app: str, user_id: str, session_id: str, window: int, dated: bool
+    ) -> KeyPlan:
+        """The keys every turn of a session needs again, from its rows (the backfill)."""
+        session = self._session_rows(app, user_id, session_id)
+        return KeyPlan(tuple(session), _changed_keys(session, range(len(session)), window, dated))
+
     def key_session(
-        self, app: str, user_id: str, session_id: str, embed: Embed, window: int, dated: bool
-    ) -> int:
-        """Key every turn of a session again from its rows (the backfill, under the
-        user's lock); how many had no key before."""
+        self, app: str, user_id: str, session_id: str, plan: KeyPlan, vectors: Sequence[Any]
+    ) -> int | None:
+        """Store the keys of `plan` (under the user's lock); how many turns had no key
+        before, or None (nothing written) if the session's rows changed since."""
+        if tuple(self._session_rows(app, user_id, session_id)) != plan.rows:
+            return None
+        keys = plan.embedded(vectors)
+        keys.pop(None, None)
+        self._rekey(keys)
+        return sum(1 for k in plan.rows if k.context is None)
+
+    def _session_rows(self, app: str, user_id: str, session_id: str) -> list[Keyed]:
         rows = self.conn.execute(
             "SELECT id::text, text, created_at, context FROM episodes "
             "WHERE app = %s AND user_id = %s AND session_id = %s ORDER BY created_at, turn_id",
             (app, user_id, session_id),
         ).fetchall()
-        session = [Keyed(*row) for row in rows]
-        self._rekey(_changed_keys(session, range(len(session)), embed, window, dated))
-        return sum(1 for k in session if k.context is None)
+        return [Keyed(*row) for row in rows]
 
     def unkeyed_sessions(self, limit: int) -> list[tuple[str, str, str]]:
         """Up to `limit` sessions (app, user, session) with turns archived without a key."""

@@ -1,14 +1,23 @@
 """Erasure: every row of a user, or of one of the user's projects, across the
-tables that hold them (memories with their revisions, episodes, permission rules,
-and for a user also operations). In the caller's transaction, which holds the
+tables that hold them (memories with their revisions, episodes, turns waiting in
+extraction windows, permission rules, and for a user also operations and flush
+marks). In the caller's transaction, which holds the
 user's lock (`shared.db.memories.user_lock`)."""
 
 from __future__ import annotations
 
 import psycopg
 
-_PROJECT_TABLES = ("memories", "episodes", "permission_rules")
-_USER_TABLES = ("memory_revisions", "memories", "episodes", "permission_rules", "operations")
+_PROJECT_TABLES = ("memories", "episodes", "extraction_pending", "permission_rules")
+_USER_TABLES = (
+    "memory_revisions",
+    "memories",
+    "episodes",
+    "extraction_pending",
+    "extraction_flushes",
+    "permission_rules",
+    "operations",
+)
 
 
 class Erasure:

@@ -40,16 +40,24 @@ class Ledger:
         A concurrent delivery of the same event waits on the primary key until the
         first transaction ends, then sees the conflict, so exactly one applies."""
         user_lock(self.conn, app, user_id)
+        if not self.record(consumer, event_id):
+            return Claim.DUPLICATE
+        if Tombstones(self.conn).covers(app, user_id, created_at):
+            return Claim.DELETED
+        return Claim.NEW
+
+    def record(self, consumer: str, event_id: str) -> bool:
+        """Record the event for this consumer in the caller's transaction (which holds
+        the user's lock); False if it was recorded already."""
         row = self.conn.execute(
             "INSERT INTO processed_events (consumer, event_id) VALUES (%s, %s) "
             "ON CONFLICT DO NOTHING RETURNING 1",
             (consumer, event_id),
         ).fetchone()
-        if row is None:
-            return Claim.DUPLICATE
-        if Tombstones(self.conn).covers(app, user_id, created_at):
-            return Claim.DELETED
-        return Claim.NEW
+        return row is not None
+
+    def applied(self, consumer: str, event_id: str) -> bool:
+        return self.conn.execute(_APPLIED_SQL, (consumer, event_id)).fetchone() is not None
 
     def peek(
         self, consumer: str, event_id: str, *, app: str, user_id: str, created_at: datetime

@@ -5,11 +5,17 @@ over it. It rolls back unless the caller commits:
         uow.memories.lock_user(app, user_id)
         ...
         uow.commit()
+
+Handlers get a `UnitsOfWork` (a factory: `with units() as uow`), which names the
+process in `agent_memory_db_transaction_seconds{worker}`: how long each
+transaction kept its connection, from the checkout to the commit or rollback.
+No model or embedding call happens while one is open.
 """
 
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import Callable
 from types import TracebackType
 from typing import TypeVar
@@ -25,6 +31,8 @@ from shared.db.memories import Memories
 from shared.db.operations import Operations
 from shared.db.run import Steps, run
 from shared.db.tombstones import Tombstones
+from shared.db.windows import Windows
+from shared.metrics import DB_TRANSACTION_SECONDS
 
 T = TypeVar("T")
 
@@ -37,16 +45,20 @@ class UnitOfWork:
     operations: Operations
     erasure: Erasure
     api_keys: ApiKeys
+    windows: Windows
 
-    def __init__(self, pool: ConnectionPool) -> None:
+    def __init__(self, pool: ConnectionPool, worker: str = "") -> None:
         self._pool = pool
         self._cm = None
         self.conn: psycopg.Connection | None = None
         self._committed = False
+        self._seconds = DB_TRANSACTION_SECONDS.labels(worker) if worker else None
+        self._began = 0.0
 
     def __enter__(self) -> UnitOfWork:
         self._cm = self._pool.connection()
         conn = self.conn = self._cm.__enter__()
+        self._began = time.perf_counter()
         self._committed = False
         self.memories = Memories(conn)
         self.episodes = Episodes(conn)
@@ -55,6 +67,7 @@ class UnitOfWork:
         self.operations = Operations(conn)
         self.erasure = Erasure(conn)
         self.api_keys = ApiKeys(conn)
+        self.windows = Windows(conn)
         return self
 
     def run(self, steps: Steps[T]) -> T:
@@ -78,8 +91,22 @@ class UnitOfWork:
             if not self._committed and not self.conn.closed:
                 self.conn.rollback()
         finally:
+            if self._seconds is not None:
+                self._seconds.observe(time.perf_counter() - self._began)
             self._cm.__exit__(exc_type, exc, tb)
             self.conn = None
+
+
+class UnitsOfWork:
+    """Opens units of work on one pool for one process (`worker`: the metric's label:
+    `extraction`, `compaction`, `api`, ...). Handlers take this, not the pool."""
+
+    def __init__(self, pool: ConnectionPool, worker: str) -> None:
+        self.pool = pool
+        self.worker = worker
+
+    def __call__(self) -> UnitOfWork:
+        return UnitOfWork(self.pool, self.worker)
 
 
 async def in_thread(pool: ConnectionPool, work: Callable[[UnitOfWork], T], *, commit: bool) -> T:

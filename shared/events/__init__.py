@@ -9,9 +9,11 @@ from shared.events.codec import (
 )
 from shared.events.models import (
     EVENT_TYPES,
+    WINDOW_REASONS,
     CompactionRequested,
     ContentEvent,
     Event,
+    ExtractionRequested,
     MemoriesGenerate,
     ToolEvent,
     TurnRecorded,
@@ -24,9 +26,11 @@ from shared.events.models import (
 __all__ = [
     "EVENT_TYPES",
     "SCHEMA_VERSION",
+    "WINDOW_REASONS",
     "CompactionRequested",
     "ContentEvent",
     "Event",
+    "ExtractionRequested",
     "Limits",
     "MemoriesGenerate",
     "OutgoingMessage",

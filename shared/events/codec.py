@@ -19,6 +19,7 @@ from shared.events.models import (
     EVENT_TYPES,
     CompactionRequested,
     Event,
+    ExtractionRequested,
     MemoriesGenerate,
     TurnRecorded,
     parse_time,
@@ -171,4 +172,5 @@ _IDENTIFIERS: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
     MemoriesGenerate.EVENT_TYPE: (("app", "user_id", "operation"), ("project_id", "session_id")),
     # An empty user_id is a sweep of the app (services/compaction_worker).
     CompactionRequested.EVENT_TYPE: (("app",), ("user_id", "project_id")),
+    ExtractionRequested.EVENT_TYPE: (("app", "user_id", "session_id"), ()),
 }

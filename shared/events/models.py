@@ -175,8 +175,35 @@ class CompactionRequested(_Record):
         return ""
 
 
-Event = TurnRecorded | MemoriesGenerate | CompactionRequested
+# Why an extraction window closes (ExtractionRequested.reason).
+WINDOW_REASONS = ("full", "idle", "next_session", "flush", "late")
+
+
+@dataclass(frozen=True)
+class ExtractionRequested(_Record):
+    """Extract what waits in one session's extraction window (`extraction.requested.v1`):
+    published by the extraction worker when a window closes, and by the API when a
+    client flushes the session. Its `reason` is one of `WINDOW_REASONS`."""
+
+    EVENT_TYPE: ClassVar[str] = "extraction.requested.v1"
+    TOPIC: ClassVar[str] = "extraction-requests"
+
+    event_id: str
+    app: str
+    user_id: str
+    session_id: str
+    reason: str
+    created_at: datetime
+
+    @property
+    def ordering_key(self) -> str:
+        """The session's, as its turns: one session's windows are extracted in turn."""
+        return ordering_key(self.app, self.user_id, self.session_id)
+
+
+Event = TurnRecorded | MemoriesGenerate | CompactionRequested | ExtractionRequested
 
 EVENT_TYPES: dict[str, type[Event]] = {
-    cls.EVENT_TYPE: cls for cls in (TurnRecorded, MemoriesGenerate, CompactionRequested)
+    cls.EVENT_TYPE: cls
+    for cls in (TurnRecorded, MemoriesGenerate, CompactionRequested, ExtractionRequested)
 }

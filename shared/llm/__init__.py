@@ -15,9 +15,12 @@ from shared.llm.base import (
     DialogueTurn,
     ExistingMemory,
     ExtractionInput,
+    ExtractionTurn,
+    Found,
     LLMError,
     MalformedReply,
     Usage,
+    Weighing,
 )
 from shared.llm.rules import RulesLLM
 
@@ -33,10 +36,13 @@ __all__ = [
     "DialogueTurn",
     "ExistingMemory",
     "ExtractionInput",
+    "ExtractionTurn",
+    "Found",
     "LLMError",
     "MalformedReply",
     "RulesLLM",
     "Usage",
+    "Weighing",
     "make_llm",
 ]
 

@@ -75,15 +75,38 @@ class DialogueTurn:
 
 
 @dataclass(frozen=True)
-class ExtractionInput:
+class ExtractionTurn:
     """One turn for extraction: only the texts, never tool calls or their outputs."""
 
-    session_id: str
+    turn_id: str
     project_id: str  # the turn's project, "" if none
-    prev_session_id: str  # "" if none
     observed_at: datetime
     user: str
     assistant: str
+
+
+@dataclass(frozen=True)
+class ExtractionInput:
+    """A window of one session's turns, oldest first, extracted in one call."""
+
+    session_id: str
+    prev_session_id: str  # "" if none
+    turns: tuple[ExtractionTurn, ...]
+
+    @classmethod
+    def single(
+        cls,
+        session_id: str,
+        project_id: str,
+        prev_session_id: str,
+        observed_at: datetime,
+        user: str,
+        assistant: str,
+        turn_id: str = "turn",
+    ) -> ExtractionInput:
+        """A window of one turn."""
+        turn = ExtractionTurn(turn_id, project_id, observed_at, user, assistant)
+        return cls(session_id, prev_session_id, (turn,))
 
 
 @dataclass(frozen=True)
@@ -98,6 +121,14 @@ class Candidate:
 
 
 @dataclass(frozen=True)
+class Found:
+    """A candidate and the turn of the window that states it."""
+
+    turn_id: str
+    candidate: Candidate
+
+
+@dataclass(frozen=True)
 class ExistingMemory:
     """A live memory a candidate is weighed against."""
 
@@ -107,6 +138,15 @@ class ExistingMemory:
     scope: str
     project_id: str
     text: str
+
+
+@dataclass(frozen=True)
+class Weighing:
+    """A candidate and the live memories it is weighed against (its user's, scope's
+    and project's most similar ones): the only memories it may change."""
+
+    candidate: Candidate
+    existing: tuple[ExistingMemory, ...]
 
 
 @dataclass(frozen=True)
@@ -156,15 +196,15 @@ class LLM(Protocol):
         summary's own size when that is larger."""
         ...
 
-    def extract(self, inp: ExtractionInput) -> Completion[list[Candidate]]:
-        """The memories worth keeping that the turn states (none for chatter)."""
+    def extract(self, inp: ExtractionInput) -> Completion[list[Found]]:
+        """The memories worth keeping that the window's turns state (none for
+        chatter), each with the turn that states it, in the turns' order."""
         ...
 
-    def consolidate(
-        self, candidate: Candidate, existing: list[ExistingMemory]
-    ) -> Completion[Decision]:
-        """Create, update, retire or skip, against the most similar live memories of
-        the candidate's user and scope. DELETED: the candidate revokes the target."""
+    def consolidate(self, weighings: list[Weighing]) -> Completion[list[Decision]]:
+        """For each candidate, in order: create, update, retire or skip, against its
+        own existing memories. DELETED: the candidate revokes the target. One call
+        decides every candidate of a window."""
         ...
 
     def decompose(self, query: str, session_id: str, prev_session_id: str) -> Completion[list[str]]:

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import re
 
-from shared.llm.base import Candidate, ExtractionInput
+from shared.llm.base import Candidate, ExtractionInput, ExtractionTurn, Found
 from shared.llm.phrasing import capitalise, lower_first, word_set
 from shared.llm.session_refs import strip_session_refs
 from shared.llm.statement_rules import FROM_NOW_ON, LEAD, Context, claims
@@ -65,17 +65,26 @@ _CLAUSE_START = re.compile(
 _CLAUSE_VERB = re.compile(r"\b(?:is|are|must|should|cannot|can't|was|were)\b", re.I)
 
 
-def extract_candidates(inp: ExtractionInput) -> list[Candidate]:
-    """The memories the user's text states, in order, each once."""
+def extract_window(inp: ExtractionInput) -> list[Found]:
+    """The memories each turn's user text states, turn by turn, each once per turn."""
+    return [
+        Found(turn.turn_id, candidate)
+        for turn in inp.turns
+        for candidate in extract_candidates(turn, inp)
+    ]
+
+
+def extract_candidates(turn: ExtractionTurn, inp: ExtractionInput) -> list[Candidate]:
+    """The memories one turn's user text states, in order, each once."""
     found: list[Candidate] = []
-    for sentence in _SENTENCE_END.split(inp.user):
-        for candidate in _from_sentence(sentence.strip(), inp):
+    for sentence in _SENTENCE_END.split(turn.user):
+        for candidate in _from_sentence(sentence.strip(), turn, inp):
             if candidate not in found:
                 found.append(candidate)
     return found
 
 
-def _from_sentence(sentence: str, inp: ExtractionInput) -> list[Candidate]:
+def _from_sentence(sentence: str, turn: ExtractionTurn, inp: ExtractionInput) -> list[Candidate]:
     if not sentence or sentence.endswith("?"):
         return []
     body = sentence.rstrip(".! ")
@@ -86,8 +95,8 @@ def _from_sentence(sentence: str, inp: ExtractionInput) -> list[Candidate]:
         scope, project_id = "project", project
     elif _GLOBAL_SCOPE.search(body):
         scope, project_id = "global", ""
-    elif inp.project_id:
-        scope, project_id = "project", inp.project_id
+    elif turn.project_id:
+        scope, project_id = "project", turn.project_id
     else:
         scope, project_id = "global", ""
     context = Context(bool(project), FROM_NOW_ON.search(body) is not None)

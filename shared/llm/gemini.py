@@ -9,7 +9,8 @@ not retried. Every call's tokens go into the metrics and into the task's usage.
 
 Tasks (the metric's `task` label): "summarize", and the memory tasks "compact",
 "extract", "consolidate" and "decompose", whose instructions, schemas and strict
-parsers are in `shared.llm.gemini_prompts`.
+parsers are in `shared.llm.extraction_prompts` (extract, consolidate) and
+`shared.llm.gemini_prompts` (the others).
 """
 
 from __future__ import annotations
@@ -28,18 +29,19 @@ from google.genai import errors as genai_errors
 from google.genai import types
 
 from shared.config import Settings
+from shared.llm import extraction_prompts as write_prompts
 from shared.llm import gemini_prompts as prompts
 from shared.llm.base import (
-    Candidate,
     Completion,
     Decision,
     DialogueTurn,
-    ExistingMemory,
     ExtractionInput,
+    Found,
     LLMError,
     LLMUnavailable,
     MalformedReply,
     Usage,
+    Weighing,
 )
 from shared.metrics import LLM_CALLS, count_llm_tokens
 from shared.tokens import clip_to_tokens
@@ -130,26 +132,24 @@ class GeminiLLM:
             max_output_tokens=prompts.additions_bound(previous, max_tokens) * 2,
         )
 
-    def extract(self, inp: ExtractionInput) -> Completion[list[Candidate]]:
+    def extract(self, inp: ExtractionInput) -> Completion[list[Found]]:
         return self.generate_json(
             task="extract",
-            system=prompts.extraction_instruction(inp),
-            prompt=prompts.extraction_prompt(inp),
-            schema=prompts.EXTRACTION_SCHEMA,
-            parse=lambda value: prompts.parse_candidates(value, inp),
+            system=write_prompts.extraction_instruction(inp),
+            prompt=write_prompts.extraction_prompt(inp),
+            schema=write_prompts.extraction_schema(inp),
+            parse=lambda value: write_prompts.parse_found(value, inp),
             max_output_tokens=_EXTRACT_MAX_OUTPUT_TOKENS,
         )
 
-    def consolidate(
-        self, candidate: Candidate, existing: list[ExistingMemory]
-    ) -> Completion[Decision]:
+    def consolidate(self, weighings: list[Weighing]) -> Completion[list[Decision]]:
         return self.generate_json(
             task="consolidate",
-            system=prompts.CONSOLIDATION_INSTRUCTION,
-            prompt=prompts.consolidation_prompt(candidate, existing),
-            schema=prompts.CONSOLIDATION_SCHEMA,
-            parse=lambda value: prompts.parse_decision(value, existing),
-            max_output_tokens=_CONSOLIDATE_MAX_OUTPUT_TOKENS,
+            system=write_prompts.CONSOLIDATION_INSTRUCTION,
+            prompt=write_prompts.consolidation_prompt(weighings),
+            schema=write_prompts.consolidation_schema(weighings),
+            parse=lambda value: write_prompts.parse_decisions(value, weighings),
+            max_output_tokens=_CONSOLIDATE_MAX_OUTPUT_TOKENS * max(1, len(weighings)),
         )
 
     def decompose(self, query: str, session_id: str, prev_session_id: str) -> Completion[list[str]]:

@@ -32,19 +32,20 @@ import json
 import re
 from typing import TypeVar
 
+from shared.llm import extraction_prompts as write_prompts
 from shared.llm import gemini_prompts as prompts
 from shared.llm.base import (
-    Candidate,
     Completion,
     Decision,
     DialogueTurn,
-    ExistingMemory,
     ExtractionInput,
+    Found,
     Usage,
+    Weighing,
 )
 from shared.llm.consolidation_rules import decide
 from shared.llm.decomposition_rules import decompose_query
-from shared.llm.extraction_rules import extract_candidates
+from shared.llm.extraction_rules import extract_window
 from shared.metrics import count_llm_tokens
 from shared.tokens import clip_to_tokens, estimate_tokens
 
@@ -210,24 +211,22 @@ class RulesLLM:
             summary[len(previous) :],
         )
 
-    def extract(self, inp: ExtractionInput) -> Completion[list[Candidate]]:
-        candidates = extract_candidates(inp)
+    def extract(self, inp: ExtractionInput) -> Completion[list[Found]]:
+        found = extract_window(inp)
         return _counted(
             "extract",
-            candidates,
-            prompts.extraction_instruction(inp) + prompts.extraction_prompt(inp),
-            json.dumps([c.__dict__ for c in candidates]),
+            found,
+            write_prompts.extraction_instruction(inp) + write_prompts.extraction_prompt(inp),
+            json.dumps([{"turn": f.turn_id, **f.candidate.__dict__} for f in found]),
         )
 
-    def consolidate(
-        self, candidate: Candidate, existing: list[ExistingMemory]
-    ) -> Completion[Decision]:
-        decision = decide(candidate, existing)
+    def consolidate(self, weighings: list[Weighing]) -> Completion[list[Decision]]:
+        decisions = [decide(w.candidate, list(w.existing)) for w in weighings]
         return _counted(
             "consolidate",
-            decision,
-            prompts.CONSOLIDATION_INSTRUCTION + prompts.consolidation_prompt(candidate, existing),
-            json.dumps(decision.__dict__),
+            decisions,
+            write_prompts.CONSOLIDATION_INSTRUCTION + write_prompts.consolidation_prompt(weighings),
+            json.dumps([d.__dict__ for d in decisions]),
         )
 
     def decompose(self, query: str, session_id: str, prev_session_id: str) -> Completion[list[str]]:

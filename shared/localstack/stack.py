@@ -24,7 +24,7 @@ import psycopg
 import structlog
 
 from shared.bus.admin import TopologyAdmin
-from shared.config import Settings, parse_scale
+from shared.config import Settings
 from shared.db.migrate import MigrationError, migrate
 from shared.localstack.components import (
     Component,
@@ -57,6 +57,7 @@ from shared.localstack.supervision import (
     stop_group,
     wait_answering,
 )
+from shared.scale import parse_scale
 from shared.waiting import poll
 
 log = structlog.get_logger("agent_memory.up")

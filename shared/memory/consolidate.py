@@ -1,8 +1,9 @@
 """Consolidation: each candidate against the most similar live memories of its
-user and scope, decided by the LLM (or the `rules` provider), applied with the
-late-event rule: an observation older than the last one that changed the
-memory (a late or replayed event) changes nothing and is written to history
-only (a revision with `applied` false).
+user and scope, decided by the LLM (or the `rules` provider; `shared.memory.
+decisions` asks, outside any transaction), applied here with the late-event
+rule: an observation older than the last one that changed the memory (a late or
+replayed event) changes nothing and is written to history only (a revision with
+`applied` false).
 
 Isolation does not rest on the LLM: a candidate's scope and project are
 corrected to what the source (a turn, a generate request) had, so a turn can
@@ -15,14 +16,10 @@ from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import Any
 
-from psycopg_pool import ConnectionPool
-
-from shared.config import Settings
 from shared.db.memories import COMPACTED_ENTITY, MemoryRow, NewMemory
 from shared.db.search import similar_memories
 from shared.db.unit_of_work import UnitOfWork
-from shared.embeddings.base import Embedder
-from shared.llm.base import KINDS, LLM, SCOPES, Action, Candidate, ExistingMemory
+from shared.llm.base import KINDS, SCOPES, Action, Candidate, Decision, ExistingMemory
 from shared.memory.search import Fusion
 
 
@@ -97,30 +94,35 @@ def existing(memories: list[MemoryRow]) -> list[ExistingMemory]:
     ]
 
 
+def candidate_of(new: NewMemory) -> Candidate:
+    return Candidate(new.entity_name, new.kind, new.scope, new.project_id, new.text)
+
+
 class Consolidator:
-    """Applies candidates inside the caller's transaction (which holds the user lock)."""
+    """Applies decisions inside the caller's transaction (which holds the user lock).
+    A decision was made against the memories as they were before the transaction:
+    its target is read again here, as earlier candidates of the same window may
+    have changed or retired it."""
 
-    def __init__(self, uow: UnitOfWork, llm: Any, fusion: Fusion, limit: int) -> None:
-        self.uow = uow
+    def __init__(self, uow: UnitOfWork) -> None:
         self.store = uow.memories
-        self.llm = llm
-        self.fusion = fusion
-        self.limit = limit
 
-    def apply(self, new: NewMemory, source: Source, consolidate: bool = True) -> Applied:
+    def apply(self, new: NewMemory, source: Source, decision: Decision | None) -> Applied:
+        """`decision` None: written as it is (a direct write that skips consolidation)."""
         if not new.text:
             return Applied(Action.NONE, None, "")
-        if not consolidate:
+        if decision is None:
             return self._create(new, source)
-        found = neighbours(self.uow, new, self.fusion, self.limit)
-        candidate = Candidate(new.entity_name, new.kind, new.scope, new.project_id, new.text)
-        decision = self.llm.consolidate(candidate, existing(found)).value
-        by_id = {m.id: m for m in found}
-        target = by_id.get(decision.target_id or "")
+        target = None
+        if decision.target_id:
+            target = self.store.get(new.app, new.user_id, decision.target_id)
+            if target is not None and target.valid_to is not None:
+                target = None  # retired meanwhile, by an earlier candidate of the window
         if decision.action == Action.NONE:
             return Applied(Action.NONE, target, "")
-        if decision.action in (Action.UPDATED, Action.DELETED) and target is None:
-            # The provider's own parsing rejects an unknown target; stay safe anyway.
+        if decision.action == Action.DELETED and target is None:
+            return Applied(Action.NONE, None, "")  # nothing left to retire
+        if decision.action == Action.UPDATED and target is None:
             return self._create(new, source)
         if decision.action == Action.UPDATED:
             assert target is not None
@@ -170,28 +172,3 @@ class Consolidator:
             memory, action, old_text, new_text, source.event_id, source.observed_at, applied=False
         )
         return Applied(Action.HISTORY, memory, new_text or "")
-
-
-def write_memory(
-    pool: ConnectionPool,
-    embedder: Embedder,
-    llm: LLM,
-    settings: Settings,
-    candidate: Candidate,
-    source: Source,
-    consolidate: bool = True,
-) -> Applied:
-    """One memory a client writes (`POST /v1/memories`), embedded and then, unless
-    `consolidate` is false, consolidated like the extraction worker's candidates:
-    in one committed transaction that holds the user's lock. Blocking."""
-    vector = embedder.embed([candidate.text])[0]
-    with UnitOfWork(pool) as uow:
-        uow.memories.lock_user(source.app, source.user_id)
-        consolidator = Consolidator(
-            uow, llm, Fusion.from_settings(settings), settings.consolidation_neighbours
-        )
-        applied = consolidator.apply(
-            new_memory(candidate, source, vector), source, consolidate=consolidate
-        )
-        uow.commit()
-    return applied

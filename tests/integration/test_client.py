@@ -18,7 +18,6 @@ import httpx
 import psycopg
 import pytest
 
-from services.extraction_worker.handlers import Extraction
 from shared.api_keys import create_key
 from shared.client import (
     AsyncMemoryClient,
@@ -37,7 +36,7 @@ from shared.embeddings import make_embedder
 from shared.events import MemoriesGenerate, TurnRecorded
 from shared.llm import RulesLLM
 from shared.localstack.process import free_port
-from tests.bus_helpers import running
+from tests.bus_helpers import inline_extraction, running
 from tests.support import serve_api, wait_for
 
 # -- the live API --------------------------------------------------------------------
@@ -73,7 +72,7 @@ def client(base_url, keys) -> Iterator[MemoryClient]:
 @pytest.fixture
 def extraction_worker(api_settings, publisher, pool) -> Iterator[None]:
     """The extraction worker's handlers (archive and generate), `rules` LLM."""
-    extraction = Extraction(pool, RulesLLM(), make_embedder(api_settings), api_settings)
+    extraction = inline_extraction(pool, RulesLLM(), make_embedder(api_settings), api_settings)
     turns = {TurnRecorded: [extraction.handle_turn]}
     generate = {MemoriesGenerate: [extraction.handle_generate]}
     with (
@@ -396,6 +395,7 @@ def test_deletions_compaction_and_health(client, base_url, keys, ids):
         "memory_revisions": 1,
         "memories": 1,
         "episodes": 0,
+        "extraction_pending": 0,
         "permission_rules": 1,
         "valkey_keys": 0,  # no session of this user had a turn of P
     }
@@ -407,6 +407,8 @@ def test_deletions_compaction_and_health(client, base_url, keys, ids):
         "memory_revisions": 1,
         "memories": 1,
         "episodes": 0,
+        "extraction_pending": 0,
+        "extraction_flushes": 0,
         "permission_rules": 0,
         "operations": 0,
         "valkey_keys": 0,

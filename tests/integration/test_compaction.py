@@ -21,6 +21,7 @@ from services.compaction_worker.handlers import (
 from services.compaction_worker.requests import compaction_request, run_compact_command
 from shared.bus.dlq import DeadLetterQueues
 from shared.db.episodes import Episode, Episodes
+from shared.db.unit_of_work import UnitsOfWork
 from shared.embeddings import make_embedder
 from shared.errors import PermanentError
 from shared.events import CompactionRequested, derived_event_id, encode, format_time, utcnow
@@ -34,7 +35,9 @@ RECENT = timedelta(days=5)
 
 @pytest.fixture
 def compaction(settings, topology, publisher, pool):
-    return Compaction(pool, RulesLLM(), make_embedder(settings), settings, publisher)
+    return Compaction(
+        UnitsOfWork(pool, "compaction"), RulesLLM(), make_embedder(settings), settings, publisher
+    )
 
 
 def no_embeddings(texts):
@@ -48,7 +51,7 @@ def _add(pool, ids, texts, age=OLD, project="", user_id=None, start=0):
     with pool.connection() as conn:
         episodes = Episodes(conn)
         for n, text in enumerate(texts, start):
-            episodes.archive(
+            episodes.archive_locally(
                 Episode(
                     app=ids["app"],
                     user_id=user_id or ids["user_id"],
@@ -308,7 +311,11 @@ def test_a_continuation_whose_publish_failed_is_published_by_the_redelivery(
 ):
     _add(pool, ids, ["I prefer tea.", "Never deploy on Fridays.", "We decided to use Go."])
     compaction = Compaction(
-        pool, RulesLLM(), make_embedder(settings), settings, _FailingOnce(publisher)
+        UnitsOfWork(pool, "compaction"),
+        RulesLLM(),
+        make_embedder(settings),
+        settings,
+        _FailingOnce(publisher),
     )
     recorder = Recorder()
     table = {CompactionRequested: [recorder.wrap(compaction.handle_request)]}
@@ -341,7 +348,11 @@ def test_a_sweep_compacts_each_user_with_old_episodes_once_even_when_redelivered
     # The sweep's first attempt fails on its first publish: the redelivery (same
     # publish time) publishes the same requests again.
     compaction = Compaction(
-        pool, RulesLLM(), make_embedder(settings), settings, _FailingOnce(publisher)
+        UnitsOfWork(pool, "compaction"),
+        RulesLLM(),
+        make_embedder(settings),
+        settings,
+        _FailingOnce(publisher),
     )
     recorder = Recorder()
     # The users' requests wait until the redelivered sweep has run: had the second
@@ -427,7 +438,9 @@ def test_the_compact_command_publishes_requests_the_worker_applies(
     settings, topology, publisher, pool, ids, capsys
 ):
     local = settings.model_copy(update={"default_app": ids["app"]})
-    compaction = Compaction(pool, RulesLLM(), make_embedder(local), local, publisher)
+    compaction = Compaction(
+        UnitsOfWork(pool, "compaction"), RulesLLM(), make_embedder(local), local, publisher
+    )
     users = {name: f"{ids['user_id']}-{name}" for name in ("a", "b", "c")}
     _add(pool, ids, ["I prefer tea."], user_id=users["a"])
     _add(pool, ids, ["Never deploy on Fridays."], user_id=users["b"], project="Alpha")

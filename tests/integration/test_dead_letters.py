@@ -75,6 +75,7 @@ def test_invalid_messages_are_dead_lettered_once_with_a_reason_and_never_handled
         "turns-extraction": 0,
         "memory-generate-extraction": 0,
         "compaction-requests": 0,
+        "extraction-requests": 0,
     }
 
 

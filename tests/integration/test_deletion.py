@@ -98,6 +98,7 @@ def test_deleting_a_project_removes_everything_of_it_and_nothing_else(
             "memory_revisions": 1,
             "memories": 1,
             "episodes": 2,
+            "extraction_pending": 0,
             "permission_rules": 1,
             "valkey_keys": 5,
         },
@@ -146,6 +147,8 @@ def test_deleting_a_user_removes_everything_and_late_events_create_nothing(
         "memory_revisions": 3,  # two written memories and one extracted
         "memories": 3,
         "episodes": 1,
+        "extraction_pending": 0,
+        "extraction_flushes": 0,
         "permission_rules": 1,
         "operations": 1,
         "valkey_keys": len(keys_before),

@@ -118,6 +118,7 @@ def test_counting_stops_at_the_cap(settings, topology, publisher, ids):
         ["turns-extraction", f"{prefix}turns-extraction-dlq", "0"],
         ["memory-generate-extraction", f"{prefix}memory-generate-extraction-dlq", "0"],
         ["compaction-requests", f"{prefix}compaction-requests-dlq", f"{COUNT_CAP}+"],
+        ["extraction-requests", f"{prefix}extraction-requests-dlq", "0"],
     ]
     shown = run_cli(settings, "dlq", "show", "compaction-requests", "--limit", "1")
     assert shown.stdout.splitlines()[0] == (
@@ -143,10 +144,11 @@ def test_list_has_a_header_aligned_columns_and_answers_quickly(settings, topolog
                 ("turns-extraction", 12),
                 ("memory-generate-extraction", 0),
                 ("compaction-requests", 0),
+                ("extraction-requests", 0),
             ]
         ],
     ]
-    # Four empty pulls waiting out their timeout one after the other took 9 s.
+    # Empty pulls waiting out their timeout one after the other took 9 s for four.
     assert elapsed < 6, f"dlq list took {elapsed:.1f} s"
     assert listed.stderr == ""
 

@@ -1,9 +1,15 @@
-from services.extraction_worker.handlers import TURNS_CONSUMER, Extraction
+from services.extraction_worker.handlers import TURNS_CONSUMER
 from shared.embeddings import make_embedder
 from shared.events import TurnRecorded
 from shared.llm import RulesLLM
 from shared.session_buffer import SessionBuffer, SessionKey
-from tests.bus_helpers import Recorder, make_turn, running, summary_handler
+from tests.bus_helpers import (
+    Recorder,
+    inline_extraction,
+    make_turn,
+    running,
+    summary_handler,
+)
 from tests.conftest import both_pull_modes
 from tests.support import wait_for
 
@@ -21,7 +27,7 @@ def test_the_same_event_published_three_times_is_applied_once(
     extraction_table = {
         TurnRecorded: [
             extraction.wrap(
-                Extraction(pool, RulesLLM(), make_embedder(settings), settings).handle_turn
+                inline_extraction(pool, RulesLLM(), make_embedder(settings), settings).handle_turn
             )
         ]
     }

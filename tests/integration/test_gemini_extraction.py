@@ -7,23 +7,34 @@ from datetime import UTC, datetime
 import pytest
 
 from shared.errors import dependency_of
-from shared.llm import Candidate, Decision, ExistingMemory, ExtractionInput, LLMError
+from shared.llm import (
+    Candidate,
+    Decision,
+    ExistingMemory,
+    ExtractionInput,
+    Found,
+    LLMError,
+    Weighing,
+)
 from shared.llm.base import LLMUnavailable
 from shared.llm.gemini import GeminiLLM
 from shared.metrics import LLM_CALLS
 from tests.fake_gemini import error_reply, json_reply, text_reply
 
-INP = ExtractionInput(
+INP = ExtractionInput.single(
     session_id="sess_2026_02",
     project_id="CloudRetail",
     prev_session_id="sess_2026_01",
     observed_at=datetime(2026, 2, 1, 9, 30, tzinfo=UTC),
     user="I've switched to Light Mode now, and the region is us-east1.",
     assistant="Noted: Light Mode, region us-east1.",
+    turn_id="turn-7",
 )
+USER, ASSISTANT = INP.turns[0].user, INP.turns[0].assistant
 MEMORIES = {
     "memories": [
         {
+            "turn": "t1",
             "entity_name": "ui theme",
             "kind": "preference",
             "scope": "global",
@@ -31,6 +42,7 @@ MEMORIES = {
             "text": "User prefers Light Mode in session sess_2026_02.",
         },
         {
+            "turn": "t1",
             "entity_name": "region",
             "kind": "fact",
             "scope": "project",
@@ -40,17 +52,17 @@ MEMORIES = {
     ]
 }
 CANDIDATE = Candidate("ui theme", "preference", "global", "", "User prefers Light Mode.")
-EXISTING = [
+EXISTING = (
     ExistingMemory("mem-1", "ui theme", "preference", "global", "", "User prefers Dark Mode UI."),
     ExistingMemory("mem-2", "editor", "preference", "global", "", "User's editor is vim."),
-]
+)
 
 
 def _run(gemini_llm, task):
     if task == "extract":
         return gemini_llm.extract(INP)
     if task == "consolidate":
-        return gemini_llm.consolidate(CANDIDATE, EXISTING)
+        return gemini_llm.consolidate([Weighing(CANDIDATE, EXISTING)])
     return gemini_llm.decompose(
         "What is my theme and which region do I use now?", "sess_2", "sess_1"
     )
@@ -60,25 +72,40 @@ GOOD = {
     "extract": (
         MEMORIES,
         [
-            Candidate(
-                "ui theme",
-                "preference",
-                "global",
-                "",
-                "User prefers Light Mode in session sess_2026_02.",
+            Found(
+                "turn-7",
+                Candidate(
+                    "ui theme",
+                    "preference",
+                    "global",
+                    "",
+                    "User prefers Light Mode in session sess_2026_02.",
+                ),
             ),
-            Candidate(
-                "region",
-                "fact",
-                "project",
-                "CloudRetail",
-                "For project CloudRetail, the region is us-east1.",
+            Found(
+                "turn-7",
+                Candidate(
+                    "region",
+                    "fact",
+                    "project",
+                    "CloudRetail",
+                    "For project CloudRetail, the region is us-east1.",
+                ),
             ),
         ],
     ),
     "consolidate": (
-        {"action": "UPDATED", "target_id": "mem-1", "text": "User prefers Light Mode."},
-        Decision("UPDATED", "mem-1", "User prefers Light Mode."),
+        {
+            "decisions": [
+                {
+                    "candidate": "c1",
+                    "action": "UPDATED",
+                    "target": "m1",
+                    "text": "User prefers Light Mode.",
+                }
+            ]
+        },
+        [Decision("UPDATED", "mem-1", "User prefers Light Mode.")],
     ),
     "decompose": (
         {"queries": ["What is my UI theme?", "Which region do I use in session sess_2?"]},
@@ -88,7 +115,11 @@ GOOD = {
 # For each task, a reply that is JSON but not what the task needs.
 MALFORMED = {
     "extract": {"memories": [{**MEMORIES["memories"][0], "kind": "opinion"}]},
-    "consolidate": {"action": "UPDATED", "target_id": "mem-9", "text": "User prefers Light Mode."},
+    "consolidate": {
+        "decisions": [
+            {"candidate": "c1", "action": "UPDATED", "target": "m9", "text": "Light Mode."}
+        ]
+    },
     "decompose": {"queries": []},
 }
 TASKS = ["extract", "consolidate", "decompose"]
@@ -163,31 +194,30 @@ def test_refused_credentials_are_the_endpoints_fault_a_bad_request_the_events(
 
 
 def test_an_unknown_target_is_retried_until_a_known_one(gemini_llm, fake):
-    fake.script(
-        "generateContent",
-        json_reply({"action": "DELETED", "target_id": "mem-of-someone-else", "text": ""}),
-        json_reply({"action": "DELETED", "target_id": "mem-2", "text": ""}),
-    )
-    completion = gemini_llm.consolidate(
-        Candidate("editor", "preference", "global", "", "User's editor is no longer vim."),
-        EXISTING,
-    )
-    assert (completion.value, completion.attempts) == (Decision("DELETED", "mem-2", ""), 2)
+    def deleting(target):
+        decision = {"candidate": "c1", "action": "DELETED", "target": target, "text": ""}
+        return json_reply({"decisions": [decision]})
+
+    fake.script("generateContent", deleting("mem-2"), deleting("m2"))
+    revocation = Candidate("editor", "preference", "global", "", "User's editor is no longer vim.")
+    completion = gemini_llm.consolidate([Weighing(revocation, EXISTING)])
+    assert (completion.value, completion.attempts) == ([Decision("DELETED", "mem-2", "")], 2)
     prompt = fake.calls("generateContent")[0].prompt_text()
-    # The model sees every id it may name.
-    assert "id: mem-1;" in prompt and "id: mem-2;" in prompt
-    assert "User's editor is no longer vim." in prompt
+    # The model sees every memory it may name, by label, never by id.
+    assert "- m1: entity: ui theme;" in prompt and "- m2: entity: editor;" in prompt
+    assert "mem-1" not in prompt and "mem-2" not in prompt
+    assert "User's editor is no longer vim.; may change: m1, m2" in prompt
 
 
-def test_the_extraction_prompt_holds_the_turn_and_the_session_ids(gemini_llm, fake):
+def test_the_extraction_prompt_holds_the_turns_and_the_session_ids(gemini_llm, fake):
     fake.script("generateContent", json_reply(MEMORIES))
     gemini_llm.extract(INP)
     (call,) = fake.calls("generateContent")
     prompt = call.prompt_text()
-    assert f"User: {INP.user}" in prompt
-    assert f"Assistant: {INP.assistant}" in prompt
+    assert f"User: {USER}" in prompt
+    assert f"Assistant: {ASSISTANT}" in prompt
     assert "Session: sess_2026_02" in prompt and "Previous session: sess_2026_01" in prompt
-    assert "Project: CloudRetail" in prompt
+    assert "[t1] 2026-02-01T09:30:00+00:00, project CloudRetail" in prompt
     # The input has no tool calls or outputs, so none can be sent.
     assert "tool" not in prompt.lower()
     system = call.body["systemInstruction"]["parts"][0]["text"]
@@ -199,6 +229,7 @@ def test_the_extraction_prompt_holds_the_turn_and_the_session_ids(gemini_llm, fa
     item = schema["properties"]["memories"]["items"]
     assert item["properties"]["kind"]["enum"] == ["preference", "fact", "rule", "event"]
     assert item["properties"]["scope"]["enum"] == ["global", "project", "session"]
+    assert item["properties"]["turn"]["enum"] == ["t1"]
 
 
 def test_the_decomposition_instruction_names_both_sessions(gemini_llm, fake):

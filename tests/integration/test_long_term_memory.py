@@ -8,13 +8,13 @@ import pytest
 from fastapi.testclient import TestClient
 
 from services.api.app import create_app
-from services.extraction_worker.handlers import TURNS_CONSUMER, Extraction
+from services.extraction_worker.handlers import TURNS_CONSUMER
 from shared.embeddings import make_embedder
 from shared.events import MemoriesGenerate, TurnRecorded
 from shared.llm import RulesLLM
 from shared.localstack.components import LocalValkey
 from shared.localstack.process import free_port
-from tests.bus_helpers import Recorder, make_turn, running
+from tests.bus_helpers import Recorder, inline_extraction, make_turn, running
 from tests.support import wait_for
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
@@ -266,7 +266,7 @@ def test_the_extraction_transaction_is_all_or_nothing(settings, topology, publis
         )
         conn.commit()
     try:
-        extraction = Extraction(pool, RulesLLM(), make_embedder(settings), settings)
+        extraction = inline_extraction(pool, RulesLLM(), make_embedder(settings), settings)
         recorder = Recorder()
         turn = make_turn(ids, 1, user="Remember that the staging database is called orchid.")
         table = {TurnRecorded: [recorder.wrap(extraction.handle_turn)]}
@@ -391,65 +391,6 @@ def test_bad_input_is_a_422_naming_the_field(client, ids, path, body, field):
     assert response.status_code == 422, response.text
     assert field in response.text
     assert "Traceback" not in response.text
-
-
-def test_an_extraction_reply_that_is_never_valid_is_retried_then_dead_lettered(
-    settings, topology, publisher, pool, ids
-):
-    from pydantic import SecretStr
-
-    from shared.bus.dlq import DeadLetterQueues
-    from shared.llm.gemini import GeminiLLM
-    from tests.fake_gemini import FakeGemini, json_reply
-
-    with FakeGemini() as fake:
-        local = settings.model_copy(
-            update={
-                "llm_provider": "gemini",
-                "gemini_api_key": SecretStr("test-key"),
-                "gemini_base_url": fake.url,
-                "llm_retry_initial_seconds": 0.01,
-                "llm_retry_seconds": 0.2,
-                "llm_timeout_seconds": 1.0,
-            }
-        )
-        # Valid JSON, not the schema: a memory of an unknown kind.
-        bad = {
-            "memories": [
-                {
-                    "entity_name": "x",
-                    "kind": "opinion",
-                    "scope": "global",
-                    "project_id": "",
-                    "text": "User likes x.",
-                }
-            ]
-        }
-        fake.script("generateContent", *[json_reply(bad) for _ in range(200)])
-        extraction = Extraction(pool, GeminiLLM(local), make_embedder(local), local)
-        recorder = Recorder()
-        turn = make_turn(ids, 1, user="I like x.")
-        table = {TurnRecorded: [recorder.wrap(extraction.handle_turn)]}
-        with running(local, "turns-extraction", table, publisher):
-            publisher.publish(turn).result(timeout=10)
-            letters = wait_for(
-                lambda: DeadLetterQueues(local).peek("turns-extraction"), 90, "the dead letter"
-            )
-        assert fake.calls("generateContent")
-    [letter] = letters
-    assert letter.event_id == turn.event_id
-    assert "extract" in letter.reason and "no usable reply" in letter.reason
-    attempts = recorder.outcomes("turn-0001")
-    assert len(attempts) == local.max_delivery_attempts
-    assert all(a.startswith("error:") for a in attempts)
-    assert _live(pool, ids) == []
-    with pool.connection() as conn:
-        assert (
-            conn.execute(
-                "SELECT count(*) FROM episodes WHERE user_id = %s", (ids["user_id"],)
-            ).fetchone()[0]
-            == 0
-        )
 
 
 def test_context_with_postgres_down_still_returns_the_session(

@@ -40,6 +40,7 @@ TOOLS = {
     "get_context",
     "remember",
     "record_turn",
+    "end_session",
     "search_memories",
     "search_archive",
     "list_memories",

@@ -62,6 +62,7 @@ def test_migrate_creates_the_tables_and_is_idempotent(fresh_database):
         (9, "lexeme_counts"),
         (10, "lexeme_totals"),
         (11, "episode_keys_pending_list"),
+        (12, "extraction_windows"),
     ]
     assert "USING hnsw (embedding vector_cosine_ops)" in indexes["memories_embedding"]
     assert "USING gin (tsv)" in indexes["memories_tsv"]
@@ -110,7 +111,7 @@ def test_a_row_is_stored_whole_and_uncompressed_when_it_fits_a_page(fresh_databa
         )
         # An episode in the middle of its session: its key holds four neighbours.
         for n in range(5):
-            Episodes(conn).archive(
+            Episodes(conn).archive_locally(
                 Episode(
                     app="app-with-a-long-enough-name",
                     user_id=user_id,

@@ -18,7 +18,6 @@ import psycopg
 import pytest
 from prometheus_client import REGISTRY
 
-from services.extraction_worker.handlers import Extraction
 from shared.bootstrap import make_valkey
 from shared.bus.dependencies import Dependencies, Probe
 from shared.bus.dlq import DeadLetterQueues
@@ -33,7 +32,7 @@ from shared.localstack.components import LocalPostgres, LocalValkey
 from shared.localstack.process import free_port
 from shared.metrics import serve_metrics
 from shared.session_buffer import SessionBuffer, SessionKey
-from tests.bus_helpers import make_turn, summary_handler
+from tests.bus_helpers import inline_extraction, make_turn, summary_handler
 from tests.conftest import EMBEDDING_DIM
 from tests.support import stays, wait_for
 
@@ -169,7 +168,7 @@ def test_extraction_waits_out_postgres_stopped_and_killed_and_archives_each_turn
 ):
     settings = settings.model_copy(update={"database_url": own_postgres.url})
     pool = make_pool(settings, max_size=4, name="outage-test")
-    extraction = Extraction(pool, RulesLLM(), make_embedder(settings), settings)
+    extraction = inline_extraction(pool, RulesLLM(), make_embedder(settings), settings)
     dependencies = Dependencies(
         {
             "postgres": Probe(

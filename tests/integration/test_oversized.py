@@ -99,7 +99,7 @@ def test_a_generate_request_whose_event_is_dead_lettered_ends_its_operation(
     def broken(event, delivery):
         raise PermanentError("this request can never be applied")
 
-    hooks = dead_letter_hooks(Resources(settings=app_settings, pool=pool))
+    hooks = dead_letter_hooks(Resources(settings=app_settings, pool=pool, publisher=publisher))
     runtime = SubscriberRuntime(
         app_settings,
         "memory-generate-extraction",

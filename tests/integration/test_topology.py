@@ -54,6 +54,6 @@ def test_show_reports_a_difference_and_apply_fixes_it(settings, topology):
     result = run_cli(changed, "topology", "show")
     assert result.returncode == 1
     assert "ack deadline 30s, want 20s" in result.stdout
-    assert "4 resource(s) missing or different" in result.stdout
+    assert "5 resource(s) missing or different" in result.stdout
     assert run_cli(changed, "topology", "apply").returncode == 0
     assert run_cli(changed, "topology", "show").returncode == 0

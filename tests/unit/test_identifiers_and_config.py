@@ -81,8 +81,13 @@ def test_names_come_from_one_place():
         "turns-extraction",
         "memory-generate-extraction",
         "compaction-requests",
+        "extraction-requests",
     ]
-    assert [s.name for s in SUBSCRIPTIONS if s.ordered] == ["turns-summary", "turns-extraction"]
+    assert [s.name for s in SUBSCRIPTIONS if s.ordered] == [
+        "turns-summary",
+        "turns-extraction",
+        "extraction-requests",
+    ]
 
 
 @pytest.mark.parametrize(

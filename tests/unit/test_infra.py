@@ -266,8 +266,16 @@ def test_least_privilege_pubsub_bindings():
     }
     api = _resource("google_pubsub_topic_iam_member", "api_publisher")
     assert 'role = "roles/pubsub.publisher"' in api
-    assert 'api_publishes = ["turns", "memory-generate", "compaction-requests"]' in tf
-    assert {t.name for t in TOPICS} == {"turns", "memory-generate", "compaction-requests"}
+    assert (
+        'api_publishes = ["turns", "memory-generate", "compaction-requests", '
+        '"extraction-requests"]' in tf
+    )
+    assert {t.name for t in TOPICS} == {
+        "turns",
+        "memory-generate",
+        "compaction-requests",
+        "extraction-requests",
+    }
 
 
 def test_one_cloud_run_service_per_worker_kind_with_always_allocated_cpu():

@@ -12,16 +12,20 @@ from shared.llm import (
     Decision,
     ExistingMemory,
     ExtractionInput,
+    ExtractionTurn,
+    Found,
     MalformedReply,
     RulesLLM,
+    Weighing,
 )
-from shared.llm.gemini_prompts import (
+from shared.llm.extraction_prompts import (
+    consolidation_prompt,
     extraction_instruction,
     extraction_prompt,
-    parse_candidates,
-    parse_decision,
-    parse_queries,
+    parse_decisions,
+    parse_found,
 )
+from shared.llm.gemini_prompts import parse_queries
 from shared.tokens import estimate_tokens
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
@@ -29,8 +33,14 @@ SESSION = "sess_2026_01"
 
 
 def _extract(user, project_id="", session_id=SESSION, prev_session_id="", assistant="Noted."):
-    inp = ExtractionInput(session_id, project_id, prev_session_id, T0, user, assistant)
-    return RulesLLM().extract(inp).value
+    inp = ExtractionInput.single(session_id, project_id, prev_session_id, T0, user, assistant)
+    return [found.candidate for found in RulesLLM().extract(inp).value]
+
+
+def _decide(llm, candidate, existing):
+    """One candidate's decision, through the batched task."""
+    (decision,) = llm.consolidate([Weighing(candidate, tuple(existing))]).value
+    return decision
 
 
 def _existing(candidate, memory_id):
@@ -85,7 +95,7 @@ def test_the_reference_scenario_extracts_exactly_these_memories():
     assert light == Candidate("ui theme", "preference", "global", "", "User prefers Light Mode.")
     # Against what the first turn stored: the newer statement replaces the Dark Mode one.
     existing = [_existing(universal[1], "mem-lang"), _existing(universal[0], "mem-theme")]
-    decision = RulesLLM().consolidate(light, existing).value
+    decision = _decide(RulesLLM(), light, existing)
     assert decision == Decision("UPDATED", "mem-theme", "User prefers Light Mode.")
 
 
@@ -271,7 +281,7 @@ def test_revocations_delete_the_memory_they_revoke_and_nothing_else():
         "User no longer uses Java.",
     ]
     assert [c.entity_name for c in revocations] == ["ui theme", "editor", "programming language"]
-    decisions = [llm.consolidate(c, existing).value for c in revocations]
+    decisions = [_decide(llm, c, existing) for c in revocations]
     assert decisions == [
         Decision("DELETED", "m-theme", ""),
         Decision("DELETED", "m-editor", ""),
@@ -286,13 +296,13 @@ def test_consolidation_creates_skips_duplicates_and_matches_by_similar_text():
         "m1", "ui theme", "preference", "global", "", "User prefers Dark Mode UI."
     )
     new = Candidate("editor", "preference", "global", "", "User uses Neovim.")
-    assert llm.consolidate(new, [dark]).value == Decision("CREATED", None, "User uses Neovim.")
-    assert llm.consolidate(new, []).value == Decision("CREATED", None, "User uses Neovim.")
+    assert _decide(llm, new, [dark]) == Decision("CREATED", None, "User uses Neovim.")
+    assert _decide(llm, new, []) == Decision("CREATED", None, "User uses Neovim.")
     same = Candidate("ui theme", "preference", "global", "", "User prefers dark mode UI!")
-    assert llm.consolidate(same, [dark]).value == Decision("NONE", "m1", "")
+    assert _decide(llm, same, [dark]) == Decision("NONE", "m1", "")
     # Another provider's entity name: the text decides (Jaccard 1.0, a duplicate).
     other_name = Candidate("ui_theme_preference", "preference", "global", "", same.text)
-    assert llm.consolidate(other_name, [dark]).value == Decision("NONE", "m1", "")
+    assert _decide(llm, other_name, [dark]) == Decision("NONE", "m1", "")
 
 
 def test_a_memory_of_another_scope_or_project_is_never_a_target():
@@ -303,33 +313,51 @@ def test_a_memory_of_another_scope_or_project_is_never_a_target():
     mine = Candidate(
         "cache", "fact", "project", "Zephyr", "For project Zephyr, the cache is Valkey."
     )
-    assert llm.consolidate(mine, [theirs]).value.action == "CREATED"
+    assert _decide(llm, mine, [theirs]).action == "CREATED"
     global_ = Candidate("cache", "fact", "global", "", "The cache is Redis.")
-    assert llm.consolidate(global_, [theirs]).value.action == "CREATED"
+    assert _decide(llm, global_, [theirs]).action == "CREATED"
 
 
 def test_the_rules_tasks_count_the_tokens_gemini_would_be_sent_and_are_deterministic():
+    from shared.llm import extraction_prompts
     from shared.llm import gemini_prompts as prompts
-    from shared.metrics import LLM_TOKENS
 
     llm = RulesLLM()
-    inp = ExtractionInput(SESSION, "", "", T0, "I prefer Dark Mode UI.", "Noted.")
-    counted = LLM_TOKENS.labels("rules", "extract", "input")._value.get()
+    inp = ExtractionInput.single(SESSION, "", "", T0, "I prefer Dark Mode UI.", "Noted.")
     completion = llm.extract(inp)
-    prompt = prompts.extraction_instruction(inp) + prompts.extraction_prompt(inp)
-    assert completion.usage.input_tokens == estimate_tokens(prompt)
-    assert LLM_TOKENS.labels("rules", "extract", "input")._value.get() - counted == (
-        completion.usage.input_tokens
+    prompt = extraction_prompts.extraction_instruction(inp) + extraction_prompts.extraction_prompt(
+        inp
     )
-    (candidate,) = completion.value
-    assert candidate.text == "User prefers Dark Mode UI."
-    assert completion.usage.output_tokens == estimate_tokens(json.dumps([candidate.__dict__]))
+    assert completion.usage.input_tokens == estimate_tokens(prompt)
+    (found,) = completion.value
+    assert found.turn_id == "turn"
+    assert found.candidate.text == "User prefers Dark Mode UI."
+    reply = json.dumps([{"turn": "turn", **found.candidate.__dict__}])
+    assert completion.usage.output_tokens == estimate_tokens(reply)
     assert llm.extract(inp) == completion
     query = llm.decompose("What is my theme?", SESSION, "")
     assert query.usage.input_tokens == estimate_tokens(
         prompts.decomposition_instruction(SESSION, "")
         + prompts.decomposition_prompt("What is my theme?")
     )
+
+
+def test_a_window_is_one_extraction_whose_candidates_name_their_turns():
+    turns = (
+        ExtractionTurn("a", "", T0, "I prefer Dark Mode UI.", "Noted."),
+        ExtractionTurn("b", "Orion", T0, "How are you?", "Fine."),
+        ExtractionTurn("c", "Orion", T0, "The region is us-east1.", "Noted."),
+    )
+    found = RulesLLM().extract(ExtractionInput(SESSION, "", turns)).value
+    assert found == [
+        Found("a", Candidate("ui theme", "preference", "global", "", "User prefers Dark Mode UI.")),
+        Found(
+            "c",
+            Candidate(
+                "region", "fact", "project", "Orion", "For project Orion, the region is us-east1."
+            ),
+        ),
+    ]
 
 
 # -- decomposition ------------------------------------------------------------
@@ -364,8 +392,16 @@ def test_decomposition_splits_into_single_topic_questions_with_session_ids(query
 
 
 # -- reading gemini's replies ---------------------------------------------------
-INP = ExtractionInput(SESSION, "CloudRetail", "sess_2025_12", T0, "I prefer tabs.", "Noted.")
+INP = ExtractionInput(
+    SESSION,
+    "sess_2025_12",
+    (
+        ExtractionTurn("turn-1", "CloudRetail", T0, "I prefer tabs.", "Noted."),
+        ExtractionTurn("turn-2", "", T0, "My editor is vim.", "Noted."),
+    ),
+)
 GOOD = {
+    "turn": "t1",
     "entity_name": " UI  Theme ",
     "kind": "preference",
     "scope": "global",
@@ -379,15 +415,19 @@ def test_a_good_extraction_reply_is_read_exactly():
         "memories": [
             GOOD,
             {**GOOD, "entity_name": "region", "kind": "fact", "scope": "project", "project_id": ""},
-            {**GOOD, "scope": "session", "project_id": "stray"},
+            {**GOOD, "turn": "t2", "scope": "project", "project_id": ""},
+            {**GOOD, "turn": "t2", "scope": "session", "project_id": "stray"},
         ]
     }
-    assert parse_candidates(reply, INP) == [
-        Candidate("ui theme", "preference", "global", "", "User prefers Dark Mode UI."),
-        Candidate("region", "fact", "project", "CloudRetail", "User prefers Dark Mode UI."),
-        Candidate("ui theme", "preference", "session", "", "User prefers Dark Mode UI."),
+    dark = "User prefers Dark Mode UI."
+    assert parse_found(reply, INP) == [
+        Found("turn-1", Candidate("ui theme", "preference", "global", "", dark)),
+        Found("turn-1", Candidate("region", "fact", "project", "CloudRetail", dark)),
+        # A turn of no project whose memory names none: the model's mistake stays visible.
+        Found("turn-2", Candidate("ui theme", "preference", "project", "", dark)),
+        Found("turn-2", Candidate("ui theme", "preference", "session", "", dark)),
     ]
-    assert parse_candidates({"memories": []}, INP) == []
+    assert parse_found({"memories": []}, INP) == []
 
 
 @pytest.mark.parametrize(
@@ -402,6 +442,8 @@ def test_a_good_extraction_reply_is_read_exactly():
         {"memories": [{k: v for k, v in GOOD.items() if k != "project_id"}]},
         {"memories": [{**GOOD, "text": ""}]},
         {"memories": [{**GOOD, "entity_name": 3}]},
+        {"memories": [{**GOOD, "turn": "t3"}]},
+        {"memories": [{k: v for k, v in GOOD.items() if k != "turn"}]},
     ],
     ids=[
         "list",
@@ -413,49 +455,78 @@ def test_a_good_extraction_reply_is_read_exactly():
         "missing-field",
         "empty-text",
         "wrong-type",
+        "unknown-turn",
+        "no-turn",
     ],
 )
 def test_an_extraction_reply_that_does_not_fit_is_malformed(reply):
     with pytest.raises(MalformedReply):
-        parse_candidates(reply, INP)
+        parse_found(reply, INP)
 
 
-EXISTING = [
-    ExistingMemory("m1", "ui theme", "preference", "global", "", "User prefers Dark Mode UI.")
+DARK = ExistingMemory(
+    "0b1e-dark", "ui theme", "preference", "global", "", "User prefers Dark Mode UI."
+)
+EDITOR = ExistingMemory("0b1e-editor", "editor", "fact", "global", "", "User's editor is vim.")
+WEIGHINGS = [
+    Weighing(
+        Candidate("ui theme", "preference", "global", "", "User prefers Light Mode."), (DARK,)
+    ),
+    Weighing(Candidate("editor", "fact", "global", "", "User's editor is Emacs."), (EDITOR, DARK)),
 ]
 
 
+def test_memories_go_by_short_labels_listed_once():
+    prompt = consolidation_prompt(WEIGHINGS)
+    assert "0b1e" not in prompt
+    assert prompt.count("User prefers Dark Mode UI.") == 1
+    assert "- m1: entity: ui theme" in prompt and "- m2: entity: editor" in prompt
+    assert "text: User prefers Light Mode.; may change: m1" in prompt
+    assert "may change: m2, m1" in prompt
+
+
 @pytest.mark.parametrize(
-    ("reply", "expected"),
+    ("second", "expected"),
     [
         (
-            {"action": "CREATED", "target_id": None, "text": " New. "},
+            {"action": "CREATED", "target": None, "text": " New. "},
             Decision("CREATED", None, "New."),
         ),
         (
-            {"action": "UPDATED", "target_id": "m1", "text": "Merged."},
-            Decision("UPDATED", "m1", "Merged."),
+            {"action": "UPDATED", "target": "m2", "text": "Merged."},
+            Decision("UPDATED", "0b1e-editor", "Merged."),
         ),
-        ({"action": "DELETED", "target_id": "m1", "text": "x"}, Decision("DELETED", "m1", "")),
-        ({"action": "NONE", "target_id": "m1", "text": ""}, Decision("NONE", "m1", "")),
-        ({"action": "NONE", "target_id": None, "text": ""}, Decision("NONE", None, "")),
+        (
+            {"action": "DELETED", "target": "m1", "text": "x"},
+            Decision("DELETED", "0b1e-dark", ""),
+        ),
+        ({"action": "NONE", "target": "m2", "text": ""}, Decision("NONE", "0b1e-editor", "")),
+        ({"action": "NONE", "target": None, "text": ""}, Decision("NONE", None, "")),
+        ({"action": "NONE", "target": "", "text": ""}, Decision("NONE", None, "")),
     ],
 )
-def test_a_good_consolidation_reply_is_read_exactly(reply, expected):
-    assert parse_decision(reply, EXISTING) == expected
+def test_a_good_consolidation_reply_is_read_exactly(second, expected):
+    first = {"candidate": "c1", "action": "UPDATED", "target": "m1", "text": "Light."}
+    # The decisions come back in the candidates' order whatever the reply's order.
+    reply = {"decisions": [{"candidate": "c2", **second}, first]}
+    assert parse_decisions(reply, WEIGHINGS) == [
+        Decision("UPDATED", "0b1e-dark", "Light."),
+        expected,
+    ]
 
 
 @pytest.mark.parametrize(
-    "reply",
+    "second",
     [
-        {"action": "UPDATED", "target_id": "m9", "text": "Merged."},
-        {"action": "DELETED", "target_id": None, "text": ""},
-        {"action": "UPDATED", "target_id": "m1", "text": ""},
-        {"action": "CREATED", "target_id": "m1", "text": "New."},
-        {"action": "CREATED", "target_id": None, "text": " "},
-        {"action": "MERGED", "target_id": "m1", "text": "x"},
+        {"action": "UPDATED", "target": "m9", "text": "Merged."},
+        {"action": "DELETED", "target": None, "text": ""},
+        {"action": "UPDATED", "target": "m2", "text": ""},
+        {"action": "CREATED", "target": "m2", "text": "New."},
+        {"action": "CREATED", "target": None, "text": " "},
+        {"action": "MERGED", "target": "m2", "text": "x"},
         {"action": "NONE", "text": ""},
-        {"action": "NONE", "target_id": 1, "text": ""},
+        {"action": "NONE", "target": 1, "text": ""},
+        {"action": "NONE", "target": "0b1e-editor", "text": ""},
     ],
     ids=[
         "unknown-target",
@@ -466,11 +537,41 @@ def test_a_good_consolidation_reply_is_read_exactly(reply, expected):
         "action",
         "missing-target",
         "target-type",
+        "an-id-not-a-label",
     ],
 )
-def test_a_consolidation_reply_that_does_not_fit_is_malformed(reply):
+def test_a_consolidation_reply_that_does_not_fit_is_malformed(second):
+    first = {"candidate": "c1", "action": "NONE", "target": "m1", "text": ""}
     with pytest.raises(MalformedReply):
-        parse_decision(reply, EXISTING)
+        parse_decisions({"decisions": [first, {"candidate": "c2", **second}]}, WEIGHINGS)
+
+
+@pytest.mark.parametrize(
+    "decisions",
+    [
+        [],
+        [{"candidate": "c1", "action": "NONE", "target": None, "text": ""}],
+        [{"candidate": c, "action": "NONE", "target": None, "text": ""} for c in ("c1", "c1")],
+        [{"candidate": c, "action": "NONE", "target": None, "text": ""} for c in ("c1", "c3")],
+    ],
+    ids=["none", "one-missing", "twice", "unknown-candidate"],
+)
+def test_a_consolidation_reply_decides_each_candidate_exactly_once(decisions):
+    with pytest.raises(MalformedReply):
+        parse_decisions({"decisions": decisions}, WEIGHINGS)
+
+
+def test_a_candidate_may_change_only_its_own_memories():
+    # m1 is the first candidate's neighbour only: the second may not target it.
+    weighings = [WEIGHINGS[0], Weighing(WEIGHINGS[1].candidate, (EDITOR,))]
+    reply = {
+        "decisions": [
+            {"candidate": "c1", "action": "NONE", "target": None, "text": ""},
+            {"candidate": "c2", "action": "DELETED", "target": "m1", "text": ""},
+        ]
+    }
+    with pytest.raises(MalformedReply):
+        parse_decisions(reply, weighings)
 
 
 def test_decomposition_replies_hold_one_to_four_queries():
@@ -481,21 +582,22 @@ def test_decomposition_replies_hold_one_to_four_queries():
 
 
 def test_the_extraction_prompt_holds_the_texts_and_the_session_ids():
-    assert {f.name for f in fields(ExtractionInput)} == {
-        "session_id",
+    assert {f.name for f in fields(ExtractionTurn)} == {
+        "turn_id",
         "project_id",
-        "prev_session_id",
         "observed_at",
         "user",
         "assistant",
     }
     prompt = extraction_prompt(INP)
     assert "User: I prefer tabs." in prompt and "Assistant: Noted." in prompt
+    assert "[t1] 2026-01-01T00:00:00+00:00, project CloudRetail" in prompt
+    assert "[t2] 2026-01-01T00:00:00+00:00, no project" in prompt
+    assert "turn-1" not in prompt  # turns go by their labels
     instruction = extraction_instruction(INP)
     assert '"in session sess_2026_01"' in instruction
     assert '"in session sess_2025_12"' in instruction
     assert "ignore tool calls and tool outputs" in instruction
-    assert 'project_id "CloudRetail"' in instruction
 
 
 def test_memories_without_an_entity_name_match_by_text_only():

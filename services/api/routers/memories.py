@@ -1,9 +1,10 @@
 """Long-term memory routes: search the memories, list, read, write and delete one.
 
 The search runs on the event loop through the asyncio Postgres pool. The rest
-goes through the synchronous repositories on a worker thread: a write
-consolidates (which may call the LLM) in one transaction holding the user's
-lock, like the extraction worker's (shared.memory.consolidate.write_memory).
+goes through the synchronous repositories on a worker thread: a write is decided
+(which may call the LLM) with no transaction open, then written in one short
+transaction holding the user's lock, like the extraction worker's
+(shared.memory.decisions.write_memory).
 
 `search_router` holds `memories:search` alone: it comes before the archive's
 search in the OpenAPI document, and the other memory routes after it.
@@ -37,10 +38,10 @@ from services.api.memory_models import (
 from services.api.models import json_response
 from services.api.routers.views import found_fields, memory_detail, memory_view
 from shared.db.memories import MemoryRow, PageFilter, Revision
-from shared.db.unit_of_work import UnitOfWork, in_thread
+from shared.db.unit_of_work import UnitOfWork, UnitsOfWork, in_thread
 from shared.events import utcnow
 from shared.llm.base import Candidate
-from shared.memory import consolidate, deletion
+from shared.memory import decisions, deletion
 from shared.memory.consolidate import Source
 from shared.memory.retrieval import sub_queries
 from shared.memory.search import Scope
@@ -107,18 +108,21 @@ async def write_memory(
     project_id = body.project_id or ""
     candidate = Candidate(body.entity_name, body.kind, body.scope, project_id, body.text)
     source = Source(app_id, body.user_id, project_id, body.session_id or "", utcnow(), None)
-    applied = await postgres_or_503(
-        asyncio.to_thread(
-            consolidate.write_memory,
-            api.pool,
-            api.embedder,
-            api.llm,
-            api.settings,
-            candidate,
-            source,
-            body.consolidate,
+    try:
+        applied = await postgres_or_503(
+            asyncio.to_thread(
+                decisions.write_memory,
+                UnitsOfWork(api.pool, "api"),
+                api.embedder,
+                api.llm,
+                api.settings,
+                candidate,
+                source,
+                body.consolidate,
+            )
         )
-    )
+    except decisions.MemoriesChanged as exc:
+        raise ApiError(409, "conflict", f"{exc}") from None
     # The rows come from the statements that wrote them (RETURNING): current.
     memory = memory_view(applied.memory) if applied.memory is not None else None
     return WriteMemoryResponse(action=applied.action, memory=memory)

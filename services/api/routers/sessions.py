@@ -1,4 +1,5 @@
-"""Session routes: record a turn, read a session's view, delete a session.
+"""Session routes: record a turn, read a session's view, flush its extraction
+window, delete a session.
 
 A turn goes into the session buffer first (read-your-writes), then to Pub/Sub,
 whose confirmation the answer waits for: the event is the durable record. The
@@ -20,6 +21,8 @@ from services.api.deps import ApiDep, AppIdDep
 from services.api.errors import ApiError, encode_or_4xx, published_or_503, valkey_or_503
 from services.api.models import (
     DeleteSessionResponse,
+    FlushSessionRequest,
+    FlushSessionResponse,
     Identifier,
     RecordTurnRequest,
     RecordTurnResponse,
@@ -28,6 +31,7 @@ from services.api.models import (
 )
 from shared.config import Settings
 from shared.events import (
+    ExtractionRequested,
     Limits,
     OutgoingMessage,
     ToolEvent,
@@ -103,6 +107,34 @@ async def get_session(
     view, carried = await valkey_or_503(read())
     # The fast path of services.api.models.json_response: the hottest read.
     return json_response(_session_body(session_id, user_id, view, carried))
+
+
+@router.post("/v1/sessions/{session_id}:flush", status_code=202)
+async def flush_session(
+    session_id: SessionPath,
+    body: FlushSessionRequest,
+    app_id: AppIdDep,
+    api: ApiDep,
+) -> FlushSessionResponse:
+    """Extract the session's waiting turns now (the end of a session): an extraction
+    request, published like a turn (202 once Pub/Sub has it)."""
+    event = ExtractionRequested(
+        event_id=str(uuid.uuid4()),
+        app=app_id,
+        user_id=body.user_id,
+        session_id=session_id,
+        reason="flush",
+        created_at=utcnow(),
+    )
+    message = encode_or_4xx(event, Limits.from_settings(api.settings))
+    await published_or_503(
+        api.publisher.publish_message(message),
+        api.settings.publish_timeout_seconds,
+        "the flush could not be published; retry",
+        {"event_id": event.event_id},
+    )
+    log.info("session flushed", session=session_id, event_id=event.event_id)
+    return FlushSessionResponse(session_id=session_id, event_id=event.event_id)
 
 
 @router.delete("/v1/sessions/{session_id}")

@@ -1,0 +1,211 @@
+"""A turn event's own step in the extraction worker: the turn is archived (and
+searchable at once) and joins its session's extraction window, or, when it holds
+nothing worth remembering (`shared.memory.worth`), is done with no model call.
+
+The search keys of the turn and of its neighbours are computed from a snapshot
+read with no lock and embedded with no transaction open; then one short
+transaction takes the user's lock, checks that the session's turns around it are
+still those of the snapshot (else everything is computed again), archives the
+turn, and puts it in the window. Whether the window closes is decided in the
+same transaction (it holds `AM_EXTRACTION_WINDOW_TURNS` turns; or the turn was
+recorded before a flush of its session that came first), and so is whether the
+user's previous session is to be closed; the extraction requests that say so are
+published after the commit (`Enrolled.requests`).
+
+The turn's ledger row is written when its memories are (`windows`), or here for
+a turn the filter skips or a deleted user's.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import datetime
+
+import structlog
+
+from shared.bus.contract import Outcome
+from shared.config import Settings
+from shared.db.episodes import Episode, KeyPlan
+from shared.db.unit_of_work import UnitOfWork
+from shared.db.windows import PendingTurn, WindowKey
+from shared.embeddings.base import Embedder
+from shared.events import (
+    ExtractionRequested,
+    Limits,
+    TurnRecorded,
+    derived_event_id,
+    encode,
+    utcnow,
+)
+from shared.memory.worth import skip_reason
+from shared.metrics import EXTRACTION_SKIPPED
+
+log = structlog.get_logger("agent_memory.extraction")
+
+TURNS_CONSUMER = "turns-extraction"
+# Keys computed again when the session's turns changed under them; then the
+# message is retried.
+ARCHIVE_ATTEMPTS = 3
+
+Units = Callable[[], UnitOfWork]
+
+
+class SessionChanged(RuntimeError):
+    """The turns around a turn kept changing while it was being keyed (transient)."""
+
+
+@dataclass(frozen=True)
+class Enrolled:
+    outcome: Outcome
+    requests: list[ExtractionRequested] = field(default_factory=list)  # publish after commit
+    skipped: str | None = None  # the filter's reason
+
+
+def episode_of(event: TurnRecorded) -> Episode:
+    return Episode(
+        app=event.app,
+        user_id=event.user_id,
+        project_id=event.project_id,
+        session_id=event.session_id,
+        turn_id=event.turn_id,
+        event_id=event.event_id,
+        user_text=event.user,
+        assistant_text=event.assistant,
+        tool_events=[
+            {"name": t.name, "arguments": t.arguments, "output": t.output}
+            for t in event.tool_events
+        ],
+        created_at=event.created_at,
+    )
+
+
+def pending_of(event: TurnRecorded, published_at: datetime | None) -> PendingTurn:
+    return PendingTurn(
+        event_id=event.event_id,
+        turn_id=event.turn_id,
+        project_id=event.project_id,
+        prev_session_id=event.prev_session_id,
+        created_at=event.created_at,
+        user_text=event.user,
+        assistant_text=event.assistant,
+        published_at=published_at,
+    )
+
+
+def request(session: WindowKey, reason: str, cause: str) -> ExtractionRequested:
+    """The request that extracts `session`'s window now, its id derived from what
+    caused it (a redelivery publishes the same request again; a second is harmless)."""
+    return ExtractionRequested(
+        event_id=derived_event_id(
+            "extraction-request", session.app, session.user_id, session.session_id, reason, cause
+        ),
+        app=session.app,
+        user_id=session.user_id,
+        session_id=session.session_id,
+        reason=reason,
+        created_at=utcnow(),
+    )
+
+
+@dataclass
+class Archiver:
+    units: Units
+    embedder: Embedder
+    settings: Settings
+
+    def enroll(self, event: TurnRecorded, published_at: datetime | None) -> Enrolled:
+        episode = episode_of(event)
+        skip = None
+        if self.settings.extraction_filter:
+            skip = skip_reason(event.user, event.assistant, len(event.tool_events))
+        window = self.settings.episode_key_window
+        for _ in range(ARCHIVE_ATTEMPTS):
+            with self.units() as uow:  # reads only: no lock is taken
+                if uow.ledger.applied(TURNS_CONSUMER, event.event_id):
+                    return Enrolled(Outcome.DUPLICATE)
+                plan = None
+                if not uow.episodes.archived(episode):
+                    plan = uow.episodes.plan_archive(
+                        episode, window, self.settings.episode_key_dated
+                    )
+            vectors = self.embedder.embed(plan.texts) if plan is not None and plan.keys else []
+            with self.units() as uow:
+                enrolled = self._write(uow, event, episode, plan, vectors, skip, published_at)
+                if enrolled is None:
+                    continue
+                uow.commit()
+            if enrolled.skipped:
+                EXTRACTION_SKIPPED.labels(enrolled.skipped).inc()
+            return enrolled
+        raise SessionChanged(
+            f"the turns around {event.turn_id} changed under {ARCHIVE_ATTEMPTS} keyings in a row"
+        )
+
+    def _write(
+        self,
+        uow: UnitOfWork,
+        event: TurnRecorded,
+        episode: Episode,
+        plan: KeyPlan | None,
+        vectors: list,
+        skip: str | None,
+        published_at: datetime | None,
+    ) -> Enrolled | None:
+        """One transaction under the user's lock; None when the snapshot is stale."""
+        uow.memories.lock_user(event.app, event.user_id)
+        if uow.ledger.applied(TURNS_CONSUMER, event.event_id):
+            return Enrolled(Outcome.DUPLICATE)
+        if uow.tombstones.covers(event.app, event.user_id, event.created_at):
+            # A late, retried or replayed event of a user deleted since: the ledger row
+            # is all it leaves.
+            uow.ledger.record(TURNS_CONSUMER, event.event_id)
+            return Enrolled(Outcome.DROPPED)
+        archived = False
+        if plan is not None:
+            written = uow.episodes.archive(episode, plan, vectors, self.settings.episode_key_window)
+            if written is None:
+                return None
+            archived = written
+        if skip is not None:
+            uow.ledger.record(TURNS_CONSUMER, event.event_id)
+            return Enrolled(Outcome.APPLIED, skipped=skip)
+        session = WindowKey(event.app, event.user_id, event.session_id)
+        limits = Limits(self.settings.max_message_bytes, self.settings.max_tool_events_bytes)
+        message = encode(event, limits).data
+        enrolled = uow.windows.enroll(session, pending_of(event, published_at), message)
+        requests = self._closes(uow, session, event, published_at, enrolled)
+        outcome = Outcome.APPLIED if enrolled or archived else Outcome.DUPLICATE
+        return Enrolled(outcome, requests)
+
+    def _closes(
+        self,
+        uow: UnitOfWork,
+        session: WindowKey,
+        event: TurnRecorded,
+        published_at: datetime | None,
+        enrolled: bool,
+    ) -> list[ExtractionRequested]:
+        """The extraction requests this turn makes (their windows marked as requested)."""
+        requests = []
+        if not enrolled:
+            # A redelivery: the request its first delivery made may not have gone out.
+            if uow.windows.close_requested(session, event.event_id):
+                requests.append(request(session, "full", event.event_id))
+        else:
+            flushed = uow.windows.flushed_through(session)
+            if flushed is not None and published_at is not None and published_at <= flushed:
+                reason = "late"
+            elif uow.windows.open_count(session) >= self.settings.extraction_window_turns:
+                reason = "full"
+            else:
+                reason = ""
+            if reason and uow.windows.request_close(session):
+                requests.append(request(session, reason, event.event_id))
+        if event.prev_session_id and event.prev_session_id != event.session_id:
+            previous = WindowKey(event.app, event.user_id, event.prev_session_id)
+            if uow.windows.flushed_through(previous) is None or uow.windows.open_count(previous):
+                # The user's next session began: the previous one's window closes, and a
+                # turn of it still in flight closes it again when it arrives.
+                requests.append(request(previous, "next_session", event.event_id))
+        return requests

@@ -1,0 +1,89 @@
+"""What a window of turns (or a generate request) does to the user's memories,
+decided with no transaction open: the model's extraction call (one per window;
+more only when the window is over `AM_LLM_MAX_INPUT_TOKENS`), the candidates
+corrected to their turn's bounds, embedded in one batch, then weighed against
+their neighbours in one consolidation call (`shared.memory.decisions.weigh`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from shared.config import Settings
+from shared.db.unit_of_work import UnitOfWork
+from shared.embeddings.base import Embedder
+from shared.llm import extraction_prompts
+from shared.llm.base import LLM, ExtractionInput
+from shared.memory.consolidate import Source, correct, new_memory
+from shared.memory.decisions import Planned, weigh
+from shared.memory.search import Fusion
+from shared.tokens import estimate_tokens
+
+Units = Callable[[], UnitOfWork]
+
+
+def split(inp: ExtractionInput, max_tokens: int) -> list[ExtractionInput]:
+    """`inp` in consecutive windows whose extraction request is at most `max_tokens`
+    (the instruction and the turns), a whole turn in each; no turn is ever cut.
+    Settings make sure one turn alone always fits (`AM_LLM_MAX_INPUT_TOKENS`)."""
+    windows: list[ExtractionInput] = []
+    turns: list = []
+    for turn in inp.turns:
+        trial = ExtractionInput(inp.session_id, inp.prev_session_id, (*turns, turn))
+        if turns and _request_tokens(trial) > max_tokens:
+            windows.append(ExtractionInput(inp.session_id, inp.prev_session_id, tuple(turns)))
+            turns = []
+        turns.append(turn)
+    if turns:
+        windows.append(ExtractionInput(inp.session_id, inp.prev_session_id, tuple(turns)))
+    return windows
+
+
+def _request_tokens(inp: ExtractionInput) -> int:
+    return estimate_tokens(
+        extraction_prompts.extraction_instruction(inp) + extraction_prompts.extraction_prompt(inp)
+    )
+
+
+@dataclass
+class Planner:
+    units: Units
+    llm: LLM
+    embedder: Embedder
+    settings: Settings
+
+    def plan(self, inp: ExtractionInput, sources: dict[str, Source]) -> list[Planned]:
+        """The decisions for what the turns of `inp` state; `sources` maps each
+        turn id to where its memories come from (owner, project, session, time,
+        event)."""
+        found = []
+        for part in split(inp, self.settings.llm_max_input_tokens):
+            found += self.llm.extract(part).value
+        candidates = []
+        for item in found:
+            source = sources[item.turn_id]
+            candidate = correct(item.candidate, source)
+            if candidate.text.strip():
+                candidates.append((candidate, source))
+        candidates = _latest(candidates)
+        if not candidates:
+            return []
+        vectors = self.embedder.embed([c.text for c, _source in candidates])
+        news = [
+            (new_memory(candidate, source, vector), source)
+            for (candidate, source), vector in zip(candidates, vectors, strict=True)
+        ]
+        fusion = Fusion.from_settings(self.settings)
+        limit = self.settings.consolidation_neighbours
+        return weigh(self.units, self.llm, fusion, limit, news, self.settings.llm_max_input_tokens)
+
+
+def _latest(candidates: list) -> list:
+    """Each candidate once: of the same text in the same scope, the latest turn's
+    (a statement repeated within a window is one memory)."""
+    kept: dict[tuple[str, str, str, str], int] = {}
+    for index, (candidate, _source) in enumerate(candidates):
+        key = (candidate.scope, candidate.project_id, candidate.entity_name, candidate.text.strip())
+        kept[key] = index
+    return [candidates[i] for i in sorted(kept.values())]

@@ -1,0 +1,87 @@
+"""The extraction worker's idle-window sweep: a thread that, every few seconds,
+claims the windows with no new turn for `AM_EXTRACTION_WINDOW_SECONDS` and
+publishes an extraction request for each.
+
+Every replica sweeps; a claim marks the window's turns as requested in one
+statement, so two replicas never both claim a window. A window claimed by a
+worker that died before its request went out (or whose request was lost) is
+claimed again after `RESEND_SECONDS`; a second request for a window is harmless
+(it finds nothing, or fewer turns, to extract). The sweep also ends the flush
+marks of sessions flushed long ago. It pauses while a dependency is down.
+"""
+
+from __future__ import annotations
+
+import threading
+import uuid
+from collections.abc import Callable
+
+import structlog
+
+from services.extraction_worker.archiving import request
+from shared.db.unit_of_work import UnitOfWork
+from shared.events import ExtractionRequested
+from shared.metrics import EXTRACTION_WINDOWS_WAITING
+
+log = structlog.get_logger("agent_memory.extraction")
+
+Units = Callable[[], UnitOfWork]
+
+RESEND_SECONDS = 300.0
+FLUSH_MARK_SECONDS = 24 * 3600.0  # turns in flight at a flush arrive well within this
+CLAIM_LIMIT = 500  # windows claimed per sweep
+
+
+def sweep_interval(idle_seconds: float) -> float:
+    """How often to sweep: a fifth of the idle time, between 0.2 and 5 seconds."""
+    return min(5.0, max(0.2, idle_seconds / 5))
+
+
+class IdleWindows:
+    def __init__(
+        self,
+        units: Units,
+        publish: Callable[[ExtractionRequested], None],
+        idle_seconds: float,
+        ready: Callable[[], bool] = lambda: True,
+    ) -> None:
+        self.units = units
+        self.publish = publish
+        self.idle_seconds = idle_seconds
+        self.ready = ready
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def sweep(self) -> int:
+        """One sweep: the requests published."""
+        with self.units() as uow:
+            sessions = uow.windows.claim_idle(self.idle_seconds, RESEND_SECONDS, CLAIM_LIMIT)
+            uow.windows.forget_flushes(FLUSH_MARK_SECONDS)
+            EXTRACTION_WINDOWS_WAITING.set(uow.windows.waiting())
+            uow.commit()
+        for session in sessions:
+            # A failed publish leaves the claim: the window is claimed again later.
+            self.publish(request(session, "idle", str(uuid.uuid4())))
+        return len(sessions)
+
+    def start(self) -> None:
+        self._thread = threading.Thread(target=self._run, name="idle-windows", daemon=True)
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout=10)
+
+    def _run(self) -> None:
+        interval = sweep_interval(self.idle_seconds)
+        while not self._stop.wait(interval):
+            if not self.ready():
+                continue
+            try:
+                published = self.sweep()
+            except Exception as exc:  # the next sweep tries again
+                log.warning("idle-window sweep failed", error=repr(exc))
+                continue
+            if published:
+                log.info("idle windows closed", windows=published)

@@ -1,0 +1,175 @@
+"""Extraction of a session's window: what its turns state becomes memories, in one
+extraction call and one consolidation call (`planning`), with no transaction
+open while the model decides; then one short transaction under the user's lock
+checks that the window still holds those turns and the memories they were
+weighed against are unchanged, writes the memories (with the late-event rule),
+records each turn in the ledger and empties the window. If anything changed in
+between, the window is decided again from fresh reads, at most
+`DECIDE_ATTEMPTS` times; then the request fails as an event error and is
+retried after the subscription's backoff (nothing is written meanwhile, so
+nothing is lost or doubled).
+
+When a request exhausts its attempts on an error of its own, `dead_letter_window`
+(its subscription's dead-letter hook) hands each turn of the window back to the
+dead letters of `turns-extraction` with the reason, where each can be replayed
+on its own: a replayed turn joins a new window.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import structlog
+
+from services.extraction_worker.archiving import TURNS_CONSUMER
+from services.extraction_worker.planning import Planner
+from shared.bus.attributes import dead_letter_attributes
+from shared.bus.contract import DeadLetter, Outcome
+from shared.bus.publisher import EventPublisher
+from shared.bus.topology import dead_letter_name, full_name
+from shared.config import Settings
+from shared.db.unit_of_work import UnitOfWork
+from shared.db.windows import PendingTurn, WindowKey
+from shared.events import SCHEMA_VERSION, ExtractionRequested, TurnRecorded
+from shared.events.models import ordering_key
+from shared.llm.base import ExtractionInput, ExtractionTurn
+from shared.memory.consolidate import Applied, Source
+from shared.memory.decisions import (
+    DECIDE_ATTEMPTS,
+    MemoriesChanged,
+    Planned,
+    apply,
+    unchanged,
+)
+from shared.memory.search import Fusion
+
+log = structlog.get_logger("agent_memory.extraction")
+
+Units = Callable[[], UnitOfWork]
+
+
+def window_input(session: WindowKey, turns: list[PendingTurn]) -> ExtractionInput:
+    """The window as the model sees it: the texts of its turns, oldest first."""
+    prev = next((t.prev_session_id for t in turns if t.prev_session_id), "")
+    return ExtractionInput(
+        session.session_id,
+        prev,
+        tuple(
+            ExtractionTurn(t.turn_id, t.project_id, t.created_at, t.user_text, t.assistant_text)
+            for t in turns
+        ),
+    )
+
+
+def sources_of(session: WindowKey, turns: list[PendingTurn]) -> dict[str, Source]:
+    return {
+        t.turn_id: Source(
+            session.app, session.user_id, t.project_id, session.session_id, t.created_at, t.event_id
+        )
+        for t in turns
+    }
+
+
+@dataclass
+class WindowExtraction:
+    units: Units
+    planner: Planner
+    settings: Settings
+
+    def extract(self, session: WindowKey) -> Outcome:
+        """Extract what waits in the session's window: APPLIED, or DUPLICATE when
+        nothing does (another request extracted it already)."""
+        for _ in range(DECIDE_ATTEMPTS):
+            with self.units() as uow:  # a read: no lock
+                turns = uow.windows.pending(session)
+            if not turns:
+                return Outcome.DUPLICATE
+            planned = self.planner.plan(window_input(session, turns), sources_of(session, turns))
+            with self.units() as uow:
+                applied = self._write(uow, session, turns, planned)
+                if applied is None:
+                    continue
+                uow.commit()
+            log.info(
+                "window extracted",
+                session=session.session_id,
+                turns=len(turns),
+                actions=[a.action.value for a in applied],
+            )
+            return Outcome.APPLIED
+        raise MemoriesChanged(
+            f"the window of {session.session_id} or its memories changed under "
+            f"{DECIDE_ATTEMPTS} extractions in a row"
+        )
+
+    def _write(
+        self, uow: UnitOfWork, session: WindowKey, turns: list[PendingTurn], planned: list[Planned]
+    ) -> list[Applied] | None:
+        """One transaction under the user's lock; None when what was decided on changed."""
+        uow.memories.lock_user(session.app, session.user_id)
+        ids = [t.event_id for t in turns]
+        waiting = {t.event_id for t in uow.windows.pending(session, lock=True)}
+        if not waiting.issuperset(ids):
+            return None  # extracted or dead-lettered meanwhile: read the window again
+        fusion = Fusion.from_settings(self.settings)
+        if not unchanged(uow, planned, fusion, self.settings.consolidation_neighbours):
+            return None
+        # A turn already in the ledger (a dead letter replayed twice) adds nothing again.
+        new = {event_id for event_id in ids if uow.ledger.record(TURNS_CONSUMER, event_id)}
+        applied = apply(uow, [p for p in planned if p.source.event_id in new])
+        uow.windows.remove(session, ids)
+        return applied
+
+
+def dead_letter_window(
+    units: Units, publisher: EventPublisher, settings: Settings, letter: DeadLetter
+) -> None:
+    """The hook of `extraction-requests`: a request about to be dead-lettered hands
+    each turn of its window to the dead letters of `turns-extraction`, unchanged,
+    with the reason, then empties the window. A crash in between hands some turns
+    over twice; replaying both copies applies the turn once (the ledger)."""
+    session = _session_of(letter)
+    if session is None:
+        return
+    with units() as uow:
+        turns = uow.windows.messages(session)
+    if not turns:
+        return
+    project = settings.google_cloud_project
+    topic = publisher.client.topic_path(
+        project, full_name(settings.topic_prefix, dead_letter_name(TURNS_CONSUMER))
+    )
+    reason = f"its extraction window ({len(turns)} turns) failed: {letter.reason}"
+    key = ordering_key(session.app, session.user_id, session.session_id)
+    futures = []
+    for event_id, data in turns:
+        attributes = {
+            "event_id": event_id,
+            "event_type": TurnRecorded.EVENT_TYPE,
+            "schema_version": SCHEMA_VERSION,
+            "app": session.app,
+        }
+        attempts = settings.max_delivery_attempts  # the window's, spent by its request
+        dead = dead_letter_attributes(attributes, reason, TURNS_CONSUMER, attempts, key)
+        futures.append(publisher.publish_raw(topic, data, dead))
+    for future in futures:
+        future.result(timeout=settings.publish_timeout_seconds)
+    with units() as uow:
+        uow.memories.lock_user(session.app, session.user_id)
+        uow.windows.remove(session, [event_id for event_id, _data in turns])
+        uow.commit()
+    log.warning("window dead-lettered", session=session.session_id, turns=len(turns), reason=reason)
+
+
+def _session_of(letter: DeadLetter) -> WindowKey | None:
+    """The request's session, from the event or, when it did not decode, its body."""
+    if isinstance(letter.event, ExtractionRequested):
+        e = letter.event
+        return WindowKey(e.app, e.user_id, e.session_id)
+    try:
+        body = json.loads(letter.data)
+        return WindowKey(str(body["app"]), str(body["user_id"]), str(body["session_id"]))
+    except (ValueError, KeyError, TypeError):
+        return None

@@ -1,0 +1,169 @@
+"""The extraction windows repository: the turns of each session that wait to be
+extracted together (`extraction_pending`), and how far each session was flushed
+(`extraction_flushes`). docs/design.md, "Extraction windows"."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+import psycopg
+
+from shared.db.run import fetch
+
+_SESSION = "app = %(app)s AND user_id = %(user_id)s AND session_id = %(session_id)s"
+_TURN_COLUMNS = (
+    "event_id::text AS event_id, turn_id, project_id, prev_session_id, created_at, "
+    "user_text, assistant_text, published_at"
+)
+
+
+@dataclass(frozen=True, order=True)
+class WindowKey:
+    """A session, whose turns make one extraction window at a time."""
+
+    app: str
+    user_id: str
+    session_id: str
+
+    def params(self) -> dict[str, Any]:
+        return {"app": self.app, "user_id": self.user_id, "session_id": self.session_id}
+
+
+@dataclass(frozen=True)
+class PendingTurn:
+    """A turn archived and waiting for its window's extraction."""
+
+    event_id: str
+    turn_id: str
+    project_id: str
+    prev_session_id: str
+    created_at: datetime
+    user_text: str
+    assistant_text: str
+    published_at: datetime | None  # Pub/Sub's publish time of the turn event
+
+
+class Windows:
+    def __init__(self, conn: psycopg.Connection) -> None:
+        self.conn = conn
+
+    def enroll(self, session: WindowKey, turn: PendingTurn, message: bytes) -> bool:
+        """Put the turn in its session's window; False if it is there already."""
+        row = self.conn.execute(
+            "INSERT INTO extraction_pending (app, user_id, session_id, event_id, turn_id, "
+            "project_id, prev_session_id, created_at, user_text, assistant_text, message, "
+            "published_at) VALUES (%(app)s, %(user_id)s, %(session_id)s, %(event_id)s, "
+            "%(turn_id)s, %(project_id)s, %(prev_session_id)s, %(created_at)s, %(user_text)s, "
+            "%(assistant_text)s, %(message)s, %(published_at)s) ON CONFLICT DO NOTHING RETURNING 1",
+            {**session.params(), **turn.__dict__, "message": message},
+        ).fetchone()
+        return row is not None
+
+    def open_count(self, session: WindowKey) -> int:
+        """Turns of the session's window that no extraction request covers yet."""
+        row = self.conn.execute(
+            f"SELECT count(*) FROM extraction_pending WHERE {_SESSION} "
+            "AND close_requested_at IS NULL",
+            session.params(),
+        ).fetchone()
+        return int(row[0]) if row else 0
+
+    def request_close(self, session: WindowKey) -> int:
+        """Mark the window's turns as covered by an extraction request; how many."""
+        return self.conn.execute(
+            f"UPDATE extraction_pending SET close_requested_at = now() WHERE {_SESSION} "
+            "AND close_requested_at IS NULL",
+            session.params(),
+        ).rowcount
+
+    def close_requested(self, session: WindowKey, event_id: str) -> bool:
+        """Is the turn waiting in a window that an extraction request covers?"""
+        row = self.conn.execute(
+            f"SELECT close_requested_at IS NOT NULL FROM extraction_pending WHERE {_SESSION} "
+            "AND event_id = %(event_id)s",
+            {**session.params(), "event_id": event_id},
+        ).fetchone()
+        return bool(row and row[0])
+
+    def pending(self, session: WindowKey, *, lock: bool = False) -> list[PendingTurn]:
+        """The window's turns in the session's order (time, then turn id); `lock`:
+        locked until the transaction ends."""
+        rows = fetch(
+            self.conn,
+            f"SELECT {_TURN_COLUMNS} FROM extraction_pending WHERE {_SESSION} "
+            f"ORDER BY created_at, turn_id{' FOR UPDATE' if lock else ''}",
+            session.params(),
+        )
+        return [PendingTurn(**row) for row in rows]
+
+    def messages(self, session: WindowKey) -> list[tuple[str, bytes]]:
+        """(event id, the turn event as published) of each turn of the window."""
+        rows = self.conn.execute(
+            f"SELECT event_id::text, message FROM extraction_pending WHERE {_SESSION} "
+            "ORDER BY created_at, turn_id",
+            session.params(),
+        ).fetchall()
+        return [(event_id, bytes(message)) for event_id, message in rows]
+
+    def remove(self, session: WindowKey, event_ids: list[str]) -> int:
+        return self.conn.execute(
+            f"DELETE FROM extraction_pending WHERE {_SESSION} AND event_id = ANY(%(ids)s::uuid[])",
+            {**session.params(), "ids": event_ids},
+        ).rowcount
+
+    def mark_flush(self, session: WindowKey, through: datetime) -> None:
+        """Turns of the session published up to `through` close their window on arrival."""
+        self.conn.execute(
+            "INSERT INTO extraction_flushes (app, user_id, session_id, through) "
+            "VALUES (%(app)s, %(user_id)s, %(session_id)s, %(through)s) "
+            "ON CONFLICT (app, user_id, session_id) DO UPDATE SET "
+            "through = greatest(extraction_flushes.through, excluded.through), updated_at = now()",
+            {**session.params(), "through": through},
+        )
+
+    def flushed_through(self, session: WindowKey) -> datetime | None:
+        row = self.conn.execute(
+            f"SELECT through FROM extraction_flushes WHERE {_SESSION}", session.params()
+        ).fetchone()
+        return row[0] if row else None
+
+    def claim_idle(self, idle_seconds: float, resend_seconds: float, limit: int) -> list[WindowKey]:
+        """Sessions whose window has had no new turn for `idle_seconds` and no
+        extraction request for `resend_seconds` (one that was claimed but never
+        published, say), at most `limit`, oldest first; marked as requested now,
+        so that another worker's sweep does not claim them too."""
+        rows = self.conn.execute(
+            """
+            WITH due AS (
+                SELECT app, user_id, session_id FROM extraction_pending
+                GROUP BY app, user_id, session_id
+                HAVING max(enrolled_at) < now() - make_interval(secs => %(idle)s)
+                   AND (bool_or(close_requested_at IS NULL)
+                        OR max(close_requested_at) < now() - make_interval(secs => %(resend)s))
+                ORDER BY min(enrolled_at)
+                LIMIT %(limit)s
+            )
+            UPDATE extraction_pending p SET close_requested_at = now()
+            FROM due
+            WHERE p.app = due.app AND p.user_id = due.user_id AND p.session_id = due.session_id
+              AND (p.close_requested_at IS NULL
+                   OR p.close_requested_at < now() - make_interval(secs => %(resend)s))
+            RETURNING p.app, p.user_id, p.session_id
+            """,
+            {"idle": idle_seconds, "resend": resend_seconds, "limit": limit},
+        ).fetchall()
+        return sorted({WindowKey(*row) for row in rows})
+
+    def forget_flushes(self, older_than_seconds: float) -> int:
+        """Drop flush marks older than this: only turns in flight at the flush need them."""
+        return self.conn.execute(
+            "DELETE FROM extraction_flushes WHERE updated_at < now() - make_interval(secs => %s)",
+            (older_than_seconds,),
+        ).rowcount
+
+    def waiting(self) -> int:
+        """Turns waiting in any window."""
+        row = self.conn.execute("SELECT count(*) FROM extraction_pending").fetchone()
+        return int(row[0]) if row else 0

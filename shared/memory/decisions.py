@@ -1,0 +1,156 @@
+"""Deciding what new memories do to a user's memories without a transaction open
+while the model decides, then applying the decisions in one short transaction.
+
+`weigh` reads each candidate's neighbours (`consolidate.neighbours`) in a short
+read-only transaction and asks the model about every candidate in one call, with
+no transaction open and no lock held. The writer then takes the user's lock and
+checks, with `unchanged`, that every candidate still has the neighbours it was
+decided against (the same memories, none changed since); only then does it
+`apply` the decisions. When something changed, the caller decides again from
+fresh reads (a bounded number of times).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from shared.config import Settings
+from shared.db.memories import MemoryRow, NewMemory
+from shared.db.unit_of_work import UnitOfWork
+from shared.embeddings.base import Embedder
+from shared.llm import extraction_prompts
+from shared.llm.base import LLM, Action, Candidate, Decision, Weighing
+from shared.memory.consolidate import (
+    Applied,
+    Consolidator,
+    Source,
+    candidate_of,
+    existing,
+    neighbours,
+    new_memory,
+)
+from shared.memory.search import Fusion
+from shared.tokens import estimate_tokens
+
+Units = Callable[[], UnitOfWork]
+# Decisions made again from fresh reads when the memories changed under them.
+DECIDE_ATTEMPTS = 3
+
+
+class MemoriesChanged(RuntimeError):
+    """A user's memories kept changing between the decisions and their transaction
+    (transient: retried)."""
+
+
+@dataclass(frozen=True)
+class Planned:
+    """A new memory, where it comes from, the neighbours its decision was made
+    against, and the decision (None: written without consolidation)."""
+
+    new: NewMemory
+    source: Source
+    seen: tuple[MemoryRow, ...]
+    decision: Decision | None
+
+
+def _version(memory: MemoryRow) -> tuple[str, object, str]:
+    return memory.id, memory.updated_at, memory.text
+
+
+def weigh(
+    units: Units,
+    llm: LLM,
+    fusion: Fusion,
+    limit: int,
+    items: list[tuple[NewMemory, Source]],
+    max_tokens: int | None = None,
+) -> list[Planned]:
+    """Each new memory's decision, in one model call for all of them (more only
+    when their request would be over `max_tokens`)."""
+    items = [(new, source) for new, source in items if new.text]
+    if not items:
+        return []
+    with units() as uow:
+        seen = [neighbours(uow, new, fusion, limit) for new, _source in items]
+    weighings = [
+        Weighing(candidate_of(new), tuple(existing(found)))
+        for (new, _source), found in zip(items, seen, strict=True)
+    ]
+    decisions = []
+    for batch in _batches(weighings, max_tokens):
+        decisions += llm.consolidate(batch).value
+    return [
+        Planned(new, source, tuple(found), decision)
+        for (new, source), found, decision in zip(items, seen, decisions, strict=True)
+    ]
+
+
+def _batches(weighings: list[Weighing], max_tokens: int | None) -> list[list[Weighing]]:
+    """Consecutive batches whose consolidation request fits `max_tokens`."""
+    if max_tokens is None:
+        return [weighings]
+    batches: list[list[Weighing]] = [[]]
+    for weighing in weighings:
+        trial = [*batches[-1], weighing]
+        if batches[-1] and _request_tokens(trial) > max_tokens:
+            batches.append([])
+        batches[-1].append(weighing)
+    return batches
+
+
+def _request_tokens(weighings: list[Weighing]) -> int:
+    return estimate_tokens(
+        extraction_prompts.CONSOLIDATION_INSTRUCTION
+        + extraction_prompts.consolidation_prompt(weighings)
+    )
+
+
+def unchanged(uow: UnitOfWork, planned: list[Planned], fusion: Fusion, limit: int) -> bool:
+    """Under the user's lock: does every decided memory still have the neighbours
+    it was decided against, each as it was?"""
+    for plan in planned:
+        if plan.decision is None:
+            continue
+        now = neighbours(uow, plan.new, fusion, limit)
+        if {_version(m) for m in now} != {_version(m) for m in plan.seen}:
+            return False
+    return True
+
+
+def apply(uow: UnitOfWork, planned: list[Planned]) -> list[Applied]:
+    """The decisions, in order, in the caller's transaction (which holds the lock)."""
+    consolidator = Consolidator(uow)
+    return [consolidator.apply(p.new, p.source, p.decision) for p in planned]
+
+
+def write_memory(
+    units: Units,
+    embedder: Embedder,
+    llm: LLM,
+    settings: Settings,
+    candidate: Candidate,
+    source: Source,
+    consolidate: bool = True,
+) -> Applied:
+    """One memory a client writes (`POST /v1/memories`): embedded, then, unless
+    `consolidate` is false, decided like the extraction worker's candidates, and
+    written in one transaction that holds the user's lock. Blocking."""
+    new = new_memory(candidate, source, embedder.embed([candidate.text])[0])
+    fusion = Fusion.from_settings(settings)
+    limit = settings.consolidation_neighbours
+    for _ in range(DECIDE_ATTEMPTS):
+        if consolidate:
+            planned = weigh(units, llm, fusion, limit, [(new, source)])
+        else:
+            planned = [Planned(new, source, (), None)]
+        with units() as uow:
+            uow.memories.lock_user(source.app, source.user_id)
+            if not unchanged(uow, planned, fusion, limit):
+                continue
+            applied = apply(uow, planned)
+            uow.commit()
+        return applied[0] if applied else Applied(Action.NONE, None, "")
+    raise MemoriesChanged(
+        f"the user's memories changed under {DECIDE_ATTEMPTS} decisions in a row; retry"
+    )

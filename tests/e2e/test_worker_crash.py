@@ -95,8 +95,10 @@ def test_a_worker_stopped_mid_burst_applies_every_event_exactly_once(
         # their lease ends: up to the subscription's ack deadline, not at once.
         # Archived at once, extracted when their windows close.
         wait_for(
-            lambda: _counts(pool, valkey_client, ids)[:2] == (EVENTS, EVENTS)
-            and _ledger(pool, [e.event_id for e in events]) == EVENTS,
+            lambda: (
+                _counts(pool, valkey_client, ids)[:2] == (EVENTS, EVENTS)
+                and _ledger(pool, [e.event_id for e in events]) == EVENTS
+            ),
             240,
             "all 500 events applied",
             interval=0.5,

@@ -206,12 +206,18 @@ def inline_extraction(pool, llm, embedder, settings: Settings, window: int = 1):
 
 @contextmanager
 def extraction_worker(
-    settings: Settings, pool, llm, embedder, publisher: EventPublisher, recorder=None
+    settings: Settings,
+    pool,
+    llm,
+    embedder,
+    publisher: EventPublisher,
+    recorder=None,
+    only: set[str] | None = None,
 ) -> Iterator[dict[str, SubscriberRuntime]]:
     """The extraction worker's subscriptions as `agent-memory worker extraction`
     runs them (its handlers, publishing its extraction requests, and its dead-letter
     hooks, and its sweep of idle windows), in this process; every handler wrapped by
-    `recorder` when given."""
+    `recorder` when given; `only` these subscriptions when given."""
     from services.extraction_worker import handlers as extraction
     from services.extraction_worker.sweeper import IdleWindows
     from shared.db.unit_of_work import UnitsOfWork
@@ -222,6 +228,8 @@ def extraction_worker(
     hooks = extraction.dead_letter_hooks(resources)
     runtimes = {}
     for subscription, table in extraction.handlers(resources).items():
+        if only is not None and subscription not in only:
+            continue
         if recorder is not None:
             table = {kind: [recorder.wrap(h) for h in entry] for kind, entry in table.items()}
         runtimes[subscription] = SubscriberRuntime(

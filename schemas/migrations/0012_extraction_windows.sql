@@ -3,7 +3,8 @@
 -- in the transaction that extracts its turn (with the turn's ledger row), or
 -- when its window is dead-lettered (the turn is then in turns-extraction's
 -- dead letters). `message` is the turn event as a worker publishes it, so a
--- dead-lettered window can hand back each of its turns unchanged.
+-- dead-lettered window can hand back each of its turns unchanged. When a window
+-- closes, its turns get the id of the extraction request that extracts them.
 CREATE TABLE extraction_pending (
     app                 text NOT NULL,
     user_id             text NOT NULL,
@@ -18,7 +19,8 @@ CREATE TABLE extraction_pending (
     message             bytea NOT NULL,
     published_at        timestamptz,          -- Pub/Sub's publish time of the turn
     enrolled_at         timestamptz NOT NULL DEFAULT now(),
-    close_requested_at  timestamptz,          -- an extraction request was published
+    close_requested_at  timestamptz,          -- when the window closed
+    window_id           uuid,                 -- the extraction request of the closed window
     PRIMARY KEY (app, user_id, session_id, event_id)
 );
 

@@ -70,6 +70,10 @@ class Api:
     def record(self, session_id: str, body: dict[str, Any]) -> dict[str, Any]:
         return self.call("POST", f"/v1/sessions/{session_id}/turns", 202, json=body)
 
+    def flush(self, session_id: str, user_id: str) -> dict[str, Any]:
+        """The session is over: its turns' memories are extracted now."""
+        return self.call("POST", f"/v1/sessions/{session_id}:flush", 202, json={"user_id": user_id})
+
     def context(self, body: dict[str, Any]) -> dict[str, Any]:
         return self.call("POST", "/v1/context", json=body)
 

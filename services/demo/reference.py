@@ -65,6 +65,8 @@ def play(api: Api, say: Any) -> tuple[list[Check], dict[str, Any]]:
             body["project_id"] = project
         api.record(S1, body)
         say(f"  {S1} turn {n} ({project or 'no project'}): {text[:70]}...")
+    api.flush(S1, USER)
+    say(f"  {S1} ends: the agent flushes it, so its memories are extracted now")
 
     def extracted() -> list[dict[str, Any]] | None:
         live = api.memories(USER)
@@ -121,7 +123,8 @@ def play(api: Api, say: Any) -> tuple[list[Check], dict[str, Any]]:
 def _light_mode(api: Api, say: Any) -> Check:
     body = {"user_id": USER, "turn_id": f"{S2}-1", "prev_session_id": S1}
     api.record(S2, body | {"user": "I've switched to Light Mode.", "assistant": "Noted."})
-    say(f"  {S2} turn 1: I've switched to Light Mode.")
+    api.flush(S2, USER)
+    say(f"  {S2} turn 1: I've switched to Light Mode. (then the session ends)")
 
     def switched() -> list[dict[str, Any]] | None:
         theme = [m for m in api.memories(USER) if "Mode" in m["text"]]

@@ -33,6 +33,7 @@ def figures(result: SessionResult) -> dict[str, Any]:
             "naive_tokens": naive_total,
             "tiered_prompt_tokens": tiered_total,
             "background_tokens": result.background_tokens,
+            "background_tokens_per_turn": round(result.background_tokens / len(result.naive)),
             "tiered_with_background_tokens": with_background,
             "savings_percent": round(100 * (1 - with_background / naive_total), 1),
         },
@@ -41,7 +42,8 @@ def figures(result: SessionResult) -> dict[str, Any]:
             "p99": round(percentile(result.context_ms, 99), 1),
         },
         "pipeline_lag_ms": {
-            "what": "turn recorded -> its memory in the live view (turns 1-5 and 45)",
+            "what": "turn recorded -> its memory written (turns 1-5 and 45); a turn's memory "
+            "is written when its extraction window closes (after 4 turns, or the flush)",
             "p50": round(percentile(result.lag_ms, 50)),
             "max": round(max(result.lag_ms)),
         },
@@ -123,8 +125,10 @@ def lines(providers: dict[str, str], numbers: dict[str, Any], checks: list[Check
         f"{total['tiered_prompt_tokens']:,} in prompts + {total['background_tokens']:,} in the "
         f"workers' LLM calls = {total['tiered_with_background_tokens']:,}: "
         f"{total['savings_percent']}% saved",
+        f"  the workers' LLM calls: {total['background_tokens_per_turn']:,} tokens per turn",
         f"  /v1/context read: p50 {read['p50']} ms, p99 {read['p99']} ms",
-        f"  pipeline lag (turn recorded -> memory live): p50 {lag['p50']} ms, max {lag['max']} ms",
+        f"  pipeline lag (turn recorded -> memory written, windows of 4 turns): "
+        f"p50 {lag['p50']} ms, max {lag['max']} ms",
         "",
         "== Checks",
         *[c.line() for c in checks],

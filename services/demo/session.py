@@ -7,14 +7,17 @@ turns 6-45 are work: each runs a tool whose output (code, a stack trace, a test
 log) is a few thousand tokens. Before each turn the agent asks `/v1/context` for
 the turn's prompt; the report compares, per turn, that instruction plus the new
 message (tiered) with every earlier turn verbatim plus the new message (naive).
+The agent does not wait for the pipeline between turns; before turn 45 it waits
+until the rules of turns 1-5 are memories (their windows closed long before), and
+after turn 45 it ends the session with a flush.
 """
 
 from __future__ import annotations
 
 import random
-import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from typing import Any
 
 from services.demo.api import Api, Check, check, wait_until
@@ -171,10 +174,15 @@ def _record_all(
     Returns the prompt tokens of every turn, naive and tiered, the context reads'
     milliseconds, the memory lags of the measured turns, the last context, and the
     workers' LLM tokens so far after each turn."""
-    naive, tiered, context_ms, lag_ms, so_far = [], [], [], [], []
+    naive, tiered, context_ms, so_far = [], [], [], []
+    recorded: dict[int, datetime] = {}  # the measured turns: when each was recorded
     history = 0  # tokens of every earlier turn, verbatim
     ctx: dict[str, Any] = {}
     for turn in turns:
+        if turn.n == TURN_COUNT:
+            # The turn relies on the opening rules: they are memories by now.
+            for n in range(1, len(OPENING) + 1):
+                _wait_memory(api, turns[n - 1])
         ctx, took = api.timed(
             "POST",
             "/v1/context",
@@ -197,17 +205,19 @@ def _record_all(
             "assistant": turn.assistant,
             "tool_events": turn.tool_events,
         }
-        recorded_at = time.monotonic()
+        recorded[turn.n] = datetime.now(UTC)
         api.record(SESSION, body)
         history += estimate_tokens(turn.rendered())
-        if turn.n <= len(OPENING) or turn.n == TURN_COUNT:
-            lag_ms.append(_wait_memory(api, turn, recorded_at))
         so_far.append(background())
         if turn.n % 5 == 0:
             say(
                 f"  turn {turn.n:2d}: prompt tokens naive {naive[-1]:>7,}  tiered {tiered[-1]:>5,}"
                 f"  (context read {took:.0f} ms)"
             )
+    api.flush(SESSION, USER)
+    say("  the session ends: the agent flushes it")
+    measured = [*range(1, len(OPENING) + 1), TURN_COUNT]
+    lag_ms = [_wait_memory(api, turns[n - 1], recorded[n]) for n in measured]
     return naive, tiered, context_ms, lag_ms, ctx, so_far
 
 
@@ -234,17 +244,20 @@ def _view(api: Api) -> dict[str, Any]:
     return api.call("GET", f"/v1/sessions/{SESSION}", params={"user_id": USER})
 
 
-def _wait_memory(api: Api, turn: Turn, since: float) -> float:
-    """Milliseconds from recording `turn` until its memory is in the live view. Turns
-    of one session reach the extraction worker in order, so the last turn's memory
-    also means every earlier turn was handled."""
+def _wait_memory(api: Api, turn: Turn, since: datetime | None = None) -> float:
+    """Wait until `turn`'s memory is in the live view; milliseconds from `since` (when
+    the turn was recorded) until the memory was written (its creation time)."""
     key = (turn.user if turn.n <= len(OPENING) else CLOSING).split()[-1].rstrip(".")
-    wait_until(
-        f"the memory of turn {turn.n}",
-        lambda: (
-            any(key in m["text"] for m in api.memories(USER, project_id=PROJECT))
-            or any(key in m["text"] for m in api.memories(USER, scope="global"))
-            or None
-        ),
-    )
-    return (time.monotonic() - since) * 1000
+
+    def found() -> dict[str, Any] | None:
+        for scope in ({"project_id": PROJECT}, {"scope": "global"}):
+            for memory in api.memories(USER, **scope):
+                if key in memory["text"]:
+                    return memory
+        return None
+
+    memory = wait_until(f"the memory of turn {turn.n}", found)
+    if since is None:
+        return 0.0
+    written = datetime.fromisoformat(memory["created_at"].replace("Z", "+00:00"))
+    return max(0.0, (written - since).total_seconds() * 1000)

@@ -93,19 +93,23 @@ def pending_of(event: TurnRecorded, published_at: datetime | None) -> PendingTur
     )
 
 
-def request(session: WindowKey, reason: str, cause: str) -> ExtractionRequested:
-    """The request that extracts `session`'s window now, its id derived from what
-    caused it (a redelivery publishes the same request again; a second is harmless)."""
+def request(session: WindowKey, reason: str, window_id: str) -> ExtractionRequested:
+    """The request that extracts `session`'s window `window_id` (the turns it closed
+    with; for a flush and the next session's start, every turn waiting)."""
     return ExtractionRequested(
-        event_id=derived_event_id(
-            "extraction-request", session.app, session.user_id, session.session_id, reason, cause
-        ),
+        event_id=window_id,
         app=session.app,
         user_id=session.user_id,
         session_id=session.session_id,
         reason=reason,
         created_at=utcnow(),
     )
+
+
+def window_id(session: WindowKey, reason: str, cause: str) -> str:
+    """A window's id, derived from what closed it: a redelivery closes the same one."""
+    parts = ("extraction-window", session.app, session.user_id, session.session_id)
+    return derived_event_id(*parts, reason, cause)
 
 
 @dataclass
@@ -190,8 +194,9 @@ class Archiver:
         requests = []
         if not enrolled:
             # A redelivery: the request its first delivery made may not have gone out.
-            if uow.windows.close_requested(session, event.event_id):
-                requests.append(request(session, "full", event.event_id))
+            closed = uow.windows.window_of(session, event.event_id)
+            if closed is not None:
+                requests.append(request(session, "full", closed))
         else:
             flushed = uow.windows.flushed_through(session)
             if flushed is not None and published_at is not None and published_at <= flushed:
@@ -200,12 +205,15 @@ class Archiver:
                 reason = "full"
             else:
                 reason = ""
-            if reason and uow.windows.request_close(session):
-                requests.append(request(session, reason, event.event_id))
+            if reason:
+                closing = window_id(session, reason, event.event_id)
+                if uow.windows.close(session, closing):
+                    requests.append(request(session, reason, closing))
         if event.prev_session_id and event.prev_session_id != event.session_id:
             previous = WindowKey(event.app, event.user_id, event.prev_session_id)
             if uow.windows.flushed_through(previous) is None or uow.windows.open_count(previous):
                 # The user's next session began: the previous one's window closes, and a
                 # turn of it still in flight closes it again when it arrives.
-                requests.append(request(previous, "next_session", event.event_id))
+                closing = window_id(previous, "next_session", event.event_id)
+                requests.append(request(previous, "next_session", closing))
         return requests

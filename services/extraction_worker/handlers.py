@@ -47,6 +47,8 @@ log = structlog.get_logger("agent_memory.extraction")
 
 GENERATE_CONSUMER = "memory-generate-extraction"
 REQUESTS = "extraction-requests"
+# Requests that extract every turn waiting in the session, not only a closed window's.
+EVERY_TURN = ("flush", "next_session")
 Units = Callable[[], UnitOfWork]
 # What becomes of an extraction request: published (the worker) or handled at once.
 Request = Callable[[ExtractionRequested], None]
@@ -76,14 +78,16 @@ class Extraction:
 
     def handle_request(self, event: ExtractionRequested, delivery: Delivery | None) -> Outcome:
         session = WindowKey(event.app, event.user_id, event.session_id)
-        if event.reason in ("flush", "next_session"):
-            # Turns of the session published before this request and still in flight
-            # close their window as soon as they arrive.
-            through = delivery.publish_time if delivery and delivery.publish_time else None
-            with self.units() as uow:
-                uow.windows.mark_flush(session, through or event.created_at)
-                uow.commit()
-        return self.windows.extract(session)
+        if event.reason not in EVERY_TURN:
+            # The turns its window closed with (a window that closed by itself).
+            return self.windows.extract(session, event.event_id)
+        # Turns of the session published before this request and still in flight
+        # close their window as soon as they arrive.
+        through = delivery.publish_time if delivery and delivery.publish_time else None
+        with self.units() as uow:
+            uow.windows.mark_flush(session, through or event.created_at)
+            uow.commit()
+        return self.windows.extract(session, None)
 
     def handle_generate(self, event: MemoriesGenerate, delivery: Delivery | None) -> Outcome:
         source = Source(
@@ -182,7 +186,9 @@ def dead_letter_hooks(resources: Resources) -> dict[str, DeadLetterHook]:
     units = _units(resources)
     return {
         GENERATE_CONSUMER: partial(fail_operation, units),
-        REQUESTS: partial(dead_letter_window, units, resources.publisher, resources.settings),
+        REQUESTS: partial(
+            dead_letter_window, units, resources.publisher, resources.settings, EVERY_TURN
+        ),
     }
 
 

@@ -2,18 +2,17 @@
 claims the windows with no new turn for `AM_EXTRACTION_WINDOW_SECONDS` and
 publishes an extraction request for each.
 
-Every replica sweeps; a claim marks the window's turns as requested in one
-statement, so two replicas never both claim a window. A window claimed by a
-worker that died before its request went out (or whose request was lost) is
-claimed again after `RESEND_SECONDS`; a second request for a window is harmless
-(it finds nothing, or fewer turns, to extract). The sweep also ends the flush
+Every replica sweeps; closing a window marks its turns with the id of its
+request in one statement, so two replicas never both close a window. A window
+closed by a worker that died before its request went out (or whose request was
+lost) is closed again, under a new id, after `RESEND_SECONDS`; the first request,
+should it still come, then finds nothing to extract. The sweep also ends the flush
 marks of sessions flushed long ago. It pauses while a dependency is down.
 """
 
 from __future__ import annotations
 
 import threading
-import uuid
 from collections.abc import Callable
 
 import structlog
@@ -55,14 +54,14 @@ class IdleWindows:
     def sweep(self) -> int:
         """One sweep: the requests published."""
         with self.units() as uow:
-            sessions = uow.windows.claim_idle(self.idle_seconds, RESEND_SECONDS, CLAIM_LIMIT)
+            closed = uow.windows.close_idle(self.idle_seconds, RESEND_SECONDS, CLAIM_LIMIT)
             uow.windows.forget_flushes(FLUSH_MARK_SECONDS)
             EXTRACTION_WINDOWS_WAITING.set(uow.windows.waiting())
             uow.commit()
-        for session in sessions:
-            # A failed publish leaves the claim: the window is claimed again later.
-            self.publish(request(session, "idle", str(uuid.uuid4())))
-        return len(sessions)
+        for session, window_id in closed:
+            # A failed publish leaves the window closed: it is closed again later.
+            self.publish(request(session, "idle", window_id))
+        return len(closed)
 
     def start(self) -> None:
         self._thread = threading.Thread(target=self._run, name="idle-windows", daemon=True)

@@ -78,12 +78,13 @@ class WindowExtraction:
     planner: Planner
     settings: Settings
 
-    def extract(self, session: WindowKey) -> Outcome:
-        """Extract what waits in the session's window: APPLIED, or DUPLICATE when
-        nothing does (another request extracted it already)."""
+    def extract(self, session: WindowKey, window_id: str | None) -> Outcome:
+        """Extract the session's closed window `window_id` (None: every turn waiting
+        in the session): APPLIED, or DUPLICATE when none of its turns waits any more
+        (another request extracted them already)."""
         for _ in range(DECIDE_ATTEMPTS):
             with self.units() as uow:  # a read: no lock
-                turns = uow.windows.pending(session)
+                turns = uow.windows.pending(session, window_id)
             if not turns:
                 return Outcome.DUPLICATE
             planned = self.planner.plan(window_input(session, turns), sources_of(session, turns))
@@ -124,17 +125,23 @@ class WindowExtraction:
 
 
 def dead_letter_window(
-    units: Units, publisher: EventPublisher, settings: Settings, letter: DeadLetter
+    units: Units,
+    publisher: EventPublisher,
+    settings: Settings,
+    every_turn: tuple[str, ...],
+    letter: DeadLetter,
 ) -> None:
     """The hook of `extraction-requests`: a request about to be dead-lettered hands
     each turn of its window to the dead letters of `turns-extraction`, unchanged,
     with the reason, then empties the window. A crash in between hands some turns
     over twice; replaying both copies applies the turn once (the ledger)."""
-    session = _session_of(letter)
-    if session is None:
+    found = _request_of(letter)
+    if found is None:
         return
+    session, request_id, reason = found
+    window = None if reason in every_turn else request_id
     with units() as uow:
-        turns = uow.windows.messages(session)
+        turns = uow.windows.messages(session, window)
     if not turns:
         return
     project = settings.google_cloud_project
@@ -163,13 +170,15 @@ def dead_letter_window(
     log.warning("window dead-lettered", session=session.session_id, turns=len(turns), reason=reason)
 
 
-def _session_of(letter: DeadLetter) -> WindowKey | None:
-    """The request's session, from the event or, when it did not decode, its body."""
+def _request_of(letter: DeadLetter) -> tuple[WindowKey, str, str] | None:
+    """The request's session, id and reason, from the event or, when it did not
+    decode, its body."""
     if isinstance(letter.event, ExtractionRequested):
         e = letter.event
-        return WindowKey(e.app, e.user_id, e.session_id)
+        return WindowKey(e.app, e.user_id, e.session_id), e.event_id, e.reason
     try:
         body = json.loads(letter.data)
-        return WindowKey(str(body["app"]), str(body["user_id"]), str(body["session_id"]))
+        session = WindowKey(str(body["app"]), str(body["user_id"]), str(body["session_id"]))
+        return session, str(body["event_id"]), str(body.get("reason", ""))
     except (ValueError, KeyError, TypeError):
         return None

@@ -70,40 +70,47 @@ class Windows:
         ).fetchone()
         return int(row[0]) if row else 0
 
-    def request_close(self, session: WindowKey) -> int:
-        """Mark the window's turns as covered by an extraction request; how many."""
+    def close(self, session: WindowKey, window_id: str) -> int:
+        """Close the session's open window: its turns are the extraction request
+        `window_id`'s; how many."""
         return self.conn.execute(
-            f"UPDATE extraction_pending SET close_requested_at = now() WHERE {_SESSION} "
-            "AND close_requested_at IS NULL",
-            session.params(),
+            f"UPDATE extraction_pending SET close_requested_at = now(), window_id = %(window)s "
+            f"WHERE {_SESSION} AND close_requested_at IS NULL",
+            {**session.params(), "window": window_id},
         ).rowcount
 
-    def close_requested(self, session: WindowKey, event_id: str) -> bool:
-        """Is the turn waiting in a window that an extraction request covers?"""
+    def window_of(self, session: WindowKey, event_id: str) -> str | None:
+        """The extraction request of the closed window that holds the turn, if any."""
         row = self.conn.execute(
-            f"SELECT close_requested_at IS NOT NULL FROM extraction_pending WHERE {_SESSION} "
+            f"SELECT window_id::text FROM extraction_pending WHERE {_SESSION} "
             "AND event_id = %(event_id)s",
             {**session.params(), "event_id": event_id},
         ).fetchone()
-        return bool(row and row[0])
+        return row[0] if row else None
 
-    def pending(self, session: WindowKey, *, lock: bool = False) -> list[PendingTurn]:
-        """The window's turns in the session's order (time, then turn id); `lock`:
+    def pending(
+        self, session: WindowKey, window_id: str | None = None, *, lock: bool = False
+    ) -> list[PendingTurn]:
+        """The turns of the session's closed window `window_id` (None: every turn
+        waiting in the session) in the session's order (time, then turn id); `lock`:
         locked until the transaction ends."""
+        where = _SESSION + (" AND window_id = %(window)s" if window_id else "")
         rows = fetch(
             self.conn,
-            f"SELECT {_TURN_COLUMNS} FROM extraction_pending WHERE {_SESSION} "
+            f"SELECT {_TURN_COLUMNS} FROM extraction_pending WHERE {where} "
             f"ORDER BY created_at, turn_id{' FOR UPDATE' if lock else ''}",
-            session.params(),
+            {**session.params(), "window": window_id},
         )
         return [PendingTurn(**row) for row in rows]
 
-    def messages(self, session: WindowKey) -> list[tuple[str, bytes]]:
-        """(event id, the turn event as published) of each turn of the window."""
+    def messages(self, session: WindowKey, window_id: str | None) -> list[tuple[str, bytes]]:
+        """(event id, the turn event as published) of each turn of the window (None:
+        of every turn waiting in the session)."""
+        where = _SESSION + (" AND window_id = %(window)s" if window_id else "")
         rows = self.conn.execute(
-            f"SELECT event_id::text, message FROM extraction_pending WHERE {_SESSION} "
+            f"SELECT event_id::text, message FROM extraction_pending WHERE {where} "
             "ORDER BY created_at, turn_id",
-            session.params(),
+            {**session.params(), "window": window_id},
         ).fetchall()
         return [(event_id, bytes(message)) for event_id, message in rows]
 
@@ -129,15 +136,19 @@ class Windows:
         ).fetchone()
         return row[0] if row else None
 
-    def claim_idle(self, idle_seconds: float, resend_seconds: float, limit: int) -> list[WindowKey]:
-        """Sessions whose window has had no new turn for `idle_seconds` and no
-        extraction request for `resend_seconds` (one that was claimed but never
-        published, say), at most `limit`, oldest first; marked as requested now,
-        so that another worker's sweep does not claim them too."""
+    def close_idle(
+        self, idle_seconds: float, resend_seconds: float, limit: int
+    ) -> list[tuple[WindowKey, str]]:
+        """Close the windows that have had no new turn for `idle_seconds`, and close
+        again those closed `resend_seconds` ago and still waiting (their request was
+        lost: a worker died before publishing it, say); at most `limit`, oldest
+        first. Each gets a new window id, so another worker's sweep cannot close it
+        too: (session, window id) of each."""
         rows = self.conn.execute(
             """
             WITH due AS (
-                SELECT app, user_id, session_id FROM extraction_pending
+                SELECT app, user_id, session_id, gen_random_uuid() AS window_id
+                FROM extraction_pending
                 GROUP BY app, user_id, session_id
                 HAVING max(enrolled_at) < now() - make_interval(secs => %(idle)s)
                    AND (bool_or(close_requested_at IS NULL)
@@ -145,16 +156,18 @@ class Windows:
                 ORDER BY min(enrolled_at)
                 LIMIT %(limit)s
             )
-            UPDATE extraction_pending p SET close_requested_at = now()
+            UPDATE extraction_pending p SET close_requested_at = now(), window_id = due.window_id
             FROM due
             WHERE p.app = due.app AND p.user_id = due.user_id AND p.session_id = due.session_id
               AND (p.close_requested_at IS NULL
                    OR p.close_requested_at < now() - make_interval(secs => %(resend)s))
-            RETURNING p.app, p.user_id, p.session_id
+            RETURNING p.app, p.user_id, p.session_id, p.window_id::text
             """,
             {"idle": idle_seconds, "resend": resend_seconds, "limit": limit},
         ).fetchall()
-        return sorted({WindowKey(*row) for row in rows})
+        return sorted(
+            {(WindowKey(app, user, session), window) for app, user, session, window in rows}
+        )
 
     def forget_flushes(self, older_than_seconds: float) -> int:
         """Drop flush marks older than this: only turns in flight at the flush need them."""

@@ -76,47 +76,32 @@ def extraction_schema(inp: ExtractionInput) -> dict[str, Any]:
 def extraction_instruction(inp: ExtractionInput) -> str:
     return "\n".join(
         [
-            "You extract long-term memories about a user from turns of their conversation "
-            "with an AI assistant, as a memory bank does.",
-            "",
-            "Worth remembering:",
-            "- the user's preferences (tools, languages, styles, interfaces, ways of working);",
-            "- facts about the user and their projects (architecture, stack, infrastructure, "
-            "people, deadlines);",
-            "- anything the user explicitly asks to remember;",
-            '- constraints and vetoes ("must", "never", "always", limits, what is not allowed);',
-            "- key outcomes and decisions of the conversation.",
-            "Not worth remembering: greetings, chatter, questions, general knowledge, the "
-            "assistant's explanations, anything hypothetical. The turns may hold nothing worth "
-            "remembering: then answer with an empty list.",
-            "",
+            "Extract long-term memories about a user from turns of their conversation with "
+            "an AI assistant, as a memory bank does.",
+            "Keep: the user's preferences (tools, languages, styles, ways of working); facts "
+            "about the user and their projects (stack, infrastructure, people, deadlines); "
+            "what they ask to remember; constraints and vetoes (must, never, always, limits); "
+            "key decisions and outcomes.",
+            "Skip: greetings, chatter, questions, general knowledge, the assistant's "
+            "explanations, hypotheticals. Turns with nothing to keep give an empty list.",
             "Use only the user's and the assistant's text; ignore tool calls and tool outputs. "
-            "What the assistant says counts only when it restates what the user decided.",
-            "",
+            "The assistant's words count only where they restate what the user decided.",
             "Each memory:",
             '- turn: the label of the turn that states it ("t1"); when turns change the same '
-            "thing, give only its latest value, with the latest turn;",
-            '- text: one self-contained sentence in the third person ("User prefers Dark Mode '
-            'UI.", "For project CloudRetail, the region is us-east1."), clear without the '
-            "conversation;",
-            '- entity_name: a short lowercase key of what it is about ("ui theme", '
-            '"backend", "tool execution timeout"), the same key whenever the same thing is '
-            "meant again, so a later change of it can replace it;",
-            '- kind: "preference" (a liking or choice), "fact" (something true about the user '
-            'or a project), "rule" (a constraint or veto to follow always), "event" (something '
-            "that happened, an outcome);",
-            '- scope: "global" (holds across all the user\'s projects), "project" (about one '
-            'project), "session" (task state of this session only: "in this session", "for '
-            'this session");',
-            '- project_id: the project for scope "project", otherwise "".',
-            'A turn of a project: what the user states about their work there is "project" '
-            "scope with that project_id, unless they say it holds across all their projects. "
-            'A turn of no project: use "project" only for a project the user names, with its '
-            "name as project_id.",
-            "",
+            "thing, only its latest value, with the latest turn;",
+            '- text: one self-contained third-person sentence ("User prefers Dark Mode UI.", '
+            '"For project CloudRetail, the region is us-east1.");',
+            '- entity_name: a short lowercase key of what it is about ("ui theme", "backend"), '
+            "the same whenever the same thing is meant, so a later change replaces it;",
+            '- kind: "preference" (a liking or choice), "fact", "rule" (a constraint or veto '
+            'to follow always) or "event" (something that happened);',
+            '- scope: "global" (across all the user\'s projects), "project" (one project: '
+            "project_id is its name; a turn's own project unless the user says \"across all "
+            'my projects"; a turn of no project only for a project the user names) or '
+            '"session" (state of this session only); project_id "" unless "project".',
             temporal_rules(inp.session_id, inp.prev_session_id),
-            'When the user revokes something ("I no longer ...", "forget that ..."), write the '
-            'revocation as the memory ("User no longer prefers Dark Mode UI.").',
+            'A revocation ("I no longer ...", "forget that ...") is itself the memory ("User '
+            'no longer prefers Dark Mode UI.").',
         ]
     )
 
@@ -166,23 +151,19 @@ def parse_found(value: Any, inp: ExtractionInput) -> list[Found]:
 
 CONSOLIDATION_INSTRUCTION = "\n".join(
     [
-        "You keep a user's long-term memories consistent. Each new candidate memory comes "
-        "with the existing memories it may change (the most similar ones of the same user "
-        "and scope). For each candidate, in order, choose one action:",
-        '- "CREATED": the candidate is new information. target: null; text: the memory to '
-        "store (the candidate's text, or a clearer self-contained version of it).",
-        '- "UPDATED": the candidate is about the same thing as one of its existing memories '
-        "and changes or refines it. target: that memory's label; text: the merged memory, "
-        "where the candidate (the newer statement) wins wherever they conflict.",
-        '- "DELETED": the candidate revokes or contradicts one of its existing memories '
-        'without stating a new value. target: that memory\'s label; text: "". If the '
-        'candidate also states a new value, choose "UPDATED" instead.',
-        '- "NONE": its existing memories already say what the candidate says (a duplicate), '
-        "or the candidate revokes something no memory holds. target: the duplicated "
-        'memory\'s label, or null; text: "".',
-        "A target is one of the labels the candidate may change, or null. Candidates come in "
-        "the order they were said: a later one about the same thing as an earlier one wins. "
-        "Texts are self-contained sentences in the third person.",
+        "You keep a user's long-term memories consistent. Each new candidate comes with the "
+        "existing memories it may change (the most similar of the same user and scope). For "
+        "each candidate, in order, choose:",
+        '- "CREATED": new information. target: null; text: the memory to store (the '
+        "candidate's text, or a clearer self-contained one).",
+        '- "UPDATED": it changes or refines one of its memories. target: that label; text: '
+        "the merged memory, the candidate (newer) winning where they conflict.",
+        '- "DELETED": it revokes one of its memories without a new value (with one: '
+        '"UPDATED"). target: that label; text: "".',
+        '- "NONE": its memories already say it, or it revokes nothing held. target: the '
+        'duplicate\'s label or null; text: "".',
+        "A target is one of the candidate's labels or null. Candidates come in the order "
+        "said: a later one about the same thing wins. Texts are third-person sentences.",
     ]
 )
 

@@ -5,6 +5,8 @@ provider would (`tests.fake_gemini_model`)."""
 
 from __future__ import annotations
 
+import uuid
+
 import pytest
 from pydantic import SecretStr
 
@@ -188,3 +190,260 @@ def test_a_window_that_never_gets_a_valid_reply_dead_letters_each_turn_to_replay
     assert _ledgered(pool, turns) == sorted(t.event_id for t in turns)
     assert len(_live_texts(pool, ids)) == 2
     assert _rows(pool, "SELECT count(*) FROM episodes WHERE user_id = %s", ids["user_id"]) == [(2,)]
+
+
+def _extracted(pool, events):
+    return len(_ledgered(pool, events)) == len(events)
+
+
+def test_a_window_closes_after_its_idle_time(settings, topology, publisher, pool, ids, fake):
+    local = _gemini(settings, fake, extraction_window_turns=4, extraction_window_seconds=1.0)
+    turns = [make_turn(ids, n, user=text) for n, text in enumerate(STATEMENTS[:2], start=1)]
+    with extraction_worker(local, pool, GeminiLLM(local), make_embedder(local), publisher):
+        for turn in turns:
+            publisher.publish(turn).result(timeout=10)
+        wait_for(lambda: _extracted(pool, turns), 30, "the idle window extracted")
+    assert _tasks(fake) == ["extract", "consolidate"]
+    assert len(_live_texts(pool, ids)) == 2
+
+
+def test_a_window_of_one_extracts_every_turn_on_its_own(
+    settings, topology, publisher, pool, ids, fake
+):
+    local = _gemini(settings, fake, extraction_window_turns=1, extraction_window_seconds=60.0)
+    turns = [make_turn(ids, n, user=text) for n, text in enumerate(STATEMENTS[:3], start=1)]
+    with extraction_worker(local, pool, GeminiLLM(local), make_embedder(local), publisher):
+        for turn in turns:
+            publisher.publish(turn).result(timeout=10)
+        wait_for(lambda: _extracted(pool, turns), 30, "every turn extracted")
+    assert _tasks(fake).count("extract") == 3
+
+
+def test_a_flush_extracts_now_and_a_turn_recorded_before_it_joins_on_arrival(
+    app_settings, topology, client, publisher, pool, ids, fake
+):
+    local = _gemini(app_settings, fake, extraction_window_turns=4, extraction_window_seconds=60.0)
+    llm, embedder = GeminiLLM(local), make_embedder(local)
+    session = ids["session_id"]
+
+    def record(n):
+        body = {"user_id": ids["user_id"], "turn_id": f"turn-{n:04d}", "user": STATEMENTS[n - 1]}
+        answer = client.post(f"/v1/sessions/{session}/turns", json={**body, "assistant": "Ok."})
+        assert answer.status_code == 202, answer.text
+        return answer.json()["event_id"]
+
+    with extraction_worker(local, pool, llm, embedder, publisher):
+        first = [record(1), record(2)]
+        wait_for(lambda: len(_waiting(pool, ids)) == 2, 30, "two turns waiting")
+    # The third turn is recorded, then the session flushed; the worker sees the flush
+    # first and the turn only afterwards, as when the turn's delivery is late.
+    third = record(3)
+    flushed = client.post(f"/v1/sessions/{session}:flush", json={"user_id": ids["user_id"]})
+    assert flushed.status_code == 202, flushed.text
+    assert flushed.json()["session_id"] == session
+    with extraction_worker(local, pool, llm, embedder, publisher, only={REQUESTS}):
+        wait_for(lambda: len(_live_texts(pool, ids)) == 2, 30, "the flushed window's memories")
+    ledgered = _rows(
+        pool,
+        "SELECT event_id::text FROM processed_events WHERE consumer = %s AND event_id = ANY(%s)",
+        TURNS_CONSUMER,
+        [*first, third],
+    )
+    assert sorted(r[0] for r in ledgered) == sorted(first)
+    with extraction_worker(local, pool, llm, embedder, publisher):
+        # Not after the minute a window may wait: at once, published before the flush.
+        wait_for(lambda: len(_live_texts(pool, ids)) == 3, 20, "the late turn's memory")
+    assert _tasks(fake).count("extract") == 2
+
+
+def test_the_next_session_closes_the_previous_sessions_window(
+    settings, topology, publisher, pool, ids, fake
+):
+    local = _gemini(settings, fake, extraction_window_turns=4, extraction_window_seconds=60.0)
+    earlier = [make_turn(ids, n, user=text) for n, text in enumerate(STATEMENTS[:2], start=1)]
+    later = make_turn(
+        {**ids, "session_id": f"{ids['session_id']}-next"},
+        3,
+        user=STATEMENTS[2],
+        prev_session_id=ids["session_id"],
+    )
+    with extraction_worker(local, pool, GeminiLLM(local), make_embedder(local), publisher):
+        for turn in earlier:
+            publisher.publish(turn).result(timeout=10)
+        wait_for(lambda: len(_waiting(pool, ids)) == 2, 30, "the first session's window")
+        publisher.publish(later).result(timeout=10)
+        wait_for(lambda: _extracted(pool, earlier), 20, "the first session's window extracted")
+        # The new session's own turn waits in its window.
+        assert [r[0] for r in _waiting(pool, ids)] == ["turn-0003"]
+    assert _ledgered(pool, [later]) == []
+
+
+def test_chatter_is_archived_and_counted_without_a_model_call(
+    settings, topology, publisher, pool, ids, fake
+):
+    from prometheus_client import REGISTRY
+
+    def skipped(reason):
+        value = REGISTRY.get_sample_value(
+            "agent_memory_extraction_skipped_total", {"reason": reason}
+        )
+        return value or 0.0
+
+    local = _gemini(settings, fake, extraction_window_turns=1, extraction_window_seconds=60.0)
+    chatter = [
+        make_turn(ids, 1, user="Thanks!", assistant="You're welcome, happy to help."),
+        make_turn(ids, 2, user="Hi there", assistant="Hello! How can I help today?"),
+        make_turn(ids, 3, user="", assistant="", tool_events=(_tool(),)),
+    ]
+    before = {r: skipped(r) for r in ("acknowledgement", "greeting", "tool_output")}
+    with extraction_worker(local, pool, GeminiLLM(local), make_embedder(local), publisher):
+        for turn in chatter:
+            publisher.publish(turn).result(timeout=10)
+        wait_for(lambda: _extracted(pool, chatter), 30, "the chatter ledgered")
+    archived = _rows(pool, "SELECT count(*) FROM episodes WHERE user_id = %s", ids["user_id"])
+    assert archived == [(3,)]
+    assert fake.calls("generateContent") == []
+    assert {r: skipped(r) - before[r] for r in before} == {
+        "acknowledgement": 1.0,
+        "greeting": 1.0,
+        "tool_output": 1.0,
+    }
+
+
+def _tool():
+    from shared.events import ToolEvent
+
+    return ToolEvent("run_shell", '{"command": "ls"}', "README.md\nsrc\n")
+
+
+def test_a_window_over_the_input_limit_is_split_never_cut(
+    settings, topology, publisher, pool, ids, fake
+):
+    local = _gemini(
+        settings,
+        fake,
+        extraction_window_turns=6,
+        extraction_window_seconds=60.0,
+        max_message_bytes=4096,
+        llm_max_input_tokens=4100,
+    )
+    filler = " ".join(["The weather talk went on for a while."] * 80)  # ~3,000 characters
+    texts = [f"{STATEMENTS[n]} {filler}" for n in range(5)] + [STATEMENTS[0]]
+    turns = [make_turn(ids, n, user=text) for n, text in enumerate(texts, start=1)]
+    with extraction_worker(local, pool, GeminiLLM(local), make_embedder(local), publisher):
+        for turn in turns:
+            publisher.publish(turn).result(timeout=10)
+        wait_for(lambda: _extracted(pool, turns), 60, "the window extracted")
+    extractions = [c for c in fake.calls("generateContent") if "memories" in _fields(c)]
+    assert len(extractions) >= 2
+    prompts = "\n".join(c.prompt_text() for c in extractions)
+    for turn in turns:  # every turn went to the model whole, and once
+        assert prompts.count(f"User: {turn.user}\n") == 1
+    for call in extractions:
+        assert len(call.prompt_text()) + len(_system(call)) <= 4 * 4100
+    assert len(_live_texts(pool, ids)) == 5  # the sixth turn repeats the first's fact
+
+
+def _fields(call):
+    schema = call.body.get("generationConfig", {}).get("responseJsonSchema") or {}
+    return schema.get("properties", {})
+
+
+def _system(call):
+    return "\n".join(p.get("text", "") for p in call.body["systemInstruction"]["parts"])
+
+
+def test_no_transaction_or_lock_is_open_while_the_model_answers(
+    settings, topology, publisher, pool, ids, fake
+):
+    import time
+
+    import psycopg
+    from prometheus_client import REGISTRY
+
+    from shared.events import ExtractionRequested, utcnow
+
+    seen = []
+
+    def watched(request):
+        # The worker waits on this call right now: what does it hold meanwhile?
+        with psycopg.connect(settings.database_url, autocommit=True) as conn:
+            seen.append(
+                conn.execute(
+                    "SELECT (SELECT count(*) FROM pg_stat_activity WHERE state LIKE "
+                    "'idle in transaction%%' AND datname = current_database()), "
+                    "(SELECT count(*) FROM pg_locks WHERE locktype = 'advisory')"
+                ).fetchone()
+            )
+        time.sleep(0.5)  # noqa: sleep-ok - the model's latency, as the fake plays it
+        return rules_model(request)
+
+    def transactions(bound):
+        labels = {"worker": "extraction"}
+        total = REGISTRY.get_sample_value("agent_memory_db_transaction_seconds_count", labels)
+        within = REGISTRY.get_sample_value(
+            "agent_memory_db_transaction_seconds_bucket", {**labels, "le": bound}
+        )
+        return total or 0.0, within or 0.0
+
+    def waiting():  # polled with no transaction of its own
+        with psycopg.connect(settings.database_url, autocommit=True) as conn:
+            return conn.execute(
+                "SELECT count(*) FROM extraction_pending WHERE user_id = %s", (ids["user_id"],)
+            ).fetchone()[0]
+
+    fake.defaults["generateContent"] = watched
+    local = _gemini(settings, fake, extraction_window_turns=10, extraction_window_seconds=60.0)
+    turns = [make_turn(ids, n, user=text) for n, text in enumerate(STATEMENTS[:4], start=1)]
+    before = transactions("0.25")
+    with extraction_worker(local, pool, GeminiLLM(local), make_embedder(local), publisher):
+        for turn in turns:
+            publisher.publish(turn).result(timeout=10)
+        wait_for(lambda: waiting() == 4, 30, "four turns waiting")
+        flush = ExtractionRequested(
+            event_id=str(uuid.uuid4()),
+            app=ids["app"],
+            user_id=ids["user_id"],
+            session_id=ids["session_id"],
+            reason="flush",
+            created_at=utcnow(),
+        )
+        publisher.publish(flush).result(timeout=10)
+        wait_for(lambda: waiting() == 0, 30, "the window extracted")
+    after = transactions("0.25")
+    assert seen == [(0, 0), (0, 0)]  # the extraction call and the consolidation call
+    # Every transaction of the worker took less than half a model call.
+    assert after[0] - before[0] >= 6 and after[0] - before[0] == after[1] - before[1]
+    assert _ledgered(pool, turns) == sorted(t.event_id for t in turns)
+
+
+def test_an_llm_outage_holds_the_window_without_spending_its_attempts(
+    settings, topology, publisher, pool, ids, fake
+):
+    from tests.fake_gemini import error_reply
+
+    down = {"on": True}
+    fake.defaults["generateContent"] = lambda r: error_reply(503) if down["on"] else rules_model(r)
+    local = _gemini(
+        settings,
+        fake,
+        extraction_window_turns=2,
+        extraction_window_seconds=60.0,
+        dependency_retry_min_seconds=0.2,
+        dependency_retry_max_seconds=0.5,
+    )
+    turns = [make_turn(ids, n, user=text) for n, text in enumerate(STATEMENTS[:2], start=1)]
+    recorder = Recorder()
+    with extraction_worker(
+        local, pool, GeminiLLM(local), make_embedder(local), publisher, recorder
+    ):
+        for turn in turns:
+            publisher.publish(turn).result(timeout=10)
+        wait_for(lambda: len(fake.calls("generateContent")) >= 10, 30, "the outage seen")
+        assert _ledgered(pool, turns) == []
+        down["on"] = False
+        wait_for(lambda: _extracted(pool, turns), 60, "the window extracted after the outage")
+    requests = [(a, o) for label, a, o in recorder.calls if not label.startswith("turn-")]
+    assert requests[-1] == (1, "applied")
+    assert {attempt for attempt, _outcome in requests} == {1}  # held, never redelivered
+    assert DeadLetterQueues(local).peek(REQUESTS) == []

@@ -24,7 +24,7 @@ from services.compaction_worker import handlers as compaction
 from services.extraction_worker import handlers as extraction
 from services.extraction_worker.sweeper import IdleWindows
 from services.summary_worker import handlers as summary
-from shared.bootstrap import Resources, bootstrap
+from shared.bootstrap import Resources, bootstrap, throttled_llm
 from shared.bus.clients import subscriber_client
 from shared.bus.dependencies import Dependencies
 from shared.bus.topology import full_name
@@ -32,6 +32,7 @@ from shared.bus.worker import DeadLetterHook, HandlerTable, SubscriberRuntime
 from shared.config import Settings
 from shared.db.unit_of_work import UnitsOfWork
 from shared.health import worker_probes
+from shared.llm.accounting import set_worker
 from shared.metrics import serve_metrics
 from shared.tracing import configure as configure_tracing
 
@@ -123,12 +124,17 @@ def stop_all(runtimes: list[SubscriberRuntime], timeout: float) -> bool:
 def run_worker(kind: str, settings: Settings) -> int:
     """Run until SIGTERM/SIGINT (exit 0) or until a stream fails (exit 1)."""
     spec = WORKERS[kind]
+    set_worker(kind)
     concurrency = settings.worker_concurrency or spec.default_concurrency
+    # The model calls' limit per app is counted in Valkey: every kind then needs it
+    # (and its readiness covers it).
+    throttled = spec.llm and throttled_llm(settings)
     resources = bootstrap(
         settings,
         postgres=spec.postgres,
-        use_valkey=spec.valkey,
+        use_valkey=spec.valkey or throttled,
         llm=spec.llm,
+        llm_throttle=throttled,
         embedder=spec.embedder,
         publisher=True,
         pool_size=settings.db_pool_size or min(concurrency, DEFAULT_POOL_SIZE),

@@ -78,13 +78,16 @@ def bootstrap(
     use_valkey: bool = False,
     publisher: bool = False,
     llm: bool = False,
+    llm_throttle: bool = False,
     embedder: bool = False,
     pool_size: int = 8,
     block_when_full: bool = True,
     **overrides: Any,
 ) -> Resources:
     """Open what a process needs. A process that uses Postgres checks the
-    embedding dimension first and fails with both numbers if they differ."""
+    embedding dimension first and fails with both numbers if they differ.
+    `llm_throttle` (the workers'): the `gemini` LLM keeps each app within
+    AM_LLM_MAX_CALLS_PER_MINUTE, counted in Valkey (`throttled_llm` says when)."""
     resources = Resources(settings=settings)
     try:
         if publisher:
@@ -109,7 +112,9 @@ def bootstrap(
                 resources._owned.append(resources.valkey)
             resources.buffer = SessionBuffer(resources.valkey, settings.session_ttl_seconds)
         if llm:
-            resources.llm = overrides.get("llm") or make_llm(settings)
+            resources.llm = overrides.get("llm") or _llm(
+                settings, resources.valkey, throttle=llm_throttle
+            )
         if embedder:
             from shared.embeddings import make_embedder
 
@@ -120,3 +125,21 @@ def bootstrap(
         resources.close()
         raise
     return resources
+
+
+def throttled_llm(settings: Settings) -> bool:
+    """Whether a worker's model calls are limited per app (and so need Valkey)."""
+    return settings.llm_provider == "gemini" and settings.llm_max_calls_per_minute is not None
+
+
+def _llm(settings: Settings, valkey_client: valkey.Valkey | None, *, throttle: bool) -> LLM:
+    """The configured LLM; with `throttle`, limited as `throttled_llm` says."""
+    limit = settings.llm_max_calls_per_minute
+    if not throttle or limit is None or not throttled_llm(settings):
+        return make_llm(settings)
+    if valkey_client is None:
+        raise RuntimeError("AM_LLM_MAX_CALLS_PER_MINUTE is counted in Valkey: open it too")
+    from shared.llm.gemini import GeminiLLM  # google-genai loads only when chosen
+    from shared.llm.throttle import Throttle
+
+    return GeminiLLM(settings, throttle=Throttle(valkey_client, limit))

@@ -11,15 +11,25 @@ from wsgiref.simple_server import WSGIRequestHandler, make_server
 from prometheus_client import Counter, Gauge, Histogram, make_wsgi_app
 from prometheus_client.exposition import ThreadingWSGIServer
 
-LLM_TOKENS = Counter(
-    "agent_memory_llm_tokens",
-    "Tokens spent on LLM calls, by provider, task and direction (input or output).",
-    ["provider", "task", "direction"],
-)
+# Counted through shared.llm.accounting, which knows the app and the worker.
 LLM_CALLS = Counter(
     "agent_memory_llm_calls",
-    "LLM requests, by provider, task and result (ok, retried, failed).",
-    ["provider", "task", "result"],
+    "Model requests (each HTTP attempt; one per task of the offline rules provider), by "
+    "app, worker, purpose and result (ok, retried, failed; and rate_limited besides: a "
+    "request refused with 429, or a call that waited for AM_LLM_MAX_CALLS_PER_MINUTE).",
+    ["app", "worker", "purpose", "result"],
+)
+LLM_TOKENS = Counter(
+    "agent_memory_llm_tokens",
+    "Tokens of model requests as the provider reported them, by app, worker, purpose and "
+    "direction (input, output).",
+    ["app", "worker", "purpose", "direction"],
+)
+LLM_THROTTLED_SECONDS = Counter(
+    "agent_memory_llm_throttled_seconds",
+    "Seconds workers waited before model calls for the app's AM_LLM_MAX_CALLS_PER_MINUTE, "
+    "by app and worker.",
+    ["app", "worker"],
 )
 SUMMARY_FOLDS = Counter(
     "agent_memory_summary_folds",
@@ -142,11 +152,6 @@ def _json(start_response: Callable, status: str, body: dict) -> list[bytes]:
 class _Quiet(WSGIRequestHandler):
     def log_message(self, format: str, *args: object) -> None:  # noqa: A002 - the base's name
         """Scrapes and probes are not worth a log line each."""
-
-
-def count_llm_tokens(provider: str, task: str, input_tokens: int, output_tokens: int) -> None:
-    LLM_TOKENS.labels(provider, task, "input").inc(input_tokens)
-    LLM_TOKENS.labels(provider, task, "output").inc(output_tokens)
 
 
 def store_of(exc: BaseException | None) -> str | None:

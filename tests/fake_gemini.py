@@ -6,11 +6,14 @@ It speaks the JSON of `models/{model}:generateContent`, `:embedContent` and
 text-embedding models on Vertex AI), and `GET models/{model}` (method `get`: the
 workers' probe of the endpoint). Replies are scripted per method (a queue of `Reply`s,
 each with a status, a body and a latency); when a method's queue is empty its
-`default` function answers. Every request is recorded.
+`default` function answers. Every request is recorded, with the reply it got.
+A generated reply reports the usage Gemini would: by default the request's own
+input tokens (its system instruction and contents, by the project's estimator).
 """
 
 from __future__ import annotations
 
+import copy
 import hashlib
 import json
 import math
@@ -18,7 +21,7 @@ import threading
 import time
 from collections import deque
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
@@ -40,6 +43,8 @@ class Reply:
     body: Any = None  # JSON-able; for 200 on generateContent see `text_reply`
     delay: float = 0.0  # seconds before answering
     raw: bytes | None = None  # sent as is instead of `body`
+    # The usage reports the request's input tokens as its promptTokenCount.
+    count_input: bool = False
 
 
 @dataclass
@@ -49,6 +54,17 @@ class Request:
     body: dict[str, Any]
     api_key: str | None
     authorization: str | None = None  # Vertex AI's bearer token
+    reply: Reply | None = None  # what the fake answered
+
+    def system_text(self) -> str:
+        """The system instruction of a generateContent request."""
+        instruction = self.body.get("systemInstruction") or {}
+        return "\n".join(p.get("text", "") for p in instruction.get("parts", []) or [])
+
+    def input_tokens(self) -> int:
+        """The request's input as Gemini counts it: the system instruction and the
+        contents (the project's estimator)."""
+        return estimate_tokens(self.system_text() + self.prompt_text())
 
     def prompt_text(self) -> str:
         """Every text part of the request's contents, joined."""
@@ -81,11 +97,14 @@ class Request:
         return [self.body]
 
 
-def text_reply(text: str, prompt_tokens: int = 10) -> Reply:
-    return Reply(body=generate_body([{"text": text}], prompt_tokens, estimate_tokens(text)))
+def text_reply(text: str, prompt_tokens: int | None = None) -> Reply:
+    """A generateContent reply of `text`. Its usage reports `prompt_tokens` input
+    tokens; by default the request's own (`Request.input_tokens`), as Gemini does."""
+    body = generate_body([{"text": text}], prompt_tokens or 0, estimate_tokens(text))
+    return Reply(body=body, count_input=prompt_tokens is None)
 
 
-def json_reply(value: Any, prompt_tokens: int = 10) -> Reply:
+def json_reply(value: Any, prompt_tokens: int | None = None) -> Reply:
     return text_reply(json.dumps(value), prompt_tokens)
 
 
@@ -120,6 +139,17 @@ def generate_body(parts: list[dict[str, Any]], prompt_tokens: int, output_tokens
         },
         "modelVersion": "fake-gemini",
     }
+
+
+def _answered(reply: Reply, request: Request) -> Reply:
+    """`reply` as sent for `request`: its input tokens filled in when it counts them."""
+    if not reply.count_input or not isinstance(reply.body, dict):
+        return reply
+    body = copy.deepcopy(reply.body)
+    usage = body.setdefault("usageMetadata", {})
+    usage["promptTokenCount"] = request.input_tokens()
+    usage["totalTokenCount"] = usage["promptTokenCount"] + usage.get("candidatesTokenCount", 0)
+    return replace(reply, body=body)
 
 
 def fake_embedding(text: str, dimension: int) -> list[float]:
@@ -221,9 +251,10 @@ class FakeGemini:
         with self._lock:
             self.requests.append(request)
             queue = self._scripts.get(request.method)
-            if queue:
-                return queue.popleft()
-        return self.defaults[request.method](request)
+            scripted = queue.popleft() if queue else None
+        reply = _answered(scripted or self.defaults[request.method](request), request)
+        request.reply = reply
+        return reply
 
     def start(self) -> FakeGemini:
         fake = self

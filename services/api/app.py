@@ -38,6 +38,7 @@ from services.api.routers import (
 from shared.bootstrap import bootstrap, make_async_valkey
 from shared.config import Settings, load_settings
 from shared.db.pool import make_async_pool
+from shared.llm.accounting import set_worker
 from shared.metrics import API_REQUEST_SECONDS
 from shared.permissions import Guardrail
 from shared.session_buffer import AsyncSessionBuffer
@@ -90,6 +91,7 @@ async def _lifespan(
     """Open what the routes use (services.api.deps); close it on shutdown, or
     as far as it got when opening fails."""
     resolved = settings or load_settings()
+    set_worker("api")  # the model calls' metrics name this process
     async with AsyncExitStack() as opened:
         # The session buffer is reached on the event loop (an asyncio client), so
         # `bootstrap` opens no blocking Valkey client for the API.

@@ -27,6 +27,7 @@ from shared.bootstrap import Resources
 from shared.bus.publisher import EventPublisher
 from shared.config import Settings
 from shared.embeddings.base import Embedder
+from shared.llm.accounting import set_app
 from shared.llm.base import LLM
 from shared.memory.retrieval import MemorySearch
 from shared.memory.search import Fusion
@@ -97,8 +98,12 @@ async def get_api(request: Request) -> Api:
 
 
 async def get_app_id(request: Request) -> str:
-    """The request's tenant, from its API key (services.api.auth)."""
-    return app_of(request)
+    """The request's tenant, from its API key (services.api.auth); also the app of
+    the model calls the request makes (their metrics). Set in the request's own
+    task, which the route runs in, and gone with it."""
+    app = app_of(request)
+    set_app(app)
+    return app
 
 
 async def get_is_admin(request: Request) -> bool:

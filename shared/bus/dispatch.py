@@ -40,6 +40,7 @@ from shared.bus.unary_pull import PulledMessage
 from shared.config import Settings
 from shared.errors import PermanentError
 from shared.events import Event, Limits, decode
+from shared.llm.accounting import for_app
 from shared.metrics import DELIVERY_LAG_SECONDS, HANDLER_SECONDS, MESSAGES, MESSAGES_HELD
 from shared.tracing import current, end_span, start_consumer_span
 
@@ -234,13 +235,14 @@ class Dispatcher:
 
     def _run(self, item: _Item, work: Work, *, timed_from_here: bool = False) -> bool:
         """Run the rest of `item` on this thread, its log context bound for the
-        handlers' own log lines. False: held for a dependency."""
+        handlers' own log lines and its app for the model calls they make (their
+        metrics and limit). False: held for a dependency."""
         if timed_from_here:
             item.started = time.perf_counter()
         structlog.contextvars.clear_contextvars()
         structlog.contextvars.bind_contextvars(**self._context(item))
         try:
-            with current(item.span):
+            with current(item.span), for_app(item.attributes.get("app") or ""):
                 outcomes = work()
         except Exception as exc:
             return self._conclude(item, error=exc)

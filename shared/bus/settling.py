@@ -6,7 +6,10 @@ dependency, retried after a backoff, or dead-lettered with its reason.
   the event's fault: the message is held, neither acknowledged nor nacked, and
   the runtime runs it again once the dependency answers. If it keeps failing on
   a dependency whose probe says it is up, the event is the likelier cause: after
-  `SETBACKS_ALLOWED` such failures it is treated as the event's error.
+  `SETBACKS_ALLOWED` such failures it is treated as the event's error. Not so a
+  provider's quota (the model's or the embeddings' retries ended on 429): a quota
+  says nothing about the event, and a probe may pass while it lasts, so such a
+  message is held however often it comes back.
 - Any other error is the event's: on the last allowed attempt the runtime
   dead-letters it itself (on the emulator an ordered subscription drops a message
   that exhausts its attempts instead of forwarding it); before that it is nacked
@@ -32,8 +35,10 @@ from shared.bus.dependencies import Dependencies
 from shared.bus.publisher import EventPublisher
 from shared.bus.unary_pull import PulledMessage
 from shared.config import Settings
-from shared.errors import dependency_of, is_permanent
+from shared.embeddings.base import EmbeddingRateLimited
+from shared.errors import DependencyError, dependency_of, is_permanent
 from shared.events import Event
+from shared.llm.base import LLMRateLimited
 from shared.metrics import DEAD_LETTER_PUBLISHES, count_store_error
 
 log = structlog.get_logger("agent_memory.worker")
@@ -97,7 +102,7 @@ class Settler:
             return self._dead_letter(pending, str(error))
         reason = f"{type(error).__name__}: {error}"
         dependency = dependency_of(error)
-        if dependency and self._hold(message.message_id, dependency):
+        if dependency and (_rate_limited(error) or self._hold(message.message_id, dependency)):
             pending.dependency = dependency
             self.dependencies.report(dependency, error)
             return HELD, reason
@@ -181,6 +186,19 @@ class Settler:
     def close(self) -> None:
         if self.delayed is not None:
             self.delayed.close()
+
+
+def _rate_limited(error: BaseException | None) -> bool:
+    """Is the dependency error in `error`'s chain a provider's quota?"""
+    seen = 0
+    while error is not None and seen < 10:
+        if isinstance(error, (LLMRateLimited, EmbeddingRateLimited)):
+            return True
+        if isinstance(error, DependencyError):
+            return False
+        error = error.__cause__ or error.__context__
+        seen += 1
+    return False
 
 
 def _acked(outcomes: list[Outcome], attributes: dict[str, str]) -> tuple[str, str]:

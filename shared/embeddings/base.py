@@ -31,6 +31,11 @@ class EmbeddingUnavailable(EmbeddingError, DependencyError):
         DependencyError.__init__(self, "embeddings", message)
 
 
+class EmbeddingRateLimited(EmbeddingUnavailable):
+    """The embedding endpoint kept refusing for quota until the retries ran out
+    (see `LLMRateLimited`)."""
+
+
 class Embedder(Protocol):
     name: str
     dim: int

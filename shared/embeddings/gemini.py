@@ -5,10 +5,13 @@ Texts go in requests of at most `AM_EMBEDDING_BATCH_SIZE`, documents with the
 task type RETRIEVAL_DOCUMENT and queries with RETRIEVAL_QUERY, each asking for
 `AM_EMBEDDING_DIM` dimensions. A request is retried as an LLM task is (see
 shared/llm/gemini.py: 408, 429, 5xx, timeouts and connection errors, full-jitter
-backoff, no attempt after `AM_LLM_RETRY_SECONDS` from the first); other 4xx fail
-at once. A reply is checked, not retried: the vectors are deterministic, so a
-reply with the wrong number of vectors, a vector of the wrong dimension or a
-zero vector is an `EmbeddingError` at once. Vectors are scaled to unit length.
+backoff, no attempt after `AM_LLM_RETRY_SECONDS` from the first; retries that end
+on 429 raise `EmbeddingRateLimited`); other 4xx fail at once. Each request is
+counted, with its tokens, as a model call (`shared.llm.accounting`; purposes
+`embed_documents` and `embed_queries`); the app's call limit does not apply.
+A reply is checked, not retried: the vectors are deterministic, so a reply with
+the wrong number of vectors, a vector of the wrong dimension or a zero vector is
+an `EmbeddingError` at once. Vectors are scaled to unit length.
 
 A text that is empty or only whitespace is not sent (the API refuses it, and
 Vertex AI would silently drop it from the batch): it embeds as `no_text_vector`.
@@ -27,18 +30,19 @@ from google.genai import types
 from shared.config import Settings
 from shared.embeddings.base import (
     EmbeddingError,
+    EmbeddingRateLimited,
     EmbeddingUnavailable,
     batches,
     no_text_vector,
     unit_vector,
 )
+from shared.llm import accounting
 from shared.llm.gemini import Attempt, make_client, retry_delay
-from shared.metrics import LLM_CALLS, count_llm_tokens
 from shared.tokens import estimate_tokens
 
 DOCUMENT_TASK = "RETRIEVAL_DOCUMENT"
 QUERY_TASK = "RETRIEVAL_QUERY"
-# The `task` label of the LLM metrics (calls and tokens) for each kind of request.
+# The `purpose` label of the model metrics (calls and tokens) for each kind of request.
 _METRIC_TASK = {DOCUMENT_TASK: "embed_documents", QUERY_TASK: "embed_queries"}
 
 
@@ -132,10 +136,11 @@ class GeminiEmbedder:
         """The backoff before the next attempt, or EmbeddingError when there is none."""
         return retry_delay(
             exc,
-            Attempt(self.name, _METRIC_TASK[task_type], attempt, started),
+            Attempt(_METRIC_TASK[task_type], attempt, started),
             self.settings,
             EmbeddingError,
             EmbeddingUnavailable,
+            EmbeddingRateLimited,
             "no embeddings",
         )
 
@@ -143,10 +148,10 @@ class GeminiEmbedder:
         self, response: types.EmbedContentResponse, texts: list[str], task_type: str
     ) -> list[list[float]]:
         task = _METRIC_TASK[task_type]
-        count_llm_tokens(self.name, task, _input_tokens(response, texts), 0)
+        accounting.count_tokens(task, _input_tokens(response, texts), 0)
         embeddings = response.embeddings or []
         if len(embeddings) != len(texts):
-            LLM_CALLS.labels(self.name, task, "failed").inc()
+            accounting.count_call(task, accounting.FAILED)
             raise EmbeddingError(
                 f"{task}: {len(texts)} texts sent, {len(embeddings)} embeddings received"
             )
@@ -154,7 +159,7 @@ class GeminiEmbedder:
         for position, embedding in enumerate(embeddings):
             values = embedding.values or []
             if len(values) != self.dim:
-                LLM_CALLS.labels(self.name, task, "failed").inc()
+                accounting.count_call(task, accounting.FAILED)
                 raise EmbeddingError(
                     f"{task}: expected embeddings of dimension {self.dim} "
                     f"(AM_EMBEDDING_DIM), received dimension {len(values)} "
@@ -162,10 +167,10 @@ class GeminiEmbedder:
                 )
             vector = unit_vector(values)
             if vector is None:
-                LLM_CALLS.labels(self.name, task, "failed").inc()
+                accounting.count_call(task, accounting.FAILED)
                 raise EmbeddingError(f"{task}: a zero vector for text {position} of the batch")
             vectors.append(vector)
-        LLM_CALLS.labels(self.name, task, "ok").inc()
+        accounting.count_call(task, accounting.OK)
         return vectors
 
 

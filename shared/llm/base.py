@@ -178,6 +178,12 @@ class LLMUnavailable(LLMError, DependencyError):
         DependencyError.__init__(self, "llm", message)
 
 
+class LLMRateLimited(LLMUnavailable):
+    """The endpoint kept refusing for quota (429, RESOURCE_EXHAUSTED) until the
+    retries ran out. A quota says nothing about the event, and a probe may pass
+    while it lasts: the worker holds the message however long it takes."""
+
+
 class LLM(Protocol):
     name: str
 

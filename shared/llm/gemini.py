@@ -5,9 +5,12 @@ HTTP calls: 429, 408, 5xx, timeouts, connection errors and unusable replies
 (empty, not JSON, not the schema) are retried with jittered exponential backoff;
 no attempt starts after `AM_LLM_RETRY_SECONDS` from the first, so a task takes
 at most that plus one call's timeout (`AM_LLM_TIMEOUT_SECONDS`). Other 4xx are
-not retried. Every call's tokens go into the metrics and into the task's usage.
+not retried; a task whose retries end on 429 raises `LLMRateLimited`. Every HTTP
+attempt is counted with its result, and its tokens go into the metrics and into
+the task's usage (`shared.llm.accounting`). Given a `Throttle` (the workers', with
+`AM_LLM_MAX_CALLS_PER_MINUTE`), each attempt first waits for the app's limit.
 
-Tasks (the metric's `task` label): "summarize", and the memory tasks "compact",
+Tasks (the metrics' `purpose` label): "summarize", and the memory tasks "compact",
 "extract", "consolidate" and "decompose", whose instructions, schemas and strict
 parsers are in `shared.llm.extraction_prompts` (extract, consolidate) and
 `shared.llm.gemini_prompts` (the others).
@@ -20,7 +23,7 @@ import random
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import httpx
 import structlog
@@ -29,6 +32,7 @@ from google.genai import errors as genai_errors
 from google.genai import types
 
 from shared.config import Settings
+from shared.llm import accounting
 from shared.llm import extraction_prompts as write_prompts
 from shared.llm import gemini_prompts as prompts
 from shared.llm.base import (
@@ -38,13 +42,16 @@ from shared.llm.base import (
     ExtractionInput,
     Found,
     LLMError,
+    LLMRateLimited,
     LLMUnavailable,
     MalformedReply,
     Usage,
     Weighing,
 )
-from shared.metrics import LLM_CALLS, count_llm_tokens
 from shared.tokens import clip_to_tokens
+
+if TYPE_CHECKING:
+    from shared.llm.throttle import Throttle
 
 log = structlog.get_logger("agent_memory.llm")
 
@@ -58,7 +65,8 @@ try:  # google-genai may speak through httpx2 instead
 except ImportError:  # pragma: no cover - depends on the installed google-genai
     pass
 
-_RETRIED_STATUS = {408, 429}
+_RATE_LIMITED_STATUS = 429
+_RETRIED_STATUS = {408, _RATE_LIMITED_STATUS}
 _CREDENTIALS_REFUSED = {401, 403}
 _BACKOFF_CAP_SECONDS = 8.0
 
@@ -94,10 +102,16 @@ def make_client(settings: Settings) -> genai.Client:
 class GeminiLLM:
     name = "gemini"
 
-    def __init__(self, settings: Settings, client: genai.Client | None = None) -> None:
+    def __init__(
+        self,
+        settings: Settings,
+        client: genai.Client | None = None,
+        throttle: Throttle | None = None,
+    ) -> None:
         self.settings = settings
         self.model = settings.llm_model
         self.client = client or make_client(settings)
+        self.throttle = throttle  # the app's limit of calls; None: no limit
 
     def summarize(
         self, previous: str, turns: list[DialogueTurn], max_tokens: int
@@ -185,13 +199,17 @@ class GeminiLLM:
         attempt = 0
         while True:
             attempt += 1
+            if self.throttle is not None:
+                # Outside the retries: a Valkey error is Valkey's outage. The wait is
+                # the limit's, not the endpoint's: the retry window starts later.
+                started += self.throttle.admit(accounting.current_app(), task)
             try:
                 response = self.client.models.generate_content(
                     model=self.model, contents=prompt, config=config
                 )
                 call_usage = _usage(response)
                 usage += call_usage
-                count_llm_tokens(self.name, task, call_usage.input_tokens, call_usage.output_tokens)
+                accounting.count_tokens(task, call_usage.input_tokens, call_usage.output_tokens)
                 text = response.text
                 if not text:
                     raise MalformedReply("empty reply")
@@ -204,22 +222,22 @@ class GeminiLLM:
                 time.sleep(
                     retry_delay(
                         exc,
-                        Attempt(self.name, task, attempt, started),
+                        Attempt(task, attempt, started),
                         self.settings,
                         LLMError,
                         LLMUnavailable,
+                        LLMRateLimited,
                         "no usable reply",
                     )
                 )
                 continue
-            LLM_CALLS.labels(self.name, task, "ok").inc()
+            accounting.count_call(task, accounting.OK)
             return Completion(result, usage, attempts=attempt)
 
 
 @dataclass(frozen=True)
 class Attempt:
-    provider: str
-    task: str  # the metrics' task label
+    task: str  # the metrics' purpose label
     number: int  # 1 for the first
     started: float  # time.monotonic() of the first
 
@@ -230,29 +248,39 @@ def retry_delay(
     settings: Settings,
     error: type[Exception],
     unavailable: type[Exception],
+    rate_limited: type[Exception],
     gave_up: str,
 ) -> float:
     """The backoff before the next attempt after `exc`, or an exception when there
     is none: `error` when the event may be the cause (a refused request, replies
-    that stayed unusable), `unavailable` when the endpoint is (it stayed down,
-    timing out or rate-limiting until the next attempt would start after
-    AM_LLM_RETRY_SECONDS, or it refused our credentials). Counts the attempt in
-    the metrics. Shared by every Gemini call (generation and embeddings)."""
+    that stayed unusable), `unavailable` when the endpoint is (it stayed down or
+    timing out until the next attempt would start after AM_LLM_RETRY_SECONDS, or
+    it refused our credentials), `rate_limited` when the last refusal was for
+    quota (429). Counts the attempt in the metrics, `retried` or `failed`, and a
+    429 as `rate_limited` besides. Shared by every Gemini call (generation and
+    embeddings)."""
     task = attempt.task
+    quota = _rate_limited(exc)
+    if quota:
+        accounting.count_call(task, accounting.RATE_LIMITED)
     if not _retryable(exc):
-        LLM_CALLS.labels(attempt.provider, task, "failed").inc()
+        accounting.count_call(task, accounting.FAILED)
         refused = isinstance(exc, genai_errors.APIError) and exc.code in _CREDENTIALS_REFUSED
         raise (unavailable if refused else error)(f"{task}: {_describe(exc)}") from exc
     delay = _backoff(settings.llm_retry_initial_seconds, attempt.number)
     elapsed = time.monotonic() - attempt.started
     if elapsed + delay > settings.llm_retry_seconds:
-        LLM_CALLS.labels(attempt.provider, task, "failed").inc()
-        cls = error if isinstance(exc, MalformedReply) else unavailable
+        accounting.count_call(task, accounting.FAILED)
+        cls = unavailable
+        if quota:
+            cls = rate_limited
+        elif isinstance(exc, MalformedReply):
+            cls = error
         raise cls(
             f"{task}: {gave_up} after {attempt.number} attempts in {elapsed:.1f} s; "
             f"last: {_describe(exc)}"
         ) from exc
-    LLM_CALLS.labels(attempt.provider, task, "retried").inc()
+    accounting.count_call(task, accounting.RETRIED)
     log.info("gemini retry", task=task, attempt=attempt.number, error=_describe(exc))
     return delay
 
@@ -263,6 +291,13 @@ def _usage(response: types.GenerateContentResponse) -> Usage:
         return Usage()
     output = (meta.candidates_token_count or 0) + (meta.thoughts_token_count or 0)
     return Usage(meta.prompt_token_count or 0, output)
+
+
+def _rate_limited(exc: BaseException) -> bool:
+    """Refused for quota: 429, RESOURCE_EXHAUSTED on both the Gemini API and Vertex AI."""
+    return isinstance(exc, genai_errors.APIError) and (
+        exc.code == _RATE_LIMITED_STATUS or exc.status == "RESOURCE_EXHAUSTED"
+    )
 
 
 def _retryable(exc: BaseException) -> bool:

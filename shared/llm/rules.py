@@ -32,6 +32,7 @@ import json
 import re
 from typing import TypeVar
 
+from shared.llm import accounting
 from shared.llm import extraction_prompts as write_prompts
 from shared.llm import gemini_prompts as prompts
 from shared.llm.base import (
@@ -46,7 +47,6 @@ from shared.llm.base import (
 from shared.llm.consolidation_rules import decide
 from shared.llm.decomposition_rules import decompose_query
 from shared.llm.extraction_rules import extract_window
-from shared.metrics import count_llm_tokens
 from shared.tokens import clip_to_tokens, estimate_tokens
 
 T = TypeVar("T")
@@ -241,12 +241,13 @@ class RulesLLM:
 
 
 def _counted(task: str, value: T, prompt: str, reply: str) -> Completion[T]:
-    """The completion, its usage counted as the `gemini` provider's would be: the
-    tokens of the prompt it sends for the same task, and of the reply. So the token
-    figures (metrics, the demo's report) mean the same whichever provider answered,
-    although this one calls no model."""
+    """The completion, counted as the `gemini` provider's would be: one call, the
+    tokens of the prompt it sends for the same task, and of the reply. So the
+    figures (calls per turn, tokens in the metrics and the demo's report) mean the
+    same whichever provider answered, although this one calls no model."""
     usage = Usage(input_tokens=estimate_tokens(prompt), output_tokens=estimate_tokens(reply))
-    count_llm_tokens(RulesLLM.name, task, usage.input_tokens, usage.output_tokens)
+    accounting.count_tokens(task, usage.input_tokens, usage.output_tokens)
+    accounting.count_call(task, accounting.OK)
     return Completion(value, usage)
 
 

@@ -5,10 +5,11 @@ are retried, and the prompt asks to keep every fact of the previous summary."""
 from datetime import UTC, datetime, timedelta
 
 import pytest
+from prometheus_client import REGISTRY
 
 from shared.llm import DialogueTurn, LLMError
+from shared.llm.accounting import worker
 from shared.llm.gemini_prompts import NOTHING_KEPT
-from shared.metrics import LLM_CALLS
 from shared.tokens import estimate_tokens
 from tests.fake_gemini import error_reply, json_reply, text_reply
 
@@ -24,7 +25,8 @@ SUMMARY = f"{PREVIOUS}\n{ADDITIONS}"
 
 
 def _calls(outcome):
-    return LLM_CALLS.labels("gemini", "compact", outcome)._value.get()
+    labels = {"app": "", "worker": worker(), "purpose": "compact", "result": outcome}
+    return REGISTRY.get_sample_value("agent_memory_llm_calls_total", labels) or 0.0
 
 
 def test_compact_keeps_the_previous_summary_and_adds_the_scripted_facts(gemini_llm, fake):
@@ -45,16 +47,25 @@ def test_compact_keeps_the_previous_summary_and_adds_the_scripted_facts(gemini_l
 
 
 @pytest.mark.parametrize(
-    "failure",
-    [error_reply(429), text_reply("{oops"), json_reply({"additions": 5}), json_reply({})],
+    ("failure", "quota"),
+    [
+        (error_reply(429), 1),
+        (text_reply("{oops"), 0),
+        (json_reply({"additions": 5}), 0),
+        (json_reply({}), 0),
+    ],
     ids=["429", "not-json", "not-a-string", "no-additions"],
 )
-def test_a_429_or_an_unusable_reply_is_retried(gemini_llm, fake, failure):
+def test_a_429_or_an_unusable_reply_is_retried(gemini_llm, fake, failure, quota):
     fake.script("generateContent", failure, json_reply({"additions": ADDITIONS}))
-    retried_before = _calls("retried")
+    results = ("ok", "retried", "rate_limited", "failed")
+    before = {result: _calls(result) for result in results}
     completion = gemini_llm.compact(PREVIOUS, EPISODES, 1500)
     assert (completion.value, completion.attempts) == (SUMMARY, 2)
-    assert _calls("retried") - retried_before == 1
+    # Each of the two HTTP attempts counted once, with its own result; a 429 also
+    # as rate_limited.
+    expected = {"ok": 1, "retried": 1, "rate_limited": quota, "failed": 0}
+    assert {result: _calls(result) - before[result] for result in results} == expected
     assert len(fake.calls("generateContent")) == 2
 
 

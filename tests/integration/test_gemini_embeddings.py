@@ -9,13 +9,14 @@ import pytest
 from google import genai
 from google.genai import types
 from google.oauth2.credentials import Credentials
+from prometheus_client import REGISTRY
 from pydantic import SecretStr
 
 from shared.config import load_settings
 from shared.embeddings import EmbeddingError, make_embedder, no_text_vector
-from shared.embeddings.base import EmbeddingUnavailable
+from shared.embeddings.base import EmbeddingRateLimited, EmbeddingUnavailable
 from shared.embeddings.gemini import GeminiEmbedder
-from shared.metrics import LLM_CALLS, LLM_TOKENS
+from shared.llm.accounting import worker
 from shared.tokens import estimate_tokens
 from tests.fake_gemini import Reply, embeddings_reply, error_reply, fake_embedding
 from tests.support import wait_for
@@ -54,11 +55,14 @@ def _close(vectors, expected):
 
 
 def _calls(task, result):
-    return LLM_CALLS.labels("gemini", task, result)._value.get()
+    """This process's embedding calls with no app (none is set here)."""
+    labels = {"app": "", "worker": worker(), "purpose": task, "result": result}
+    return REGISTRY.get_sample_value("agent_memory_llm_calls_total", labels) or 0.0
 
 
 def _input_tokens(task):
-    return LLM_TOKENS.labels("gemini", task, "input")._value.get()
+    labels = {"app": "", "worker": worker(), "purpose": task, "direction": "input"}
+    return REGISTRY.get_sample_value("agent_memory_llm_tokens_total", labels) or 0.0
 
 
 def test_documents_go_in_batches_of_the_configured_size_and_come_back_in_order(
@@ -99,16 +103,23 @@ def test_queries_go_in_one_call_with_the_query_task_type_and_blank_texts_are_not
 
 
 @pytest.mark.parametrize(
-    "failure",
-    [error_reply(429), error_reply(503), Reply(body={"embeddings": []}, delay=2.0)],
+    ("failure", "quota"),
+    [
+        (error_reply(429), 1),
+        (error_reply(503), 0),
+        (Reply(body={"embeddings": []}, delay=2.0), 0),
+    ],
     ids=["429", "503", "timeout"],
 )
-def test_a_retryable_failure_is_retried_and_then_succeeds(gemini_settings, fake, failure):
+def test_a_retryable_failure_is_retried_and_then_succeeds(gemini_settings, fake, failure, quota):
     fake.script(BATCH, failure)
-    retried_before = _calls("embed_documents", "retried")
+    results = ("ok", "retried", "rate_limited", "failed")
+    before = {result: _calls("embed_documents", result) for result in results}
     assert _close(GeminiEmbedder(gemini_settings).embed(["alpha"]), [_expected("alpha")])
     assert [call.embedded_texts() for call in fake.calls(BATCH)] == [["alpha"], ["alpha"]]
-    assert _calls("embed_documents", "retried") - retried_before == 1
+    counted = {result: _calls("embed_documents", result) - before[result] for result in results}
+    # The failure retried (a 429 also rate_limited), then the answer.
+    assert counted == {"ok": 1, "retried": 1, "rate_limited": quota, "failed": 0}
 
 
 def test_a_refused_request_fails_at_once(gemini_settings, fake):
@@ -122,12 +133,17 @@ def test_a_refused_request_fails_at_once(gemini_settings, fake):
     assert _calls("embed_documents", "failed") - failed_before == 1
 
 
-def test_retries_stop_at_the_deadline(gemini_settings, fake):
+@pytest.mark.parametrize("status", [503, 429])
+def test_retries_stop_at_the_deadline(gemini_settings, fake, status):
     settings = gemini_settings.model_copy(update={"llm_retry_seconds": 0.3})
-    fake.defaults[BATCH] = lambda request: error_reply(503, "overloaded")
-    with pytest.raises(EmbeddingUnavailable, match=r"no embeddings after \d+ attempts.*HTTP 503"):
+    fake.defaults[BATCH] = lambda request: error_reply(status, "overloaded")
+    with pytest.raises(
+        EmbeddingUnavailable, match=rf"no embeddings after \d+ attempts.*HTTP {status}"
+    ) as raised:
         GeminiEmbedder(settings).embed_queries(["alpha"])
     assert len(fake.calls(BATCH)) >= 2
+    # A quota that outlasts the retries is held by the worker without setbacks.
+    assert isinstance(raised.value, EmbeddingRateLimited) is (status == 429)
 
 
 def test_a_reply_of_the_wrong_dimension_fails_at_once_naming_both_dimensions(gemini_settings, fake):

@@ -5,6 +5,7 @@ the retry window, what the extraction prompt holds."""
 from datetime import UTC, datetime
 
 import pytest
+from prometheus_client import REGISTRY
 
 from shared.errors import dependency_of
 from shared.llm import (
@@ -16,9 +17,9 @@ from shared.llm import (
     LLMError,
     Weighing,
 )
-from shared.llm.base import LLMUnavailable
+from shared.llm.accounting import worker
+from shared.llm.base import LLMRateLimited, LLMUnavailable
 from shared.llm.gemini import GeminiLLM
-from shared.metrics import LLM_CALLS
 from tests.fake_gemini import error_reply, json_reply, text_reply
 
 INP = ExtractionInput.single(
@@ -126,7 +127,9 @@ TASKS = ["extract", "consolidate", "decompose"]
 
 
 def _calls(task, outcome):
-    return LLM_CALLS.labels("gemini", task, outcome)._value.get()
+    """Model calls of this process for `task` with no app (none is set here)."""
+    labels = {"app": "", "worker": worker(), "purpose": task, "result": outcome}
+    return REGISTRY.get_sample_value("agent_memory_llm_calls_total", labels) or 0.0
 
 
 @pytest.mark.parametrize("task", TASKS)
@@ -177,9 +180,21 @@ def test_an_endpoint_that_stays_down_until_the_window_is_over_is_unavailable(
 ):
     short = GeminiLLM(gemini_llm.settings.model_copy(update={"llm_retry_seconds": 0.3}))
     fake.defaults["generateContent"] = lambda request: error_reply(status)
-    with pytest.raises(LLMUnavailable, match=f"^extract: no usable reply after .*HTTP {status}"):
+    before = {result: _calls("extract", result) for result in ("rate_limited", "retried", "failed")}
+    with pytest.raises(
+        LLMUnavailable, match=f"^extract: no usable reply after .*HTTP {status}"
+    ) as raised:
         _run(short, "extract")
-    assert dependency_of(LLMUnavailable("x")) == "llm"
+    assert dependency_of(raised.value) == "llm"
+    # Only a quota is rate-limited (the worker holds it without counting setbacks).
+    assert isinstance(raised.value, LLMRateLimited) is (status == 429)
+    # Every HTTP attempt counted once, retried but the last, which failed; each
+    # 429 also as rate_limited.
+    sent = len(fake.calls("generateContent"))
+    assert sent >= 2
+    counted = {result: _calls("extract", result) - before[result] for result in before}
+    quota = sent if status == 429 else 0
+    assert counted == {"rate_limited": quota, "retried": sent - 1, "failed": 1}
 
 
 @pytest.mark.parametrize(("status", "unavailable"), [(400, False), (401, True), (403, True)])

@@ -5,6 +5,7 @@ from datetime import UTC, datetime
 from functools import partial
 
 import pytest
+from prometheus_client import REGISTRY
 from pydantic import SecretStr
 
 from shared.bus.dependencies import Dependencies, Probe
@@ -13,8 +14,8 @@ from shared.bus.worker import SubscriberRuntime
 from shared.events import ToolEvent, TurnRecorded
 from shared.health import check_gemini_generation
 from shared.llm import DialogueTurn, LLMError
+from shared.llm.accounting import worker
 from shared.llm.gemini import GeminiLLM, make_client
-from shared.metrics import LLM_TOKENS
 from shared.session_buffer import SessionBuffer, SessionKey
 from tests.bus_helpers import Recorder, make_turn, running, summary_handler
 from tests.fake_gemini import Reply, error_reply, json_reply
@@ -56,11 +57,21 @@ def _fill_then_cross(publisher, buffer, key, turns):
     publisher.publish(turns[10]).result(timeout=10)
 
 
-def _tokens(task="summarize"):
+def _tokens(app, task="summarize"):
+    """Tokens this process counted for `app`'s `task` (the runtime sets the app)."""
     return sum(
-        LLM_TOKENS.labels("gemini", task, direction)._value.get()
+        REGISTRY.get_sample_value(
+            "agent_memory_llm_tokens_total",
+            {"app": app, "worker": worker(), "purpose": task, "direction": direction},
+        )
+        or 0.0
         for direction in ("input", "output")
     )
+
+
+def _calls(app, result, task="summarize"):
+    labels = {"app": app, "worker": worker(), "purpose": task, "result": result}
+    return REGISTRY.get_sample_value("agent_memory_llm_calls_total", labels) or 0.0
 
 
 @pytest.mark.parametrize(
@@ -79,7 +90,8 @@ def test_a_fold_survives_retryable_replies_and_stores_one_summary(
     fake.script("generateContent", *failures, good)
     buffer = SessionBuffer(valkey_client, 3600)
     handler = summary_handler(gemini_settings, buffer, GeminiLLM(gemini_settings))
-    tokens_before = _tokens()
+    tokens_before = _tokens(ids["app"])
+    ok_before = _calls(ids["app"], "ok")
     turns = _turns(ids, 11)
     key = SessionKey(ids["app"], ids["user_id"], ids["session_id"])
     with running(gemini_settings, "turns-summary", {TurnRecorded: handler}, publisher):
@@ -99,8 +111,11 @@ def test_a_fold_survives_retryable_replies_and_stores_one_summary(
     assert "Retain key constraints, user choices, technical decisions and ongoing goals" in system
     assert calls[-1].body["generationConfig"]["responseMimeType"] == "application/json"
     assert calls[-1].api_key == "test-key"
-    # Every call that answered counted its tokens, as the reply reported them.
-    assert _tokens() - tokens_before == sum(_reported(r) for r in [*failures, good])
+    # Every call that answered counted its tokens, as the reply reported them
+    # (the request's own input tokens, as Gemini reports them), for the turns' app.
+    assert calls[-1].reply.body["usageMetadata"]["promptTokenCount"] == calls[-1].input_tokens()
+    assert _tokens(ids["app"]) - tokens_before == sum(_reported(call.reply) for call in calls)
+    assert _calls(ids["app"], "ok") - ok_before == 1
 
 
 def _reported(reply):

@@ -33,6 +33,9 @@ ROUTE_ERRORS: dict[tuple[str, str], dict[int, str]] = {
     ("post", "/v1/sessions/{session_id}/turns"): {
         410: "The user was deleted after this turn was created; it is not recorded.",
     },
+    ("post", "/v1/memories"): {
+        409: "The user's memories kept changing under the write's decision; retry.",
+    },
     ("get", "/v1/memories/{memory_id}"): {404: "No such memory for this user."},
     ("delete", "/v1/memories/{memory_id}"): {404: "No such live memory for this user."},
     ("get", "/v1/operations/{name}"): {404: "No such operation for this user."},

@@ -611,3 +611,37 @@ def test_an_oversize_turn_is_cut_to_the_api_limits_not_lost(api, ids):
         TRUNCATED
     )
     assert sum(len(v.encode()) for v in fitted.values()) <= 256 * 1024
+
+
+def test_the_memory_service_flushes_the_session_it_adds(api, app_settings, publisher, pool, ids):
+    from shared.embeddings import make_embedder
+    from shared.llm import RulesLLM
+    from tests.bus_helpers import extraction_worker
+
+    # A window of ten turns with two minutes to wait: only the flush closes it now.
+    local = app_settings.model_copy(
+        update={"extraction_window_turns": 10, "extraction_window_seconds": 120.0}
+    )
+    user, session_id = ids["user_id"], ids["session_id"]
+    said = [
+        Event(
+            author="user",
+            invocation_id="i1",
+            content=types.Content(role="user", parts=[types.Part(text="I prefer tabs.")]),
+        ),
+        Event(
+            author="dev_agent",
+            invocation_id="i1",
+            content=types.Content(role="model", parts=[types.Part(text="Noted: tabs.")]),
+        ),
+    ]
+    session = Session(id=session_id, app_name=APP, user_id=user, events=said)
+
+    async def end_of_session():
+        async with api.client() as client:
+            await AgentMemoryService(client).add_session_to_memory(session)
+
+    with extraction_worker(local, pool, RulesLLM(), make_embedder(local), publisher):
+        asyncio.run(end_of_session())
+        found = wait_for(memories_with(api, user, "tabs", "tabs", project_id=None), 20, "tabs")
+    assert [m.text for m in found] == ["User prefers tabs."]

@@ -36,6 +36,7 @@ from shared.embeddings import make_embedder
 from shared.events import MemoriesGenerate, TurnRecorded
 from shared.llm import RulesLLM
 from shared.localstack.process import free_port
+from tests.bus_helpers import extraction_worker as worker_of
 from tests.bus_helpers import inline_extraction, running
 from tests.support import serve_api, wait_for
 
@@ -623,3 +624,27 @@ def test_the_async_client(base_url, keys, ids):
         assert wrong.value.message == "invalid or revoked API key"
 
     asyncio.run(scenario())
+
+
+def test_flush_session_extracts_the_sessions_waiting_turns_now(
+    api_settings, client, publisher, pool, ids
+):
+    local = api_settings.model_copy(
+        update={"extraction_window_turns": 10, "extraction_window_seconds": 120.0}
+    )
+    user, session = ids["user_id"], ids["session_id"]
+    with worker_of(local, pool, RulesLLM(), make_embedder(local), publisher):
+        client.record_turn(session, user, "My editor is vim.", "Noted.")
+        client.record_turn(session, user, "I prefer tabs over spaces.", "Noted.")
+        with pool.connection() as conn:
+            waiting = "SELECT count(*) FROM extraction_pending WHERE user_id = %s"
+            wait_for(
+                lambda: conn.execute(waiting, (user,)).fetchone()[0] == 2, 30, "two turns waiting"
+            )
+        flushed = client.flush_session(session, user)
+        assert flushed.session_id == session
+        # A window of ten turns with two minutes to wait: only the flush closes it now.
+        texts = wait_for(
+            lambda: sorted(m.text for m in client.iter_memories(user)) or None, 20, "the memories"
+        )
+    assert texts == ["User prefers tabs over spaces.", "User's editor is vim."]

@@ -149,6 +149,10 @@ async def scenario(session: ClientSession, ids: dict, rules: MemoryClient, **who
     )
     assert verdict["decision"] == "BLOCK"
 
+    ended = await call(session, "end_session", **who)
+    assert ended["session_id"] == ids["session_id"]
+    assert str(uuid.UUID(ended["event_id"])) == ended["event_id"]  # the request published
+
     await bad_input(session, who)
 
 

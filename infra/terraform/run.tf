@@ -34,7 +34,9 @@ locals {
     AM_WORKER_SHUTDOWN_SECONDS = "8"
   })
 
-  # Plain variables per process (services/worker.py: which worker uses Valkey).
+  # Plain variables per process (services/worker.py: which worker uses Valkey; the
+  # extraction and compaction workers do once AM_LLM_MAX_CALLS_PER_MINUTE is set,
+  # for the limit they share across replicas).
   env = {
     api = merge(local.common_env, {
       AM_API_HOST   = "0.0.0.0"
@@ -42,8 +44,8 @@ locals {
       AM_VALKEY_URL = local.valkey_url
     })
     summary    = merge(local.worker_env, { AM_VALKEY_URL = local.valkey_url })
-    extraction = local.worker_env
-    compaction = local.worker_env
+    extraction = merge(local.worker_env, { AM_VALKEY_URL = local.valkey_url })
+    compaction = merge(local.worker_env, { AM_VALKEY_URL = local.valkey_url })
     job        = local.common_env
   }
 

@@ -3,35 +3,45 @@ against an LLM with a realistic latency.
 
 Starts a local stack (PostgreSQL, Valkey, the Pub/Sub emulator; no API) in a
 temporary folder and the fake Gemini endpoint in a process of its own
-(bench/slow_gemini.py: generateContent 800 ms, embeddings 150 ms, +-25%), and
-points the workers' `gemini` LLM and embedding providers at it. Each run queues a
-fresh backlog (`--turns` turns of `--users` new users, one session each, published
-straight to Pub/Sub, interleaved as users who talk at once) BEFORE it starts the
-extraction replicas, then times the drain: events/s over the window from the first
-to the last applied event (the workers' "message handled" log lines), per-event
-p50/p99 from their `duration_ms`, and the CPU seconds of every process over that
-window. Runs: 1 replica at `--concurrency` (16), 1 replica at 64, 2 and 4 replicas
-at `--concurrency`. Each event costs an extraction call, one embedding batch and
-one consolidation call, so about 1.8 s of waiting per event.
+(bench/slow_gemini.py: generateContent 800 ms, embeddings 150 ms, +-25%; its
+model answers as the offline `rules` provider), and points the workers' `gemini`
+LLM and embedding providers at it. Each run queues a fresh backlog (`--turns`
+turns of `--users` new users, one session each, published straight to Pub/Sub,
+interleaved as users who talk at once) BEFORE it starts the extraction replicas,
+then times the drain: turns/s from the first handled message to the last turn
+extracted, a turn being extracted when its ledger row exists (acking its
+`turns-extraction` message only archives it and puts it in its session's
+extraction window; the window's `extraction-requests` message writes its
+memories and the ledger rows); the handlers' p50/p99 from the "message handled"
+log lines (`duration_ms`), of a turn archived and of a window extracted; and the
+CPU seconds of every process over that window. Runs: 1 replica at
+`--concurrency` (16), 1 replica at 64, 2 and 4 replicas at `--concurrency`. A
+turn costs its archive (one embedding batch, its key's and its neighbours'), and
+a window of turns (AM_EXTRACTION_WINDOW_TURNS, 4) one extraction call, one
+embedding batch and one consolidation call. Keep `--turns / --users` a multiple
+of the window: a session's last window that is not full waits for the idle
+sweep (AM_EXTRACTION_WINDOW_SECONDS, 30 s), which the drain would then time.
 
-"slots busy" is Little's law: events/s x mean handler time / handler slots; near
-100% means every slot was in a handler, so a gap in the drain rate is time spent
-inside the handlers (waiting on a lock, a connection or the CPU), not idle slots.
-Below the table, for each run: CPU seconds of every process, events per replica,
-"handlers of one user at once" (an event whose handler started before the previous
-event of its session had finished, in the same replica or another), and the
-workers' Postgres backends sampled every 0.2 s: waiting on a lock (the user's
-advisory lock) and idle in a transaction (holding it over an LLM call).
+"slots busy" is Little's law per subscription: the handlers' time over the drain
+window / handler slots (each subscription has `--concurrency` per replica), for
+the turns archived and the windows extracted; near 100% means every slot was in
+a handler, so a gap in the drain rate is time spent inside the handlers (waiting
+on a lock, a connection, the model or the CPU), not idle slots.
+Below the table, for each run: CPU seconds of every process, turns archived per
+replica, "handlers of one user at once" (a turn whose handler started before the
+previous turn of its session had finished, in the same replica or another), and
+the workers' Postgres backends sampled every 0.2 s: waiting on a lock (the
+user's advisory lock) and idle in a transaction.
 
 First it measures the summary worker's drain rate in a stack of its own with
 bench/pipeline.py's `backlog_drain` (the `rules` provider, as there).
 
-    .venv/bin/python bench/scaling.py [--turns 2000] [--users 200] [--concurrency 16]
+    .venv/bin/python bench/scaling.py [--turns 2000] [--users 250] [--concurrency 16]
         [--generate-ms 800] [--embed-ms 150] [--jitter 0.25] [--quick] [--offline]
 
 `--offline` measures only the extraction worker's own cost: one replica with the
 `rules` LLM and `hash` embeddings (no LLM latency), three drains of a fresh
-backlog each, and prints `extraction offline: <events/s> · <events/s> · <events/s>`.
+backlog each, and prints `extraction offline: <turns/s> · <turns/s> · <turns/s>`.
 
 The last line is `scaling: 2 replicas x<ratio>, 4 replicas x<ratio>` (drain rate
 against the 1-replica run at `--concurrency`).
@@ -55,6 +65,7 @@ from bench.common import AppliedLog, bench_stack  # noqa: E402
 from bench.drain_watch import DrainWatch, drain_figures  # noqa: E402
 from bench.pipeline import backlog_drain, publish_all, warm_up  # noqa: E402
 from shared.bus.publisher import EventPublisher  # noqa: E402
+from shared.config import load_settings  # noqa: E402
 from shared.events import TurnRecorded, derived_event_id  # noqa: E402
 from shared.localstack.process import ManagedProcess  # noqa: E402
 from shared.localstack.stack import LocalStack, replica_name  # noqa: E402
@@ -67,8 +78,9 @@ TOPICS = ("editor", "region", "ui theme", "database", "deadline")
 def backlog(run: str, users: int, turns: int) -> list[TurnRecorded]:
     """Turn k of every user, then turn k+1 of every user...: as users who talk at
     once would queue them (user by user, the drain's tail would be the last users'
-    turns one after another). Each user states a value of one of five topics, so
-    half the turns create a memory and half update one."""
+    turns one after another). Each turn states a value of one of five topics, in
+    turn: a user's first five turns create a memory each, the later ones update
+    one."""
     start = datetime.now(UTC) - timedelta(hours=1)
     events = []
     for n in range(turns):
@@ -101,9 +113,9 @@ def drain(
 ) -> dict:
     """Queue a fresh backlog, start `replicas` extraction workers, time the drain."""
     names = [replica_name("extraction", n) for n in range(1, replicas + 1)]
-    watch = DrainWatch(stack, gemini, names)
     run = uuid.uuid4().hex[:8]
     events = backlog(run, users, turns)
+    watch = DrainWatch(stack, gemini, names, [e.event_id for e in events])
     publish_all(publisher, events)
     stack.settings = stack.settings.model_copy(update={"worker_concurrency": concurrency})
     timeout = 120 + 5 * turns * seconds_per_event / (replicas * concurrency)
@@ -111,12 +123,7 @@ def drain(
     try:
         with psycopg.connect(stack.endpoints.database_url, autocommit=True) as db:
             stack.start_replicas("extraction", replicas)
-            poll(
-                lambda: watch.drained(db, len(events)),
-                timeout,
-                f"{len(events)} events extracted",
-                interval=0.2,
-            )
+            poll(lambda: watch.drained(db), timeout, f"{len(events)} turns extracted", 0.2)
         cpu_after = watch.cpu()
         machine = watch.at_first["machine"].report()
     finally:
@@ -125,7 +132,7 @@ def drain(
         "replicas": replicas,
         "concurrency": concurrency,
         "events": len(events),
-        **drain_figures(watch, len(events), replicas * concurrency, cpu_after),
+        **drain_figures(watch, replicas * concurrency, cpu_after),
         "written": written(stack, run, users, turns),
         "machine": machine,
     }
@@ -247,25 +254,27 @@ def extraction_runs(args: argparse.Namespace) -> list[dict]:
 
 
 HEADER = (
-    f"{'replicas':>8} {'conc':>5} {'events':>6} {'drain s':>8} {'events/s':>9} "
-    f"{'mid-80% ev/s':>12} {'p50 ms':>7} {'p99 ms':>7} {'slots busy':>10} {'cores busy':>10} "
-    f"{'retried':>7}"
+    f"{'replicas':>8} {'conc':>5} {'turns':>6} {'drain s':>8} {'turns/s':>8} "
+    f"{'mid-80% t/s':>11} {'turn p50/p99 ms':>15} {'window p50/p99 ms':>17} "
+    f"{'slots busy t/w':>14} {'cores busy':>10} {'retried':>7}"
 )
 
 
 def row(r: dict) -> str:
+    turn = f"{r['p50_ms']}/{r['p99_ms']}"
+    window = f"{r['window_p50_ms']}/{r['window_p99_ms']}"
+    busy = f"{r['slots_busy']:.0%}/{r['window_slots_busy']:.0%}"
     return (
         f"{r['replicas']:>8} {r['concurrency']:>5} {r['events']:>6} {r['drain_seconds']:>8} "
-        f"{r['events_per_second']:>9} {r['middle_per_second']:>12} {r['p50_ms']:>7} "
-        f"{r['p99_ms']:>7} "
-        f"{r['slots_busy']:>10.0%} {r['cores_busy']:>10.2f} {r['retried']:>7}"
+        f"{r['events_per_second']:>8} {r['middle_per_second']:>11} {turn:>15} {window:>17} "
+        f"{busy:>14} {r['cores_busy']:>10.2f} {r['retried']:>7}"
     )
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--turns", type=int, default=2000)
-    parser.add_argument("--users", type=int, default=200)
+    parser.add_argument("--users", type=int, default=250)
     parser.add_argument("--concurrency", type=int, default=16, help="per replica")
     parser.add_argument("--generate-ms", type=float, default=800.0)
     parser.add_argument("--embed-ms", type=float, default=150.0)
@@ -280,6 +289,12 @@ def main() -> int:
     args = parser.parse_args()
     if args.quick:
         args.turns, args.users, args.summary_burst = 400, 100, 2000
+    window = load_settings(database_url=None, valkey_url=None).extraction_window_turns
+    if args.turns % args.users or (args.turns // args.users) % window:
+        print(
+            f"note: {args.turns} turns of {args.users} users are not whole windows of {window} "
+            "turns: the last window of a session waits for the idle sweep, and the drain times it"
+        )
     if args.offline:
         print(f"extraction, offline providers: {args.turns} turns of {args.users} users\n{HEADER}")
         rates = [r["events_per_second"] for r in offline_runs(args)]
@@ -300,18 +315,22 @@ def main() -> int:
         flush=True,
     )
     results = extraction_runs(args)
-    print("\nCPU seconds over each drain window (first to last applied event), and more:")
+    print(
+        "\nCPU seconds over each drain window (first handled message to last turn extracted), "
+        "and more:"
+    )
     for r in results:
         cpu = ", ".join(f"{k} {v}" for k, v in r["cpu_seconds"].items())
         machine = r["machine"]
         print(
             f"  {r['replicas']} x {r['concurrency']}: {cpu}; machine "
             f"{machine.get('idle_percent')}% idle, {machine.get('steal_percent')}% stolen\n"
-            f"    events per replica {r['per_replica']}, each replica's first event after "
+            f"    turns archived per replica {r['per_replica']}, windows extracted "
+            f"{r['windows']}, each replica's first message after "
             f"{r['first_event_after_s']} s; handlers of one user at once: "
             f"{r['same_user_overlaps']}; backends waiting on a lock: mean "
-            f"{r['lock_waiters_mean']}, max {r['lock_waiters_max']}; idle in transaction "
-            f"(holding the user lock over an LLM call): mean {r['idle_in_transaction_mean']}; "
+            f"{r['lock_waiters_mean']}, max {r['lock_waiters_max']}; idle in transaction: "
+            f"mean {r['idle_in_transaction_mean']}; "
             f"written {r['written']}"
         )
     base = results[0]["events_per_second"]

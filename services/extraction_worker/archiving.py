@@ -211,9 +211,11 @@ class Archiver:
                     requests.append(request(session, reason, closing))
         if event.prev_session_id and event.prev_session_id != event.session_id:
             previous = WindowKey(event.app, event.user_id, event.prev_session_id)
-            if uow.windows.flushed_through(previous) is None or uow.windows.open_count(previous):
+            if uow.windows.flushed_through(previous) is None:
                 # The user's next session began: the previous one's window closes, and a
-                # turn of it still in flight closes it again when it arrives.
+                # turn of it still in flight closes it again when it arrives. Once (the
+                # request marks the previous session flushed): a previous session that
+                # goes on beside this one closes its windows by itself after that.
                 closing = window_id(previous, "next_session", event.event_id)
                 requests.append(request(previous, "next_session", closing))
         return requests

@@ -209,18 +209,19 @@ def test_a_turn_published_before_its_sessions_flush_closes_its_window_at_once():
     assert after.requests == []
 
 
-def test_the_next_session_closes_the_previous_one_until_it_is_flushed_and_empty():
+def test_the_next_session_closes_the_previous_one_once():
     db = Db()
     archiver = _archiver(db)
     archiver.enroll(_turn(1), None)
     second = {**IDS, "session_id": "s2"}
     first_turn = archiver.enroll(make_turn(second, 2, prev_session_id="s1", user="Hi"), None)
     assert [(r.session_id, r.reason) for r in first_turn.requests] == [("s1", "next_session")]
-    # Once the request is handled, s1 is flushed and empty: the next turns close nothing.
+    # Once the request is handled, s1 is flushed: later turns of s2 close nothing of it,
+    # even while s1 goes on beside s2 (its own windows then close by themselves).
     db.flushes[SESSION] = T0
-    db.pending.pop((SESSION, _turn(1).event_id))
+    assert archiver.enroll(_turn(3), T0 + timedelta(seconds=5)).requests == []
     later = archiver.enroll(
-        make_turn(second, 3, prev_session_id="s1", user="My editor is vim."), None
+        make_turn(second, 4, prev_session_id="s1", user="My editor is vim."), None
     )
     assert later.requests == []
 

@@ -86,7 +86,16 @@ class Extraction:
         through = delivery.publish_time if delivery and delivery.publish_time else None
         with self.units() as uow:
             uow.windows.mark_flush(session, through or event.created_at)
+            archived = uow.episodes.count_session(event.app, event.user_id, event.session_id)
             uow.commit()
+        if archived < event.turns:
+            # The session's last turns are still on their way (the agent flushed right
+            # after recording them): the first to arrive closes the window with all
+            # that waits, rather than each making a window of its own after this one.
+            log.info(
+                "flush waits for turns", session=event.session_id, missing=event.turns - archived
+            )
+            return Outcome.APPLIED
         return self.windows.extract(session, None)
 
     def handle_generate(self, event: MemoriesGenerate, delivery: Delivery | None) -> Outcome:

@@ -230,6 +230,14 @@ class Episodes:
         ).fetchall()
         return [Keyed(*row) for row in rows]
 
+    def count_session(self, app: str, user_id: str, session_id: str) -> int:
+        """How many turns of the session are archived."""
+        row = self.conn.execute(
+            "SELECT count(*) FROM episodes WHERE app = %s AND user_id = %s AND session_id = %s",
+            (app, user_id, session_id),
+        ).fetchone()
+        return int(row[0]) if row else 0
+
     def unkeyed_sessions(self, limit: int) -> list[tuple[str, str, str]]:
         """Up to `limit` sessions (app, user, session) with turns archived without a key."""
         rows = self.conn.execute(

@@ -137,6 +137,8 @@ def _rules_problem(event_type: str, record: dict[str, Any], limits: Limits) -> s
             problem = text_problem(item["text"], limits.max_message_bytes)
             if problem:
                 return f"events[{i}].text: {problem}"
+    if event_type == ExtractionRequested.EVENT_TYPE and record["turns"] < 0:
+        return "turns: must be at least 0"
     if event_type == CompactionRequested.EVENT_TYPE:
         if record["retention_days"] < 1:
             return "retention_days: must be at least 1"

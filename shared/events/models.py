@@ -194,6 +194,7 @@ class ExtractionRequested(_Record):
     session_id: str
     reason: str
     created_at: datetime
+    turns: int = 0  # a flush: the turns the session had recorded (0: unknown)
 
     @property
     def ordering_key(self) -> str:

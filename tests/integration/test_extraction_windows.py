@@ -219,41 +219,71 @@ def test_a_window_of_one_extracts_every_turn_on_its_own(
     assert _tasks(fake).count("extract") == 3
 
 
-def test_a_flush_extracts_now_and_a_turn_recorded_before_it_joins_on_arrival(
-    app_settings, topology, client, publisher, pool, ids, fake
-):
-    local = _gemini(app_settings, fake, extraction_window_turns=4, extraction_window_seconds=60.0)
-    llm, embedder = GeminiLLM(local), make_embedder(local)
-    session = ids["session_id"]
-
+def _recorder(client, ids):
     def record(n):
         body = {"user_id": ids["user_id"], "turn_id": f"turn-{n:04d}", "user": STATEMENTS[n - 1]}
-        answer = client.post(f"/v1/sessions/{session}/turns", json={**body, "assistant": "Ok."})
+        answer = client.post(
+            f"/v1/sessions/{ids['session_id']}/turns", json={**body, "assistant": "Ok."}
+        )
         assert answer.status_code == 202, answer.text
         return answer.json()["event_id"]
 
-    with extraction_worker(local, pool, llm, embedder, publisher):
+    return record
+
+
+def _flush(client, ids):
+    answer = client.post(
+        f"/v1/sessions/{ids['session_id']}:flush", json={"user_id": ids["user_id"]}
+    )
+    assert answer.status_code == 202, answer.text
+    assert answer.json()["session_id"] == ids["session_id"]
+
+
+def test_a_flush_extracts_every_waiting_turn_now(
+    app_settings, topology, client, publisher, pool, ids, fake
+):
+    local = _gemini(app_settings, fake, extraction_window_turns=4, extraction_window_seconds=60.0)
+    record = _recorder(client, ids)
+    with extraction_worker(local, pool, GeminiLLM(local), make_embedder(local), publisher):
         first = [record(1), record(2)]
         wait_for(lambda: len(_waiting(pool, ids)) == 2, 30, "two turns waiting")
-    # The third turn is recorded, then the session flushed; the worker sees the flush
-    # first and the turn only afterwards, as when the turn's delivery is late.
-    third = record(3)
-    flushed = client.post(f"/v1/sessions/{session}:flush", json={"user_id": ids["user_id"]})
-    assert flushed.status_code == 202, flushed.text
-    assert flushed.json()["session_id"] == session
-    with extraction_worker(local, pool, llm, embedder, publisher, only={REQUESTS}):
-        wait_for(lambda: len(_live_texts(pool, ids)) == 2, 30, "the flushed window's memories")
+        _flush(client, ids)
+        # Not after the minute the window may wait: now.
+        wait_for(lambda: len(_live_texts(pool, ids)) == 2, 20, "the flushed window's memories")
     ledgered = _rows(
         pool,
         "SELECT event_id::text FROM processed_events WHERE consumer = %s AND event_id = ANY(%s)",
         TURNS_CONSUMER,
-        [*first, third],
+        first,
     )
     assert sorted(r[0] for r in ledgered) == sorted(first)
+    assert _tasks(fake) == ["extract", "consolidate"]
+
+
+def test_a_flush_before_the_last_turn_arrived_leaves_the_window_to_that_turn(
+    app_settings, topology, client, publisher, pool, ids, fake
+):
+    local = _gemini(app_settings, fake, extraction_window_turns=4, extraction_window_seconds=60.0)
+    llm, embedder = GeminiLLM(local), make_embedder(local)
+    record = _recorder(client, ids)
+    with extraction_worker(local, pool, llm, embedder, publisher):
+        record(1), record(2)
+        wait_for(lambda: len(_waiting(pool, ids)) == 2, 30, "two turns waiting")
+    # The third turn is recorded and the session flushed at once; the worker sees the
+    # flush first and the turn only afterwards, as when the turn's delivery is late.
+    record(3)
+    _flush(client, ids)
+    flushes = "SELECT count(*) FROM extraction_flushes WHERE user_id = %s"
+    with extraction_worker(local, pool, llm, embedder, publisher, only={REQUESTS}):
+        wait_for(lambda: _rows(pool, flushes, ids["user_id"]) == [(1,)], 30, "the flush handled")
+    # Three turns recorded, two archived: the flush left the window to the third.
+    assert len(_waiting(pool, ids)) == 2 and fake.calls("generateContent") == []
     with extraction_worker(local, pool, llm, embedder, publisher):
         # Not after the minute a window may wait: at once, published before the flush.
-        wait_for(lambda: len(_live_texts(pool, ids)) == 3, 20, "the late turn's memory")
-    assert _tasks(fake).count("extract") == 2
+        wait_for(lambda: len(_live_texts(pool, ids)) == 3, 20, "the window's memories")
+    assert _tasks(fake) == ["extract", "consolidate"]  # one window of the three turns
+    (extraction,) = [c for c in fake.calls("generateContent") if "memories" in _fields(c)]
+    assert all(f"User: {text}" in extraction.prompt_text() for text in STATEMENTS[:3])
 
 
 def test_the_next_session_closes_the_previous_sessions_window(

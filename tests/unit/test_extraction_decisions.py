@@ -82,6 +82,9 @@ class Uow:
         self.db.episodes.add(episode.event_id)
         return True
 
+    def count_session(self, app: str, user_id: str, session_id: str) -> int:
+        return len(self.db.episodes)
+
     # windows
     def enroll(self, session: WindowKey, turn: PendingTurn, message: bytes) -> bool:
         if (session, turn.event_id) in self.db.pending:
@@ -347,6 +350,23 @@ def test_a_flush_marks_the_session_by_its_publish_time_and_takes_every_waiting_t
     assert extraction.handle_request(flush, delivery) == Outcome.APPLIED
     assert db.flushes == {SESSION: published} and db.pending == {}
     assert len(db.memories) == 2
+
+
+def test_a_flush_with_turns_still_on_their_way_leaves_the_window_to_them():
+    db = Db(episodes={_turn(1).event_id, _turn(2).event_id})
+    _waiting(db, 1, 2, window=None)
+    planner = Planner()
+    extraction = Extraction(_units(db), None, Embedder(), SETTINGS, request=lambda r: None)  # type: ignore[arg-type]
+    extraction.windows = WindowExtraction(_units(db), planner, SETTINGS)
+    flush = ExtractionRequested(str(uuid.uuid4()), "app", "ada", "s1", "flush", T0, turns=3)
+    published = T0 + timedelta(minutes=5)
+    delivery = Delivery("extraction-requests", "m1", 1, published)
+    assert extraction.handle_request(flush, delivery) == Outcome.APPLIED
+    # Marked flushed, nothing extracted: the third turn closes the window on arrival.
+    assert db.flushes == {SESSION: published} and planner.calls == 0 and len(db.pending) == 2
+    late = _archiver(db).enroll(_turn(3), T0 + timedelta(minutes=4))
+    assert [r.reason for r in late.requests] == ["late"]
+    assert {row[1] for row in db.pending.values()} == {late.requests[0].event_id}
 
 
 def test_planned_memories_keep_their_turns_source():

@@ -117,7 +117,9 @@ async def flush_session(
     api: ApiDep,
 ) -> FlushSessionResponse:
     """Extract the session's waiting turns now (the end of a session): an extraction
-    request, published like a turn (202 once Pub/Sub has it)."""
+    request, published like a turn (202 once Pub/Sub has it). It carries how many
+    turns the session has recorded, so that the worker can tell the turns still on
+    their way (recorded a moment ago) and let the last of them close the window."""
     event = ExtractionRequested(
         event_id=str(uuid.uuid4()),
         app=app_id,
@@ -125,6 +127,7 @@ async def flush_session(
         session_id=session_id,
         reason="flush",
         created_at=utcnow(),
+        turns=await _recorded(api.buffer, SessionKey(app_id, body.user_id, session_id)),
     )
     message = encode_or_4xx(event, Limits.from_settings(api.settings))
     await published_or_503(
@@ -148,6 +151,17 @@ async def delete_session(
     deleted = await valkey_or_503(api.buffer.delete(key))
     log.info("session deleted", session=session_id, keys=deleted)
     return DeleteSessionResponse(session_id=session_id, deleted_keys=deleted)
+
+
+async def _recorded(buffer: AsyncSessionBuffer, key: SessionKey) -> int:
+    """The turns the session has recorded, or 0 (unknown) when Valkey does not answer:
+    the flush then extracts what is there."""
+    try:
+        return (await buffer.read(key)).turns_total
+    except valkey.ValkeyError as exc:
+        count_store_error(exc)
+        log.warning("flush without a turn count", session=key.session_id, error=repr(exc))
+        return 0
 
 
 def _session_body(

@@ -73,6 +73,7 @@ from shared.waiting import poll  # noqa: E402
 
 APP = "default"
 TOPICS = ("editor", "region", "ui theme", "database", "deadline")
+WARM_UP_TURNS = 4  # per user: one whole window of the default size
 
 
 def backlog(run: str, users: int, turns: int) -> list[TurnRecorded]:
@@ -204,7 +205,8 @@ def offline_runs(args: argparse.Namespace) -> list[dict]:
         )
         c = args.concurrency
         try:
-            drain(stack, publisher, None, 1, c, c, 2 * c, 0.05)  # not measured: warm-up
+            # Not measured: a warm-up of whole windows (a partial one waits for the idle sweep).
+            drain(stack, publisher, None, 1, c, c, WARM_UP_TURNS * c, 0.05)
             results = []
             for _ in range(3):
                 result = drain(stack, publisher, None, 1, c, args.users, args.turns, 0.05)
@@ -232,7 +234,7 @@ def extraction_runs(args: argparse.Namespace) -> list[dict]:
         c = args.concurrency
         try:
             # Not measured: the first start of the path (the emulator's JIT, connections).
-            drain(stack, publisher, gemini, 1, c, c, 2 * c, per_event)
+            drain(stack, publisher, gemini, 1, c, c, WARM_UP_TURNS * c, per_event)
             results = []
             for replicas, concurrency in ((1, c), (1, 64), (2, c), (4, c)):
                 result = drain(
@@ -298,7 +300,7 @@ def main() -> int:
     if args.offline:
         print(f"extraction, offline providers: {args.turns} turns of {args.users} users\n{HEADER}")
         rates = [r["events_per_second"] for r in offline_runs(args)]
-        print(f"extraction offline: {' · '.join(f'{r:.1f}' for r in rates)} events/s")
+        print(f"extraction offline: {' · '.join(f'{r:.1f}' for r in rates)} turns/s")
         return 0
 
     summary = summary_drain(args.summary_burst)

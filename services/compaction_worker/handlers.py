@@ -42,7 +42,7 @@ from shared.db.episodes import Episodes, OldEpisode
 from shared.db.ledger import Claim
 from shared.db.memories import COMPACTED_ENTITY, MemoryRow, NewMemory
 from shared.db.tombstones import Tombstones
-from shared.db.unit_of_work import UnitOfWork, UnitsOfWork
+from shared.db.unit_of_work import UnitOfWork, UnitsOfWork, locked
 from shared.embeddings.base import Embedder
 from shared.errors import PermanentError
 from shared.events import CompactionRequested, derived_event_id, format_time
@@ -261,7 +261,7 @@ class Compaction:
         self, event: CompactionRequested, old_before: datetime, folds: list[Fold] | None
     ) -> Written:
         """One transaction; CHANGED when the batch or a summary is not what was folded."""
-        with self.units() as uow:
+        with locked(self.units, event.app, event.user_id) as uow:
             claim = uow.ledger.claim_or_skip(
                 CONSUMER,
                 event.event_id,

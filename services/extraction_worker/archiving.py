@@ -27,7 +27,7 @@ import structlog
 from shared.bus.contract import Outcome
 from shared.config import Settings
 from shared.db.episodes import Episode, KeyPlan
-from shared.db.unit_of_work import UnitOfWork
+from shared.db.unit_of_work import UnitOfWork, locked
 from shared.db.windows import PendingTurn, WindowKey
 from shared.embeddings.base import Embedder
 from shared.events import (
@@ -134,7 +134,7 @@ class Archiver:
                         episode, window, self.settings.episode_key_dated
                     )
             vectors = self.embedder.embed(plan.texts) if plan is not None and plan.keys else []
-            with self.units() as uow:
+            with locked(self.units, event.app, event.user_id) as uow:
                 enrolled = self._write(uow, event, episode, plan, vectors, skip, published_at)
                 if enrolled is None:
                     continue
@@ -157,7 +157,6 @@ class Archiver:
         published_at: datetime | None,
     ) -> Enrolled | None:
         """One transaction under the user's lock; None when the snapshot is stale."""
-        uow.memories.lock_user(event.app, event.user_id)
         if uow.ledger.applied(TURNS_CONSUMER, event.event_id):
             return Enrolled(Outcome.DUPLICATE)
         if uow.tombstones.covers(event.app, event.user_id, event.created_at):

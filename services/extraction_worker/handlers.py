@@ -34,7 +34,7 @@ from shared.bus.worker import DeadLetter, DeadLetterHook, Delivery, HandlerTable
 from shared.config import Settings
 from shared.db.ledger import Claim
 from shared.db.operations import Operations
-from shared.db.unit_of_work import UnitOfWork, UnitsOfWork
+from shared.db.unit_of_work import UnitOfWork, UnitsOfWork, locked
 from shared.db.windows import WindowKey
 from shared.embeddings.base import Embedder
 from shared.events import ExtractionRequested, MemoriesGenerate, TurnRecorded
@@ -125,7 +125,7 @@ class Extraction:
         for _ in range(DECIDE_ATTEMPTS):
             # A deleted user's text must not reach the model: the claim drops it.
             planned = [] if seen is Claim.DELETED else self.planner.plan(inp, {"turn": source})
-            with self.units() as uow:
+            with locked(self.units, event.app, event.user_id) as uow:
                 claim = uow.ledger.claim_or_skip(
                     GENERATE_CONSUMER,
                     event.event_id,

@@ -30,7 +30,7 @@ from shared.bus.contract import DeadLetter, Outcome
 from shared.bus.publisher import EventPublisher
 from shared.bus.topology import dead_letter_name, full_name
 from shared.config import Settings
-from shared.db.unit_of_work import UnitOfWork
+from shared.db.unit_of_work import UnitOfWork, locked
 from shared.db.windows import PendingTurn, WindowKey
 from shared.events import SCHEMA_VERSION, ExtractionRequested, TurnRecorded
 from shared.events.models import ordering_key
@@ -88,7 +88,7 @@ class WindowExtraction:
             if not turns:
                 return Outcome.DUPLICATE
             planned = self.planner.plan(window_input(session, turns), sources_of(session, turns))
-            with self.units() as uow:
+            with locked(self.units, session.app, session.user_id) as uow:
                 applied = self._write(uow, session, turns, planned)
                 if applied is None:
                     continue
@@ -109,7 +109,6 @@ class WindowExtraction:
         self, uow: UnitOfWork, session: WindowKey, turns: list[PendingTurn], planned: list[Planned]
     ) -> list[Applied] | None:
         """One transaction under the user's lock; None when what was decided on changed."""
-        uow.memories.lock_user(session.app, session.user_id)
         ids = [t.event_id for t in turns]
         waiting = {t.event_id for t in uow.windows.pending(session, lock=True)}
         if not waiting.issuperset(ids):
@@ -163,8 +162,7 @@ def dead_letter_window(
         futures.append(publisher.publish_raw(topic, data, dead))
     for future in futures:
         future.result(timeout=settings.publish_timeout_seconds)
-    with units() as uow:
-        uow.memories.lock_user(session.app, session.user_id)
+    with locked(units, session.app, session.user_id) as uow:
         uow.windows.remove(session, [event_id for event_id, _data in turns])
         uow.commit()
     log.warning("window dead-lettered", session=session.session_id, turns=len(turns), reason=reason)

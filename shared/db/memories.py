@@ -110,6 +110,15 @@ def user_lock(conn: psycopg.Connection, app: str, user_id: str) -> None:
     )
 
 
+def try_user_lock(conn: psycopg.Connection, app: str, user_id: str) -> bool:
+    """`user_lock` if no other transaction holds it now; False (not waiting) if one does."""
+    row = conn.execute(
+        "SELECT pg_try_advisory_xact_lock(hashtextextended(%s, 0))",
+        (f"memories/{app}/{user_id}",),
+    ).fetchone()
+    return bool(row and row[0])
+
+
 class Memories:
     """Plain SQL over one connection (the caller's transaction)."""
 
@@ -118,6 +127,9 @@ class Memories:
 
     def lock_user(self, app: str, user_id: str) -> None:
         user_lock(self.conn, app, user_id)
+
+    def try_lock_user(self, app: str, user_id: str) -> bool:
+        return try_user_lock(self.conn, app, user_id)
 
     def _memories(self, sql: str, params: Any) -> list[MemoryRow]:
         return [MemoryRow.from_row(row) for row in fetch(self.conn, sql, params)]

@@ -9,14 +9,17 @@ over it. It rolls back unless the caller commits:
 Handlers get a `UnitsOfWork` (a factory: `with units() as uow`), which names the
 process in `agent_memory_db_transaction_seconds{worker}`: how long each
 transaction kept its connection, from the checkout to the commit or rollback.
-No model or embedding call happens while one is open.
+No model or embedding call happens while one is open, and a writer takes the
+user's lock through `locked`, which does not wait for it holding a connection.
 """
 
 from __future__ import annotations
 
 import asyncio
+import random
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from types import TracebackType
 from typing import TypeVar
 
@@ -95,6 +98,35 @@ class UnitOfWork:
                 self._seconds.observe(time.perf_counter() - self._began)
             self._cm.__exit__(exc_type, exc, tb)
             self.conn = None
+
+
+# How long a unit of work tries for a user's lock without holding a connection
+# before it waits for it holding one (so a busy user's writer is never starved).
+LOCK_PATIENCE_SECONDS = 2.0
+_FIRST_RETRY_SECONDS = 0.002
+_LONGEST_RETRY_SECONDS = 0.05
+
+
+@contextmanager
+def locked(units: Callable[[], UnitOfWork], app: str, user_id: str) -> Iterator[UnitOfWork]:
+    """A unit of work that holds the user's lock (`Memories.lock_user`). While another
+    transaction of the user holds it, this one gives its connection back and tries
+    again a moment later: a transaction waiting on a lock would keep a pooled
+    connection idle, and a worker's few connections serve many handlers. After
+    `LOCK_PATIENCE_SECONDS` it waits for the lock holding its connection."""
+    deadline = time.monotonic() + LOCK_PATIENCE_SECONDS
+    delay = _FIRST_RETRY_SECONDS
+    while True:
+        with units() as uow:
+            held = uow.memories.try_lock_user(app, user_id)
+            if held or time.monotonic() >= deadline:
+                if not held:
+                    uow.memories.lock_user(app, user_id)
+                yield uow
+                return
+        # Between tries: no transaction open, no connection held.
+        time.sleep(delay * random.uniform(0.5, 1.5))  # noqa: S311 - jitter, not security
+        delay = min(delay * 2, _LONGEST_RETRY_SECONDS)
 
 
 class UnitsOfWork:

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 
 from shared.config import Settings
 from shared.db.memories import MemoryRow, NewMemory
-from shared.db.unit_of_work import UnitOfWork
+from shared.db.unit_of_work import UnitOfWork, locked
 from shared.embeddings.base import Embedder
 from shared.llm import extraction_prompts
 from shared.llm.base import LLM, Action, Candidate, Decision, Weighing
@@ -144,8 +144,7 @@ def write_memory(
             planned = weigh(units, llm, fusion, limit, [(new, source)])
         else:
             planned = [Planned(new, source, (), None)]
-        with units() as uow:
-            uow.memories.lock_user(source.app, source.user_id)
+        with locked(units, source.app, source.user_id) as uow:
             if not unchanged(uow, planned, fusion, limit):
                 continue
             applied = apply(uow, planned)

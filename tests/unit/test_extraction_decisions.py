@@ -71,6 +71,9 @@ class Uow:
     def lock_user(self, app: str, user_id: str) -> None:
         pass
 
+    def try_lock_user(self, app: str, user_id: str) -> bool:
+        return True
+
     # episodes
     def archived(self, episode) -> bool:
         return episode.event_id in self.db.episodes

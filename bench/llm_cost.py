@@ -11,7 +11,7 @@ provider and reports Gemini-style usage):
 
 - `window 1`: AM_EXTRACTION_WINDOW_TURNS=1 and AM_EXTRACTION_FILTER=false: every
   turn goes to the model on its own, as before extraction windows existed;
-- `default`: the default window (4 turns) with the filter on.
+- `default`: the default window (`AM_EXTRACTION_WINDOW_TURNS`, 5 turns) with the filter on.
 
 Each mode:
 
@@ -45,7 +45,7 @@ pool of 4 draining at >= 0.9 of the pool of 32. The last line is
 `llm cost: calls/turn x<r>, tokens/turn x<r>, transaction p99 <ms> ms`.
 
     .venv/bin/python bench/llm_cost.py [--users 20] [--sessions 2] [--pace 2.0]
-        [--drain-sessions 3] [--drain-turns 16] [--generate-ms 800] [--embed-ms 150]
+        [--drain-sessions 3] [--drain-turns 3 windows] [--generate-ms 800] [--embed-ms 150]
 """
 
 from __future__ import annotations
@@ -79,6 +79,7 @@ from bench.llm_cost_report import DRAIN_CONCURRENCY, last_line, report, transact
 from bench.pipeline import publish_all  # noqa: E402
 from bench.scaling import start_gemini  # noqa: E402
 from shared.bus.publisher import EventPublisher  # noqa: E402
+from shared.config import Settings  # noqa: E402
 from shared.localstack.stack import LocalStack  # noqa: E402
 from shared.waiting import poll  # noqa: E402
 
@@ -92,6 +93,8 @@ class Mode:
     about: str
 
 
+WINDOW = Settings.model_fields["extraction_window_turns"].default
+
 MODES = (
     Mode(
         "window 1",
@@ -99,7 +102,7 @@ MODES = (
         "AM_EXTRACTION_WINDOW_TURNS=1, AM_EXTRACTION_FILTER=false: every turn to the model "
         "on its own, as before extraction windows existed",
     ),
-    Mode("default", {}, "the default window (4 turns), the filter on"),
+    Mode("default", {}, f"the default window ({WINDOW} turns), the filter on"),
 )
 SETTINGS = ("AM_EXTRACTION_WINDOW_TURNS", "AM_EXTRACTION_FILTER", "AM_DB_POOL_SIZE")
 
@@ -264,7 +267,12 @@ def main() -> int:
     parser.add_argument("--sessions", type=int, default=2, help="sessions per user, in turn")
     parser.add_argument("--pace", type=float, default=2.0, help="seconds between turns")
     parser.add_argument("--drain-sessions", type=int, default=3, help="per conversation")
-    parser.add_argument("--drain-turns", type=int, default=16, help="per drained session")
+    parser.add_argument(
+        "--drain-turns",
+        type=int,
+        default=3 * WINDOW,
+        help="per drained session (default: three default windows; sessions hold 19-22)",
+    )
     parser.add_argument("--generate-ms", type=float, default=800.0)
     parser.add_argument("--embed-ms", type=float, default=150.0)
     parser.add_argument("--jitter", type=float, default=0.25, help="e.g. 0.25 for +-25%%")

@@ -41,7 +41,7 @@ log = structlog.get_logger("agent_memory.worker")
 # A Postgres worker's pool when AM_DB_POOL_SIZE is unset: its handlers hold a
 # connection only for their reads and one short transaction, never across a model
 # call, so a few connections serve many handlers.
-DEFAULT_POOL_SIZE = 8
+DEFAULT_POOL_SIZE = 4
 
 
 @dataclass(frozen=True)

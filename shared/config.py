@@ -93,7 +93,7 @@ class Settings(BaseSettings):
     db_pool_size: int | None = Field(default=None, ge=1, le=1000)
     """Postgres connections of a worker process. A handler holds one only for its short reads and
     its one transaction, never across a model or embedding call. Unset: the worker's concurrency, at
-    most `8`"""
+    most `4`"""
     scale: str = ""
     """`agent-memory up` only: replicas per worker kind, `extraction=3,summary=2` (1–8 each; each
     kind unnamed runs one); `up --scale KIND=N` overrides it per kind"""
@@ -236,7 +236,7 @@ class Settings(BaseSettings):
     episode_key_dated: bool = True
     """an episode's search key names when it was said, in words ("Tuesday 9 May 2023,
     afternoon", UTC)"""
-    extraction_window_turns: int = Field(default=4, ge=1, le=50)
+    extraction_window_turns: int = Field(default=5, ge=1, le=50)
     """a session's turns extracted together in one model call: a window closes at this many
     turns, after `AM_EXTRACTION_WINDOW_SECONDS` without a new one, when the user's next session
     starts or on a flush (`1`: every turn on its own)"""

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 WORKER_KINDS = ("summary", "extraction", "compaction")
 # Replicas of one kind `agent-memory up` runs on one machine: eight extraction
-# replicas with their default pool of 8 connections hold 64 of the local Postgres's 200
+# replicas with their default pool of 4 connections hold 32 of the local Postgres's 200
 # connections.
 MAX_LOCAL_REPLICAS = 8
 

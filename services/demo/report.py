@@ -43,7 +43,7 @@ def figures(result: SessionResult) -> dict[str, Any]:
         },
         "pipeline_lag_ms": {
             "what": "turn recorded -> its memory written (turns 1-5 and 45); a turn's memory "
-            "is written when its extraction window closes (after 4 turns, or the flush)",
+            "is written when its extraction window closes (after a few turns, or the flush)",
             "p50": round(percentile(result.lag_ms, 50)),
             "max": round(max(result.lag_ms)),
         },
@@ -127,7 +127,7 @@ def lines(providers: dict[str, str], numbers: dict[str, Any], checks: list[Check
         f"{total['savings_percent']}% saved",
         f"  the workers' LLM calls: {total['background_tokens_per_turn']:,} tokens per turn",
         f"  /v1/context read: p50 {read['p50']} ms, p99 {read['p99']} ms",
-        f"  pipeline lag (turn recorded -> memory written, windows of 4 turns): "
+        f"  pipeline lag (turn recorded -> memory written, when its window closes): "
         f"p50 {lag['p50']} ms, max {lag['max']} ms",
         "",
         "== Checks",

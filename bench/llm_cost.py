@@ -10,7 +10,7 @@ Gemini endpoint in a process of its own (bench/slow_gemini.py: generateContent
 provider and reports Gemini-style usage):
 
 - `window 1`: AM_EXTRACTION_WINDOW_TURNS=1 and AM_EXTRACTION_FILTER=false: every
-  turn goes to the model on its own, as before extraction windows existed;
+  turn goes to the model on its own;
 - `default`: the default window (`AM_EXTRACTION_WINDOW_TURNS`, 5 turns) with the filter on.
 
 Each mode:
@@ -100,7 +100,7 @@ MODES = (
         "window 1",
         {"AM_EXTRACTION_WINDOW_TURNS": "1", "AM_EXTRACTION_FILTER": "false"},
         "AM_EXTRACTION_WINDOW_TURNS=1, AM_EXTRACTION_FILTER=false: every turn to the model "
-        "on its own, as before extraction windows existed",
+        "on its own",
     ),
     Mode("default", {}, f"the default window ({WINDOW} turns), the filter on"),
 )

@@ -27,6 +27,7 @@ import structlog
 from shared.bus.contract import Outcome
 from shared.config import Settings
 from shared.db.episodes import Episode, KeyPlan
+from shared.db.ledger import Claim
 from shared.db.unit_of_work import UnitOfWork, locked
 from shared.db.windows import PendingTurn, WindowKey
 from shared.embeddings.base import Embedder
@@ -126,10 +127,19 @@ class Archiver:
         window = self.settings.episode_key_window
         for _ in range(ARCHIVE_ATTEMPTS):
             with self.units() as uow:  # reads only: no lock is taken
-                if uow.ledger.applied(TURNS_CONSUMER, event.event_id):
+                seen = uow.ledger.peek(
+                    TURNS_CONSUMER,
+                    event.event_id,
+                    app=event.app,
+                    user_id=event.user_id,
+                    created_at=event.created_at,
+                )
+                if seen is Claim.DUPLICATE:
                     return Enrolled(Outcome.DUPLICATE)
                 plan = None
-                if not uow.episodes.archived(episode):
+                # A deleted user's text never reaches the embedder: the transaction
+                # below drops the event.
+                if seen is Claim.NEW and not uow.episodes.archived(episode):
                     plan = uow.episodes.plan_archive(
                         episode, window, self.settings.episode_key_dated
                     )
@@ -170,15 +180,18 @@ class Archiver:
             if written is None:
                 return None
             archived = written
-        if skip is not None:
-            uow.ledger.record(TURNS_CONSUMER, event.event_id)
-            return Enrolled(Outcome.APPLIED, skipped=skip)
         session = WindowKey(event.app, event.user_id, event.session_id)
+        if skip is not None:
+            # Never extracted, but it may still close its window (a session's last turn
+            # after its flush) or the previous session's (a new session's first turn).
+            uow.ledger.record(TURNS_CONSUMER, event.event_id)
+            requests = self._closes(uow, session, event, published_at, None)
+            return Enrolled(Outcome.APPLIED, requests, skipped=skip)
         limits = Limits(self.settings.max_message_bytes, self.settings.max_tool_events_bytes)
         message = encode(event, limits).data
-        enrolled = uow.windows.enroll(session, pending_of(event, published_at), message)
-        requests = self._closes(uow, session, event, published_at, enrolled)
-        outcome = Outcome.APPLIED if enrolled or archived else Outcome.DUPLICATE
+        joined = uow.windows.enroll(session, pending_of(event, published_at), message)
+        requests = self._closes(uow, session, event, published_at, joined)
+        outcome = Outcome.APPLIED if joined or archived else Outcome.DUPLICATE
         return Enrolled(outcome, requests)
 
     def _closes(
@@ -187,11 +200,13 @@ class Archiver:
         session: WindowKey,
         event: TurnRecorded,
         published_at: datetime | None,
-        enrolled: bool,
+        joined: bool | None,
     ) -> list[ExtractionRequested]:
-        """The extraction requests this turn makes (their windows marked as requested)."""
+        """The extraction requests this turn makes (their windows closed). `joined`:
+        the turn joined its window now (True), was there already (False: a
+        redelivery), or joins none (None: the filter skipped it)."""
         requests = []
-        if not enrolled:
+        if joined is False:
             # A redelivery: the request its first delivery made may not have gone out.
             closed = uow.windows.window_of(session, event.event_id)
             if closed is not None:
@@ -200,7 +215,9 @@ class Archiver:
             flushed = uow.windows.flushed_through(session)
             if flushed is not None and published_at is not None and published_at <= flushed:
                 reason = "late"
-            elif uow.windows.open_count(session) >= self.settings.extraction_window_turns:
+            elif (
+                joined and uow.windows.open_count(session) >= self.settings.extraction_window_turns
+            ):
                 reason = "full"
             else:
                 reason = ""
@@ -211,10 +228,11 @@ class Archiver:
         if event.prev_session_id and event.prev_session_id != event.session_id:
             previous = WindowKey(event.app, event.user_id, event.prev_session_id)
             if uow.windows.flushed_through(previous) is None:
-                # The user's next session began: the previous one's window closes, and a
-                # turn of it still in flight closes it again when it arrives. Once (the
-                # request marks the previous session flushed): a previous session that
-                # goes on beside this one closes its windows by itself after that.
+                # The user's next session began: the request closes the previous one's
+                # window, and a turn of it still in flight closes it again when it
+                # arrives. Once (the request marks the previous session flushed): a
+                # previous session that goes on beside this one closes its windows by
+                # itself after that.
                 closing = window_id(previous, "next_session", event.event_id)
                 requests.append(request(previous, "next_session", closing))
         return requests

@@ -20,6 +20,7 @@ import contextlib
 import json
 from collections.abc import Callable
 from dataclasses import dataclass
+from datetime import datetime
 from functools import partial
 from typing import Any
 
@@ -47,8 +48,9 @@ log = structlog.get_logger("agent_memory.extraction")
 
 GENERATE_CONSUMER = "memory-generate-extraction"
 REQUESTS = "extraction-requests"
-# Requests that extract every turn waiting in the session, not only a closed window's.
-EVERY_TURN = ("flush", "next_session")
+# Requests that close the session's open window themselves (the others extract a
+# window the turns' own transaction closed under the request's id).
+CLOSING = ("flush", "next_session")
 Units = Callable[[], UnitOfWork]
 # What becomes of an extraction request: published (the worker) or handled at once.
 Request = Callable[[ExtractionRequested], None]
@@ -78,25 +80,41 @@ class Extraction:
 
     def handle_request(self, event: ExtractionRequested, delivery: Delivery | None) -> Outcome:
         session = WindowKey(event.app, event.user_id, event.session_id)
-        if event.reason not in EVERY_TURN:
-            # The turns its window closed with (a window that closed by itself).
-            return self.windows.extract(session, event.event_id)
-        # Turns of the session published before this request and still in flight
-        # close their window as soon as they arrive.
-        through = delivery.publish_time if delivery and delivery.publish_time else None
-        with self.units() as uow:
-            uow.windows.mark_flush(session, through or event.created_at)
+        if event.reason in CLOSING:
+            # A flush, or the user's next session: close the session's window now.
+            through = delivery.publish_time if delivery and delivery.publish_time else None
+            if not self._close(event, session, through or event.created_at):
+                return Outcome.DROPPED if self._deleted(event) else Outcome.APPLIED
+        # The turns its window closed with, its id this request's.
+        return self.windows.extract(session, event.event_id)
+
+    def _close(self, event: ExtractionRequested, session: WindowKey, through: datetime) -> bool:
+        """Under the user's lock (so that a turn committing meanwhile either is counted
+        here or sees the mark): turns of the session published up to `through` and
+        still in flight close their window as soon as they arrive; the open window
+        closes now as this request's, unless turns the flush counted are still on
+        their way (the agent flushed right after recording them): then the first to
+        arrive closes it with all that waits. False: nothing closed now."""
+        with locked(self.units, event.app, event.user_id) as uow:
+            if uow.tombstones.covers(event.app, event.user_id, event.created_at):
+                return False  # a request of a user deleted since: nothing to keep
+            uow.windows.mark_flush(session, through)
             archived = uow.episodes.count_session(event.app, event.user_id, event.session_id)
+            if archived < event.turns:
+                uow.commit()
+                log.info(
+                    "flush waits for turns",
+                    session=event.session_id,
+                    missing=event.turns - archived,
+                )
+                return False
+            uow.windows.close(session, event.event_id)
             uow.commit()
-        if archived < event.turns:
-            # The session's last turns are still on their way (the agent flushed right
-            # after recording them): the first to arrive closes the window with all
-            # that waits, rather than each making a window of its own after this one.
-            log.info(
-                "flush waits for turns", session=event.session_id, missing=event.turns - archived
-            )
-            return Outcome.APPLIED
-        return self.windows.extract(session, None)
+        return True
+
+    def _deleted(self, event: ExtractionRequested) -> bool:
+        with self.units() as uow:
+            return uow.tombstones.covers(event.app, event.user_id, event.created_at)
 
     def handle_generate(self, event: MemoriesGenerate, delivery: Delivery | None) -> Outcome:
         source = Source(
@@ -195,9 +213,7 @@ def dead_letter_hooks(resources: Resources) -> dict[str, DeadLetterHook]:
     units = _units(resources)
     return {
         GENERATE_CONSUMER: partial(fail_operation, units),
-        REQUESTS: partial(
-            dead_letter_window, units, resources.publisher, resources.settings, EVERY_TURN
-        ),
+        REQUESTS: partial(dead_letter_window, units, resources.publisher, resources.settings),
     }
 
 

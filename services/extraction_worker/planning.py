@@ -60,6 +60,10 @@ class Planner:
         found = []
         for part in split(inp, self.settings.llm_max_input_tokens):
             found += self.llm.extract(part).value
+        # In the order the turns were said, whatever order the model answered in: the
+        # decisions are applied in this order (a stable sort keeps a turn's own order).
+        said = {turn.turn_id: n for n, turn in enumerate(inp.turns)}
+        found.sort(key=lambda item: said[item.turn_id])
         candidates = []
         for item in found:
             source = sources[item.turn_id]

@@ -4,10 +4,12 @@ publishes an extraction request for each.
 
 Every replica sweeps; closing a window marks its turns with the id of its
 request in one statement, so two replicas never both close a window. A window
-closed by a worker that died before its request went out (or whose request was
-lost) is closed again, under a new id, after `RESEND_SECONDS`; the first request,
-should it still come, then finds nothing to extract. The sweep also ends the flush
-marks of sessions flushed long ago. It pauses while a dependency is down.
+still waiting `RESEND_SECONDS` after it closed (its request may have been lost: a
+worker died between the close and the publish) gets its request again, under the
+same id: a copy of a request that was not lost finds the window extracted, or
+waits behind it on the session's ordering key, and never resets its attempts.
+The sweep also ends the flush marks of sessions flushed long ago. It pauses while
+a dependency is down.
 """
 
 from __future__ import annotations
@@ -26,7 +28,7 @@ log = structlog.get_logger("agent_memory.extraction")
 
 Units = Callable[[], UnitOfWork]
 
-RESEND_SECONDS = 300.0
+RESEND_SECONDS = 60.0
 FLUSH_MARK_SECONDS = 24 * 3600.0  # turns in flight at a flush arrive well within this
 CLAIM_LIMIT = 500  # windows claimed per sweep
 
@@ -54,7 +56,8 @@ class IdleWindows:
     def sweep(self) -> int:
         """One sweep: the requests published."""
         with self.units() as uow:
-            closed = uow.windows.close_idle(self.idle_seconds, RESEND_SECONDS, CLAIM_LIMIT)
+            closed = uow.windows.close_idle(self.idle_seconds, CLAIM_LIMIT)
+            closed += uow.windows.unfinished(RESEND_SECONDS, CLAIM_LIMIT)
             uow.windows.forget_flushes(FLUSH_MARK_SECONDS)
             EXTRACTION_WINDOWS_WAITING.set(uow.windows.waiting())
             uow.commit()

@@ -17,7 +17,6 @@ on its own: a replayed turn joins a new window.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -78,10 +77,9 @@ class WindowExtraction:
     planner: Planner
     settings: Settings
 
-    def extract(self, session: WindowKey, window_id: str | None) -> Outcome:
-        """Extract the session's closed window `window_id` (None: every turn waiting
-        in the session): APPLIED, or DUPLICATE when none of its turns waits any more
-        (another request extracted them already)."""
+    def extract(self, session: WindowKey, window_id: str) -> Outcome:
+        """Extract the session's closed window `window_id`: APPLIED, or DUPLICATE when
+        none of its turns waits any more (extracted already, or dead-lettered)."""
         for _ in range(DECIDE_ATTEMPTS):
             with self.units() as uow:  # a read: no lock
                 turns = uow.windows.pending(session, window_id)
@@ -124,23 +122,19 @@ class WindowExtraction:
 
 
 def dead_letter_window(
-    units: Units,
-    publisher: EventPublisher,
-    settings: Settings,
-    every_turn: tuple[str, ...],
-    letter: DeadLetter,
+    units: Units, publisher: EventPublisher, settings: Settings, letter: DeadLetter
 ) -> None:
     """The hook of `extraction-requests`: a request about to be dead-lettered hands
     each turn of its window to the dead letters of `turns-extraction`, unchanged,
     with the reason, then empties the window. A crash in between hands some turns
-    over twice; replaying both copies applies the turn once (the ledger)."""
-    found = _request_of(letter)
-    if found is None:
+    over twice; replaying both copies applies the turn once (the ledger). A request
+    that could not be read names no window: nothing of any session is touched."""
+    if not isinstance(letter.event, ExtractionRequested):
         return
-    session, request_id, reason = found
-    window = None if reason in every_turn else request_id
+    e = letter.event
+    session = WindowKey(e.app, e.user_id, e.session_id)
     with units() as uow:
-        turns = uow.windows.messages(session, window)
+        turns = uow.windows.messages(session, e.event_id)
     if not turns:
         return
     project = settings.google_cloud_project
@@ -166,17 +160,3 @@ def dead_letter_window(
         uow.windows.remove(session, [event_id for event_id, _data in turns])
         uow.commit()
     log.warning("window dead-lettered", session=session.session_id, turns=len(turns), reason=reason)
-
-
-def _request_of(letter: DeadLetter) -> tuple[WindowKey, str, str] | None:
-    """The request's session, id and reason, from the event or, when it did not
-    decode, its body."""
-    if isinstance(letter.event, ExtractionRequested):
-        e = letter.event
-        return WindowKey(e.app, e.user_id, e.session_id), e.event_id, e.reason
-    try:
-        body = json.loads(letter.data)
-        session = WindowKey(str(body["app"]), str(body["user_id"]), str(body["session_id"]))
-        return session, str(body["event_id"]), str(body.get("reason", ""))
-    except (ValueError, KeyError, TypeError):
-        return None

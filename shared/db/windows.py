@@ -92,8 +92,8 @@ class Windows:
         self, session: WindowKey, window_id: str | None = None, *, lock: bool = False
     ) -> list[PendingTurn]:
         """The turns of the session's closed window `window_id` (None: every turn
-        waiting in the session) in the session's order (time, then turn id); `lock`:
-        locked until the transaction ends."""
+        waiting in the session, in any window) in the session's order (time, then
+        turn id); `lock`: locked until the transaction ends."""
         where = _SESSION + (" AND window_id = %(window)s" if window_id else "")
         rows = fetch(
             self.conn,
@@ -103,13 +103,11 @@ class Windows:
         )
         return [PendingTurn(**row) for row in rows]
 
-    def messages(self, session: WindowKey, window_id: str | None) -> list[tuple[str, bytes]]:
-        """(event id, the turn event as published) of each turn of the window (None:
-        of every turn waiting in the session)."""
-        where = _SESSION + (" AND window_id = %(window)s" if window_id else "")
+    def messages(self, session: WindowKey, window_id: str) -> list[tuple[str, bytes]]:
+        """(event id, the turn event as published) of each turn of the window."""
         rows = self.conn.execute(
-            f"SELECT event_id::text, message FROM extraction_pending WHERE {where} "
-            "ORDER BY created_at, turn_id",
+            f"SELECT event_id::text, message FROM extraction_pending WHERE {_SESSION} "
+            "AND window_id = %(window)s ORDER BY created_at, turn_id",
             {**session.params(), "window": window_id},
         ).fetchall()
         return [(event_id, bytes(message)) for event_id, message in rows]
@@ -136,38 +134,54 @@ class Windows:
         ).fetchone()
         return row[0] if row else None
 
-    def close_idle(
-        self, idle_seconds: float, resend_seconds: float, limit: int
-    ) -> list[tuple[WindowKey, str]]:
-        """Close the windows that have had no new turn for `idle_seconds`, and close
-        again those closed `resend_seconds` ago and still waiting (their request was
-        lost: a worker died before publishing it, say); at most `limit`, oldest
-        first. Each gets a new window id, so another worker's sweep cannot close it
-        too: (session, window id) of each."""
+    def close_idle(self, idle_seconds: float, limit: int) -> list[tuple[WindowKey, str]]:
+        """Close the open windows no turn has joined for `idle_seconds`, at most
+        `limit`, oldest first, each under a new id (another worker's sweep cannot
+        close it too): (session, window id) of each."""
         rows = self.conn.execute(
             """
             WITH due AS (
                 SELECT app, user_id, session_id, gen_random_uuid() AS window_id
-                FROM extraction_pending
+                FROM extraction_pending WHERE close_requested_at IS NULL
                 GROUP BY app, user_id, session_id
                 HAVING max(enrolled_at) < now() - make_interval(secs => %(idle)s)
-                   AND (bool_or(close_requested_at IS NULL)
-                        OR max(close_requested_at) < now() - make_interval(secs => %(resend)s))
                 ORDER BY min(enrolled_at)
                 LIMIT %(limit)s
             )
             UPDATE extraction_pending p SET close_requested_at = now(), window_id = due.window_id
             FROM due
             WHERE p.app = due.app AND p.user_id = due.user_id AND p.session_id = due.session_id
-              AND (p.close_requested_at IS NULL
-                   OR p.close_requested_at < now() - make_interval(secs => %(resend)s))
+              AND p.close_requested_at IS NULL
             RETURNING p.app, p.user_id, p.session_id, p.window_id::text
             """,
-            {"idle": idle_seconds, "resend": resend_seconds, "limit": limit},
+            {"idle": idle_seconds, "limit": limit},
         ).fetchall()
-        return sorted(
-            {(WindowKey(app, user, session), window) for app, user, session, window in rows}
-        )
+        return sorted({(WindowKey(app, user, sess), window) for app, user, sess, window in rows})
+
+    def unfinished(self, resend_seconds: float, limit: int) -> list[tuple[WindowKey, str]]:
+        """Closed windows still waiting `resend_seconds` after they closed (or after
+        the last time this answered them), at most `limit`: their request may have
+        been lost (a worker died between the close and the publish), so it is sent
+        again under the same id; if it was not lost, the copy finds the window
+        extracted, or waits behind it (same session, same ordering key)."""
+        rows = self.conn.execute(
+            """
+            WITH due AS (
+                SELECT DISTINCT app, user_id, session_id, window_id FROM extraction_pending
+                WHERE window_id IS NOT NULL
+                  AND close_requested_at < now() - make_interval(secs => %(resend)s)
+                LIMIT %(limit)s
+            )
+            UPDATE extraction_pending p SET close_requested_at = now()
+            FROM due
+            WHERE p.app = due.app AND p.user_id = due.user_id AND p.session_id = due.session_id
+              AND p.window_id = due.window_id
+              AND p.close_requested_at < now() - make_interval(secs => %(resend)s)
+            RETURNING p.app, p.user_id, p.session_id, p.window_id::text
+            """,
+            {"resend": resend_seconds, "limit": limit},
+        ).fetchall()
+        return sorted({(WindowKey(app, user, sess), window) for app, user, sess, window in rows})
 
     def forget_flushes(self, older_than_seconds: float) -> int:
         """Drop flush marks older than this: only turns in flight at the flush need them."""

@@ -163,7 +163,9 @@ CONSOLIDATION_INSTRUCTION = "\n".join(
         '- "NONE": its memories already say it, or it revokes nothing held. target: the '
         'duplicate\'s label or null; text: "".',
         "A target is one of the candidate's labels or null. Candidates come in the order "
-        "said: a later one about the same thing wins. Texts are third-person sentences.",
+        "said and are applied in that order: a later one about the same thing wins, and "
+        "when two change the same memory, the later one's text keeps what the earlier one "
+        "added. Texts are third-person sentences.",
     ]
 )
 

@@ -153,7 +153,9 @@ class GeminiLLM:
             prompt=write_prompts.extraction_prompt(inp),
             schema=write_prompts.extraction_schema(inp),
             parse=lambda value: write_prompts.parse_found(value, inp),
-            max_output_tokens=_EXTRACT_MAX_OUTPUT_TOKENS,
+            # A memory or two a turn, each a few dozen tokens of JSON: room grows with
+            # the window, so a dense one is never cut off (and retried as malformed).
+            max_output_tokens=_EXTRACT_MAX_OUTPUT_TOKENS * max(1, -(-len(inp.turns) // 5)),
         )
 
     def consolidate(self, weighings: list[Weighing]) -> Completion[list[Decision]]:

@@ -138,6 +138,7 @@ def test_the_documented_examples_are_accepted(client):
         "ArchiveSearchRequest",
         "ContextRequest",
         "EvaluateRequest",
+        "FlushSessionRequest",
         "GenerateRequest",
         "RecordTurnRequest",
         "SearchRequest",

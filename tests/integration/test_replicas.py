@@ -147,13 +147,9 @@ class Replicas:
             if r.get("message") == "message handled" and r.get("app") == self.app
         ]
 
-    def outcomes(self, kind: str, subscription: str | None = None) -> Counter:
-        return Counter(
-            r["outcome"]
-            for w in self.workers[kind]
-            for r in self.handled(w)
-            if subscription is None or r["subscription"] == subscription
-        )
+    def outcomes(self, kind: str, subscription: str) -> Counter:
+        handled = [r for w in self.workers[kind] for r in self.handled(w)]
+        return Counter(r["outcome"] for r in handled if r["subscription"] == subscription)
 
     def taken_over(self, worker: WorkerProcess) -> int:
         """Messages `worker` settled on a later delivery attempt without having had
@@ -195,12 +191,8 @@ def _progress(burst: Burst, pool, buffer: SessionBuffer) -> dict[str, int]:
             "SELECT (SELECT count(*) FROM processed_events WHERE consumer = %(t)s "
             "AND event_id = ANY(%(e)s::uuid[])), "
             "(SELECT count(*) FROM memory_revisions WHERE app = %(a)s AND user_id = ANY(%(c)s))",
-            {
-                "t": TURNS_CONSUMER,
-                "e": [t.event_id for t in burst.turns],
-                "a": burst.ids["app"],
-                "c": list(burst.statements),
-            },
+            {"t": TURNS_CONSUMER, "e": [t.event_id for t in burst.turns]}
+            | {"a": burst.ids["app"], "c": list(burst.statements)},
         ).fetchone()
     buffered = sum(buffer.read(burst.key(s)).turns_total for s in burst.sessions)
     return {"summary": buffered, "extraction": extracted, "compaction": folds}
@@ -330,7 +322,7 @@ def test_two_replicas_of_each_kind_apply_every_event_exactly_once(
         assert all(replicas.handled(w) for w in pair), f"a {kind} replica had nothing"
     # Each turn applied by one replica (the others' deliveries of it, if any, were
     # duplicates): nothing died, so every effect was logged.
-    assert replicas.outcomes("summary")["acked"] == TURNS
+    assert replicas.outcomes("summary", "turns-summary")["acked"] == TURNS
     # (The extraction worker's other acks are its windows' extraction requests.)
     assert replicas.outcomes("extraction", TURNS_CONSUMER)["acked"] == TURNS
     # Each summary version stored by one replica, as Valkey recorded it.

@@ -42,6 +42,14 @@ MESSAGES = Counter(
     "(acked, duplicate, dropped, skipped, retried, dead_lettered).",
     ["subscription", "outcome"],
 )
+# Counted when Pub/Sub confirms the publish: events, replays (`dlq replay`) and
+# dead letters (under their `<subscription>-dlq` topic) alike.
+EVENTS_PUBLISHED = Counter(
+    "agent_memory_events_published",
+    "Messages this process published and Pub/Sub confirmed, by topic (its short name, "
+    "without AM_TOPIC_PREFIX): events, replays and dead letters (a `-dlq` topic).",
+    ["topic"],
+)
 HANDLER_SECONDS = Histogram(
     "agent_memory_handler_seconds",
     "Time from a message's hand-over to its settling, by subscription.",

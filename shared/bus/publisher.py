@@ -25,6 +25,7 @@ from shared.bus.clients import publisher_client
 from shared.bus.topology import full_name
 from shared.config import Settings
 from shared.events import Event, Limits, OutgoingMessage, encode
+from shared.metrics import EVENTS_PUBLISHED
 from shared.tracing import with_trace_context
 
 log = structlog.get_logger(__name__)
@@ -65,9 +66,14 @@ class _Sender:
     """The queue and the thread that empties it."""
 
     def __init__(
-        self, client: pubsub_v1.PublisherClient, block_when_full: bool, timeout: float
+        self,
+        client: pubsub_v1.PublisherClient,
+        block_when_full: bool,
+        timeout: float,
+        prefix: str = "",
     ) -> None:
         self.api = client.api
+        self.prefix = prefix  # taken off a topic's id in EVENTS_PUBLISHED's label
         self.block_when_full = block_when_full
         # One batch gets at most what a caller waits for its confirmation.
         self.timeout = timeout
@@ -155,6 +161,9 @@ class _Sender:
                 if mine:
                     p.future.set_exception(exc)
             return
+        # Counted whether or not a caller still waits: they are published.
+        topic = batch[0].topic.rsplit("/", 1)[-1].removeprefix(self.prefix)
+        EVENTS_PUBLISHED.labels(topic).inc(len(batch))
         for p, mine, message_id in zip(batch, claimed, response.message_ids, strict=True):
             if mine:
                 p.future.set_result(message_id)
@@ -194,7 +203,9 @@ class EventPublisher:
         # The library's client gives the generated client (channel, emulator,
         # credentials) and names; its own batching publisher is not used.
         self.client = client or publisher_client()
-        self._sender = _Sender(self.client, block_when_full, settings.publish_timeout_seconds)
+        self._sender = _Sender(
+            self.client, block_when_full, settings.publish_timeout_seconds, settings.topic_prefix
+        )
         self.project = settings.google_cloud_project
         self.prefix = settings.topic_prefix
         self.limits = limits or Limits.from_settings(settings)

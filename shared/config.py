@@ -309,6 +309,14 @@ class Settings(BaseSettings):
     ([operations.md](operations.md#what-each-process-reports))"""
     metrics_host: str = "127.0.0.1"
     """the metrics listen address"""
+    figures_interval_seconds: float = Field(default=2.0, gt=0, le=60)
+    """how often each process adds what it published and settled to the figures in Valkey (each
+    subscription's backlog, oldest message's age and events per second, and the replicas of each
+    worker kind: [operations.md](operations.md#the-signals)), and each worker writes its
+    heartbeat, which lives three intervals; off without `AM_VALKEY_URL`"""
+    replica_name: str = ""
+    """this process's name in the figures' replicas (`up` names its own `extraction`,
+    `extraction-2`, …); unset: `host:pid`"""
     tracing: Literal["off", "otlp", "console"] = "off"
     """OpenTelemetry tracing: `otlp` (to the collector the standard `OTEL_EXPORTER_OTLP_*` variables
     name) or `console`; needs `pip install 'agent-memory[tracing]'` (in the image and in `make

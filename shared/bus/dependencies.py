@@ -80,6 +80,11 @@ class Dependencies:
         with self._cond:
             return {n: s.reason for n, s in self._states.items() if s.down_since is not None}
 
+    def states(self) -> dict[str, bool]:
+        """Each dependency this worker knows of: True while it answers."""
+        with self._cond:
+            return {n: s.down_since is None for n, s in self._states.items()}
+
     def has_probe(self, name: str) -> bool:
         return name in self.probes
 

@@ -463,6 +463,8 @@ def test_compose_passes_every_setting_but_those_its_readme_names():
         "AM_VALKEY_PORT",
     }
     not_passed = {"AM_TRACING", "AM_DATABASE_IAM_AUTH"}  # infra/README.md says so
+    # One environment for all of a service's replicas: host:pid names each (the container).
+    not_passed.add("AM_REPLICA_NAME")
     assert SETTING_NAMES - used - only_for_up - not_passed == set()
 
 

@@ -6,7 +6,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: venv test demo up lint format bench chaos clean
+.PHONY: venv test browser demo up lint format bench chaos clean
 
 venv: $(STAMP)
 
@@ -26,8 +26,22 @@ $(STAMP): pyproject.toml
 # wait on processes and the network as much as they compute.
 TEST_WORKERS ?= 2
 
-test: $(STAMP)
+test: $(STAMP) browser
 	$(BIN)/python -m pytest -n $(TEST_WORKERS) --dist worksteal
+
+# The console's browser test drives Debian's Chromium (tests/e2e/test_console.py).
+# As root it is installed here; otherwise install it once as the README says, or
+# point AM_TEST_CHROMIUM at any Chromium or Chrome binary.
+CHROMIUM ?= $(or $(AM_TEST_CHROMIUM),/usr/bin/chromium)
+browser:
+	@test -x "$(CHROMIUM)" || { \
+		if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
+			echo "== installing Chromium for the console's browser test (apt-get install chromium)"; \
+			apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null; \
+		else \
+			echo "The console's browser test needs Chromium: sudo apt-get install chromium," \
+				"or set AM_TEST_CHROMIUM to a Chromium binary (see README)." >&2; exit 1; \
+		fi; }
 
 demo: $(STAMP)
 	$(BIN)/agent-memory demo

@@ -35,7 +35,10 @@ from services.api.routers import (
     permissions,
     sessions,
 )
+from services.console.app import install_console
+from services.console.sources import close_sources
 from shared.bootstrap import bootstrap, make_async_valkey
+from shared.bus.reporting import start_reporting
 from shared.config import Settings, load_settings
 from shared.db.pool import make_async_pool
 from shared.llm.accounting import set_worker
@@ -76,6 +79,7 @@ def create_app(settings: Settings | None = None, **overrides: Any) -> FastAPI:
     ):
         app.router.routes.extend(router.routes)
     install_mcp(app)
+    install_console(app)
     install_openapi(app)
     app.add_middleware(Authentication)
     # Inside RequestLog, which starts each request's log context afresh.
@@ -97,6 +101,11 @@ async def _lifespan(
         # `bootstrap` opens no blocking Valkey client for the API.
         async_client = make_async_valkey(resolved)
         opened.push_async_callback(async_client.aclose)
+        # What the API publishes counts toward each subscription's backlog
+        # (shared.bus.reporting); stopped after the publisher, so its last publishes count.
+        reporter = start_reporting(resolved)
+        if reporter is not None:
+            opened.callback(reporter.stop)
         resources = bootstrap(
             resolved,
             postgres=True,
@@ -116,6 +125,7 @@ async def _lifespan(
         opened.callback(guardrail.close)
         buffer = AsyncSessionBuffer(async_client, resolved.session_ttl_seconds)
         deps.attach(app, resources, buffer, apool, guardrail)
+        opened.callback(close_sources, app.state)
         if resolved.auth_disabled:
             log.warning(
                 "authentication is disabled (AM_AUTH_DISABLED=true): every request is "

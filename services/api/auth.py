@@ -6,6 +6,10 @@ in a body or query chooses it. Plain ASGI (no BaseHTTPMiddleware) so it costs
 one dictionary lookup per request once a key is known: verified keys are kept
 for `AM_AUTH_CACHE_SECONDS`, so a revoked key stops working within that time.
 
+The console's pages (`/console`) take the key from the cookie its sign-in sets
+(services.console.session) instead, with the same cache and refusals; a refusal
+there is a redirect to the sign-in page.
+
 Missing, unknown and revoked keys are all answered the same 401, and the
 answer never says whether a key exists for some other app. A lookup bounded by
 `AM_AUTH_LOOKUP_TIMEOUT_SECONDS` that fails (Postgres down or hanging) answers 503,
@@ -25,6 +29,7 @@ from fastapi.responses import JSONResponse
 from psycopg import Error as PostgresError
 
 from services.api.errors import error_body, request_id_of
+from services.console import session as console
 from shared.api_keys import key_hash
 from shared.db.api_keys import lookup
 from shared.db.run import arun
@@ -45,9 +50,15 @@ class Authentication:
         self._known: dict[bytes, _Known] = {}
 
     async def __call__(self, scope: dict, receive: Any, send: Any) -> None:
-        if scope["type"] != "http" or not _protected(scope["path"]):
+        if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
+        path = scope["path"]
+        on_console = console.needs_key(path)
+        if not on_console and not _protected(path):
+            await self.app(scope, receive, send)
+            return
+        deny = console.deny if on_console else _deny
         api = scope["app"]
         settings = api.state.resources.settings
         state = scope.setdefault("state", {})
@@ -55,9 +66,9 @@ class Authentication:
             state["app_id"], state["admin"] = settings.default_app, True
             await self.app(scope, receive, send)
             return
-        key = _bearer(scope)
+        key = console.cookie(scope, console.KEY_COOKIE) if on_console else _bearer(scope)
         if key is None:
-            await _deny(
+            await deny(
                 scope, receive, send, 401, "missing API key: send Authorization: Bearer <key>"
             )
             return
@@ -73,7 +84,7 @@ class Authentication:
                 count_store_error(exc)
                 if known is None or now - known.verified_at > settings.auth_stale_seconds:
                     log.warning("api key lookup failed", error=repr(exc))
-                    await _deny(
+                    await deny(
                         scope, receive, send, 503, "authentication is unavailable: Postgres is down"
                     )
                     return
@@ -86,7 +97,7 @@ class Authentication:
             else:
                 if found is None:
                     self._known.pop(digest, None)
-                    await _deny(scope, receive, send, 401, "invalid or revoked API key")
+                    await deny(scope, receive, send, 401, "invalid or revoked API key")
                     return
                 if len(self._known) >= MAX_CACHED_KEYS:
                     self._known.clear()

@@ -1,0 +1,100 @@
+"""Signing in and out, and the overview: each subscription's backlog, oldest
+unsettled message, dead letters and rate, and each worker kind's replicas.
+
+The overview's figures are the ones the workers report through Valkey
+(shared.bus.overview); the dead letters are counted as `agent-memory dlq list`
+counts them (services.console.sources).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Annotated
+
+from fastapi import APIRouter, Query, Request
+from fastapi.concurrency import run_in_threadpool
+from fastapi.responses import HTMLResponse, RedirectResponse, Response
+
+from services.api.auth import within
+from services.console import session
+from services.console.app import page
+from services.console.sources import sources
+from shared.api_keys import key_hash
+from shared.bus.overview import Overview, read_overview
+from shared.db.api_keys import lookup
+from shared.db.run import arun
+
+router = APIRouter(include_in_schema=False)
+MAX_KEY_LENGTH = 512
+
+
+@router.get(session.SIGN_IN, response_class=HTMLResponse)
+async def sign_in_page(request: Request, next: Annotated[str, Query()] = "") -> HTMLResponse:
+    return page(request, "sign_in.html", next=_local(next), problem=None)
+
+
+@router.post(session.SIGN_IN, response_class=HTMLResponse)
+async def sign_in(request: Request) -> Response:
+    form = await session.checked_form(request)
+    key = str(form.get("key") or "").strip()
+    target = _local(str(form.get("next") or ""))
+    api = request.app.state.api
+    problem = None
+    if not key or len(key) > MAX_KEY_LENGTH:
+        problem = "key: enter an API key of your app"
+    elif not api.settings.auth_disabled:
+        try:
+            found = await within(_lookup(request, key), api.settings.auth_lookup_timeout_seconds)
+        except Exception:  # noqa: BLE001 - Postgres down or slow: say so, keep the form
+            return page(
+                request, "sign_in.html", 503, next=target, problem="keys cannot be checked now"
+            )
+        if found is None:
+            problem = "key: invalid or revoked API key"
+    if problem:
+        return page(request, "sign_in.html", 401, next=target, problem=problem)
+    response = RedirectResponse(target, status_code=303)
+    session.sign_in(response, request, key)
+    return response
+
+
+@router.post(f"{session.PREFIX}/sign-out")
+async def sign_out(request: Request) -> Response:
+    await session.checked_form(request)
+    response = RedirectResponse(session.SIGN_IN, status_code=303)
+    session.sign_out(response)
+    return response
+
+
+@router.get(session.PREFIX, response_class=HTMLResponse)
+async def overview(request: Request) -> HTMLResponse:
+    figures, dead = await _figures(request)
+    return page(request, "overview.html", overview=figures, dead=dead)
+
+
+@router.get(f"{session.PREFIX}/figures", response_class=HTMLResponse)
+async def figures(request: Request) -> HTMLResponse:
+    """The overview's tables alone: what the page fetches every few seconds."""
+    figures, dead = await _figures(request)
+    return page(request, "_figures.html", overview=figures, dead=dead)
+
+
+async def _lookup(request: Request, key: str) -> tuple[str, bool] | None:
+    async with request.app.state.apool.connection() as conn:
+        return await arun(conn, lookup(key_hash(key)))
+
+
+def _local(target: str) -> str:
+    """A console path to go on to after signing in; never another site."""
+    if target.startswith(session.PREFIX) and not target.startswith("//"):
+        return target
+    return session.PREFIX
+
+
+async def _figures(request: Request) -> tuple[Overview, dict[str, int | None]]:
+    found = await sources(request)
+    figures, dead = await asyncio.gather(
+        run_in_threadpool(read_overview, found.valkey, found.settings),
+        run_in_threadpool(found.dead_letters),
+    )
+    return figures, dead

@@ -1,0 +1,119 @@
+"""A user's memory as the console shows it: find a user of the app, their memories
+by scope (with kind and entity filters, and the hybrid search), each memory's
+revisions and the event behind each, deleting a memory, the user's sessions with
+their buffered turns and rolling summary, and the archive search.
+
+Everything but the lists of users and sessions goes through the API itself
+(services.console.app.client), as the signed-in key.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from typing import Annotated
+from urllib.parse import quote
+
+from fastapi import APIRouter, Query, Request
+from fastapi.responses import HTMLResponse, RedirectResponse, Response
+
+from services.console import queries, session
+from services.console.app import Viewer, client, page
+from shared.client import models as m
+
+router = APIRouter(include_in_schema=False)
+USERS = f"{session.PREFIX}/users"
+LISTED = 500  # memories listed on a user's page; the search finds the rest
+KINDS = ("preference", "fact", "rule", "event")
+Text = Annotated[str, Query(max_length=500)]
+
+
+@router.get(USERS, response_class=HTMLResponse)
+async def users(request: Request, q: Text = "") -> HTMLResponse:
+    viewer = Viewer(request)
+    found = await queries.find_users(request.app.state.apool, viewer.app, q.strip())
+    return page(request, "users.html", q=q, users=found)
+
+
+@router.get(USERS + "/{user_id}", response_class=HTMLResponse)
+async def user(
+    request: Request,
+    user_id: str,
+    kind: Text = "",
+    entity: Text = "",
+    project: Text = "",
+    q: Text = "",
+    archive: Text = "",
+) -> HTMLResponse:
+    viewer = Viewer(request)
+    if not await queries.user_known(request.app.state.apool, viewer.app, user_id):
+        raise session.Refused(404, f"user_id: no user {user_id!r} in app {viewer.app!r}")
+    kind = kind if kind in KINDS else ""
+    found: list[m.ScoredMemory] | None = None
+    episodes: list[m.Episode] | None = None
+    async with client(request) as api:
+        if q.strip():
+            found = await api.search(
+                user_id, q, project_id=project or None, k=20, kinds=[kind] if kind else None
+            )
+        page_ = await api.list_memories(
+            user_id, project_id=project or None, kind=kind or None, limit=LISTED
+        )
+        if archive.strip():
+            episodes = await api.archive_search(
+                user_id, archive, project_id=project or None, k=10, context_turns=1
+            )
+    listed = [memory for memory in page_.memories if entity.lower() in memory.entity_name.lower()]
+    sessions = await queries.user_sessions(request.app.state.apool, viewer.app, user_id)
+    return page(
+        request,
+        "user.html",
+        user_id=user_id,
+        filters={"kind": kind, "entity": entity, "project": project, "q": q, "archive": archive},
+        kinds=KINDS,
+        scopes=_by_scope(listed),
+        more=page_.next_cursor is not None,
+        found=found,
+        episodes=episodes,
+        sessions=sessions,
+    )
+
+
+@router.get(USERS + "/{user_id}/memories/{memory_id}", response_class=HTMLResponse)
+async def memory(request: Request, user_id: str, memory_id: str) -> HTMLResponse:
+    async with client(request) as api:
+        detail = await api.get_memory(user_id, memory_id)
+    return page(request, "memory.html", user_id=user_id, memory=detail)
+
+
+@router.post(USERS + "/{user_id}/memories/{memory_id}/delete")
+async def delete_memory(request: Request, user_id: str, memory_id: str) -> Response:
+    await session.checked_form(request)
+    async with client(request) as api:
+        await api.delete_memory(user_id, memory_id)
+    # Back to the memory: it now shows as deleted, with its DELETED revision.
+    return RedirectResponse(_memory_path(user_id, memory_id), status_code=303)
+
+
+@router.get(USERS + "/{user_id}/sessions/{session_id}", response_class=HTMLResponse)
+async def session_page(request: Request, user_id: str, session_id: str) -> HTMLResponse:
+    async with client(request) as api:
+        view = await api.session(session_id, user_id)
+    return page(request, "session.html", user_id=user_id, view=view)
+
+
+def _by_scope(memories: list[m.Memory]) -> list[tuple[str, list[m.Memory]]]:
+    """Global first, then each project, then each session, each named."""
+    groups: dict[str, list[m.Memory]] = defaultdict(list)
+    for memory in memories:
+        if memory.scope == "project":
+            groups[f"project {memory.project_id}"].append(memory)
+        elif memory.scope == "session":
+            groups[f"session {memory.session_id}"].append(memory)
+        else:
+            groups["global"].append(memory)
+    order = {"global": 0, "project": 1, "session": 2}
+    return sorted(groups.items(), key=lambda item: (order[item[0].split(" ")[0]], item[0]))
+
+
+def _memory_path(user_id: str, memory_id: str) -> str:
+    return f"{USERS}/{quote(user_id, safe='')}/memories/{quote(memory_id, safe='')}"

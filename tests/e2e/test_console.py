@@ -1,0 +1,314 @@
+"""The operator's console in a real browser (Debian's Chromium through playwright)
+against `agent-memory up`: sign-in, the overview's backlog, dead letters with
+replay and purge, a user's memory, an event's trail, permissions, and what must
+be refused (a form without its CSRF token, a tenant key on another app's user or
+on the dead letters, a memory's text that is markup).
+
+Screenshots of every page go to $AM_CONSOLE_SCREENSHOTS when it is set (that is
+how docs/console/ is made), else to the test's temporary folder.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+from playwright.sync_api import Browser, expect, sync_playwright
+
+from shared.localstack.process import free_port
+from tests.console_support import (
+    CHROMIUM,
+    CHROMIUM_ARGS,
+    NARROW,
+    Stack,
+    reload_until,
+    shoot,
+    signed_in,
+    start_stack,
+)
+
+pytestmark = pytest.mark.slow
+WAIT_MS = 30_000
+DRAIN_MS = 150_000
+
+
+@pytest.fixture(scope="module")
+def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
+    started = start_stack(tmp_path_factory.mktemp("console") / "stack", free_port())
+    try:
+        yield started
+    finally:
+        started.pause("extraction", resume=True)  # never leave a stopped process behind
+        started.up.stop()
+
+
+@pytest.fixture(scope="module")
+def browser() -> Iterator[Browser]:
+    assert os.access(CHROMIUM, os.X_OK), (
+        f"no Chromium at {CHROMIUM}: `make test` installs Debian's as root; "
+        "else install it or set AM_TEST_CHROMIUM (README)"
+    )
+    with sync_playwright() as playwright:
+        launched = playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+        yield launched
+        launched.close()
+
+
+@pytest.fixture
+def shots(tmp_path: Path) -> Path:
+    folder = Path(os.environ.get("AM_CONSOLE_SCREENSHOTS") or tmp_path)
+    folder.mkdir(parents=True, exist_ok=True)
+    return folder
+
+
+def test_sign_in_keeps_the_key_in_an_httponly_cookie_and_sign_out_clears_it(
+    stack: Stack, browser: Browser, shots: Path
+) -> None:
+    context = browser.new_context(viewport={"width": 1280, "height": 800})
+    page = context.new_page()
+    page.goto(f"{stack.url}/console/users")
+    expect(page).to_have_url(f"{stack.url}/console/sign-in?next=/console/users")
+    shoot(page, shots, "sign-in")
+    page.fill("#key", "am_not-a-key")
+    page.click("form[action='/console/sign-in'] button")
+    expect(page.get_by_role("alert")).to_have_text("key: invalid or revoked API key")
+    page.fill("#key", stack.key)
+    page.click("form[action='/console/sign-in'] button")
+    expect(page).to_have_url(f"{stack.url}/console/users")
+    assert stack.key not in page.url
+    cookie = next(c for c in context.cookies() if c["name"] == "am_console_key")
+    assert (cookie["value"], cookie["httpOnly"], cookie["sameSite"]) == (stack.key, True, "Strict")
+    # No line the API logged holds the key (the banner of `up` prints it once).
+    logged = [line for line in stack.up.output().splitlines() if line.startswith("{")]
+    assert logged and not [line for line in logged if stack.key in line]
+    page.click("text=Sign out")
+    expect(page).to_have_url(f"{stack.url}/console/sign-in")
+    assert "am_console_key" not in {c["name"] for c in context.cookies()}
+    page.goto(f"{stack.url}/console")
+    expect(page).to_have_url(re.compile(r".*/console/sign-in\?next=/console$"))
+    context.close()
+
+
+def test_a_post_without_its_csrf_token_is_refused(stack: Stack, browser: Browser) -> None:
+    page = signed_in(browser, stack)
+    cookies = {c["name"]: c["value"] for c in page.context.cookies()}
+    form = {"user_id": "u-csrf", "tool_name": "shell", "pattern": ".*", "action": "BLOCK"}
+    for sent in ({}, {"csrf": "forged"}):
+        answer = httpx.post(
+            f"{stack.url}/console/permissions/rules",
+            data={**form, **sent},
+            cookies=cookies,
+            timeout=10,
+        )
+        assert answer.status_code == 403, answer.text
+        assert "CSRF" in answer.text
+    assert stack.api("GET", "/v1/permissions/rules", params={"user_id": "u-csrf"}) == {"rules": []}
+    page.context.close()
+
+
+def test_the_overview_shows_a_backlog_grow_and_drain_without_a_reload(
+    stack: Stack, browser: Browser, shots: Path
+) -> None:
+    page = signed_in(browser, stack)
+    errors: list[str] = []  # what the browser refused or could not load (CSP, a 404)
+    page.on("console", lambda message: message.type == "error" and errors.append(message.text))
+    page.reload()
+    backlog = page.locator("tr[data-subscription='turns-extraction'] td.backlog")
+    expect(backlog).to_have_text("0", timeout=WAIT_MS)
+    expect(page.locator("#replicas tr[data-kind='extraction'] td.ok")).to_have_text("ready")
+    marker = page.evaluate("window.stillTheSamePage = true")  # gone if the page reloads
+    assert marker is True
+    stack.pause("extraction")
+    try:
+        for n in range(12):
+            body = {"user_id": "u-backlog", "user": f"Step {n} of the plan.", "assistant": "Ok."}
+            stack.api("POST", "/v1/sessions/s-backlog/turns", json=body)
+        expect(backlog).to_have_text("12", timeout=WAIT_MS)
+        shoot(page, shots, "overview")
+    finally:
+        stack.pause("extraction", resume=True)
+    # What the stopped replica had pulled comes back once its ack deadline passes.
+    expect(backlog).to_have_text("0", timeout=DRAIN_MS)
+    assert page.evaluate("window.stillTheSamePage") is True
+    assert errors == []
+
+
+def test_a_poison_event_is_replayed_by_click_then_purged_after_confirming(
+    stack: Stack, browser: Browser, shots: Path
+) -> None:
+    event_id = stack.publish_poison()
+    page = signed_in(browser, stack)
+    row = page.locator(f"tr:has(a:text-is('{event_id}'))")
+    letters = f"{stack.url}/console/dead-letters?subscription=turns-extraction"
+    reload_until(page, letters, row, "the poison event in turns-extraction's dead letters")
+    expect(row).to_contain_text("turn.recorded.v1")
+    expect(row).to_contain_text("default")
+    shoot(page, shots, "dead-letters")
+    row.locator("input[type=checkbox]").check()
+    page.click("#replay")
+    expect(page.locator("#outcome")).to_have_text("replayed 1, skipped 0, failed 0")
+    # Still poison: it comes back to the same dead letters, then goes for good.
+    reload_until(page, letters, row, "the replayed poison event dead-lettered again")
+    row.locator("input[type=checkbox]").check()
+    page.click("#purge")
+    expect(page.locator("h1")).to_have_text("Purge 1 dead letter of turns-extraction?")
+    shoot(page, shots, "purge-confirm")
+    page.click("#confirm-purge")
+    expect(page.locator("#outcome")).to_have_text("purged 1")
+    expect(row).to_have_count(0)
+    # The summary worker's copy is still there, untouched by both actions, and the
+    # event's trail says where it is and why, with its replay button.
+    page.goto(f"{stack.url}/console/dead-letters?subscription=turns-summary")
+    expect(row).to_have_count(1)
+    page.goto(f"{stack.url}/console/events?id={event_id}")
+    held = page.locator("#dead-lettered form")
+    expect(held).to_have_count(1)
+    expect(held).to_contain_text("in turns-summary: user_id: must not contain control characters")
+    expect(held.locator("button")).to_have_text("Replay for turns-summary")
+    expect(page.locator("#archive-row")).to_contain_text("Not in the archive.")
+
+
+def test_a_users_memory_found_by_search_its_revisions_then_deleted(
+    stack: Stack, browser: Browser, shots: Path
+) -> None:
+    user, probe = "u-memory", "<script>alert(1)</script>"
+    first = {"user_id": user, "kind": "preference", "scope": "global", "entity_name": "editor"}
+    stack.api("POST", "/v1/memories", json={**first, "text": f"{probe} prefers the vim editor"})
+    changed = stack.api(
+        "POST", "/v1/memories", json={**first, "text": f"{probe} now prefers the helix editor"}
+    )
+    assert changed["action"] == "UPDATED"
+    memory_id = changed["memory"]["id"]
+    stack.api(
+        "POST",
+        "/v1/memories",
+        json={
+            "user_id": user,
+            "kind": "fact",
+            "scope": "project",
+            "project_id": "heron",
+            "entity_name": "build",
+            "text": "The Heron build uses gcc 14.",
+        },
+    )
+    turn = stack.api(
+        "POST",
+        "/v1/sessions/s-memory/turns",
+        json={
+            "user_id": user,
+            "user": "Remind me: the Heron release is on Friday.",
+            "assistant": "Noted.",
+        },
+    )
+    page = signed_in(browser, stack)
+    dialogs: list[str] = []
+    page.on("dialog", lambda dialog: (dialogs.append(dialog.message), dialog.dismiss()))
+    page.click("header >> text=Users")
+    page.fill("#q", "u-mem")
+    page.click("text=Find")
+    page.click(f"a:text-is('{user}')")
+    expect(page.locator("#memories h3")).to_have_text(["global", "project heron"])
+    reload_until(page, page.url, page.locator("#sessions a:text-is('s-memory')"), "the session")
+    shoot(page, shots, "user")
+    page.fill("form.filters input[name=q]", "helix editor")
+    page.click("form.filters button")
+    hit = page.locator("#search-results td a").first
+    expect(hit).to_have_text(f"{probe} now prefers the helix editor")  # text, not markup
+    page.fill("#archive input[name=archive]", "Heron release")
+    page.click("#archive button")
+    expect(page.locator("#archive .hit").first).to_contain_text("the Heron release is on Friday")
+    shoot(page, shots, "user-search")
+    page.locator("#search-results td a").first.click()
+    expect(page).to_have_url(re.compile(f"/memories/{memory_id}$"))
+    expect(page.locator("#revisions tbody tr td:nth-child(2)")).to_have_text(["CREATED", "UPDATED"])
+    shoot(page, shots, "memory")
+    page.click("#delete-memory")
+    expect(page.locator("#memory-state")).to_contain_text("deleted")
+    expect(page.locator("#revisions tbody tr td:nth-child(2)")).to_have_text(
+        ["CREATED", "UPDATED", "DELETED"]
+    )
+    listed = stack.api("GET", "/v1/memories", params={"user_id": user, "kind": "preference"})
+    assert listed["memories"] == []
+    # The session's buffered turns and its trail: the archive row and the consumer.
+    page.goto(f"{stack.url}/console/users/{user}/sessions/s-memory")
+    expect(page.locator("article.turn")).to_contain_text("the Heron release is on Friday")
+    shoot(page, shots, "session")
+    assert dialogs == []
+    page.context.close()
+    _trail(stack, browser, shots, turn["event_id"])
+
+
+def _trail(stack: Stack, browser: Browser, shots: Path, event_id: str) -> None:
+    page = signed_in(browser, stack)
+    page.click("header >> text=Events")
+    page.fill("#id", event_id)
+    page.click("text=Show")
+    expect(page.locator("#archive-row")).to_contain_text("the Heron release is on Friday")
+    expect(page.locator("#consumers tbody td").first).to_have_text("turns-extraction")
+    expect(page.locator("#dead-lettered")).to_have_text(re.compile("Not dead-lettered"))
+    shoot(page, shots, "event")
+    page.context.close()
+
+
+def test_permissions_rules_and_a_would_it_run_check(
+    stack: Stack, browser: Browser, shots: Path
+) -> None:
+    page = signed_in(browser, stack)
+    page.click("header >> text=Permissions")
+    page.fill("input[name=user]", "u-perm")
+    page.click("text=Show rules")
+    page.fill("input[name=tool_name] >> nth=0", "shell")
+    page.fill("input[name=pattern]", "rm -rf")
+    page.click("button:text-is('Add')")
+    expect(page.locator("#rules tbody tr")).to_have_count(1)
+    expect(page.locator("#rules code")).to_have_text("rm -rf")
+    page.locator("input[name=tool_name]").nth(1).fill("shell")
+    page.fill("textarea[name=tool_args]", '{"command": "rm -rf /"}')
+    page.click("button:text-is('Evaluate')")
+    expect(page.locator("#verdict")).to_contain_text("BLOCK")
+    shoot(page, shots, "permissions")
+    page.click("#rules button:text('Delete')")
+    expect(page.locator("#rules tbody")).to_have_text("No rule.")
+    page.context.close()
+
+
+def test_a_tenant_key_sees_its_own_app_only(stack: Stack, browser: Browser, shots: Path) -> None:
+    stack.api(
+        "POST",
+        "/v1/memories",
+        json={
+            "user_id": "u-default-only",
+            "kind": "fact",
+            "scope": "global",
+            "text": "Only default's.",
+        },
+    )
+    created = stack.cli("keys", "create", "--app", "other", "--name", "console test")
+    key = re.search(r"am_[A-Za-z0-9_-]+", created)[0]
+    page = signed_in(browser, stack, key)
+    expect(page.locator("header .who")).to_contain_text("app other")
+    expect(page.locator("header nav")).not_to_contain_text("Dead letters")
+    for path, status in (("/console/users/u-default-only", 404), ("/console/dead-letters", 403)):
+        answer = page.goto(f"{stack.url}{path}")
+        assert answer is not None and answer.status == status, path
+    page.goto(f"{stack.url}/console/users?q=u-default")
+    expect(page.locator("tbody")).to_contain_text("No user")
+    answer = page.request.post(
+        f"{stack.url}/console/dead-letters/turns-extraction/replay",
+        form={"csrf": _csrf(page), "event_id": "00000000-0000-0000-0000-000000000000"},
+    )
+    assert answer.status == 403
+    page.context.close()
+    narrow = signed_in(browser, stack, viewport=NARROW)
+    shoot(narrow, shots, "overview-narrow")
+    width = narrow.evaluate("document.documentElement.scrollWidth")
+    assert width <= NARROW["width"], width  # nothing runs off a phone's screen
+    narrow.context.close()
+
+
+def _csrf(page) -> str:
+    return next(c["value"] for c in page.context.cookies() if c["name"] == "am_console_csrf")

@@ -90,8 +90,10 @@ def run_dlq(args: argparse.Namespace, settings: Settings) -> int:
 
 def run_compact(args: argparse.Namespace, settings: Settings) -> int:
     from services.compaction_worker.requests import run_compact_command
+    from shared.bus.reporting import reporting
 
-    return run_compact_command(args, settings)
+    with reporting(settings):  # its requests count in the figures' backlog
+        return run_compact_command(args, settings)
 
 
 def run_archive(args: argparse.Namespace, settings: Settings) -> int:

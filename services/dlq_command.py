@@ -22,6 +22,7 @@ from tqdm import tqdm
 
 from shared.bus.dlq import COUNT_CAP, DeadLetterQueues, MissingEvents
 from shared.bus.replay import ReplayFilter, replay
+from shared.bus.reporting import reporting
 from shared.bus.topology import subscription_spec
 from shared.config import Settings
 
@@ -116,8 +117,11 @@ def _replay(args: argparse.Namespace, queues: DeadLetterQueues) -> int:
         newer_than=args.newer_than,
         event_ids=frozenset(args.event_ids or ()),
     )
-    with _progress(f"replaying {name}") as (progress, say):
+    # What it re-publishes goes into the figures' counts (the backlog), as any publish.
+    with _progress(f"replaying {name}") as (progress, say), reporting(queues.settings) as figures:
         result = replay(queues, name, flt, args.limit, args.dry_run, say, progress)
+        if figures is None and result.replayed and not args.dry_run:
+            say("AM_VALKEY_URL is not set: the figures' backlog does not count this replay")
         if result.interrupted:
             say("interrupted; what was read and not replayed is back in the dead letters")
     if result.error is not None:

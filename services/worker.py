@@ -27,6 +27,7 @@ from services.summary_worker import handlers as summary
 from shared.bootstrap import Resources, bootstrap, throttled_llm
 from shared.bus.clients import subscriber_client
 from shared.bus.dependencies import Dependencies
+from shared.bus.reporting import start_reporting
 from shared.bus.topology import full_name
 from shared.bus.worker import DeadLetterHook, HandlerTable, SubscriberRuntime
 from shared.config import Settings
@@ -162,6 +163,10 @@ def run_worker(kind: str, settings: Settings) -> int:
         for subscription, table in tables.items()
     ]
     background = spec.background(resources, dependencies) if spec.background else None
+    # The backlog, replicas and rates the console shows, in Valkey (off without it).
+    figures = start_reporting(
+        settings, kind=kind, subscriptions=list(tables), dependencies=dependencies.states
+    )
     dependencies.start()
     try:
         for runtime in runtimes:
@@ -177,11 +182,16 @@ def run_worker(kind: str, settings: Settings) -> int:
             # Handlers still running hold pool connections and non-daemon threads that
             # would keep the process alive past its bound; their messages were not
             # acknowledged and come back when their lease ends.
+            if figures is not None:
+                figures.stop()
             sys.stderr.flush()
             os._exit(exit_code or 1)
     finally:
         dependencies.close()
         resources.close()
+        # After the publisher's flush, so that its last publishes are counted.
+        if figures is not None:
+            figures.stop()
     return exit_code
 
 

@@ -24,6 +24,7 @@ import psycopg
 import structlog
 
 from shared.bus.admin import TopologyAdmin
+from shared.bus.figure_keys import forget_counts
 from shared.config import Settings
 from shared.db.migrate import MigrationError, migrate
 from shared.localstack.components import (
@@ -248,6 +249,9 @@ class LocalStack:
             update={"pubsub_emulator_host": self.endpoints.pubsub_emulator_host or None}
         )
         states = TopologyAdmin(settings).apply()
+        if any(isinstance(c, LocalPubSubEmulator) for c in self._restartable.values()):
+            # A new emulator of ours holds no message: the figures' counts restart too.
+            forget_counts(settings.model_copy(update={"valkey_url": self.endpoints.valkey_url}))
         changed = [
             f"{st.kind} {st.name.rsplit('/', 1)[1]}: {st.status}"
             for st in states
@@ -302,6 +306,7 @@ class LocalStack:
             self.metrics_ports[name] = self._free_port()
         port = self.metrics_ports[name]
         env["AM_METRICS_PORT"], env["AM_METRICS_HOST"] = str(port), "127.0.0.1"
+        env["AM_REPLICA_NAME"] = name  # the figures' name of the replica
         proc = ManagedProcess(name, self._service_argv(name), self.log_dir / f"{name}.log", env=env)
         proc.start()
         self.service_procs[name] = proc

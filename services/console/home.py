@@ -69,14 +69,19 @@ async def sign_out(request: Request) -> Response:
 @router.get(session.PREFIX, response_class=HTMLResponse)
 async def overview(request: Request) -> HTMLResponse:
     figures, dead = await _figures(request)
-    return page(request, "overview.html", overview=figures, dead=dead)
+    return page(request, "overview.html", overview=figures, dead=dead, interval=_interval(request))
 
 
 @router.get(f"{session.PREFIX}/figures", response_class=HTMLResponse)
 async def figures(request: Request) -> HTMLResponse:
     """The overview's tables alone: what the page fetches every few seconds."""
     figures, dead = await _figures(request)
-    return page(request, "_figures.html", overview=figures, dead=dead)
+    return page(request, "_figures.html", overview=figures, dead=dead, interval=_interval(request))
+
+
+def _interval(request: Request) -> float:
+    """How often the processes report: a replica silent for two of them is shown so."""
+    return request.app.state.api.settings.figures_interval_seconds
 
 
 async def _lookup(request: Request, key: str) -> tuple[str, bool] | None:

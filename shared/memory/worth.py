@@ -3,9 +3,10 @@ joins an extraction window. A turn it skips is archived (and searchable) as any
 other; it is only never sent to the model.
 
 It is deliberately timid: it skips a turn only when the user said nothing at all
-(only tool traffic, or only the assistant spoke), or only a greeting or an acknowledgement that the assistant
-answered with nothing but pleasantries, or when the whole dialogue holds fewer
-than `MIN_CONTENT_WORDS` words beyond function words. "I'm vegan." / "Noted." is
+(only tool traffic, or only the assistant spoke), or only a greeting or an
+acknowledgement that the assistant answered with nothing but pleasantries, or
+when the whole dialogue holds fewer than `MIN_CONTENT_WORDS` words beyond
+function words. "I'm vegan." / "Noted." is
 kept: two content words; so is "ok" / "Scheduled the nightly backups." (the
 user accepted something). A short statement is worth a model call; "thanks" /
 "you're welcome" is not.

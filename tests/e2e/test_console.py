@@ -128,6 +128,8 @@ def test_the_overview_shows_a_backlog_grow_and_drain_without_a_reload(
             body = {"user_id": "u-backlog", "user": f"Step {n} of the plan.", "assistant": "Ok."}
             stack.api("POST", "/v1/sessions/s-backlog/turns", json=body)
         expect(backlog).to_have_text("12", timeout=WAIT_MS)
+        silent = page.locator("#replicas tr[data-kind='extraction'] td.bad")
+        expect(silent).to_have_text("silent", timeout=WAIT_MS)
         shoot(page, shots, "overview")
     finally:
         stack.pause("extraction", resume=True)

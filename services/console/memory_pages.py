@@ -30,7 +30,7 @@ Text = Annotated[str, Query(max_length=500)]
 @router.get(USERS, response_class=HTMLResponse)
 async def users(request: Request, q: Text = "") -> HTMLResponse:
     viewer = Viewer(request)
-    found = await queries.find_users(request.app.state.apool, viewer.app, q.strip())
+    found = await queries.find_users(request.app.state.apool, viewer.app, _plain("q", q.strip()))
     return page(request, "users.html", q=q, users=found)
 
 
@@ -45,6 +45,7 @@ async def user(
     archive: Text = "",
 ) -> HTMLResponse:
     viewer = Viewer(request)
+    _plain("user_id", user_id)
     if not await queries.user_known(request.app.state.apool, viewer.app, user_id):
         raise session.Refused(404, f"user_id: no user {user_id!r} in app {viewer.app!r}")
     kind = kind if kind in KINDS else ""
@@ -99,6 +100,14 @@ async def session_page(request: Request, user_id: str, session_id: str) -> HTMLR
     async with client(request) as api:
         view = await api.session(session_id, user_id)
     return page(request, "session.html", user_id=user_id, view=view)
+
+
+def _plain(field: str, text: str) -> str:
+    """`text` for a query of the console's own: Postgres takes no NUL, and no id
+    of ours holds a control character."""
+    if any(ord(c) < 32 or 0xD800 <= ord(c) <= 0xDFFF for c in text):
+        raise session.Refused(422, f"{field}: must not contain control characters")
+    return text
 
 
 def _by_scope(memories: list[m.Memory]) -> list[tuple[str, list[m.Memory]]]:

@@ -13,6 +13,7 @@ from __future__ import annotations
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlencode
 
 import httpx
 import jinja2
@@ -58,8 +59,16 @@ def clock(value: datetime | None) -> str:
     return value.astimezone(UTC).strftime("%Y-%m-%d %H:%M:%S UTC") if value else "—"
 
 
+def _url(path: str, **query: str) -> str:
+    # Ids go in the query, never the path: "a/b" or ".." is a user id too.
+    return f"{session.PREFIX}{path}?{urlencode(query)}"
+
+
 TEMPLATES.filters["age"] = age
 TEMPLATES.filters["clock"] = clock
+TEMPLATES.globals["user_url"] = lambda user: _url("/user", id=user)
+TEMPLATES.globals["memory_url"] = lambda user, memory: _url("/user/memory", user=user, id=memory)
+TEMPLATES.globals["session_url"] = lambda user, sid: _url("/user/session", user=user, id=sid)
 
 
 class Viewer:
@@ -72,7 +81,9 @@ class Viewer:
 
 def require_admin(viewer: Viewer) -> None:
     if not viewer.admin:
-        raise session.Refused(403, "dead letters are an operator's: sign in with an admin key")
+        raise session.Refused(
+            403, "the pipeline's figures and dead letters are an operator's: use an admin key"
+        )
 
 
 def page(request: Request, template: str, status: int = 200, **context: Any) -> HTMLResponse:
@@ -102,6 +113,7 @@ def client(request: Request) -> AsyncMemoryClient:
 
 def install_console(app: FastAPI) -> None:
     from services.console import home, memory_pages, operator_pages, permission_pages
+    from services.console.queries import StoreUnavailable
 
     app.mount(session.STATIC.rstrip("/"), StaticFiles(directory=HERE / "static"), name="console")
     for module in (home, memory_pages, operator_pages, permission_pages):
@@ -116,6 +128,10 @@ def install_console(app: FastAPI) -> None:
         # Only the console calls the client inside this process.
         named = "; ".join(f"{f.get('field')}: {f.get('message')}" for f in exc.fields)
         return page(request, "error.html", exc.status, message=named or exc.message)
+
+    @app.exception_handler(StoreUnavailable)
+    async def store_down(request: Request, exc: StoreUnavailable) -> HTMLResponse:
+        return page(request, "error.html", 503, message=f"the memory store is unavailable: {exc}")
 
     @app.exception_handler(MemoryClientError)
     async def client_error(request: Request, exc: MemoryClientError) -> HTMLResponse:

@@ -17,7 +17,7 @@ from fastapi.responses import HTMLResponse, RedirectResponse, Response
 
 from services.api.auth import within
 from services.console import session
-from services.console.app import page
+from services.console.app import Viewer, page, require_admin
 from services.console.sources import sources
 from shared.api_keys import key_hash
 from shared.bus.overview import Overview, read_overview
@@ -68,6 +68,9 @@ async def sign_out(request: Request) -> Response:
 
 @router.get(session.PREFIX, response_class=HTMLResponse)
 async def overview(request: Request) -> HTMLResponse:
+    if not Viewer(request).admin:
+        # The pipeline's figures span every app: an operator's, like the dead letters.
+        return page(request, "overview.html", overview=None, dead={}, interval=_interval(request))
     figures, dead = await _figures(request)
     return page(request, "overview.html", overview=figures, dead=dead, interval=_interval(request))
 
@@ -75,6 +78,7 @@ async def overview(request: Request) -> HTMLResponse:
 @router.get(f"{session.PREFIX}/figures", response_class=HTMLResponse)
 async def figures(request: Request) -> HTMLResponse:
     """The overview's tables alone: what the page fetches every few seconds."""
+    require_admin(Viewer(request))
     figures, dead = await _figures(request)
     return page(request, "_figures.html", overview=figures, dead=dead, interval=_interval(request))
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections import defaultdict
 from typing import Annotated
-from urllib.parse import quote
+from urllib.parse import urlencode
 
 from fastapi import APIRouter, Query, Request
 from fastapi.responses import HTMLResponse, RedirectResponse, Response
@@ -22,6 +22,7 @@ from shared.client import models as m
 
 router = APIRouter(include_in_schema=False)
 USERS = f"{session.PREFIX}/users"
+USER = f"{session.PREFIX}/user"  # ids in the query: any user id is a path segment's trouble
 LISTED = 500  # memories listed on a user's page; the search finds the rest
 KINDS = ("preference", "fact", "rule", "event")
 Text = Annotated[str, Query(max_length=500)]
@@ -34,10 +35,10 @@ async def users(request: Request, q: Text = "") -> HTMLResponse:
     return page(request, "users.html", q=q, users=found)
 
 
-@router.get(USERS + "/{user_id}", response_class=HTMLResponse)
+@router.get(USER, response_class=HTMLResponse)
 async def user(
     request: Request,
-    user_id: str,
+    id: Text,
     kind: Text = "",
     entity: Text = "",
     project: Text = "",
@@ -45,7 +46,8 @@ async def user(
     archive: Text = "",
 ) -> HTMLResponse:
     viewer = Viewer(request)
-    _plain("user_id", user_id)
+    user_id = _plain("id", id)
+    project = _plain("project", project)
     if not await queries.user_known(request.app.state.apool, viewer.app, user_id):
         raise session.Refused(404, f"user_id: no user {user_id!r} in app {viewer.app!r}")
     kind = kind if kind in KINDS else ""
@@ -79,27 +81,29 @@ async def user(
     )
 
 
-@router.get(USERS + "/{user_id}/memories/{memory_id}", response_class=HTMLResponse)
-async def memory(request: Request, user_id: str, memory_id: str) -> HTMLResponse:
+@router.get(USER + "/memory", response_class=HTMLResponse)
+async def memory(request: Request, user: Text, id: Text) -> HTMLResponse:
     async with client(request) as api:
-        detail = await api.get_memory(user_id, memory_id)
-    return page(request, "memory.html", user_id=user_id, memory=detail)
+        detail = await api.get_memory(user, id)
+    return page(request, "memory.html", user_id=user, memory=detail)
 
 
-@router.post(USERS + "/{user_id}/memories/{memory_id}/delete")
-async def delete_memory(request: Request, user_id: str, memory_id: str) -> Response:
-    await session.checked_form(request)
+@router.post(USER + "/memory/delete")
+async def delete_memory(request: Request) -> Response:
+    form = await session.checked_form(request)
+    user, memory_id = str(form.get("user") or ""), str(form.get("id") or "")
     async with client(request) as api:
-        await api.delete_memory(user_id, memory_id)
+        await api.delete_memory(user, memory_id)
     # Back to the memory: it now shows as deleted, with its DELETED revision.
-    return RedirectResponse(_memory_path(user_id, memory_id), status_code=303)
+    query = urlencode({"user": user, "id": memory_id})
+    return RedirectResponse(f"{USER}/memory?{query}", status_code=303)
 
 
-@router.get(USERS + "/{user_id}/sessions/{session_id}", response_class=HTMLResponse)
-async def session_page(request: Request, user_id: str, session_id: str) -> HTMLResponse:
+@router.get(USER + "/session", response_class=HTMLResponse)
+async def session_page(request: Request, user: Text, id: Text) -> HTMLResponse:
     async with client(request) as api:
-        view = await api.session(session_id, user_id)
-    return page(request, "session.html", user_id=user_id, view=view)
+        view = await api.session(id, user)
+    return page(request, "session.html", user_id=user, view=view)
 
 
 def _plain(field: str, text: str) -> str:
@@ -122,7 +126,3 @@ def _by_scope(memories: list[m.Memory]) -> list[tuple[str, list[m.Memory]]]:
             groups["global"].append(memory)
     order = {"global": 0, "project": 1, "session": 2}
     return sorted(groups.items(), key=lambda item: (order[item[0].split(" ")[0]], item[0]))
-
-
-def _memory_path(user_id: str, memory_id: str) -> str:
-    return f"{USERS}/{quote(user_id, safe='')}/memories/{quote(memory_id, safe='')}"

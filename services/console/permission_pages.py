@@ -54,12 +54,7 @@ async def evaluate(request: Request) -> HTMLResponse:
     form = await session.checked_form(request)
     user, project = _text(form, "user_id"), _text(form, "project_id")
     raw = _text(form, "tool_args") or "{}"
-    try:
-        args = json.loads(raw)
-    except ValueError as exc:
-        raise session.Refused(422, f"tool_args: not JSON ({exc.msg})") from None
-    if not isinstance(args, dict):
-        raise session.Refused(422, "tool_args: a JSON object of the call's arguments")
+    args = _arguments(raw)
     async with client(request) as api:
         verdict = await api.evaluate_permission(
             user,
@@ -92,6 +87,23 @@ async def _page(
         verdict=verdict,
         asked=asked or {"tool_name": "", "tool_args": "{}"},
     )
+
+
+def _arguments(raw: str) -> dict[str, Any]:
+    """The call's arguments: a JSON object the API can be sent (no NaN, no lone
+    surrogate); Refused(422) naming the field if not."""
+    try:
+        args = json.loads(raw, parse_constant=_no_constant)
+        json.dumps(args, allow_nan=False, ensure_ascii=False).encode()
+    except (ValueError, RecursionError, UnicodeEncodeError) as exc:
+        raise session.Refused(422, f"tool_args: not JSON the API takes ({exc})") from None
+    if not isinstance(args, dict):
+        raise session.Refused(422, "tool_args: a JSON object of the call's arguments")
+    return args
+
+
+def _no_constant(name: str) -> float:
+    raise ValueError(f"{name} is not a JSON number")
 
 
 def _text(form: Any, name: str) -> str:

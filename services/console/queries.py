@@ -13,13 +13,17 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
+from psycopg import Error as PostgresError
 from psycopg.rows import dict_row
 from psycopg_pool import AsyncConnectionPool
+
+from services.api.auth import within
 
 # The ledger's consumers (services.*_worker): its key starts with the consumer, so
 # naming them all finds one event's rows through the primary key.
 CONSUMERS = ("turns-extraction", "memory-generate-extraction", "compaction")
 USERS_SHOWN = 50
+QUERY_SECONDS = 10.0  # a page waits no longer for Postgres (a hung server, a full pool)
 SESSIONS_SHOWN = 50
 
 
@@ -60,10 +64,20 @@ def _like_prefix(text: str) -> str:
     return text.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_") + "%"
 
 
+class StoreUnavailable(Exception):
+    """Postgres did not answer within QUERY_SECONDS, or failed."""
+
+
 async def _rows(pool: AsyncConnectionPool, sql: str, params: tuple) -> list[dict[str, Any]]:
-    async with pool.connection() as conn, conn.cursor(row_factory=dict_row) as cur:
-        await cur.execute(sql, params)
-        return await cur.fetchall()
+    async def run() -> list[dict[str, Any]]:
+        async with pool.connection() as conn, conn.cursor(row_factory=dict_row) as cur:
+            await cur.execute(sql, params)
+            return await cur.fetchall()
+
+    try:
+        return await within(run(), QUERY_SECONDS)
+    except (PostgresError, TimeoutError) as exc:
+        raise StoreUnavailable(f"Postgres did not answer: {type(exc).__name__}") from exc
 
 
 async def find_users(pool: AsyncConnectionPool, app: str, prefix: str) -> list[UserRow]:

@@ -15,13 +15,13 @@ not match the cookie is refused with 403 before anything else is read.
 from __future__ import annotations
 
 import secrets
-from http.cookies import SimpleCookie
 from typing import Any
 from urllib.parse import quote
 
 from fastapi import Request
 from fastapi.responses import HTMLResponse, RedirectResponse, Response
 from starlette.datastructures import FormData
+from starlette.requests import cookie_parser
 
 PREFIX = "/console"
 SIGN_IN = f"{PREFIX}/sign-in"
@@ -52,24 +52,23 @@ def needs_key(path: str) -> bool:
 
 
 def cookie(scope: dict, name: str) -> str | None:
+    # Starlette's parser, as the browser means it: one odd cookie of another app on
+    # this host (a space, a quote) must not hide ours.
     for header, value in scope["headers"]:
         if header == b"cookie":
-            jar: SimpleCookie = SimpleCookie()
-            try:
-                jar.load(value.decode("latin-1"))
-            except Exception:  # noqa: BLE001 - a malformed Cookie header is no key
-                return None
-            if name in jar and jar[name].value:
-                return jar[name].value
+            return cookie_parser(value.decode("latin-1")).get(name) or None
     return None
 
 
 async def deny(scope: dict, receive: Any, send: Any, status: int, message: str) -> None:
     """What the API's authentication answers on a console path: a page asking for
     a key (after a 401), or one saying why it cannot check keys now (503)."""
-    if status == 401:
+    if status == 401 and _from_htmx(scope):
+        # A refresh of the overview: the whole page goes to the sign-in, not the table.
+        response: Response = Response(status_code=204, headers={"HX-Redirect": SIGN_IN})
+    elif status == 401:
         here = scope["path"] if scope["method"] == "GET" else PREFIX
-        response: Response = RedirectResponse(f"{SIGN_IN}?next={quote(here)}", status_code=303)
+        response = RedirectResponse(f"{SIGN_IN}?next={quote(here)}", status_code=303)
         if cookie(scope, KEY_COOKIE) is not None:
             response.delete_cookie(KEY_COOKIE, path=PREFIX)
     else:
@@ -79,6 +78,10 @@ async def deny(scope: dict, receive: Any, send: Any, status: int, message: str) 
             headers={"Content-Security-Policy": CSP},
         )
     await response(scope, receive, send)
+
+
+def _from_htmx(scope: dict) -> bool:
+    return any(header == b"hx-request" for header, _value in scope["headers"])
 
 
 def sign_in(response: Response, request: Request, key: str) -> None:

@@ -225,7 +225,7 @@ def test_a_users_memory_found_by_search_its_revisions_then_deleted(
     expect(page.locator("#archive .hit").first).to_contain_text("the Heron release is on Friday")
     shoot(page, shots, "user-search")
     page.locator("#search-results td a").first.click()
-    expect(page).to_have_url(re.compile(f"/memories/{memory_id}$"))
+    expect(page).to_have_url(re.compile(f"/console/user/memory\\?user={user}&id={memory_id}$"))
     expect(page.locator("#revisions tbody tr td:nth-child(2)")).to_have_text(["CREATED", "UPDATED"])
     shoot(page, shots, "memory")
     page.click("#delete-memory")
@@ -236,7 +236,7 @@ def test_a_users_memory_found_by_search_its_revisions_then_deleted(
     listed = stack.api("GET", "/v1/memories", params={"user_id": user, "kind": "preference"})
     assert listed["memories"] == []
     # The session's buffered turns and its trail: the archive row and the consumer.
-    page.goto(f"{stack.url}/console/users/{user}/sessions/s-memory")
+    page.goto(f"{stack.url}/console/user/session?user={user}&id=s-memory")
     expect(page.locator("article.turn")).to_contain_text("the Heron release is on Friday")
     shoot(page, shots, "session")
     assert dialogs == []
@@ -294,7 +294,12 @@ def test_a_tenant_key_sees_its_own_app_only(stack: Stack, browser: Browser, shot
     page = signed_in(browser, stack, key)
     expect(page.locator("header .who")).to_contain_text("app other")
     expect(page.locator("header nav")).not_to_contain_text("Dead letters")
-    for path, status in (("/console/users/u-default-only", 404), ("/console/dead-letters", 403)):
+    expect(page.locator("main")).to_contain_text("they are shown to admin keys")
+    for path, status in (
+        ("/console/user?id=u-default-only", 404),
+        ("/console/dead-letters", 403),
+        ("/console/figures", 403),
+    ):
         answer = page.goto(f"{stack.url}{path}")
         assert answer is not None and answer.status == status, path
     page.goto(f"{stack.url}/console/users?q=u-default")

@@ -64,7 +64,7 @@ async def list_memories(
     app_id: AppIdDep,
     api: ApiDep,
     user_id: Annotated[Identifier, Query()],
-    project_id: Annotated[str | None, Query()] = None,
+    project_id: Annotated[Identifier | None, Query()] = None,
     scope: Annotated[ScopeName | None, Query()] = None,
     kind: Annotated[Kind | None, Query()] = None,
     limit: Annotated[int, Query(ge=1, le=500)] = 100,

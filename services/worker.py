@@ -25,6 +25,7 @@ from services.extraction_worker import handlers as extraction
 from services.extraction_worker.sweeper import IdleWindows
 from services.summary_worker import handlers as summary
 from shared.bootstrap import Resources, bootstrap, throttled_llm
+from shared.bus.changes import ChangeRelay
 from shared.bus.clients import subscriber_client
 from shared.bus.dependencies import Dependencies
 from shared.bus.reporting import start_reporting
@@ -167,16 +168,25 @@ def run_worker(kind: str, settings: Settings) -> int:
     figures = start_reporting(
         settings, kind=kind, subscriptions=list(tables), dependencies=dependencies.states
     )
+    # The Postgres kinds change memories: they publish their changes (the outbox).
+    relay = None
+    if spec.postgres:
+        assert resources.pool is not None and resources.publisher is not None
+        relay = ChangeRelay(settings, resources.pool, resources.publisher)
     dependencies.start()
     try:
         for runtime in runtimes:
             runtime.start()
         if background is not None:
             background.start()
+        if relay is not None:
+            relay.start()
         exit_code = _run_until_stopped(runtimes, stop)
         if background is not None:
             background.stop()
         drained = stop_all(runtimes, settings.worker_shutdown_seconds)
+        if relay is not None and drained:
+            relay.stop()
         log.info("worker exiting", kind=kind, drained=drained, exit_code=exit_code)
         if not drained:
             # Handlers still running hold pool connections and non-daemon threads that

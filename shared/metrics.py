@@ -117,6 +117,10 @@ EXTRACTION_WINDOWS_WAITING = Gauge(
     "Turns archived and waiting in an extraction window (all sessions), as the last "
     "idle-window sweep of this worker counted them.",
 )
+MEMORY_CHANGES_PUBLISHED = Counter(
+    "agent_memory_memory_changes_published",
+    "memory.changed.v1 events Pub/Sub confirmed, published from the outbox by this process.",
+)
 API_REQUEST_SECONDS = Histogram(
     "agent_memory_api_request_seconds",
     "Read API request latency, by method, route (its template) and status.",

@@ -1,14 +1,16 @@
 # One service account per service, each with only what its process calls:
 #
-#   api         publishes to the event topics (never subscribes); reads the turns
+#   api         publishes to the event topics and memory-changes (never subscribes); reads the turns
 #               topic (its /readyz asks Pub/Sub for it); reads the database URL
 #   summary     consumes turns-summary; publishes to turns-summary-dlq (it
 #               dead-letters itself on the last allowed attempt)
 #   extraction  consumes turns-extraction, extraction-requests and
 #               memory-generate-extraction; publishes to their dead-letter topics
-#               and to extraction-requests (a window closes); reads the database URL
-#   compaction  consumes compaction-requests; publishes to its dead-letter topic and
-#               to compaction-requests (continuations); reads the database URL
+#               and to extraction-requests (a window closes); to memory-changes (the
+#               changes it made); reads the database URL
+#   compaction  consumes compaction-requests; publishes to its dead-letter topic,
+#               to compaction-requests (continuations) and to memory-changes;
+#               reads the database URL
 #   ops         the migrate and API-key jobs: reads the database URL, adds API-key
 #               secret versions
 #   sweep       the on-demand compaction job: reads the database URL (to list the
@@ -36,12 +38,16 @@ locals {
   }
 
   # Topics each identity may publish to (short topic names as in topology.json).
-  api_publishes = ["turns", "memory-generate", "compaction-requests", "extraction-requests"]
+  api_publishes = [
+    "turns", "memory-generate", "compaction-requests", "extraction-requests", "memory-changes",
+  ]
   # A worker publishes to its subscriptions' dead-letter topics (it dead-letters a
   # message itself on the last allowed attempt); the compaction worker also to its
   # own topic (continuations), the extraction worker to extraction-requests (a
   # window closes).
   requests_topics = ["compaction-requests", "extraction-requests"]
+  # The workers that change memories publish their changes (memory.changed.v1).
+  change_publishers = ["extraction", "compaction"]
   worker_publishes = merge(
     {
       for sub, spec in local.topology.subscriptions : "${spec.consumer}/${spec.dead_letter}" => {
@@ -54,6 +60,12 @@ locals {
         consumer = spec.consumer
         topic_id = google_pubsub_topic.event[spec.topic].id
       } if contains(local.requests_topics, spec.topic)
+    },
+    {
+      for consumer in local.change_publishers : "${consumer}/memory-changes" => {
+        consumer = consumer
+        topic_id = google_pubsub_topic.event["memory-changes"].id
+      }
     },
   )
 

@@ -91,3 +91,82 @@ resource "google_pubsub_subscription_iam_member" "dead_letter_subscriber" {
   role         = "roles/pubsub.subscriber"
   member       = local.pubsub_service_agent
 }
+
+# Webhooks on memory changes (docs/operations.md, "Memory change events"): one push
+# subscription per entry of var.memory_change_webhooks, ordered per user, with a
+# dead-letter topic of its own so that an endpoint that keeps failing loses nothing.
+resource "google_pubsub_topic" "webhook_dead_letter" {
+  for_each = var.memory_change_webhooks
+
+  name = "${local.topic_prefix}memory-changes-${each.key}-dlq"
+
+  depends_on = [google_project_service.enabled]
+}
+
+resource "google_pubsub_subscription" "webhook" {
+  for_each = var.memory_change_webhooks
+
+  name                    = "${local.topic_prefix}memory-changes-${each.key}"
+  topic                   = google_pubsub_topic.event["memory-changes"].id
+  enable_message_ordering = true
+  ack_deadline_seconds    = local.ack_deadline_seconds
+
+  push_config {
+    push_endpoint = each.value.endpoint
+    oidc_token {
+      service_account_email = each.value.service_account_email
+      audience              = each.value.endpoint
+    }
+  }
+
+  dead_letter_policy {
+    dead_letter_topic     = google_pubsub_topic.webhook_dead_letter[each.key].id
+    max_delivery_attempts = local.max_delivery_attempts
+  }
+
+  retry_policy {
+    minimum_backoff = "${local.retry_min_backoff_seconds}s"
+    maximum_backoff = "${local.retry_max_backoff_seconds}s"
+  }
+
+  expiration_policy {
+    ttl = ""
+  }
+}
+
+resource "google_pubsub_subscription" "webhook_dead_letter" {
+  for_each = var.memory_change_webhooks
+
+  name                 = "${local.topic_prefix}memory-changes-${each.key}-dlq"
+  topic                = google_pubsub_topic.webhook_dead_letter[each.key].id
+  ack_deadline_seconds = local.dead_letter_ack_deadline_seconds
+
+  expiration_policy {
+    ttl = ""
+  }
+}
+
+resource "google_pubsub_topic_iam_member" "webhook_dead_letter_publisher" {
+  for_each = var.memory_change_webhooks
+
+  topic  = google_pubsub_topic.webhook_dead_letter[each.key].id
+  role   = "roles/pubsub.publisher"
+  member = local.pubsub_service_agent
+}
+
+resource "google_pubsub_subscription_iam_member" "webhook_subscriber" {
+  for_each = var.memory_change_webhooks
+
+  subscription = google_pubsub_subscription.webhook[each.key].id
+  role         = "roles/pubsub.subscriber"
+  member       = local.pubsub_service_agent
+}
+
+# Pub/Sub mints the OIDC token of each webhook's service account.
+resource "google_service_account_iam_member" "webhook_token_creator" {
+  for_each = var.memory_change_webhooks
+
+  service_account_id = "projects/${var.project_id}/serviceAccounts/${each.value.service_account_email}"
+  role               = "roles/iam.serviceAccountTokenCreator"
+  member             = local.pubsub_service_agent
+}

@@ -295,3 +295,16 @@ variable "alloydb_peering_prefix_length" {
   type        = number
   default     = 20
 }
+
+variable "memory_change_webhooks" {
+  description = "Push subscriptions on the memory-changes topic (memory.changed.v1): name => the HTTPS endpoint and the service account whose OIDC token Pub/Sub sends with each push."
+  type = map(object({
+    endpoint              = string
+    service_account_email = string
+  }))
+  default = {}
+  validation {
+    condition     = alltrue([for w in values(var.memory_change_webhooks) : startswith(w.endpoint, "https://")])
+    error_message = "Each webhook endpoint must be an https:// URL."
+  }
+}

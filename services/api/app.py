@@ -38,6 +38,7 @@ from services.api.routers import (
 from services.console.app import install_console
 from services.console.sources import close_sources
 from shared.bootstrap import bootstrap, make_async_valkey
+from shared.bus.changes import ChangeRelay
 from shared.bus.reporting import start_reporting
 from shared.config import Settings, load_settings
 from shared.db.pool import make_async_pool
@@ -124,7 +125,11 @@ async def _lifespan(
         guardrail = Guardrail()
         opened.callback(guardrail.close)
         buffer = AsyncSessionBuffer(async_client, resolved.session_ttl_seconds)
-        deps.attach(app, resources, buffer, apool, guardrail)
+        api = deps.attach(app, resources, buffer, apool, guardrail)
+        # The API's own memory writes publish their changes (stopped before the publisher).
+        relay = ChangeRelay(resolved, api.pool, api.publisher)
+        relay.start()
+        opened.callback(relay.stop)
         opened.callback(close_sources, app.state)
         if resolved.auth_disabled:
             log.warning(

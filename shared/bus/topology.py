@@ -14,6 +14,7 @@ from shared.events import (
     CompactionRequested,
     ExtractionRequested,
     MemoriesGenerate,
+    MemoryChanged,
     TurnRecorded,
 )
 
@@ -37,6 +38,8 @@ TOPICS: tuple[TopicSpec, ...] = (
     TopicSpec(MemoriesGenerate.TOPIC, MemoriesGenerate.EVENT_TYPE),
     TopicSpec(CompactionRequested.TOPIC, CompactionRequested.EVENT_TYPE),
     TopicSpec(ExtractionRequested.TOPIC, ExtractionRequested.EVENT_TYPE),
+    # For other services (a push subscription is the webhook): none of ours reads it.
+    TopicSpec(MemoryChanged.TOPIC, MemoryChanged.EVENT_TYPE),
 )
 
 SUBSCRIPTIONS: tuple[SubscriptionSpec, ...] = (

@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import psycopg
 
+from shared.db import outbox
+
 _PROJECT_TABLES = ("memories", "episodes", "extraction_pending", "permission_rules")
 _USER_TABLES = (
     "memory_revisions",
@@ -28,6 +30,7 @@ class Erasure:
         """Everything of one project of the user (its memories of any scope); rows
         removed by table."""
         scope = {"app": app, "user_id": user_id, "project": project_id}
+        self._announce(app, user_id, "AND project_id = %(project)s", scope)
         done = {
             "memory_revisions": self.conn.execute(
                 "DELETE FROM memory_revisions r USING memories m WHERE r.memory_id = m.id "
@@ -45,9 +48,42 @@ class Erasure:
 
     def user(self, app: str, user_id: str) -> dict[str, int]:
         """Everything of the user in the app; rows removed by table."""
+        self._announce(app, user_id, "", {"app": app, "user_id": user_id})
         return {
             table: self.conn.execute(
                 f"DELETE FROM {table} WHERE app = %s AND user_id = %s", (app, user_id)
             ).rowcount
             for table in _USER_TABLES
         }
+
+    def _announce(self, app: str, user_id: str, where: str, params: dict[str, str]) -> None:
+        """Each live memory erased is a DELETED change, and no change of the erased
+        memories still waiting to be published keeps their text."""
+        rows = self.conn.execute(
+            "SELECT id::text, scope, kind, project_id, session_id, entity_name, topic, "
+            "valid_to IS NULL FROM memories WHERE app = %(app)s AND user_id = %(user_id)s "
+            f"{where} ORDER BY created_at, id",
+            params,
+        ).fetchall()
+        outbox.forget_texts(self.conn, app, user_id, [row[0] for row in rows])
+        live = [row[:7] for row in rows if row[7]]
+        for memory_id, scope, kind, project_id, session_id, entity, topic in live:
+            outbox.record(
+                self.conn,
+                outbox.Change(
+                    memory_id,
+                    app,
+                    user_id,
+                    "DELETED",
+                    scope,
+                    kind,
+                    project_id,
+                    session_id,
+                    entity,
+                    topic,
+                    text="",
+                    previous_text="",
+                    source_event_id="",
+                    expire_at=None,
+                ),
+            )

@@ -16,13 +16,15 @@ from typing import Any
 
 import psycopg
 
+from shared.db import outbox
 from shared.db.pool import as_vector
 from shared.db.run import fetch
 from shared.llm.base import Action
 
 MEMORY_COLUMNS = (
     "m.id::text AS id, m.app, m.user_id, m.project_id, m.session_id, m.scope, m.kind, "
-    "m.entity_name, m.text, m.observed_at, m.created_at, m.updated_at, m.valid_to"
+    "m.entity_name, m.text, m.observed_at, m.created_at, m.updated_at, m.valid_to, "
+    "m.topic, m.expire_at"
 )
 
 
@@ -46,6 +48,8 @@ class MemoryRow:
     created_at: datetime
     updated_at: datetime
     valid_to: datetime | None = None
+    topic: str = ""
+    expire_at: datetime | None = None
 
     @classmethod
     def from_row(cls, row: dict[str, Any]) -> MemoryRow:
@@ -275,7 +279,10 @@ class Memories:
         event_id: str | None,
         observed_at: datetime,
         applied: bool = True,
+        change: str | None = None,
     ) -> None:
+        """Write the revision; an applied one is also a change for the outbox
+        (`change`: what it is called there, the action by default)."""
         self.conn.execute(
             "INSERT INTO memory_revisions (memory_id, app, user_id, action, old_text, new_text, "
             "event_id, observed_at, applied) VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s)",
@@ -291,6 +298,10 @@ class Memories:
                 applied,
             ),
         )
+        if applied:
+            outbox.record(
+                self.conn, _change(memory, change or action, old_text, new_text, event_id)
+            )
 
     def revisions(self, memory_id: str) -> list[Revision]:
         rows = fetch(
@@ -301,3 +312,24 @@ class Memories:
             (memory_id,),
         )
         return [Revision(**row) for row in rows]
+
+
+def _change(
+    memory: MemoryRow, change: str, old_text: str | None, new_text: str | None, event_id: str | None
+) -> outbox.Change:
+    return outbox.Change(
+        memory_id=memory.id,
+        app=memory.app,
+        user_id=memory.user_id,
+        change=str(change),
+        scope=memory.scope,
+        kind=memory.kind,
+        project_id=memory.project_id,
+        session_id=memory.session_id,
+        entity_name=memory.entity_name,
+        topic=memory.topic,
+        text=new_text or "",
+        previous_text=old_text or "",
+        source_event_id=event_id or "",
+        expire_at=memory.expire_at,
+    )

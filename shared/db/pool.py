@@ -49,7 +49,10 @@ def _connection_kwargs(settings: Settings) -> dict[str, object]:
         "connect_timeout": max(1, int(settings.db_connect_timeout_seconds)),
         "options": f"-c statement_timeout={STATEMENT_TIMEOUT_MS} "
         f"-c lock_timeout={LOCK_TIMEOUT_MS} -c hnsw.iterative_scan=relaxed_order "
-        "-c plan_cache_mode=force_custom_plan",
+        "-c plan_cache_mode=force_custom_plan "
+        # The deployment a memory change is published to (shared.db.outbox); a
+        # prefix holds no space or backslash (checked in the settings).
+        f"-c agent_memory.topic_prefix={settings.topic_prefix}",
     }
 
 

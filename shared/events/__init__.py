@@ -9,12 +9,14 @@ from shared.events.codec import (
 )
 from shared.events.models import (
     EVENT_TYPES,
+    MEMORY_CHANGES,
     WINDOW_REASONS,
     CompactionRequested,
     ContentEvent,
     Event,
     ExtractionRequested,
     MemoriesGenerate,
+    MemoryChanged,
     ToolEvent,
     TurnRecorded,
     derived_event_id,
@@ -25,6 +27,7 @@ from shared.events.models import (
 
 __all__ = [
     "EVENT_TYPES",
+    "MEMORY_CHANGES",
     "SCHEMA_VERSION",
     "WINDOW_REASONS",
     "CompactionRequested",
@@ -33,6 +36,7 @@ __all__ = [
     "ExtractionRequested",
     "Limits",
     "MemoriesGenerate",
+    "MemoryChanged",
     "OutgoingMessage",
     "ToolEvent",
     "TurnRecorded",

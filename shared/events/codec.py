@@ -21,6 +21,7 @@ from shared.events.models import (
     Event,
     ExtractionRequested,
     MemoriesGenerate,
+    MemoryChanged,
     TurnRecorded,
     parse_time,
 )
@@ -126,10 +127,11 @@ def _rules_problem(event_type: str, record: dict[str, Any], limits: Limits) -> s
             problem = identifier_problem(record[name])
             if problem:
                 return f"{name}: {problem}"
+    when = "changed_at" if event_type == MemoryChanged.EVENT_TYPE else "created_at"
     try:
-        parse_time(record["created_at"])
+        parse_time(record[when])
     except ValueError as exc:
-        return f"created_at: not an RFC 3339 time with an offset ({exc})"
+        return f"{when}: not an RFC 3339 time with an offset ({exc})"
     if event_type == TurnRecorded.EVENT_TYPE:
         return _turn_problem(record, limits)
     if event_type == MemoriesGenerate.EVENT_TYPE:
@@ -175,4 +177,5 @@ _IDENTIFIERS: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
     # An empty user_id is a sweep of the app (services/compaction_worker).
     CompactionRequested.EVENT_TYPE: (("app",), ("user_id", "project_id")),
     ExtractionRequested.EVENT_TYPE: (("app", "user_id", "session_id"), ()),
+    MemoryChanged.EVENT_TYPE: (("app", "user_id"), ("project_id", "session_id")),
 }

@@ -202,9 +202,52 @@ class ExtractionRequested(_Record):
         return ordering_key(self.app, self.user_id, self.session_id)
 
 
-Event = TurnRecorded | MemoriesGenerate | CompactionRequested | ExtractionRequested
+# What happened to a memory (MemoryChanged.change).
+MEMORY_CHANGES = ("CREATED", "UPDATED", "DELETED", "EXPIRED", "ROLLED_BACK")
+
+
+@dataclass(frozen=True)
+class MemoryChanged(_Record):
+    """A memory changed (`memory.changed.v1`), for other services to react to. Written
+    to an outbox in the change's own transaction and published once it committed,
+    in the order of the user's changes (shared.bus.changes). A deleted, expired or
+    erased memory's event carries no text."""
+
+    EVENT_TYPE: ClassVar[str] = "memory.changed.v1"
+    TOPIC: ClassVar[str] = "memory-changes"
+
+    event_id: str
+    app: str
+    user_id: str
+    memory_id: str
+    change: str
+    scope: str
+    kind: str
+    project_id: str
+    session_id: str
+    entity_name: str
+    topic: str
+    text: str
+    previous_text: str
+    source_event_id: str  # the event that caused it; empty for a write through the API
+    expire_at: str  # RFC 3339, or empty: it does not expire
+    changed_at: datetime
+
+    @property
+    def ordering_key(self) -> str:
+        """The user's: one user's changes arrive in the order they were made."""
+        return ordering_key(self.app, self.user_id)
+
+
+Event = TurnRecorded | MemoriesGenerate | CompactionRequested | ExtractionRequested | MemoryChanged
 
 EVENT_TYPES: dict[str, type[Event]] = {
     cls.EVENT_TYPE: cls
-    for cls in (TurnRecorded, MemoriesGenerate, CompactionRequested, ExtractionRequested)
+    for cls in (
+        TurnRecorded,
+        MemoriesGenerate,
+        CompactionRequested,
+        ExtractionRequested,
+        MemoryChanged,
+    )
 }

@@ -49,6 +49,8 @@ def test_migrate_creates_the_tables_and_is_idempotent(fresh_database):
         "deleted_users",
         "api_keys",
         "schema_migrations",
+        "memory_changes",
+        "app_settings",
     }
     assert applied == [
         (1, "init"),
@@ -63,6 +65,8 @@ def test_migrate_creates_the_tables_and_is_idempotent(fresh_database):
         (10, "lexeme_totals"),
         (11, "episode_keys_pending_list"),
         (12, "extraction_windows"),
+        (13, "event_trail"),
+        (14, "memory_lifecycle"),
     ]
     assert "USING hnsw (embedding vector_cosine_ops)" in indexes["memories_embedding"]
     assert "USING gin (tsv)" in indexes["memories_tsv"]

@@ -252,6 +252,7 @@ def test_least_privilege_pubsub_bindings():
     )
     assert {name for name, _ in subscriber_grants} == {
         "dead_letter_subscriber",
+        "webhook_subscriber",  # the service agent, for the webhooks' dead-lettering
         "worker_subscriber",
     }
     worker = _resource("google_pubsub_subscription_iam_member", "worker_subscriber")
@@ -267,14 +268,16 @@ def test_least_privilege_pubsub_bindings():
     api = _resource("google_pubsub_topic_iam_member", "api_publisher")
     assert 'role = "roles/pubsub.publisher"' in api
     assert (
-        'api_publishes = ["turns", "memory-generate", "compaction-requests", '
-        '"extraction-requests"]' in tf
+        'api_publishes = [ "turns", "memory-generate", "compaction-requests", '
+        '"extraction-requests", "memory-changes", ]' in tf
     )
+    assert 'change_publishers = ["extraction", "compaction"]' in tf
     assert {t.name for t in TOPICS} == {
         "turns",
         "memory-generate",
         "compaction-requests",
         "extraction-requests",
+        "memory-changes",
     }
 
 

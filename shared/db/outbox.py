@@ -1,0 +1,164 @@
+"""The outbox of memory changes: a row per change, written in the change's own
+transaction, published as `memory.changed.v1` after the transaction committed
+(shared.bus.changes), deleted once Pub/Sub confirmed it.
+
+A change belongs to the deployment whose connection wrote it (its topic prefix,
+set on every pooled connection), and only that deployment's publishers take it.
+It is written under the user's lock, so one user's rows are numbered in
+the order of their commits. A publisher claims every waiting row of the users it
+takes (a lease, `claimed_until`), and no user is claimed by two publishers at
+once: claims are made one at a time (a transaction-level advisory lock), and a
+user with a live lease is skipped. So each user's changes are published in
+order, by one publisher at a time; rows whose publisher died are claimed again
+when the lease runs out.
+"""
+
+from __future__ import annotations
+
+import uuid
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+import psycopg
+from psycopg.types.json import Jsonb
+
+from shared.db.run import fetch
+from shared.events import MemoryChanged, format_time
+
+_CLAIM_LOCK = 0x616D5F6F7574626F  # "am_outbo": one claim at a time
+
+
+@dataclass(frozen=True)
+class Change:
+    """What a change says of its memory (the event's body but its id and time)."""
+
+    memory_id: str
+    app: str
+    user_id: str
+    change: str
+    scope: str
+    kind: str
+    project_id: str
+    session_id: str
+    entity_name: str
+    topic: str
+    text: str
+    previous_text: str
+    source_event_id: str
+    expire_at: datetime | None
+
+
+def record(conn: psycopg.Connection, change: Change) -> None:
+    """Write `change` to the outbox in the caller's transaction."""
+    body = {
+        "scope": change.scope,
+        "kind": change.kind,
+        "project_id": change.project_id,
+        "session_id": change.session_id,
+        "entity_name": change.entity_name,
+        "topic": change.topic,
+        "text": change.text,
+        "previous_text": change.previous_text,
+        "source_event_id": change.source_event_id,
+        "expire_at": format_time(change.expire_at) if change.expire_at else "",
+    }
+    conn.execute(
+        "INSERT INTO memory_changes (event_id, app, user_id, memory_id, change, body) "
+        "VALUES (%s, %s, %s, %s, %s, %s)",
+        (
+            str(uuid.uuid4()),
+            change.app,
+            change.user_id,
+            change.memory_id,
+            change.change,
+            Jsonb(body),
+        ),
+    )
+
+
+def forget_texts(conn: psycopg.Connection, app: str, user_id: str, memory_ids: list[str]) -> None:
+    """An erasure: the waiting changes of these memories keep no text."""
+    conn.execute(
+        'UPDATE memory_changes SET body = body || \'{"text": "", "previous_text": ""}\' '
+        "WHERE app = %s AND user_id = %s AND memory_id = ANY(%s::uuid[])",
+        (app, user_id, memory_ids),
+    )
+
+
+@dataclass(frozen=True)
+class Claimed:
+    id: int
+    event: MemoryChanged
+
+
+def claim(conn: psycopg.Connection, limit: int, lease_seconds: float) -> list[Claimed]:
+    """Lease up to `limit` waiting changes of users no other publisher holds, in
+    the order they were made; commit right after, then publish them."""
+    conn.execute("SELECT pg_advisory_xact_lock(%s)", (_CLAIM_LOCK,))
+    rows = fetch(
+        conn,
+        """
+        WITH mine AS (
+            SELECT * FROM memory_changes
+            WHERE topic_prefix = coalesce(current_setting('agent_memory.topic_prefix', true), '')
+        ), held AS (
+            SELECT DISTINCT app, user_id FROM mine WHERE claimed_until > now()
+        ), picked AS (
+            SELECT c.id FROM mine c
+            WHERE (c.claimed_until IS NULL OR c.claimed_until <= now())
+              AND NOT EXISTS (SELECT 1 FROM held h WHERE h.app = c.app AND h.user_id = c.user_id)
+            ORDER BY c.id LIMIT %s
+        )
+        UPDATE memory_changes c SET claimed_until = now() + make_interval(secs => %s)
+        FROM picked WHERE c.id = picked.id
+        RETURNING c.id, c.event_id::text AS event_id, c.app, c.user_id,
+                  c.memory_id::text AS memory_id, c.change, c.body, c.created_at
+        """,
+        (limit, lease_seconds),
+    )
+    return sorted((Claimed(row["id"], _event(row)) for row in rows), key=lambda c: c.id)
+
+
+def done(conn: psycopg.Connection, published: list[int], failed: list[int]) -> None:
+    """Forget what Pub/Sub confirmed; hand back the rest at once."""
+    if published:
+        conn.execute("DELETE FROM memory_changes WHERE id = ANY(%s)", (published,))
+    if failed:
+        conn.execute("UPDATE memory_changes SET claimed_until = NULL WHERE id = ANY(%s)", (failed,))
+
+
+def waiting(conn: psycopg.Connection) -> bool:
+    """Whether any change of this deployment waits to be published (cheap)."""
+    row = conn.execute(
+        "SELECT EXISTS (SELECT 1 FROM memory_changes WHERE topic_prefix = "
+        "coalesce(current_setting('agent_memory.topic_prefix', true), ''))"
+    ).fetchone()
+    return bool(row and row[0])
+
+
+def _event(row: dict[str, Any]) -> MemoryChanged:
+    body = row["body"]
+    return MemoryChanged(
+        event_id=row["event_id"],
+        app=row["app"],
+        user_id=row["user_id"],
+        memory_id=row["memory_id"],
+        change=row["change"],
+        changed_at=row["created_at"],
+        **{name: body[name] for name in _BODY},
+    )
+
+
+_BODY = (
+    "scope",
+    "kind",
+    "project_id",
+    "session_id",
+    "entity_name",
+    "topic",
+    "text",
+    "previous_text",
+    "source_event_id",
+    "expire_at",
+)

@@ -266,6 +266,7 @@ class WriteMemoryResponse(BaseModel):
 
 
 class RevisionView(BaseModel):
+    revision: int  # its number, from 1, in the order written (what a rollback names)
     action: str
     old_text: str | None
     new_text: str | None

@@ -256,6 +256,9 @@ class AsyncMemoryClient:
     async def delete_memory(self, user_id: str, memory_id: str) -> m.DeletedMemory:
         return await self._send(routes.delete_memory(user_id, memory_id))
 
+    async def rollback_memory(self, user_id: str, memory_id: str, revision: int) -> m.MemoryDetail:
+        return await self._send(routes.rollback_memory(user_id, memory_id, revision))
+
     async def delete_memories(
         self, user_id: str, query: str, *, project_id: str | None = None
     ) -> list[m.Memory]:

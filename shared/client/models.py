@@ -112,6 +112,7 @@ class ScoredMemory(Memory):
 
 
 class Revision(Answer):
+    revision: int  # its number from 1, in the order written: what rollback_memory names
     action: str
     old_text: str | None
     new_text: str | None

@@ -221,6 +221,13 @@ def delete_memory(user_id: str, memory_id: str) -> Call[m.DeletedMemory]:
     return Call("DELETE", path, _one(m.DeletedMemory), params=params, retry_safe=True)
 
 
+def rollback_memory(user_id: str, memory_id: str, revision: int) -> Call[m.MemoryDetail]:
+    # Not retried: after a lost answer, a second attempt finds the text current (409).
+    path = f"/v1/memories/{_seg(memory_id)}:rollback"
+    body = {"user_id": user_id, "revision": revision}
+    return Call("POST", path, _one(m.MemoryDetail), json=body)
+
+
 def delete_memories(user_id: str, query: str, *, project_id: str | None) -> Call[list[m.Memory]]:
     # Not retried: a second attempt after a lost answer would find nothing left to
     # delete and answer an empty list, hiding what the first one deleted.

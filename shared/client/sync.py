@@ -273,6 +273,13 @@ class MemoryClient:
         """Retire a live memory (NotFoundError if it is not live)."""
         return self._send(routes.delete_memory(user_id, memory_id))
 
+    def rollback_memory(self, user_id: str, memory_id: str, revision: int) -> m.MemoryDetail:
+        """Make revision `revision`'s text current again, as a new revision; the
+        memory with its revisions. NotFoundError for an unknown memory, ConflictError
+        for a deleted one or a text already current, InvalidRequestError for a revision
+        it does not have."""
+        return self._send(routes.rollback_memory(user_id, memory_id, revision))
+
     def delete_memories(
         self, user_id: str, query: str, *, project_id: str | None = None
     ) -> list[m.Memory]:

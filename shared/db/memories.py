@@ -242,7 +242,10 @@ class Memories:
         embedding: Any,
         observed_at: datetime,
         event_id: str | None,
+        change: str | None = None,
     ) -> MemoryRow:
+        """Change its text in place (`change`: what the outbox calls it, UPDATED by
+        default; a rollback is ROLLED_BACK)."""
         updated = self._memory(
             f"""
             UPDATE memories AS m SET text = %s, kind = %s, embedding = %s, observed_at = %s,
@@ -253,7 +256,9 @@ class Memories:
             (text, kind, as_vector(embedding), observed_at, event_id, memory.id),
         )
         assert updated is not None
-        self.revise(updated, Action.UPDATED, memory.text, text, event_id, observed_at)
+        self.revise(
+            updated, Action.UPDATED, memory.text, text, event_id, observed_at, change=change
+        )
         return updated
 
     def retire(self, memory: MemoryRow, observed_at: datetime, event_id: str | None) -> MemoryRow:

@@ -84,18 +84,21 @@ def test_each_change_through_the_api_is_pushed_once_in_order(client, webhook, id
     assert created.status_code == 201, created.text
     memory_id = created.json()["memory"]["id"]
     assert client.post("/v1/memories", json={**first, "text": "Prefers helix."}).status_code == 201
+    rollback = {"user_id": user, "revision": 1}
+    assert client.post(f"/v1/memories/{memory_id}:rollback", json=rollback).status_code == 200
     assert client.delete(f"/v1/memories/{memory_id}", params={"user_id": user}).status_code == 200
-    wait_for(lambda: len(webhook.of(ids["app"])) >= 3, 30, "three changes pushed")
-    stays(lambda: len(webhook.of(ids["app"])) == 3, 2, "no change pushed twice")
+    wait_for(lambda: len(webhook.of(ids["app"])) >= 4, 30, "four changes pushed")
+    stays(lambda: len(webhook.of(ids["app"])) == 4, 2, "no change pushed twice")
     events = webhook.of(ids["app"])
     assert _changes(events) == [
         ("CREATED", "Prefers vim.", ""),
         ("UPDATED", "Prefers helix.", "Prefers vim."),
-        ("DELETED", "", "Prefers helix."),
+        ("ROLLED_BACK", "Prefers vim.", "Prefers helix."),
+        ("DELETED", "", "Prefers vim."),
     ]
     assert {e["memory_id"] for e in events} == {memory_id}
     assert {e["user_id"] for e in events} == {user}
-    assert len({e["event_id"] for e in events}) == 3
+    assert len({e["event_id"] for e in events}) == 4
     assert all(e["attributes"]["event_type"] == "memory.changed.v1" for e in events)
     # One event per applied revision, and nothing left in the outbox.
     with pool.connection() as conn:
@@ -105,7 +108,7 @@ def test_each_change_through_the_api_is_pushed_once_in_order(client, webhook, id
         left = conn.execute(
             "SELECT count(*) FROM memory_changes WHERE app = %s", (ids["app"],)
         ).fetchone()[0]
-    assert (revisions, left) == (3, 0)
+    assert (revisions, left) == (4, 0)
 
 
 def test_a_change_committed_by_a_process_that_died_is_published_by_another(

@@ -36,12 +36,13 @@ from services.api.memory_models import (
     WriteMemoryResponse,
 )
 from services.api.models import json_response
+from services.api.revision_models import RollbackRequest
 from services.api.routers.views import found_fields, memory_detail, memory_view
 from shared.db.memories import MemoryRow, PageFilter, Revision
 from shared.db.unit_of_work import UnitOfWork, UnitsOfWork, in_thread
 from shared.events import utcnow
 from shared.llm.base import Candidate
-from shared.memory import decisions, deletion
+from shared.memory import decisions, deletion, rollback
 from shared.memory.consolidate import Source
 from shared.memory.retrieval import sub_queries
 from shared.memory.search import Scope
@@ -143,6 +144,34 @@ async def delete_memory(
     if not deleted:
         raise ApiError(404, "not_found", f"no live memory {memory_id} for this user")
     return DeleteMemoryResponse(memory_id=memory_id, deleted=True)
+
+
+@router.post("/v1/memories/{memory_id}:rollback", response_model=MemoryDetail)
+async def rollback_memory(
+    memory_id: str, body: RollbackRequest, app_id: AppIdDep, api: ApiDep
+) -> MemoryDetail:
+    """Make revision N's text current again, as a new revision (the history stays)."""
+    _require_uuid(memory_id)
+    try:
+        done = await postgres_or_503(
+            asyncio.to_thread(
+                rollback.rollback,
+                UnitsOfWork(api.pool, "api"),
+                api.embedder,
+                app_id,
+                body.user_id,
+                memory_id,
+                body.revision,
+                utcnow(),
+            )
+        )
+    except rollback.RollbackRefused as exc:
+        code = {404: "not_found", 409: "conflict", 422: "invalid_request"}[exc.status]
+        message = f"{exc.field}: {exc}" if exc.field else f"{exc}"
+        raise ApiError(exc.status, code, message, field=exc.field) from None
+    except decisions.MemoriesChanged as exc:
+        raise ApiError(409, "conflict", f"{exc}") from None
+    return memory_detail(done.memory, done.revisions)
 
 
 def _require_uuid(value: str) -> None:

@@ -59,6 +59,7 @@ def memory_detail(memory: MemoryRow, revisions: list[Revision]) -> MemoryDetail:
         **memory_fields(memory),
         revisions=[
             RevisionView(
+                revision=number,
                 action=r.action,
                 old_text=r.old_text,
                 new_text=r.new_text,
@@ -67,7 +68,7 @@ def memory_detail(memory: MemoryRow, revisions: list[Revision]) -> MemoryDetail:
                 applied=r.applied,
                 created_at=format_time(r.created_at),
             )
-            for r in revisions
+            for number, r in enumerate(revisions, start=1)
         ],
     )
 

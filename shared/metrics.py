@@ -121,6 +121,12 @@ MEMORY_CHANGES_PUBLISHED = Counter(
     "agent_memory_memory_changes_published",
     "memory.changed.v1 events Pub/Sub confirmed, published from the outbox by this process.",
 )
+EXPIRED = Counter(
+    "agent_memory_expired",
+    "What the compaction worker's expiry sweep removed: memories past their expire_at "
+    "(retired, each a memory.changed.v1 EXPIRED) and revisions past the app's revisions TTL.",
+    ["what"],
+)
 API_REQUEST_SECONDS = Histogram(
     "agent_memory_api_request_seconds",
     "Read API request latency, by method, route (its template) and status.",

@@ -26,6 +26,7 @@ from services.api.mcp import install_mcp, run_mcp
 from services.api.openapi import install_openapi
 from services.api.routers import (
     admin,
+    app_config,
     archive,
     context,
     health,
@@ -76,6 +77,7 @@ def create_app(settings: Settings | None = None, **overrides: Any) -> FastAPI:
         operations.router,
         permissions.router,
         lifecycle.router,
+        app_config.router,
         admin.router,
     ):
         app.router.routes.extend(router.routes)

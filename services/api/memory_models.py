@@ -14,8 +14,6 @@ from pydantic import (
     Field,
     StrictBool,
     WithJsonSchema,
-    field_validator,
-    model_validator,
 )
 
 from services.api.models import (
@@ -27,7 +25,6 @@ from services.api.models import (
     Time,
     bounded_count,
 )
-from shared.db.memories import COMPACTED_ENTITY
 
 Kind = Literal["preference", "fact", "rule", "event"]
 ScopeName = Literal["global", "project", "session"]
@@ -122,6 +119,8 @@ class MemoryView(BaseModel):
     created_at: str
     updated_at: str
     deleted_at: str | None = None
+    expire_at: str | None = None  # gone from every read from then on; null: never
+    topic: str = ""  # the extraction topic it was kept under
 
 
 class ScoredMemory(MemoryView):
@@ -210,59 +209,6 @@ def _only_its_scope_names(scope: str, field: str) -> dict:
         "then": {"required": [field], "properties": {field: {"type": "string"}}},
         "else": {"properties": {field: {"type": "null"}}},
     }
-
-
-class WriteMemoryRequest(_Request):
-    model_config = ConfigDict(
-        json_schema_extra={
-            "examples": [
-                {
-                    "user_id": "u-42",
-                    "text": "Prefers Neovim.",
-                    "kind": "preference",
-                    "scope": "global",
-                }
-            ],
-            "allOf": [
-                _only_its_scope_names("project", "project_id"),
-                _only_its_scope_names("session", "session_id"),
-            ],
-        }
-    )
-
-    text: QueryText
-    scope: ScopeName
-    kind: Kind
-    project_id: OptionalId = None
-    session_id: OptionalId = None
-    entity_name: EntityName = ""
-    consolidate: StrictBool = True
-
-    @field_validator("entity_name")
-    @classmethod
-    def _not_reserved(cls, value: str) -> str:
-        if value.strip().casefold() == COMPACTED_ENTITY:
-            raise ValueError(f"{COMPACTED_ENTITY!r} is reserved for the compaction worker")
-        return value
-
-    @model_validator(mode="after")
-    def _scope_fits(self) -> WriteMemoryRequest:
-        if self.scope == "project" and not self.project_id:
-            raise ValueError("project_id: a project memory needs its project_id")
-        if self.scope == "session" and not self.session_id:
-            raise ValueError("session_id: a session memory needs its session_id")
-        # As the table's constraints have it: only a project memory names a project,
-        # only a session memory a session.
-        if self.scope != "project" and self.project_id:
-            raise ValueError(f"project_id: a {self.scope} memory belongs to no project")
-        if self.scope != "session" and self.session_id:
-            raise ValueError(f"session_id: a {self.scope} memory belongs to no session")
-        return self
-
-
-class WriteMemoryResponse(BaseModel):
-    action: Literal["CREATED", "UPDATED", "DELETED", "NONE", "HISTORY"]
-    memory: MemoryView | None
 
 
 class RevisionView(BaseModel):

@@ -47,6 +47,7 @@ from shared.embeddings.base import Embedder
 from shared.errors import PermanentError
 from shared.events import CompactionRequested, derived_event_id, format_time
 from shared.llm.base import LLM, DialogueTurn
+from shared.memory.sweep import sweep
 
 log = structlog.get_logger("agent_memory.compaction")
 
@@ -190,9 +191,12 @@ class Compaction:
         the message's publish time (the same on every redelivery, new on every run),
         and each request's id is derived from the sweep's id, that time and the
         user: a redelivered sweep publishes the same requests, which the ledger
-        applies once. Nothing else is written, so the sweep needs no ledger row."""
+        applies once. It first runs the app's expiry sweep (shared.memory.sweep),
+        which retires nothing twice; so the sweep needs no ledger row."""
         at = delivery.publish_time if delivery and delivery.publish_time else event.created_at
         run = format_time(at)
+        swept = sweep(self.units, event.app)  # expired memories: retired before the folds
+        log.info("expiry sweep", app=event.app, memories=swept.memories, revisions=swept.revisions)
         with self.units() as uow:
             users = users_with_old_episodes(
                 uow.conn, event.app, cutoff(at, event.retention_days), event.project_id

@@ -13,8 +13,10 @@ from dataclasses import dataclass
 from shared.config import Settings
 from shared.db.unit_of_work import UnitOfWork
 from shared.embeddings.base import Embedder
+from shared.events import utcnow
 from shared.llm import extraction_prompts
 from shared.llm.base import LLM, ExtractionInput
+from shared.memory import expiry
 from shared.memory.consolidate import Source, correct, new_memory
 from shared.memory.decisions import Planned, weigh
 from shared.memory.search import Fusion
@@ -74,8 +76,20 @@ class Planner:
         if not candidates:
             return []
         vectors = self.embedder.embed([c.text for c, _source in candidates])
+        with self.units() as uow:
+            ttl = expiry.load(uow, candidates[0][1].app)
+        now = utcnow()
         news = [
-            (new_memory(candidate, source, vector), source)
+            (
+                expiry.with_expiry(
+                    new_memory(candidate, source, vector),
+                    ttl,
+                    "generate_created",
+                    "generate_updated",
+                    now,
+                ),
+                source,
+            )
             for (candidate, source), vector in zip(candidates, vectors, strict=True)
         ]
         fusion = Fusion.from_settings(self.settings)

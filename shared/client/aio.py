@@ -239,6 +239,8 @@ class AsyncMemoryClient:
         session_id: str | None = None,
         entity_name: str = "",
         consolidate: bool = True,
+        expire_at: datetime | str | None = None,
+        ttl_seconds: int | None = None,
     ) -> m.WriteResult:
         return await self._send(
             routes.write_memory(
@@ -250,6 +252,8 @@ class AsyncMemoryClient:
                 session_id=session_id,
                 entity_name=entity_name,
                 consolidate=consolidate,
+                expire_at=expire_at,
+                ttl_seconds=ttl_seconds,
             )
         )
 

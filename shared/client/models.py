@@ -104,6 +104,8 @@ class Memory(MemoryRecord):
     created_at: datetime
     updated_at: datetime
     deleted_at: datetime | None = None
+    expire_at: datetime | None = None  # out of every read from then on; None: never
+    topic: str = ""  # the extraction topic it was kept under
 
 
 class ScoredMemory(Memory):

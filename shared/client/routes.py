@@ -204,6 +204,8 @@ def write_memory(
     session_id: str | None,
     entity_name: str,
     consolidate: bool,
+    expire_at: datetime | str | None = None,
+    ttl_seconds: int | None = None,
 ) -> Call[m.WriteResult]:
     body: dict[str, Any] = {"user_id": user_id, "text": text, "scope": scope, "kind": kind}
     body |= _present(
@@ -211,6 +213,8 @@ def write_memory(
         session_id=session_id,
         entity_name=entity_name,
         consolidate=consolidate,
+        expire_at=_time(expire_at),
+        ttl_seconds=ttl_seconds,
     )
     return Call("POST", "/v1/memories", _one(m.WriteResult), json=body)
 

@@ -254,8 +254,11 @@ class MemoryClient:
         session_id: str | None = None,
         entity_name: str = "",
         consolidate: bool = True,
+        expire_at: datetime | str | None = None,
+        ttl_seconds: int | None = None,
     ) -> m.WriteResult:
-        """Write a memory directly, consolidated like an extracted one. Not retried."""
+        """Write a memory directly, consolidated like an extracted one. It expires at
+        `expire_at` or `ttl_seconds` from now (else as the app's TTLs say). Not retried."""
         return self._send(
             routes.write_memory(
                 user_id,
@@ -266,6 +269,8 @@ class MemoryClient:
                 session_id=session_id,
                 entity_name=entity_name,
                 consolidate=consolidate,
+                expire_at=expire_at,
+                ttl_seconds=ttl_seconds,
             )
         )
 

@@ -92,6 +92,13 @@ class NewMemory:
     text: str
     embedding: Any
     observed_at: datetime
+    expire_at: datetime | None = None  # when created: it expires then (None: never)
+    updated_expire_at: datetime | None = None  # when it updates one: its new expiry (None: kept)
+    topic: str = ""
+
+
+# A memory every read sees: not retired, not expired (the sweep retires it later).
+LIVE = "m.valid_to IS NULL AND (m.expire_at IS NULL OR m.expire_at > now())"
 
 
 @dataclass(frozen=True)
@@ -151,7 +158,7 @@ class Memories:
 
     def page(self, where: PageFilter, limit: int) -> list[MemoryRow]:
         """Live memories in creation order, at most `limit`."""
-        clauses = ["m.app = %(app)s", "m.user_id = %(user_id)s", "m.valid_to IS NULL"]
+        clauses = ["m.app = %(app)s", "m.user_id = %(user_id)s", LIVE]
         params: dict[str, Any] = {"app": where.app, "user_id": where.user_id, "limit": limit}
         for column in ("project_id", "scope", "kind"):
             value = getattr(where, column)
@@ -182,7 +189,7 @@ class Memories:
         return self._memories(
             f"""
             SELECT {MEMORY_COLUMNS} FROM memories AS m
-            WHERE app = %(app)s AND user_id = %(user_id)s AND valid_to IS NULL AND {where}
+            WHERE app = %(app)s AND user_id = %(user_id)s AND {LIVE} AND {where}
               AND plainto_tsquery('english', %(query)s) <> ''::tsquery
               AND tsv @@ plainto_tsquery('english', %(query)s)
             ORDER BY created_at, id
@@ -212,8 +219,8 @@ class Memories:
             f"""
             INSERT INTO memories AS m (app, user_id, project_id, session_id, scope, kind,
                                        entity_name, text, embedding, observed_at,
-                                       source_event_id)
-            VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s)
+                                       source_event_id, expire_at, topic)
+            VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s)
             RETURNING {MEMORY_COLUMNS}
             """,
             (
@@ -228,6 +235,8 @@ class Memories:
                 as_vector(new.embedding),
                 new.observed_at,
                 event_id,
+                new.expire_at,
+                new.topic,
             ),
         )
         assert memory is not None
@@ -243,17 +252,19 @@ class Memories:
         observed_at: datetime,
         event_id: str | None,
         change: str | None = None,
+        expire_at: datetime | None = None,
     ) -> MemoryRow:
         """Change its text in place (`change`: what the outbox calls it, UPDATED by
-        default; a rollback is ROLLED_BACK)."""
+        default; a rollback is ROLLED_BACK); `expire_at` its new expiry (None: kept)."""
         updated = self._memory(
             f"""
             UPDATE memories AS m SET text = %s, kind = %s, embedding = %s, observed_at = %s,
-                   updated_at = now(), source_event_id = %s
+                   updated_at = now(), source_event_id = %s,
+                   expire_at = coalesce(%s, m.expire_at)
             WHERE m.id = %s AND m.valid_to IS NULL
             RETURNING {MEMORY_COLUMNS}
             """,
-            (text, kind, as_vector(embedding), observed_at, event_id, memory.id),
+            (text, kind, as_vector(embedding), observed_at, event_id, expire_at, memory.id),
         )
         assert updated is not None
         self.revise(
@@ -261,8 +272,15 @@ class Memories:
         )
         return updated
 
-    def retire(self, memory: MemoryRow, observed_at: datetime, event_id: str | None) -> MemoryRow:
-        """Close the memory; returns it as it is now (with `valid_to`)."""
+    def retire(
+        self,
+        memory: MemoryRow,
+        observed_at: datetime,
+        event_id: str | None,
+        change: str | None = None,
+    ) -> MemoryRow:
+        """Close the memory; returns it as it is now (with `valid_to`). `change`: what
+        the outbox calls it (DELETED by default; the expiry sweep's is EXPIRED)."""
         retired = self._memory(
             f"""
             UPDATE memories AS m SET valid_to = now(), updated_at = now(), observed_at = %s
@@ -272,7 +290,7 @@ class Memories:
             (observed_at, memory.id),
         )
         assert retired is not None
-        self.revise(memory, Action.DELETED, memory.text, None, event_id, observed_at)
+        self.revise(memory, Action.DELETED, memory.text, None, event_id, observed_at, change=change)
         return retired
 
     def revise(
@@ -288,9 +306,12 @@ class Memories:
     ) -> None:
         """Write the revision; an applied one is also a change for the outbox
         (`change`: what it is called there, the action by default)."""
+        # Kept as long as the app's `revisions` TTL says (none: for good).
         self.conn.execute(
             "INSERT INTO memory_revisions (memory_id, app, user_id, action, old_text, new_text, "
-            "event_id, observed_at, applied) VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s)",
+            "event_id, observed_at, applied, expire_at) VALUES (%s, %s, %s, %s, %s, %s, %s, %s, "
+            "%s, (SELECT now() + make_interval(secs => (value->>'revisions')::int) "
+            "FROM app_settings WHERE app = %s AND name = 'ttl'))",
             (
                 memory.id,
                 memory.app,
@@ -301,6 +322,7 @@ class Memories:
                 event_id,
                 observed_at,
                 applied,
+                memory.app,
             ),
         )
         if applied:

@@ -46,7 +46,7 @@ from __future__ import annotations
 from datetime import datetime, timedelta
 from typing import Any
 
-from shared.db.memories import MEMORY_COLUMNS, MemoryRow, NewMemory
+from shared.db.memories import LIVE, MEMORY_COLUMNS, MemoryRow, NewMemory
 from shared.db.run import Statement, Steps
 from shared.memory.search import Expiring, Fusion, Ranked, Scope
 
@@ -122,10 +122,7 @@ def _live_in_scope(scope: Scope, session_rows: str) -> str:
         visible.append("(m.scope = 'project' AND m.project_id = %(project_id)s)")
     if scope.session_id:
         visible.append(session_rows)
-    return (
-        "m.app = %(app)s AND m.user_id = %(user_id)s AND m.valid_to IS NULL "
-        f"AND ({' OR '.join(visible)})"
-    )
+    return f"m.app = %(app)s AND m.user_id = %(user_id)s AND {LIVE} AND ({' OR '.join(visible)})"
 
 
 def memory_filter(scope: Scope, kinds: list[str] | None) -> tuple[str, dict[str, Any]]:
@@ -417,7 +414,7 @@ def similar_memories(
     """The live memories most similar to `new` of exactly its user, scope, project
     and session, but none of the entity `except_entity`."""
     where = (
-        "m.app = %(app)s AND m.user_id = %(user_id)s AND m.valid_to IS NULL "
+        f"m.app = %(app)s AND m.user_id = %(user_id)s AND {LIVE} "
         "AND m.scope = %(scope)s AND m.project_id = %(project_id)s "
         "AND m.session_id = %(session_id)s AND m.entity_name <> %(except_entity)s"
     )

@@ -27,6 +27,7 @@ import psycopg
 from psycopg_pool import ConnectionPool
 
 from shared.db.api_keys import ApiKeys
+from shared.db.app_settings import AppSettings
 from shared.db.episodes import Episodes
 from shared.db.erasure import Erasure
 from shared.db.ledger import Ledger
@@ -49,6 +50,7 @@ class UnitOfWork:
     erasure: Erasure
     api_keys: ApiKeys
     windows: Windows
+    app_settings: AppSettings
 
     def __init__(self, pool: ConnectionPool, worker: str = "") -> None:
         self._pool = pool
@@ -71,6 +73,7 @@ class UnitOfWork:
         self.erasure = Erasure(conn)
         self.api_keys = ApiKeys(conn)
         self.windows = Windows(conn)
+        self.app_settings = AppSettings(conn)
         return self
 
     def run(self, steps: Steps[T]) -> T:

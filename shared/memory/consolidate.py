@@ -131,7 +131,13 @@ class Consolidator:
                 return self._history(target, Action.UPDATED, target.text, text, source)
             kind = new.kind if new.kind == "rule" or target.kind != "rule" else target.kind
             memory = self.store.update(
-                target, text, kind, new.embedding, source.observed_at, source.event_id
+                target,
+                text,
+                kind,
+                new.embedding,
+                source.observed_at,
+                source.event_id,
+                expire_at=new.updated_expire_at,
             )
             return Applied(Action.UPDATED, memory, text)
         if decision.action == Action.DELETED:
@@ -154,7 +160,13 @@ class Consolidator:
             if live.text == new.text:
                 return Applied(Action.NONE, live, "")
             memory = self.store.update(
-                live, new.text, new.kind, new.embedding, source.observed_at, source.event_id
+                live,
+                new.text,
+                new.kind,
+                new.embedding,
+                source.observed_at,
+                source.event_id,
+                expire_at=new.updated_expire_at,
             )
             return Applied(Action.UPDATED, memory, new.text)
         memory = self.store.create(new, source.event_id)

@@ -13,14 +13,17 @@ fresh reads (a bounded number of times).
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+from datetime import datetime
 
 from shared.config import Settings
 from shared.db.memories import MemoryRow, NewMemory
 from shared.db.unit_of_work import UnitOfWork, locked
 from shared.embeddings.base import Embedder
+from shared.events import utcnow
 from shared.llm import extraction_prompts
 from shared.llm.base import LLM, Action, Candidate, Decision, Weighing
+from shared.memory import expiry
 from shared.memory.consolidate import (
     Applied,
     Consolidator,
@@ -132,11 +135,19 @@ def write_memory(
     candidate: Candidate,
     source: Source,
     consolidate: bool = True,
+    expire_at: datetime | None = None,
 ) -> Applied:
     """One memory a client writes (`POST /v1/memories`): embedded, then, unless
     `consolidate` is false, decided like the extraction worker's candidates, and
-    written in one transaction that holds the user's lock. Blocking."""
+    written in one transaction that holds the user's lock. It expires at
+    `expire_at`, or else as the app's `create` TTL says. Blocking."""
     new = new_memory(candidate, source, embedder.embed([candidate.text])[0])
+    if expire_at is not None:
+        new = replace(new, expire_at=expire_at, updated_expire_at=expire_at)
+    else:
+        with units() as uow:
+            ttl = expiry.load(uow, source.app)
+        new = expiry.with_expiry(new, ttl, "create", "create", utcnow())
     fusion = Fusion.from_settings(settings)
     limit = settings.consolidation_neighbours
     for _ in range(DECIDE_ATTEMPTS):

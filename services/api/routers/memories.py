@@ -32,12 +32,10 @@ from services.api.memory_models import (
     ScopeName,
     SearchRequest,
     SearchResponse,
-    WriteMemoryRequest,
-    WriteMemoryResponse,
 )
 from services.api.models import json_response
-from services.api.revision_models import RollbackRequest
 from services.api.routers.views import found_fields, memory_detail, memory_view
+from services.api.write_models import RollbackRequest, WriteMemoryRequest, WriteMemoryResponse
 from shared.db.memories import MemoryRow, PageFilter, Revision
 from shared.db.unit_of_work import UnitOfWork, UnitsOfWork, in_thread
 from shared.events import utcnow
@@ -120,6 +118,7 @@ async def write_memory(
                 candidate,
                 source,
                 body.consolidate,
+                body.expiry(),
             )
         )
     except decisions.MemoriesChanged as exc:

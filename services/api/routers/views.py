@@ -38,6 +38,8 @@ def memory_fields(m: MemoryRow) -> dict[str, Any]:
         "created_at": format_time(m.created_at),
         "updated_at": format_time(m.updated_at),
         "deleted_at": _time(m.valid_to),
+        "expire_at": _time(m.expire_at),
+        "topic": m.topic,
     }
 
 

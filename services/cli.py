@@ -72,6 +72,7 @@ def _parser() -> argparse.ArgumentParser:
         _add_dlq,
         _add_compact,
         _add_archive,
+        _add_portability,
         _add_keys,
         _add_config,
         _add_up,
@@ -102,6 +103,8 @@ EXAMPLES = {
     "compact": "agent-memory compact --all --retention-days 30",
     "archive": "agent-memory archive backfill-keys",
     "archive backfill-keys": "agent-memory archive backfill-keys --batch 50",
+    "export": "agent-memory export --app acme --user u-42 > u-42.jsonl",
+    "import": "agent-memory import u-42.jsonl --as-user u-43",
     "keys": "agent-memory keys list",
     "keys create": "agent-memory keys create --app acme --name 'support agent'",
     "keys list": "agent-memory keys list",
@@ -263,6 +266,12 @@ def _add_archive(sub: _Subparsers) -> None:
     )
 
 
+def _add_portability(sub: _Subparsers) -> None:
+    from services.portability_command import add_commands
+
+    add_commands(sub, _command)
+
+
 def _add_keys(sub: _Subparsers) -> None:
     actions = _actions(
         _command(sub, "keys", "API keys (one app each)"), "keys_command", "ACTION", "what to do"
@@ -365,6 +374,8 @@ def _dispatch(args: argparse.Namespace, settings: Settings) -> int:
         "dlq": commands.run_dlq,
         "compact": commands.run_compact,
         "archive": commands.run_archive,
+        "export": commands.run_export,
+        "import": commands.run_import,
         "keys": commands.run_keys,
         "config": run_config_command,
         "up": commands.run_up,

@@ -102,6 +102,18 @@ def run_archive(args: argparse.Namespace, settings: Settings) -> int:
     return run_archive_command(args, settings)
 
 
+def run_export(args: argparse.Namespace, settings: Settings) -> int:
+    from services.portability_command import run_export as export
+
+    return export(args, settings)
+
+
+def run_import(args: argparse.Namespace, settings: Settings) -> int:
+    from services.portability_command import run_import as import_
+
+    return import_(args, settings)
+
+
 def run_keys(args: argparse.Namespace, settings: Settings) -> int:
     from services.api.keys import run_keys_command
 

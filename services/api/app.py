@@ -34,6 +34,7 @@ from services.api.routers import (
     memories,
     operations,
     permissions,
+    portability,
     sessions,
 )
 from services.console.app import install_console
@@ -78,6 +79,7 @@ def create_app(settings: Settings | None = None, **overrides: Any) -> FastAPI:
         permissions.router,
         lifecycle.router,
         app_config.router,
+        portability.router,
         admin.router,
     ):
         app.router.routes.extend(router.routes)

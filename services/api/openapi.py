@@ -41,6 +41,11 @@ ROUTE_ERRORS: dict[tuple[str, str], dict[int, str]] = {
     ("get", "/v1/operations/{name}"): {404: "No such operation for this user."},
     ("delete", "/v1/permissions/rules/{rule_id}"): {404: "No such rule for this user."},
     ("post", "/v1/compactions"): {403: "Compaction needs an admin key of the app."},
+    ("post", "/v1/memories/{memory_id}:rollback"): {
+        404: "No such memory for this user.",
+        409: "The memory is deleted, or that revision's text is already current.",
+    },
+    ("put", "/v1/config/ttl"): {403: "The app's TTLs need an admin key of the app."},
     ("post", "/v1/users/{user_id}:import"): {
         409: "The user was deleted (GDPR); nothing is imported.",
     },

@@ -39,6 +39,16 @@ class WriteMemoryRequest(_Request):
             "allOf": [
                 _only_its_scope_names("project", "project_id"),
                 _only_its_scope_names("session", "session_id"),
+                # expire_at or ttl_seconds, not both (null is not given).
+                {
+                    "not": {
+                        "required": ["expire_at", "ttl_seconds"],
+                        "properties": {
+                            "expire_at": {"type": "string"},
+                            "ttl_seconds": {"type": "integer"},
+                        },
+                    }
+                },
             ],
         }
     )

@@ -80,6 +80,7 @@ def test_every_answer_is_one_the_document_declares(case, fuzzed):
 # message of their 422: a schema-valid request may still break one of these.
 DOCUMENTED_REFUSALS = (
     ("created_at", "in the future"),
+    ("expire_at", "must be in the future"),
     ("cursor", "not a cursor this API returned"),
     ("pattern", "is not an RE2 pattern"),
     ("pattern", "is too complex"),
@@ -151,5 +152,6 @@ def test_the_documented_examples_are_accepted(client):
         "GenerateRequest",
         "RecordTurnRequest",
         "SearchRequest",
+        "TtlConfig",
         "WriteMemoryRequest",
     ]

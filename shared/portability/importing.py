@@ -48,6 +48,10 @@ from shared.portability.records import (
 
 # Records per transaction: each holds the user's lock for a few milliseconds.
 BATCH_RECORDS = 100
+# What Postgres refuses in a record's own values (SQLSTATE classes): a data
+# exception, an integrity constraint, a program limit (an index entry or a
+# tsvector over its size). Anything else is the database's or the code's failure.
+_REFUSALS = ("22", "23", "54")
 
 Line = tuple[int, bytes | None]  # its number, and its bytes (None: over MAX_LINE_BYTES)
 OnBad = Callable[[BadLine], None]
@@ -196,7 +200,9 @@ class _Importer:
                 try:
                     with self.conn.transaction():
                         written = self._write(record)
-                except (psycopg.errors.IntegrityError, psycopg.errors.DataError) as exc:
+                except psycopg.DatabaseError as exc:
+                    if (exc.sqlstate or "")[:2] not in _REFUSALS:
+                        raise
                     self.bad(BadLine(number, _refused(exc, record)))
                     continue
                 self._count(number, record, written)

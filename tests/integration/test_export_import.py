@@ -7,6 +7,7 @@ each with its number and reason, the good ones imported."""
 
 from __future__ import annotations
 
+import hashlib
 import json
 from pathlib import Path
 
@@ -250,6 +251,9 @@ def bad_file(populated: Path) -> tuple[bytes, list[tuple[int, str]]]:
     short = {**other, "embedding": other["embedding"][:-1]}
     # Another live memory of the same entity and scope under another id.
     rival = {**theme, "id": "6b1f4a3e-5d2c-4e8f-9a7b-0c3d2e1f4a5b", "text": "A rival theme"}
+    # Valid, but over what Postgres indexes (a btree entry is at most 2,704 bytes).
+    noise = "".join(hashlib.sha256(bytes([i])).hexdigest() for i in range(94))  # incompressible
+    huge = {**other, "id": "7c2f4a3e-5d2c-4e8f-9a7b-0c3d2e1f4a5b", "entity_name": noise}
     body = [
         header,
         json.dumps(theme).encode(),
@@ -261,6 +265,7 @@ def bad_file(populated: Path) -> tuple[bytes, list[tuple[int, str]]]:
         b'{"type": "note"}',
         episode,
         json.dumps(rival).encode(),
+        json.dumps(huge).encode(),
     ]
     expected = [
         (3, "not JSON (expected ident at column 2)"),
@@ -276,6 +281,11 @@ def bad_file(populated: Path) -> tuple[bytes, list[tuple[int, str]]]:
             10,
             "the user has a live memory of entity 'theme' in this scope under another id; "
             "not imported",
+        ),
+        (
+            11,
+            "refused by the database: index row size 6080 exceeds btree version 4 maximum "
+            '2704 for index "memories_user_entity"',
         ),
     ]
     return b"\n".join(body) + b"\n", expected
@@ -295,7 +305,7 @@ def test_bad_lines_are_reported_and_the_good_ones_imported_by_the_cli(
         f"agent-memory import: {path}: line {n}: {reason}" for n, reason in expected
     ]
     assert done.stdout == (
-        "imported 1 memories, 1 episodes; skipped 0 already there; 6 bad lines "
+        "imported 1 memories, 1 episodes; skipped 0 already there; 7 bad lines "
         f"(user {user!r} of app {app!r})\n"
     )
     counts = table_counts(app_settings.database_url, app, user)
@@ -318,7 +328,7 @@ def test_bad_lines_answer_422_naming_them_and_the_good_ones_are_imported(
     assert error["code"] == "invalid_request"
     assert error["fields"] == [{"field": f"line {n}", "message": r} for n, r in expected]
     assert error["message"] == (
-        "imported 1 memories, 1 episodes; skipped 0 already there; 6 bad lines: "
+        "imported 1 memories, 1 episodes; skipped 0 already there; 7 bad lines: "
         + "; ".join(f"line {n}: {reason}" for n, reason in expected)
     )
     counts = table_counts(app_settings.database_url, app, user)

@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
-from pydantic import BaseModel, ConfigDict
+from typing import Annotated, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from services.api.memory_models import ScopeName
 from services.api.models import bounded_count
+from shared.llm.topics import MANAGED
 from shared.memory.expiry import MAX_SECONDS, MIN_SECONDS
 
 # Seconds, or null: not set at this level (the next one decides).
@@ -36,3 +39,78 @@ class TtlConfig(TtlLevels):
 
     revisions: TtlSeconds = None
     scopes: dict[ScopeName, TtlLevels] = {}
+
+
+ManagedTopic = Literal[
+    "personal_info", "preferences", "key_conversation_details", "explicit_instructions", "rules"
+]
+TopicText = Annotated[str, Field(min_length=1, max_length=500, pattern="^[^\\u0000]*$")]
+
+
+class TopicExample(BaseModel):
+    """A few-shot example: a piece of conversation and the memories to keep from it
+    (none: it shows what is not kept)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    conversation: Annotated[str, Field(min_length=1, max_length=2000, pattern="^[^\\u0000]*$")]
+    memories: list[TopicText] = Field(default=[], max_length=5)
+
+
+class CustomTopicConfig(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    name: Annotated[
+        str,
+        Field(
+            pattern="^[a-z][a-z0-9_]{0,39}$",
+            json_schema_extra={"not": {"enum": list(MANAGED)}},
+        ),
+    ]
+    description: TopicText
+    examples: list[TopicExample] = Field(default=[], max_length=5)
+
+
+class ExtractionConfig(BaseModel):
+    """What the extraction keeps: the managed topics chosen and custom topics. Not
+    set: every managed topic, no custom one."""
+
+    model_config = ConfigDict(
+        extra="forbid",
+        json_schema_extra={
+            "examples": [
+                {
+                    "managed_topics": ["preferences", "rules"],
+                    "custom_topics": [
+                        {
+                            "name": "travel",
+                            "description": "where the user travels and how",
+                            "examples": [
+                                {
+                                    "conversation": "User: I fly to Lisbon every spring.",
+                                    "memories": ["User flies to Lisbon every spring."],
+                                }
+                            ],
+                        }
+                    ],
+                }
+            ]
+        },
+    )
+
+    managed_topics: list[ManagedTopic] = Field(
+        default=list(MANAGED), max_length=len(MANAGED), json_schema_extra={"uniqueItems": True}
+    )
+    custom_topics: list[CustomTopicConfig] = Field(default=[], max_length=10)
+
+    @model_validator(mode="after")
+    def _distinct(self) -> ExtractionConfig:
+        if len(set(self.managed_topics)) != len(self.managed_topics):
+            raise ValueError("managed_topics: each topic once")
+        names = [t.name for t in self.custom_topics]
+        if len(set(names)) != len(names):
+            raise ValueError("custom_topics: each name once")
+        clash = sorted(set(names) & set(MANAGED))
+        if clash:
+            raise ValueError(f"custom_topics: {clash[0]!r} is a managed topic's name")
+        return self

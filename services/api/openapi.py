@@ -46,6 +46,7 @@ ROUTE_ERRORS: dict[tuple[str, str], dict[int, str]] = {
         409: "The memory is deleted, or that revision's text is already current.",
     },
     ("put", "/v1/config/ttl"): {403: "The app's TTLs need an admin key of the app."},
+    ("put", "/v1/config/extraction"): {403: "The extraction topics need an admin key of the app."},
     ("post", "/v1/users/{user_id}:import"): {
         409: "The user was deleted (GDPR); nothing is imported.",
     },

@@ -8,7 +8,7 @@ their neighbours in one consolidation call (`shared.memory.decisions.weigh`).
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from shared.config import Settings
 from shared.db.unit_of_work import UnitOfWork
@@ -16,6 +16,7 @@ from shared.embeddings.base import Embedder
 from shared.events import utcnow
 from shared.llm import extraction_prompts
 from shared.llm.base import LLM, ExtractionInput
+from shared.llm.topics import EXTRACTION_SETTING, of_setting
 from shared.memory import expiry
 from shared.memory.consolidate import Source, correct, new_memory
 from shared.memory.decisions import Planned, weigh
@@ -32,13 +33,13 @@ def split(inp: ExtractionInput, max_tokens: int) -> list[ExtractionInput]:
     windows: list[ExtractionInput] = []
     turns: list = []
     for turn in inp.turns:
-        trial = ExtractionInput(inp.session_id, inp.prev_session_id, (*turns, turn))
+        trial = replace(inp, turns=(*turns, turn))
         if turns and _request_tokens(trial) > max_tokens:
-            windows.append(ExtractionInput(inp.session_id, inp.prev_session_id, tuple(turns)))
+            windows.append(replace(inp, turns=tuple(turns)))
             turns = []
         turns.append(turn)
     if turns:
-        windows.append(ExtractionInput(inp.session_id, inp.prev_session_id, tuple(turns)))
+        windows.append(replace(inp, turns=tuple(turns)))
     return windows
 
 
@@ -59,9 +60,15 @@ class Planner:
         """The decisions for what the turns of `inp` state; `sources` maps each
         turn id to where its memories come from (owner, project, session, time,
         event)."""
+        app = next(iter(sources.values())).app
+        with self.units() as uow:
+            inp = replace(inp, topics=of_setting(uow.app_settings.get(app, EXTRACTION_SETTING)))
+            ttl = expiry.load(uow, app)
         found = []
         for part in split(inp, self.settings.llm_max_input_tokens):
             found += self.llm.extract(part).value
+        # Whatever the model answered: a memory of a topic the app does not keep is not made.
+        found = [item for item in found if inp.topics.keeps(item.candidate.topic)]
         # In the order the turns were said, whatever order the model answered in: the
         # decisions are applied in this order (a stable sort keeps a turn's own order).
         said = {turn.turn_id: n for n, turn in enumerate(inp.turns)}
@@ -76,8 +83,6 @@ class Planner:
         if not candidates:
             return []
         vectors = self.embedder.embed([c.text for c, _source in candidates])
-        with self.units() as uow:
-            ttl = expiry.load(uow, candidates[0][1].app)
         now = utcnow()
         news = [
             (

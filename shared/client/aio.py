@@ -198,10 +198,17 @@ class AsyncMemoryClient:
         kind: str | None = None,
         limit: int | None = None,
         cursor: str | None = None,
+        topic: str | None = None,
     ) -> m.MemoryPage:
         return await self._send(
             routes.list_memories(
-                user_id, project_id=project_id, scope=scope, kind=kind, limit=limit, cursor=cursor
+                user_id,
+                project_id=project_id,
+                scope=scope,
+                kind=kind,
+                limit=limit,
+                cursor=cursor,
+                topic=topic,
             )
         )
 
@@ -213,11 +220,18 @@ class AsyncMemoryClient:
         scope: str | None = None,
         kind: str | None = None,
         limit: int | None = None,
+        topic: str | None = None,
     ) -> AsyncIterator[m.Memory]:
         cursor = None
         while True:
             page = await self.list_memories(
-                user_id, project_id=project_id, scope=scope, kind=kind, limit=limit, cursor=cursor
+                user_id,
+                project_id=project_id,
+                scope=scope,
+                kind=kind,
+                limit=limit,
+                cursor=cursor,
+                topic=topic,
             )
             for memory in page.memories:
                 yield memory

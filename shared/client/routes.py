@@ -182,9 +182,12 @@ def list_memories(
     kind: str | None,
     limit: int | None,
     cursor: str | None,
+    topic: str | None = None,
 ) -> Call[m.MemoryPage]:
     params: dict[str, Any] = {"user_id": user_id}
-    params |= _present(project_id=project_id, scope=scope, kind=kind, limit=limit, cursor=cursor)
+    params |= _present(
+        project_id=project_id, scope=scope, kind=kind, limit=limit, cursor=cursor, topic=topic
+    )
     return Call("GET", "/v1/memories", _one(m.MemoryPage), params=params, retry_safe=True)
 
 

@@ -211,11 +211,18 @@ class MemoryClient:
         kind: str | None = None,
         limit: int | None = None,
         cursor: str | None = None,
+        topic: str | None = None,
     ) -> m.MemoryPage:
         """One page of live memories in creation order; see `iter_memories`."""
         return self._send(
             routes.list_memories(
-                user_id, project_id=project_id, scope=scope, kind=kind, limit=limit, cursor=cursor
+                user_id,
+                project_id=project_id,
+                scope=scope,
+                kind=kind,
+                limit=limit,
+                cursor=cursor,
+                topic=topic,
             )
         )
 
@@ -227,12 +234,19 @@ class MemoryClient:
         scope: str | None = None,
         kind: str | None = None,
         limit: int | None = None,
+        topic: str | None = None,
     ) -> Iterator[m.Memory]:
         """Every live memory, page after page (`limit` per page)."""
         cursor = None
         while True:
             page = self.list_memories(
-                user_id, project_id=project_id, scope=scope, kind=kind, limit=limit, cursor=cursor
+                user_id,
+                project_id=project_id,
+                scope=scope,
+                kind=kind,
+                limit=limit,
+                cursor=cursor,
+                topic=topic,
             )
             yield from page.memories
             if page.next_cursor is None:

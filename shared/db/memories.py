@@ -112,6 +112,7 @@ class PageFilter:
     scope: str | None = None
     kind: str | None = None
     after: tuple[datetime, str] | None = None
+    topic: str | None = None
 
 
 def user_lock(conn: psycopg.Connection, app: str, user_id: str) -> None:
@@ -160,7 +161,7 @@ class Memories:
         """Live memories in creation order, at most `limit`."""
         clauses = ["m.app = %(app)s", "m.user_id = %(user_id)s", LIVE]
         params: dict[str, Any] = {"app": where.app, "user_id": where.user_id, "limit": limit}
-        for column in ("project_id", "scope", "kind"):
+        for column in ("project_id", "scope", "kind", "topic"):
             value = getattr(where, column)
             if value:
                 clauses.append(f"m.{column} = %({column})s")

@@ -13,6 +13,7 @@ from enum import StrEnum
 from typing import Generic, Protocol, TypeVar
 
 from shared.errors import DependencyError
+from shared.llm.topics import ALL_TOPICS, Topics
 
 T = TypeVar("T")
 
@@ -92,6 +93,7 @@ class ExtractionInput:
     session_id: str
     prev_session_id: str  # "" if none
     turns: tuple[ExtractionTurn, ...]
+    topics: Topics = ALL_TOPICS  # what the app keeps
 
     @classmethod
     def single(
@@ -118,6 +120,7 @@ class Candidate:
     scope: str  # one of SCOPES
     project_id: str  # "" unless scope == "project"
     text: str  # one self-contained third-person sentence
+    topic: str = ""  # the extraction topic it belongs to (shared.llm.topics)
 
 
 @dataclass(frozen=True)

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from shared.llm import replies
+from shared.llm import replies, topics
 from shared.llm.base import (
     ACTIONS,
     KINDS,
@@ -64,8 +64,17 @@ def extraction_schema(inp: ExtractionInput) -> dict[str, Any]:
                         "scope": {"type": "string", "enum": list(SCOPES)},
                         "project_id": {"type": "string"},
                         "text": {"type": "string"},
+                        "topic": {"type": "string", "enum": list(inp.topics.names)},
                     },
-                    "required": ["turn", "entity_name", "kind", "scope", "project_id", "text"],
+                    "required": [
+                        "turn",
+                        "entity_name",
+                        "kind",
+                        "scope",
+                        "project_id",
+                        "text",
+                        "topic",
+                    ],
                 },
             }
         },
@@ -78,10 +87,7 @@ def extraction_instruction(inp: ExtractionInput) -> str:
         [
             "Extract long-term memories about a user from turns of their conversation with "
             "an AI assistant, as a memory bank does.",
-            "Keep: the user's preferences (tools, languages, styles, ways of working); facts "
-            "about the user and their projects (stack, infrastructure, people, deadlines); "
-            "what they ask to remember; constraints and vetoes (must, never, always, limits); "
-            "key decisions and outcomes.",
+            *topics.instruction(inp.topics),
             "Skip: greetings, chatter, questions, general knowledge, the assistant's "
             "explanations, hypotheticals. Turns with nothing to keep give an empty list.",
             "Use only the user's and the assistant's text; ignore tool calls and tool outputs. "
@@ -123,7 +129,7 @@ def extraction_prompt(inp: ExtractionInput) -> str:
         ]
     lines.append(
         'Answer with JSON: {"memories": [{"turn": ..., "entity_name": ..., "kind": ..., '
-        '"scope": ..., "project_id": ..., "text": ...}, ...]}.'
+        '"scope": ..., "project_id": ..., "text": ..., "topic": ...}, ...]}.'
     )
     return "\n".join(lines)
 
@@ -142,9 +148,12 @@ def parse_found(value: Any, inp: ExtractionInput) -> list[Found]:
         scope = replies.choice(item, "scope", SCOPES, where)
         project = replies.field(item, "project_id", str, where).strip()
         text = replies.text(item, "text", where)
+        # Not checked here: a memory of a topic the app does not keep is dropped later.
+        topic = replies.field(item, "topic", str, where).strip()
         # A project memory belongs to its turn's project unless the model named one.
         project = (project or turn.project_id) if scope == "project" else ""
-        candidate = Candidate(" ".join(entity.lower().split()), kind, scope, project, text)
+        entity = " ".join(entity.lower().split())
+        candidate = Candidate(entity, kind, scope, project, text, topic)
         found.append(Found(turn.turn_id, candidate))
     return found
 

@@ -26,6 +26,7 @@ from shared.llm.base import Candidate, ExtractionInput, ExtractionTurn, Found
 from shared.llm.phrasing import capitalise, lower_first, word_set
 from shared.llm.session_refs import strip_session_refs
 from shared.llm.statement_rules import FROM_NOW_ON, LEAD, Context, claims
+from shared.llm.topics import topic_of
 
 _SENTENCE_END = re.compile(r"(?<=[.!?])\s+|\n+")
 
@@ -66,11 +67,13 @@ _CLAUSE_VERB = re.compile(r"\b(?:is|are|must|should|cannot|can't|was|were)\b", r
 
 
 def extract_window(inp: ExtractionInput) -> list[Found]:
-    """The memories each turn's user text states, turn by turn, each once per turn."""
+    """The memories each turn's user text states, turn by turn, each once per turn,
+    of the topics the app keeps."""
     return [
         Found(turn.turn_id, candidate)
         for turn in inp.turns
         for candidate in extract_candidates(turn, inp)
+        if inp.topics.keeps(candidate.topic)
     ]
 
 
@@ -110,9 +113,9 @@ def _from_sentence(sentence: str, turn: ExtractionTurn, inp: ExtractionInput) ->
                 text += f" in session {session}"
             if scope == "project":
                 text = f"For project {project_id}, {lower_first(text)}"
-            candidates.append(
-                Candidate(claim.entity, claim.kind, scope, project_id, capitalise(text) + ".")
-            )
+            topic = topic_of(claim.kind, scope)
+            text = capitalise(text) + "."
+            candidates.append(Candidate(claim.entity, claim.kind, scope, project_id, text, topic))
     return candidates
 
 

@@ -73,6 +73,7 @@ def new_memory(candidate: Candidate, source: Source, embedding: Any) -> NewMemor
         text=candidate.text.strip(),
         embedding=embedding,
         observed_at=source.observed_at,
+        topic=candidate.topic,
     )
 
 

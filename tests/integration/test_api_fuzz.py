@@ -81,6 +81,7 @@ def test_every_answer_is_one_the_document_declares(case, fuzzed):
 DOCUMENTED_REFUSALS = (
     ("created_at", "in the future"),
     ("expire_at", "must be in the future"),
+    ("custom_topics", "each name once"),
     ("cursor", "not a cursor this API returned"),
     ("pattern", "is not an RE2 pattern"),
     ("pattern", "is too complex"),
@@ -148,6 +149,7 @@ def test_the_documented_examples_are_accepted(client):
         "ArchiveSearchRequest",
         "ContextRequest",
         "EvaluateRequest",
+        "ExtractionConfig",
         "FlushSessionRequest",
         "GenerateRequest",
         "RecordTurnRequest",

@@ -41,6 +41,7 @@ MEMORIES = {
             "scope": "global",
             "project_id": "",
             "text": "User prefers Light Mode in session sess_2026_02.",
+            "topic": "preferences",
         },
         {
             "turn": "t1",
@@ -49,6 +50,7 @@ MEMORIES = {
             "scope": "project",
             "project_id": "CloudRetail",
             "text": "For project CloudRetail, the region is us-east1.",
+            "topic": "key_conversation_details",
         },
     ]
 }
@@ -81,6 +83,7 @@ GOOD = {
                     "global",
                     "",
                     "User prefers Light Mode in session sess_2026_02.",
+                    "preferences",
                 ),
             ),
             Found(
@@ -91,6 +94,7 @@ GOOD = {
                     "project",
                     "CloudRetail",
                     "For project CloudRetail, the region is us-east1.",
+                    "key_conversation_details",
                 ),
             ),
         ],
@@ -245,6 +249,15 @@ def test_the_extraction_prompt_holds_the_turns_and_the_session_ids(gemini_llm, f
     assert item["properties"]["kind"]["enum"] == ["preference", "fact", "rule", "event"]
     assert item["properties"]["scope"]["enum"] == ["global", "project", "session"]
     assert item["properties"]["turn"]["enum"] == ["t1"]
+    # What to keep: the managed topics, each described; every memory names one.
+    assert item["properties"]["topic"]["enum"] == [
+        "personal_info",
+        "preferences",
+        "key_conversation_details",
+        "explicit_instructions",
+        "rules",
+    ]
+    assert "- rules: constraints and vetoes to follow always" in system
 
 
 def test_the_decomposition_instruction_names_both_sessions(gemini_llm, fake):

@@ -26,6 +26,7 @@ from shared.llm.extraction_prompts import (
     parse_found,
 )
 from shared.llm.gemini_prompts import parse_queries
+from shared.llm.topics import Topics, topic_of
 from shared.tokens import estimate_tokens
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
@@ -49,14 +50,20 @@ def _existing(candidate, memory_id):
 
 
 # -- the reference scenario ---------------------------------------------------
+def _rules(entity: str, kind: str, scope: str, project_id: str, text: str) -> Candidate:
+    """A candidate as the `rules` provider makes it: filed under a managed topic by its
+    kind (test_the_rules_file_each_memory_under_a_managed_topic pins the mapping)."""
+    return Candidate(entity, kind, scope, project_id, text, topic_of(kind, scope))
+
+
 def test_the_reference_scenario_extracts_exactly_these_memories():
     universal = _extract(
         "As universal coding preferences across all my projects, I prefer Dark Mode UI and "
         "standardizing on Python 3.11 with PostgreSQL."
     )
     assert universal == [
-        Candidate("ui theme", "preference", "global", "", "User prefers Dark Mode UI."),
-        Candidate(
+        _rules("ui theme", "preference", "global", "", "User prefers Dark Mode UI."),
+        _rules(
             "programming language",
             "preference",
             "global",
@@ -72,27 +79,27 @@ def test_the_reference_scenario_extracts_exactly_these_memories():
     )
     p = ("project", "CloudRetail")
     assert project == [
-        Candidate(
+        _rules(
             "backend", "fact", *p, "For project CloudRetail, the backend is FastAPI on AlloyDB."
         ),
-        Candidate(
+        _rules(
             "cache",
             "fact",
             *p,
             "For project CloudRetail, the short-term cache is Memorystore for Valkey.",
         ),
-        Candidate(
+        _rules(
             "tool execution timeout",
             "rule",
             *p,
             "For project CloudRetail, all tool execution timeouts must be capped at 30 seconds.",
         ),
-        Candidate("region", "fact", *p, "For project CloudRetail, the region is us-east1."),
+        _rules("region", "fact", *p, "For project CloudRetail, the region is us-east1."),
     ]
     assert _extract("Can you explain how Python list comprehensions work?") == []
     assert _extract("What's the difference between TCP and UDP?") == []
     (light,) = _extract("I've switched to Light Mode.")
-    assert light == Candidate("ui theme", "preference", "global", "", "User prefers Light Mode.")
+    assert light == _rules("ui theme", "preference", "global", "", "User prefers Light Mode.")
     # Against what the first turn stored: the newer statement replaces the Dark Mode one.
     existing = [_existing(universal[1], "mem-lang"), _existing(universal[0], "mem-theme")]
     decision = _decide(RulesLLM(), light, existing)
@@ -101,7 +108,7 @@ def test_the_reference_scenario_extracts_exactly_these_memories():
 
 def test_the_project_turn_stated_without_a_project_in_the_text_is_still_the_turns():
     (region,) = _extract("The region is us-east1.", project_id="CloudRetail")
-    assert region == Candidate(
+    assert region == _rules(
         "region",
         "fact",
         "project",
@@ -128,32 +135,32 @@ def test_the_assistants_text_is_not_read():
         (
             "Remember that my editor is vim.",
             "",
-            Candidate("editor", "fact", "global", "", "User's editor is vim."),
+            _rules("editor", "fact", "global", "", "User's editor is vim."),
         ),
         (
             "Remember that deploys are limited to weekdays.",
             "",
-            Candidate("deploy", "rule", "global", "", "Deploys are limited to weekdays."),
+            _rules("deploy", "rule", "global", "", "Deploys are limited to weekdays."),
         ),
         (
             "Remember that I have two monitors.",
             "",
-            Candidate("two monitor", "fact", "global", "", "User has two monitors."),
+            _rules("two monitor", "fact", "global", "", "User has two monitors."),
         ),
         (
             "I always write tests first.",
             "",
-            Candidate("tests first", "rule", "global", "", "User always writes tests first."),
+            _rules("tests first", "rule", "global", "", "User always writes tests first."),
         ),
         (
             "We must never deploy on Fridays.",
             "",
-            Candidate("deploy", "rule", "global", "", "User must never deploy on Fridays."),
+            _rules("deploy", "rule", "global", "", "User must never deploy on Fridays."),
         ),
         (
             "Never use print for logging.",
             "",
-            Candidate(
+            _rules(
                 "print",
                 "rule",
                 "global",
@@ -164,7 +171,7 @@ def test_the_assistants_text_is_not_read():
         (
             "I'd rather use Go than Java.",
             "",
-            Candidate(
+            _rules(
                 "programming language",
                 "preference",
                 "global",
@@ -175,19 +182,17 @@ def test_the_assistants_text_is_not_read():
         (
             "I like FastAPI, Django and Flask.",
             "",
-            Candidate(
-                "backend", "preference", "global", "", "User likes FastAPI, Django and Flask."
-            ),
+            _rules("backend", "preference", "global", "", "User likes FastAPI, Django and Flask."),
         ),
         (
             "My favourite editor is Neovim.",
             "",
-            Candidate("editor", "preference", "global", "", "User's favourite editor is Neovim."),
+            _rules("editor", "preference", "global", "", "User's favourite editor is Neovim."),
         ),
         (
             "In project Atlas the database is AlloyDB.",
             "",
-            Candidate(
+            _rules(
                 "database",
                 "fact",
                 "project",
@@ -198,19 +203,17 @@ def test_the_assistants_text_is_not_read():
         (
             "For Atlas, the cache is Redis.",
             "",
-            Candidate(
-                "cache", "fact", "project", "Atlas", "For project Atlas, the cache is Redis."
-            ),
+            _rules("cache", "fact", "project", "Atlas", "For project Atlas, the cache is Redis."),
         ),
         (
             "In general, I prefer tabs over spaces.",
             "Atlas",
-            Candidate("indentation", "preference", "global", "", "User prefers tabs over spaces."),
+            _rules("indentation", "preference", "global", "", "User prefers tabs over spaces."),
         ),
         (
             "I prefer concise answers with examples.",
             "Atlas",
-            Candidate(
+            _rules(
                 "concise answer",
                 "preference",
                 "project",
@@ -221,7 +224,7 @@ def test_the_assistants_text_is_not_read():
         (
             "For this session, I prefer verbose logs.",
             "Atlas",
-            Candidate(
+            _rules(
                 "verbose log",
                 "preference",
                 "session",
@@ -232,7 +235,7 @@ def test_the_assistants_text_is_not_read():
         (
             "From now on, I use tabs.",
             "",
-            Candidate("indentation", "preference", "global", "", "User uses tabs."),
+            _rules("indentation", "preference", "global", "", "User uses tabs."),
         ),
     ],
 )
@@ -242,7 +245,7 @@ def test_explicit_statements_become_these_memories(user, project_id, expected):
 
 def test_now_and_last_session_become_explicit_session_ids():
     assert _extract("I prefer Python now.", prev_session_id="sess_2025_12") == [
-        Candidate(
+        _rules(
             "programming language",
             "preference",
             "global",
@@ -251,7 +254,7 @@ def test_now_and_last_session_become_explicit_session_ids():
         )
     ]
     assert _extract("I now use Neovim.") == [
-        Candidate("editor", "preference", "global", "", "User uses Neovim in session sess_2026_01.")
+        _rules("editor", "preference", "global", "", "User uses Neovim in session sess_2026_01.")
     ]
     assert _extract("In my previous session I preferred light mode, I prefer Go.")[0].text == (
         "User prefers Go."  # a past narrative states nothing; the preference stays as is
@@ -295,13 +298,13 @@ def test_consolidation_creates_skips_duplicates_and_matches_by_similar_text():
     dark = ExistingMemory(
         "m1", "ui theme", "preference", "global", "", "User prefers Dark Mode UI."
     )
-    new = Candidate("editor", "preference", "global", "", "User uses Neovim.")
+    new = _rules("editor", "preference", "global", "", "User uses Neovim.")
     assert _decide(llm, new, [dark]) == Decision("CREATED", None, "User uses Neovim.")
     assert _decide(llm, new, []) == Decision("CREATED", None, "User uses Neovim.")
-    same = Candidate("ui theme", "preference", "global", "", "User prefers dark mode UI!")
+    same = _rules("ui theme", "preference", "global", "", "User prefers dark mode UI!")
     assert _decide(llm, same, [dark]) == Decision("NONE", "m1", "")
     # Another provider's entity name: the text decides (Jaccard 1.0, a duplicate).
-    other_name = Candidate("ui_theme_preference", "preference", "global", "", same.text)
+    other_name = _rules("ui_theme_preference", "preference", "global", "", same.text)
     assert _decide(llm, other_name, [dark]) == Decision("NONE", "m1", "")
 
 
@@ -310,11 +313,9 @@ def test_a_memory_of_another_scope_or_project_is_never_a_target():
     theirs = ExistingMemory(
         "m1", "cache", "fact", "project", "Atlas", "For project Atlas, the cache is Redis."
     )
-    mine = Candidate(
-        "cache", "fact", "project", "Zephyr", "For project Zephyr, the cache is Valkey."
-    )
+    mine = _rules("cache", "fact", "project", "Zephyr", "For project Zephyr, the cache is Valkey.")
     assert _decide(llm, mine, [theirs]).action == "CREATED"
-    global_ = Candidate("cache", "fact", "global", "", "The cache is Redis.")
+    global_ = _rules("cache", "fact", "global", "", "The cache is Redis.")
     assert _decide(llm, global_, [theirs]).action == "CREATED"
 
 
@@ -350,10 +351,10 @@ def test_a_window_is_one_extraction_whose_candidates_name_their_turns():
     )
     found = RulesLLM().extract(ExtractionInput(SESSION, "", turns)).value
     assert found == [
-        Found("a", Candidate("ui theme", "preference", "global", "", "User prefers Dark Mode UI.")),
+        Found("a", _rules("ui theme", "preference", "global", "", "User prefers Dark Mode UI.")),
         Found(
             "c",
-            Candidate(
+            _rules(
                 "region", "fact", "project", "Orion", "For project Orion, the region is us-east1."
             ),
         ),
@@ -407,6 +408,7 @@ GOOD = {
     "scope": "global",
     "project_id": "",
     "text": "User prefers Dark Mode UI.",
+    "topic": "preferences",
 }
 
 
@@ -421,11 +423,11 @@ def test_a_good_extraction_reply_is_read_exactly():
     }
     dark = "User prefers Dark Mode UI."
     assert parse_found(reply, INP) == [
-        Found("turn-1", Candidate("ui theme", "preference", "global", "", dark)),
-        Found("turn-1", Candidate("region", "fact", "project", "CloudRetail", dark)),
+        Found("turn-1", Candidate("ui theme", "preference", "global", "", dark, "preferences")),
+        Found("turn-1", Candidate("region", "fact", "project", "CloudRetail", dark, "preferences")),
         # A turn of no project whose memory names none: the model's mistake stays visible.
-        Found("turn-2", Candidate("ui theme", "preference", "project", "", dark)),
-        Found("turn-2", Candidate("ui theme", "preference", "session", "", dark)),
+        Found("turn-2", Candidate("ui theme", "preference", "project", "", dark, "preferences")),
+        Found("turn-2", Candidate("ui theme", "preference", "session", "", dark, "preferences")),
     ]
     assert parse_found({"memories": []}, INP) == []
 
@@ -607,3 +609,27 @@ def test_memories_without_an_entity_name_match_by_text_only():
     staging = ExistingMemory("m1", "", "fact", "global", "", "The staging database is orchid.")
     dog = Candidate("", "fact", "global", "", "The user walks a dog every morning.")
     assert decide(dog, [staging]).action == "CREATED"
+
+
+@pytest.mark.parametrize(
+    ("user", "project_id", "topic"),
+    [
+        ("I prefer tabs over spaces.", "", "preferences"),
+        ("We must never deploy on Fridays.", "", "rules"),
+        ("My editor is vim.", "", "personal_info"),
+        ("The region is us-east1.", "Orion", "key_conversation_details"),
+    ],
+)
+def test_the_rules_file_each_memory_under_a_managed_topic(user, project_id, topic):
+    (found,) = _extract(user, project_id)
+    assert found.topic == topic
+
+
+def test_the_rules_keep_only_the_managed_topics_an_app_keeps():
+    turns = (
+        ExtractionTurn("a", "", T0, "I prefer tabs over spaces.", "Noted."),
+        ExtractionTurn("b", "", T0, "We must never deploy on Fridays.", "Noted."),
+    )
+    no_preferences = Topics(("rules", "personal_info"), configured=True)
+    found = RulesLLM().extract(ExtractionInput(SESSION, "", turns, no_preferences)).value
+    assert [(f.turn_id, f.candidate.topic) for f in found] == [("b", "rules")]

@@ -68,9 +68,10 @@ async def list_memories(
     kind: Annotated[Kind | None, Query()] = None,
     limit: Annotated[int, Query(ge=1, le=500)] = 100,
     cursor: Annotated[str | None, Query()] = None,
+    topic: Annotated[str | None, Query(pattern="^[a-z][a-z0-9_]{0,39}$")] = None,
 ) -> MemoryPage:
     after = _decode_cursor(cursor) if cursor else None
-    where = PageFilter(app_id, user_id, project_id, scope, kind, after)
+    where = PageFilter(app_id, user_id, project_id, scope, kind, after, topic)
     # One more than the page: whether there is a next one.
     rows = await postgres_or_503(
         in_thread(api.pool, lambda uow: uow.memories.page(where, limit + 1), commit=False)

@@ -54,6 +54,7 @@ MEMORIES = {
             "scope": "global",
             "project_id": "",
             "text": "User prefers Python 3.11 across all their projects.",
+            "topic": "preferences",
         }
     ]
 }

@@ -4,6 +4,8 @@ import re
 import signal
 import subprocess
 import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
 
 from prometheus_client import REGISTRY
 
@@ -156,6 +158,20 @@ def test_replay_by_event_id_needs_every_id_present(settings, topology, publisher
     assert {m.ordering_key for m in arrived} == {turns[0].ordering_key}
 
 
+@contextmanager
+def _sigint_as_from_a_terminal() -> Iterator[None]:
+    """Children started inside get SIGINT at its default, as a user's do. A test run
+    started in the background by a shell without job control ignores SIGINT; its
+    children inherit that, and `dlq replay` keeps ignoring it (as under nohup). A
+    handler of our own is reset to the default by exec, an ignored signal is not."""
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        yield
+    finally:
+        if previous is not None:  # None: set outside Python, cannot be put back
+            signal.signal(signal.SIGINT, previous)
+
+
 def test_ctrl_c_ends_a_replay_with_its_summary_and_hands_back_the_rest(
     settings, topology, publisher, ids
 ):
@@ -164,26 +180,28 @@ def test_ctrl_c_ends_a_replay_with_its_summary_and_hands_back_the_rest(
     apps = ("app-a", "app-b")
     letters = [make_turn(dict(ids, app=apps[n % 2]), n) for n in range(total)]
     dead_letter(publisher, "turns-extraction", letters)
-    proc = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "services.cli",
-            "dlq",
-            "replay",
-            "turns-extraction",
-            "--app",
-            "app-a",
-        ],
-        env=settings_env(settings),
-        cwd=REPO,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
+    with _sigint_as_from_a_terminal():
+        proc = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "services.cli",
+                "dlq",
+                "replay",
+                "turns-extraction",
+                "--app",
+                "app-a",
+            ],
+            env=settings_env(settings),
+            cwd=REPO,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
     try:
-        # Its stderr is left unread until the signal: a full pipe holds the run back
-        # (one line per replayed letter), so the signal comes in the middle of it.
+        # Its stderr is left unread until the signal: a full pipe (64 KiB, about half
+        # of its 1500 lines, one per replayed letter) holds the run back, so the
+        # signal comes in the middle of it.
         while not proc.stderr.readline().startswith("replayed "):
             assert proc.poll() is None, "the replay ended before it replayed anything"
         proc.send_signal(signal.SIGINT)

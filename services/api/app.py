@@ -37,6 +37,7 @@ from services.api.routers import (
     portability,
     sessions,
 )
+from services.api.unicode import LoneSurrogates
 from services.console.app import install_console
 from services.console.sources import close_sources
 from shared.bootstrap import bootstrap, make_async_valkey
@@ -86,6 +87,8 @@ def create_app(settings: Settings | None = None, **overrides: Any) -> FastAPI:
     install_mcp(app)
     install_console(app)
     install_openapi(app)
+    # Innermost: only an authenticated request's body is read.
+    app.add_middleware(LoneSurrogates)
     app.add_middleware(Authentication)
     # Inside RequestLog, which starts each request's log context afresh.
     app.add_middleware(Guard)

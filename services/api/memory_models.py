@@ -151,7 +151,7 @@ class ArchiveSearchRequest(_Request):
         description="turns of each hit's session before and after it to return with it, as "
         "its `context` (a turn that is a hit, or in a better hit's context, is listed once)",
     )
-    read_period: bool = Field(
+    read_period: StrictBool = Field(
         default=True,
         description="without `before` and `after`: search first within the period the query "
         "names ('in May 2023', 'last summer', 'two weeks ago'; rules in docs/api.md), then the "

@@ -41,6 +41,7 @@ PATTERN_SCHEMA = {
     "type": "string",
     "minLength": 1,
     "maxLength": MAX_PATTERN_LENGTH,
+    "pattern": "^[^\\u0000]*$",  # no NUL, which the API refuses
     "format": "regex",
     "description": "An RE2 pattern, matched against the command (no back-references or "
     f"lookarounds; at most {MAX_PATTERN_PROGRAM} RE2 instructions).",

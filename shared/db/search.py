@@ -48,7 +48,13 @@ from typing import Any
 
 from shared.db.memories import LIVE, MEMORY_COLUMNS, MemoryRow, NewMemory
 from shared.db.run import Statement, Steps
-from shared.memory.search import Expiring, Fusion, Ranked, Scope
+from shared.db.search_filters import (
+    SCOPE_SIZES,
+    episode_filter,
+    memory_count_filter,
+    memory_filter,
+)
+from shared.memory.search import Fusion, Ranked, Scope
 
 EPISODE_COLUMNS = "m.id::text AS id, m.turn_id, m.session_id, m.project_id, m.created_at, m.text"
 # The context's pinned rules: at most this many, newest first.
@@ -57,24 +63,6 @@ PINNED_LIMIT = 50
 
 # A lexeme quoted for to_tsquery (backslash escapes inside quotes).
 _QUOTED = "'''' || replace(replace({lex}, '\\', '\\\\'), '''', '\\''') || ''''"
-
-
-class ScopeSizes(Expiring[tuple[str, str, str, str, str, int], bool]):
-    """Whether a scope's vector ranking is exact (fewer rows than `exact_below`), as
-    the last statement that counted it found, kept `ttl` seconds in this process:
-    a statement told so does not count again nor plan the other ranking.
-    A scope that grows past the threshold meanwhile is ranked the old way for at
-    most `ttl` seconds: both ways are right, only their cost differs. One entry per
-    scope searched in the last minute, 10,000 at most (`Expiring.size`)."""
-
-    @staticmethod
-    def key(table: str, scope: Scope, exact_below: int) -> tuple[str, str, str, str, str, int]:
-        # What the statement counts: `memory_count_filter`'s rows, with the scope's values.
-        count = memory_count_filter(scope)
-        return (table, count, scope.app, scope.user_id, scope.project_id, exact_below)
-
-
-SCOPE_SIZES = ScopeSizes()
 
 
 def _lexemes(table: str) -> str:
@@ -112,58 +100,6 @@ qt AS (
             FROM df WHERE df.qi = q.qi AND df.selects) AS mtsq
     FROM q
 )"""
-
-
-def _live_in_scope(scope: Scope, session_rows: str) -> str:
-    """Live rows of the scope's app and user: global ones, the project's, and
-    `session_rows` when the scope names a session."""
-    visible = ["m.scope = 'global'"]
-    if scope.project_id:
-        visible.append("(m.scope = 'project' AND m.project_id = %(project_id)s)")
-    if scope.session_id:
-        visible.append(session_rows)
-    return f"m.app = %(app)s AND m.user_id = %(user_id)s AND {LIVE} AND ({' OR '.join(visible)})"
-
-
-def memory_filter(scope: Scope, kinds: list[str] | None) -> tuple[str, dict[str, Any]]:
-    """The WHERE clause (alias `m`) of the live memories `scope` may see."""
-    params: dict[str, Any] = {"app": scope.app, "user_id": scope.user_id}
-    if scope.project_id:
-        params["project_id"] = scope.project_id
-    if scope.session_id:
-        params["session_id"] = scope.session_id
-    clause = _live_in_scope(scope, "(m.scope = 'session' AND m.session_id = %(session_id)s)")
-    if kinds:
-        clause += " AND m.kind = ANY(%(kinds)s)"
-        params["kinds"] = list(kinds)
-    return clause, params
-
-
-def memory_count_filter(scope: Scope) -> str:
-    """Rows of at least `memory_filter`'s, which the scope index (`memories_scope`)
-    answers alone, so that counting them reads no table row: any kind, and the
-    memories of every session when one is named. Same parameters."""
-    return _live_in_scope(scope, "m.scope = 'session'")
-
-
-def episode_filter(
-    scope: Scope, before: datetime | None, after: datetime | None
-) -> tuple[str, dict[str, Any]]:
-    """The WHERE clause (alias `m`) of the episodes `scope` may see: with a project,
-    that project's and those recorded without one; without, those without one."""
-    params: dict[str, Any] = {
-        "app": scope.app,
-        "user_id": scope.user_id,
-        "project_id": scope.project_id,
-    }
-    clause = "m.app = %(app)s AND m.user_id = %(user_id)s AND m.project_id IN (%(project_id)s, '')"
-    if before is not None:
-        clause += " AND m.created_at < %(before)s"
-        params["before"] = before
-    if after is not None:
-        clause += " AND m.created_at > %(after)s"
-        params["after"] = after
-    return clause, params
 
 
 # Longer than most functions: it is one statement's text, read best whole.

@@ -11,14 +11,8 @@ from psycopg.rows import dict_row
 
 from shared.db import search as db_search
 from shared.db.memories import MEMORY_COLUMNS
-from shared.db.search import (
-    SCOPE_SIZES,
-    fusion_params,
-    hybrid_sql,
-    memory_count_filter,
-    memory_filter,
-    vector_text,
-)
+from shared.db.search import fusion_params, hybrid_sql, vector_text
+from shared.db.search_filters import SCOPE_SIZES, memory_count_filter, memory_filter
 from shared.memory.search import Fusion, Scope
 from tests.conftest import EMBEDDING_DIM
 

@@ -1,7 +1,7 @@
 """The in-process cache of search (`SCOPE_SIZES`): values expire, and
 a cache keyed by user keeps a bounded number of them."""
 
-from shared.db.search import ScopeSizes
+from shared.db.search_filters import ScopeSizes
 from shared.memory.search import Expiring, Scope
 
 

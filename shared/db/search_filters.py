@@ -1,0 +1,82 @@
+"""Which rows a hybrid search reads (`shared.db.search`): the WHERE clauses of the
+memories and episodes a scope may see, and what a statement found of a scope's
+size, so that the next one plans a single ranking."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+
+from shared.db.memories import LIVE
+from shared.memory.search import Expiring, Scope
+
+
+class ScopeSizes(Expiring[tuple[str, str, str, str, str, int], bool]):
+    """Whether a scope's vector ranking is exact (fewer rows than `exact_below`), as
+    the last statement that counted it found, kept `ttl` seconds in this process:
+    a statement told so does not count again nor plan the other ranking.
+    A scope that grows past the threshold meanwhile is ranked the old way for at
+    most `ttl` seconds: both ways are right, only their cost differs. One entry per
+    scope searched in the last minute, 10,000 at most (`Expiring.size`)."""
+
+    @staticmethod
+    def key(table: str, scope: Scope, exact_below: int) -> tuple[str, str, str, str, str, int]:
+        # What the statement counts: `memory_count_filter`'s rows, with the scope's values.
+        count = memory_count_filter(scope)
+        return (table, count, scope.app, scope.user_id, scope.project_id, exact_below)
+
+
+SCOPE_SIZES = ScopeSizes()
+
+
+def _in_scope(scope: Scope, live: str, session_rows: str) -> str:
+    """Rows of the scope's app and user that `live` admits: global ones, the
+    project's, and `session_rows` when the scope names a session."""
+    visible = ["m.scope = 'global'"]
+    if scope.project_id:
+        visible.append("(m.scope = 'project' AND m.project_id = %(project_id)s)")
+    if scope.session_id:
+        visible.append(session_rows)
+    return f"m.app = %(app)s AND m.user_id = %(user_id)s AND {live} AND ({' OR '.join(visible)})"
+
+
+def memory_filter(scope: Scope, kinds: list[str] | None) -> tuple[str, dict[str, Any]]:
+    """The WHERE clause (alias `m`) of the live memories `scope` may see."""
+    params: dict[str, Any] = {"app": scope.app, "user_id": scope.user_id}
+    if scope.project_id:
+        params["project_id"] = scope.project_id
+    if scope.session_id:
+        params["session_id"] = scope.session_id
+    clause = _in_scope(scope, LIVE, "(m.scope = 'session' AND m.session_id = %(session_id)s)")
+    if kinds:
+        clause += " AND m.kind = ANY(%(kinds)s)"
+        params["kinds"] = list(kinds)
+    return clause, params
+
+
+def memory_count_filter(scope: Scope) -> str:
+    """Rows of at least `memory_filter`'s, which the scope index (`memories_scope`)
+    answers alone, so that counting them reads no table row: any kind, the
+    memories of every session when one is named, expired ones not yet swept.
+    Same parameters."""
+    return _in_scope(scope, "m.valid_to IS NULL", "m.scope = 'session'")
+
+
+def episode_filter(
+    scope: Scope, before: datetime | None, after: datetime | None
+) -> tuple[str, dict[str, Any]]:
+    """The WHERE clause (alias `m`) of the episodes `scope` may see: with a project,
+    that project's and those recorded without one; without, those without one."""
+    params: dict[str, Any] = {
+        "app": scope.app,
+        "user_id": scope.user_id,
+        "project_id": scope.project_id,
+    }
+    clause = "m.app = %(app)s AND m.user_id = %(user_id)s AND m.project_id IN (%(project_id)s, '')"
+    if before is not None:
+        clause += " AND m.created_at < %(before)s"
+        params["before"] = before
+    if after is not None:
+        clause += " AND m.created_at > %(after)s"
+        params["after"] = after
+    return clause, params

@@ -316,8 +316,9 @@ class Settings(BaseSettings):
     heartbeat, which lives three intervals; off without `AM_VALKEY_URL`"""
     changes_poll_seconds: float = Field(default=0.5, gt=0, le=60)
     """how often a process that changes memories (the API, the extraction and compaction workers)
-    looks for changes waiting in the outbox to publish as `memory.changed.v1` (it also looks as
-    soon as it committed one): [operations.md](operations.md#memory-change-events)"""
+    looks for changes waiting in the outbox to publish as `memory.changed.v1`: a change is
+    published about this long after its commit
+    ([operations.md](operations.md#memory-change-events))"""
     replica_name: str = ""
     """this process's name in the figures' replicas (`up` names its own `extraction`,
     `extraction-2`, …); unset: `host:pid`"""

@@ -2,7 +2,8 @@
 
 Every process that changes memories (the API, the extraction and compaction
 workers) runs a `ChangeRelay`: a thread that, every `AM_CHANGES_POLL_SECONDS`,
-claims the waiting changes in one short transaction, publishes them with no
+claims the waiting changes (at most PER_USER of a user, so that a round of them
+fits well within the claim's lease) in one short transaction, publishes them with no
 transaction open, and in another short transaction deletes those Pub/Sub
 confirmed. So a change is published after its transaction committed, even if the
 process that made it died in between (another relay claims it when the lease
@@ -20,6 +21,7 @@ from __future__ import annotations
 import threading
 from collections import defaultdict
 from concurrent.futures import Future
+from dataclasses import replace
 
 import structlog
 from psycopg import Error as PostgresError
@@ -28,6 +30,8 @@ from psycopg_pool import ConnectionPool
 from shared.bus.publisher import EventPublisher
 from shared.config import Settings
 from shared.db import outbox
+from shared.errors import EventTooLarge
+from shared.events import MemoryChanged
 from shared.metrics import MEMORY_CHANGES_PUBLISHED
 
 log = structlog.get_logger("agent_memory.changes")
@@ -43,7 +47,6 @@ class ChangeRelay:
         self.poll_seconds = settings.changes_poll_seconds
         self.timeout = settings.publish_timeout_seconds
         self._stop = threading.Event()
-        self._wake = threading.Event()
         self._thread: threading.Thread | None = None
 
     def start(self) -> None:
@@ -53,20 +56,20 @@ class ChangeRelay:
     def stop(self) -> None:
         """Stop after the round in hand, then publish what waits once more."""
         self._stop.set()
-        self._wake.set()
         if self._thread is not None:
             self._thread.join(timeout=self.timeout * 2 + 5)
-        self.publish_waiting()
-
-    def wake(self) -> None:
-        """A change was just committed: look now rather than at the next poll."""
-        self._wake.set()
+        try:
+            self.publish_waiting()
+        except Exception as exc:  # noqa: BLE001 - what is left waits for another process
+            log.warning("memory changes left for another process", error=repr(exc))
 
     def _run(self) -> None:
         while not self._stop.is_set():
-            self.publish_waiting()
-            self._wake.wait(self.poll_seconds)
-            self._wake.clear()
+            try:
+                self.publish_waiting()
+            except Exception as exc:  # noqa: BLE001 - the thread outlives any one round
+                log.exception("a round of memory changes failed; retried", error=repr(exc))
+            self._stop.wait(self.poll_seconds)
 
     def publish_waiting(self) -> int:
         """Claim, publish and forget what waits; how many were published. Errors
@@ -83,7 +86,7 @@ class ChangeRelay:
                     return published  # all waiting changes are leased by other relays
                 confirmed, failed = self._publish(claimed)
                 with self.pool.connection() as conn, conn.transaction():
-                    outbox.done(conn, confirmed, failed)
+                    outbox.done(conn, confirmed, failed, claimed[0].lease)
                 published += len(confirmed)
                 MEMORY_CHANGES_PUBLISHED.inc(len(confirmed))
                 if failed or len(claimed) < CLAIM_LIMIT:
@@ -91,6 +94,18 @@ class ChangeRelay:
         except PostgresError as exc:
             log.warning("memory changes not published now; retried", error=repr(exc))
         return published
+
+    def _send(self, event: MemoryChanged) -> Future:
+        """Publish `event`; one too large to publish goes without its texts (the
+        memory's id says which to read), so that it never blocks its user's changes."""
+        try:
+            return self.publisher.publish(event)
+        except EventTooLarge:
+            log.warning(
+                "a memory change too large to publish goes without its texts",
+                memory_id=event.memory_id,
+            )
+            return self.publisher.publish(replace(event, text="", previous_text=""))
 
     def _publish(self, claimed: list[outbox.Claimed]) -> tuple[list[int], list[int]]:
         """Each user's changes in order, one round per rank; a user whose change
@@ -107,7 +122,13 @@ class ChangeRelay:
                 if rank >= len(items):
                     del per_user[user]
                     continue
-                sent.append((user, items[rank], self.publisher.publish(items[rank].event)))
+                try:
+                    future = self._send(items[rank].event)
+                except Exception as exc:  # noqa: BLE001 - a full queue: the user's rest waits
+                    log.warning("a memory change was not published", error=repr(exc))
+                    failed.extend(i.id for i in per_user.pop(user)[rank:])
+                    continue
+                sent.append((user, items[rank], future))
             for user, item, future in sent:
                 try:
                     future.result(timeout=self.timeout)

@@ -311,7 +311,7 @@ class Memories:
         self.conn.execute(
             "INSERT INTO memory_revisions (memory_id, app, user_id, action, old_text, new_text, "
             "event_id, observed_at, applied, expire_at) VALUES (%s, %s, %s, %s, %s, %s, %s, %s, "
-            "%s, (SELECT now() + make_interval(secs => (value->>'revisions')::int) "
+            "%s, (SELECT now() + make_interval(secs => (value->>'revisions')::float8) "
             "FROM app_settings WHERE app = %s AND name = 'ttl'))",
             (
                 memory.id,

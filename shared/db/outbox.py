@@ -27,6 +27,9 @@ from shared.db.run import fetch
 from shared.events import MemoryChanged, format_time
 
 _CLAIM_LOCK = 0x616D5F6F7574626F  # "am_outbo": one claim at a time
+# A claim's most changes of one user: published one after another, they take well
+# under the lease even at 0.2 s each.
+PER_USER = 100
 
 
 @dataclass(frozen=True)
@@ -90,6 +93,7 @@ def forget_texts(conn: psycopg.Connection, app: str, user_id: str, memory_ids: l
 class Claimed:
     id: int
     event: MemoryChanged
+    lease: datetime  # the claim's `claimed_until`: what `done` hands back must still hold it
 
 
 def claim(conn: psycopg.Connection, limit: int, lease_seconds: float) -> list[Claimed]:
@@ -104,35 +108,47 @@ def claim(conn: psycopg.Connection, limit: int, lease_seconds: float) -> list[Cl
             WHERE topic_prefix = coalesce(current_setting('agent_memory.topic_prefix', true), '')
         ), held AS (
             SELECT DISTINCT app, user_id FROM mine WHERE claimed_until > now()
-        ), picked AS (
-            SELECT c.id FROM mine c
+        ), ranked AS (
+            SELECT c.id, row_number() OVER (PARTITION BY c.app, c.user_id ORDER BY c.id) AS rank
+            FROM mine c
             WHERE (c.claimed_until IS NULL OR c.claimed_until <= now())
               AND NOT EXISTS (SELECT 1 FROM held h WHERE h.app = c.app AND h.user_id = c.user_id)
-            ORDER BY c.id LIMIT %s
+        ), picked AS (
+            SELECT id FROM ranked WHERE rank <= %s ORDER BY id LIMIT %s
         )
         UPDATE memory_changes c SET claimed_until = now() + make_interval(secs => %s)
         FROM picked WHERE c.id = picked.id
         RETURNING c.id, c.event_id::text AS event_id, c.app, c.user_id,
-                  c.memory_id::text AS memory_id, c.change, c.body, c.created_at
+                  c.memory_id::text AS memory_id, c.change, c.body, c.created_at,
+                  c.claimed_until
         """,
-        (limit, lease_seconds),
+        (PER_USER, limit, lease_seconds),
     )
-    return sorted((Claimed(row["id"], _event(row)) for row in rows), key=lambda c: c.id)
+    claimed = (Claimed(row["id"], _event(row), row["claimed_until"]) for row in rows)
+    return sorted(claimed, key=lambda c: c.id)
 
 
-def done(conn: psycopg.Connection, published: list[int], failed: list[int]) -> None:
-    """Forget what Pub/Sub confirmed; hand back the rest at once."""
+def done(
+    conn: psycopg.Connection, published: list[int], failed: list[int], lease: datetime
+) -> None:
+    """Forget what Pub/Sub confirmed; hand back the rest at once, unless another
+    publisher claimed it since (the lease ran out meanwhile)."""
     if published:
         conn.execute("DELETE FROM memory_changes WHERE id = ANY(%s)", (published,))
     if failed:
-        conn.execute("UPDATE memory_changes SET claimed_until = NULL WHERE id = ANY(%s)", (failed,))
+        conn.execute(
+            "UPDATE memory_changes SET claimed_until = NULL "
+            "WHERE id = ANY(%s) AND claimed_until = %s",
+            (failed, lease),
+        )
 
 
 def waiting(conn: psycopg.Connection) -> bool:
-    """Whether any change of this deployment waits to be published (cheap)."""
+    """Whether any change of this deployment waits unclaimed (cheap)."""
     row = conn.execute(
         "SELECT EXISTS (SELECT 1 FROM memory_changes WHERE topic_prefix = "
-        "coalesce(current_setting('agent_memory.topic_prefix', true), ''))"
+        "coalesce(current_setting('agent_memory.topic_prefix', true), '') "
+        "AND (claimed_until IS NULL OR claimed_until <= now()))"
     ).fetchone()
     return bool(row and row[0])
 

@@ -19,6 +19,7 @@ from typing import Any
 from shared.db.memories import COMPACTED_ENTITY, MemoryRow, NewMemory
 from shared.db.search import similar_memories
 from shared.db.unit_of_work import UnitOfWork
+from shared.events import utcnow
 from shared.llm.base import KINDS, SCOPES, Action, Candidate, Decision, ExistingMemory
 from shared.memory.search import Fusion
 
@@ -77,6 +78,10 @@ def new_memory(candidate: Candidate, source: Source, embedding: Any) -> NewMemor
     )
 
 
+def expired(memory: MemoryRow) -> bool:
+    return memory.expire_at is not None and memory.expire_at <= utcnow()
+
+
 def neighbours(uow: UnitOfWork, new: NewMemory, fusion: Fusion, limit: int) -> list[MemoryRow]:
     """The live memory of the same entity first, then the most similar live
     memories of exactly this user, scope, project and session. The compacted
@@ -84,7 +89,7 @@ def neighbours(uow: UnitOfWork, new: NewMemory, fusion: Fusion, limit: int) -> l
     retires it, so it is never a neighbour."""
     found = uow.run(similar_memories(new, fusion, limit, except_entity=COMPACTED_ENTITY))
     same = uow.memories.live_of_entity(new) if new.entity_name != COMPACTED_ENTITY else None
-    if same is not None:
+    if same is not None and not expired(same):
         found = [same, *[m for m in found if m.id != same.id]][:limit]
     return found
 
@@ -157,6 +162,11 @@ class Consolidator:
             # event must not bring an old value back.
             return self._history(latest, Action.CREATED, None, new.text, source)
         live = self.store.live_of_entity(new)
+        if live is not None and expired(live):
+            # Out of sight already, the sweep's to retire: retired now, and the new
+            # memory made afresh (it holds the entity's slot until it is retired).
+            self.store.retire(live, source.observed_at, None, change="EXPIRED")
+            live = None
         if live is not None:
             if live.text == new.text:
                 return Applied(Action.NONE, live, "")

@@ -16,6 +16,7 @@ from datetime import datetime
 from shared.db.memories import MemoryRow, Revision
 from shared.db.unit_of_work import UnitsOfWork, locked
 from shared.embeddings.base import Embedder
+from shared.memory.consolidate import expired
 from shared.memory.decisions import DECIDE_ATTEMPTS, MemoriesChanged
 
 ROLLED_BACK = "ROLLED_BACK"
@@ -71,6 +72,8 @@ def _target(memory: MemoryRow | None, revisions: list[Revision], number: int) ->
         raise RollbackRefused(404, None, "no memory with this id for this user")
     if memory.valid_to is not None:
         raise RollbackRefused(409, None, "the memory is deleted: write it anew instead")
+    if expired(memory):
+        raise RollbackRefused(409, None, "the memory expired: write it anew instead")
     if not 1 <= number <= len(revisions):
         raise RollbackRefused(
             422,

@@ -153,3 +153,37 @@ def test_revisions_are_kept_as_long_as_the_apps_revisions_ttl(client, ids, setti
     detail = client.get(f"/v1/memories/{memory['id']}", params={"user_id": ids["user_id"]})
     assert detail.json()["text"] == "The Heron build uses gcc 14."
     assert detail.json()["revisions"] == []
+
+
+def test_an_expired_memory_makes_way_for_a_new_one_of_its_entity_and_is_not_rolled_back(
+    client, ids, pool
+):
+    old = _write(client, ids, "Prefers vim.", entity_name="editor", ttl_seconds=60)
+    with pool.connection() as conn:  # a minute later, as the reads can tell
+        conn.execute(
+            "UPDATE memories SET expire_at = now() - interval '1 s' WHERE id = %s", (old["id"],)
+        )
+    rollback = client.post(
+        f"/v1/memories/{old['id']}:rollback", json={"user_id": ids["user_id"], "revision": 1}
+    )
+    assert rollback.status_code == 409, rollback.text
+    assert "expired" in rollback.text
+    body = {
+        "user_id": ids["user_id"],
+        "kind": "preference",
+        "scope": "global",
+        "entity_name": "editor",
+        "text": "Prefers emacs.",
+    }
+    written = client.post("/v1/memories", json=body)
+    assert written.status_code == 201, written.text
+    assert written.json()["action"] == "CREATED"
+    assert written.json()["memory"]["id"] != old["id"]
+    assert _listed(client, ids) == ["Prefers emacs."]
+    gone = client.get(f"/v1/memories/{old['id']}", params={"user_id": ids["user_id"]}).json()
+    assert gone["deleted_at"] is not None
+
+
+def test_a_revisions_ttl_of_a_century_still_lets_memories_be_written(client, ids):
+    assert client.put("/v1/config/ttl", json={"revisions": 3153600000}).status_code == 200
+    _write(client, ids, "Heron ships in June.")

@@ -157,3 +157,25 @@ def test_erasing_a_user_publishes_each_live_memory_deleted_without_its_text(clie
     assert changes[2:] == [("DELETED", "", ""), ("DELETED", "", "")]
     # The erased user's text is gone from what is still to be published, too.
     assert {c[0] for c in changes[:2]} == {"CREATED"}
+
+
+def test_a_change_too_large_to_publish_goes_without_its_texts(settings, topology, webhook, ids):
+    small = settings.model_copy(update={"max_event_bytes": 2048})
+    pool = make_pool(small, 2, "test-outbox")
+    publisher = EventPublisher(small)
+    try:
+        with UnitsOfWork(pool, "test")() as uow:
+            uow.memories.lock_user(ids["app"], ids["user_id"])
+            _create(uow, ids, "The Heron build log says: " + "x" * 4000)
+            _create(uow, ids, "The Heron build uses gcc 14.")
+            uow.commit()
+        relay = ChangeRelay(small, pool, publisher)
+        assert relay.publish_waiting() == 2  # the large one does not hold the next back
+        wait_for(lambda: len(webhook.of(ids["app"])) == 2, 30, "both changes pushed")
+        assert _changes(webhook.of(ids["app"])) == [
+            ("CREATED", "", ""),
+            ("CREATED", "The Heron build uses gcc 14.", ""),
+        ]
+    finally:
+        publisher.stop()
+        pool.close()

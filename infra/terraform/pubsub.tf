@@ -109,6 +109,8 @@ resource "google_pubsub_subscription" "webhook" {
   name                    = "${local.topic_prefix}memory-changes-${each.key}"
   topic                   = google_pubsub_topic.event["memory-changes"].id
   enable_message_ordering = true
+  # Every app's changes, memory texts included, unless the filter narrows it.
+  filter = each.value.filter
   ack_deadline_seconds    = local.ack_deadline_seconds
 
   push_config {

@@ -297,10 +297,11 @@ variable "alloydb_peering_prefix_length" {
 }
 
 variable "memory_change_webhooks" {
-  description = "Push subscriptions on the memory-changes topic (memory.changed.v1): name => the HTTPS endpoint and the service account whose OIDC token Pub/Sub sends with each push."
+  description = "Push subscriptions on the memory-changes topic (memory.changed.v1): name => the HTTPS endpoint, the service account whose OIDC token Pub/Sub sends with each push, and an optional Pub/Sub filter (e.g. attributes.app = \"acme\": one tenant's changes only)."
   type = map(object({
     endpoint              = string
     service_account_email = string
+    filter                = optional(string)
   }))
   default = {}
   validation {

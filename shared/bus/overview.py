@@ -78,8 +78,13 @@ def read_overview(client: valkey.Valkey, settings: Settings) -> Overview:
     oldest = {name: _age(now, first) for name, first in zip(waiting, firsts, strict=True)}
 
     replicas, per_second = [], {spec.name: 0.0 for spec in SUBSCRIPTIONS}
-    for (_, seen), beat in zip(members, beats, strict=True):
-        if beat is None:  # its heartbeat expired: not running, or not reporting
+    for (member, seen), beat in zip(members, beats, strict=True):
+        if beat is None:
+            # Its heartbeat expired but it never said goodbye (a stopping replica
+            # leaves the index): killed, stopped or stuck. Shown, not ready, until
+            # the index forgets it.
+            kind, _, name = _text(member).partition("/")
+            replicas.append(ReplicaFigures(kind, name, False, 0, 0, 0, max(0.0, now - seen), {}))
             continue
         body = json.loads(beat)
         for subscription, rate in body.get("per_second", {}).items():

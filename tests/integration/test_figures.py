@@ -145,8 +145,15 @@ def test_a_heartbeat_carries_the_rate_and_expires_when_reports_stop(
     assert reporter.report_once()  # an interval with nothing settled
     assert read_overview(valkey_client, local).subscriptions[0].events_per_second == 0.0
 
-    # No report any more (a process killed): the heartbeat goes after three intervals.
-    wait_for(lambda: not read_overview(valkey_client, local).replicas, 5, "the heartbeat to expire")
+    # No report any more (a process killed): the heartbeat goes after three intervals,
+    # and the replica stays listed, not ready, as the last one heard of.
+    silent = wait_for(
+        lambda: [r for r in read_overview(valkey_client, local).replicas if not r.ready],
+        5,
+        "the heartbeat to expire",
+    )
+    assert [(r.kind, r.ready, r.concurrency) for r in silent] == [("summary", False, 0)]
+    assert silent[0].seen_seconds_ago >= 2 * local.figures_interval_seconds
     assert _by_name(read_overview(valkey_client, local)) == _figures(3, summary=3)
 
 

@@ -222,17 +222,10 @@ class AsyncMemoryClient:
         limit: int | None = None,
         topic: str | None = None,
     ) -> AsyncIterator[m.Memory]:
+        filters = {"project_id": project_id, "scope": scope, "kind": kind, "topic": topic}
         cursor = None
         while True:
-            page = await self.list_memories(
-                user_id,
-                project_id=project_id,
-                scope=scope,
-                kind=kind,
-                limit=limit,
-                cursor=cursor,
-                topic=topic,
-            )
+            page = await self.list_memories(user_id, limit=limit, cursor=cursor, **filters)
             for memory in page.memories:
                 yield memory
             if page.next_cursor is None:

@@ -9,20 +9,18 @@ from __future__ import annotations
 import time
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from datetime import datetime
-from types import TracebackType
 from typing import Any, TypeVar
-
-import httpx
 
 from shared.client import models as m
 from shared.client import routes
-from shared.client.call import Call, RetryPolicy, client_headers, next_poll
+from shared.client.call import next_poll
 from shared.client.routes import Event
+from shared.client.transport import BlockingSession
 
 T = TypeVar("T")
 
 
-class MemoryClient:
+class MemoryClient(BlockingSession):
     """The agent-memory API over HTTP.
 
     `retries` is the number of extra attempts of a call that is safe to repeat
@@ -31,54 +29,6 @@ class MemoryClient:
     network (an `httpx.ASGITransport`, or a wrapper in tests). Errors are raised
     as `shared.client.errors` exceptions carrying the API's message.
     """
-
-    def __init__(
-        self,
-        base_url: str,
-        api_key: str | None = None,
-        timeout: float = 10.0,
-        retries: int = 3,
-        *,
-        transport: httpx.BaseTransport | None = None,
-    ) -> None:
-        self._timeout = timeout
-        self._policy = RetryPolicy(retries)
-        self._http = httpx.Client(
-            base_url=base_url,
-            headers=client_headers(api_key),
-            timeout=timeout,
-            transport=transport,
-        )
-
-    def close(self) -> None:
-        self._http.close()
-
-    def __enter__(self) -> MemoryClient:
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.close()
-
-    def _send(self, call: Call[T]) -> T:
-        attempt = 0
-        while True:
-            try:
-                response = self._http.request(**call.request_args(self._timeout))
-            except httpx.TransportError as exc:
-                delay = self._policy.delay(call, attempt, error=exc)
-                if delay is None:
-                    raise call.unreachable(exc, attempt + 1) from exc
-            else:
-                delay = self._policy.delay(call, attempt, status=response.status_code)
-                if delay is None:
-                    return call.finish(response)
-            time.sleep(delay)
-            attempt += 1
 
     # -- sessions ------------------------------------------------------------------
 
@@ -237,17 +187,10 @@ class MemoryClient:
         topic: str | None = None,
     ) -> Iterator[m.Memory]:
         """Every live memory, page after page (`limit` per page)."""
+        filters = {"project_id": project_id, "scope": scope, "kind": kind, "topic": topic}
         cursor = None
         while True:
-            page = self.list_memories(
-                user_id,
-                project_id=project_id,
-                scope=scope,
-                kind=kind,
-                limit=limit,
-                cursor=cursor,
-                topic=topic,
-            )
+            page = self.list_memories(user_id, limit=limit, cursor=cursor, **filters)
             yield from page.memories
             if page.next_cursor is None:
                 return

@@ -23,8 +23,6 @@ from typing import IO
 import psycopg
 import structlog
 
-from shared.bus.admin import TopologyAdmin
-from shared.bus.figure_keys import forget_counts
 from shared.config import Settings
 from shared.db.migrate import MigrationError, migrate
 from shared.localstack.components import (
@@ -38,6 +36,7 @@ from shared.localstack.components import (
 from shared.localstack.describe import describe
 from shared.localstack.endpoints import Endpoints
 from shared.localstack.process import ManagedProcess, free_port, port_is_open, tail
+from shared.localstack.pubsub import apply_topology
 from shared.localstack.state import (
     DEV_KEY_FILE,
     LockHeld,
@@ -52,14 +51,13 @@ from shared.localstack.state import (
 from shared.localstack.supervision import (
     ProcessExited,
     RestartBackoff,
-    alive,
     replica_name,
+    restart_component,
     service_kind,
     stop_group,
     wait_answering,
 )
 from shared.scale import parse_scale
-from shared.waiting import poll
 
 log = structlog.get_logger("agent_memory.up")
 
@@ -243,22 +241,9 @@ class LocalStack:
             )
 
     def _apply_topology(self) -> list[str]:
-        """Apply the Pub/Sub topology; what it created or changed."""
         assert self.endpoints is not None
-        settings = self.settings.model_copy(
-            update={"pubsub_emulator_host": self.endpoints.pubsub_emulator_host or None}
-        )
-        states = TopologyAdmin(settings).apply()
-        if any(isinstance(c, LocalPubSubEmulator) for c in self._restartable.values()):
-            # A new emulator of ours holds no message: the figures' counts restart too.
-            forget_counts(settings.model_copy(update={"valkey_url": self.endpoints.valkey_url}))
-        changed = [
-            f"{st.kind} {st.name.rsplit('/', 1)[1]}: {st.status}"
-            for st in states
-            if st.status != "ok"
-        ]
-        log.debug("topology applied", changed=changed)
-        return changed
+        own = any(isinstance(c, LocalPubSubEmulator) for c in self._restartable.values())
+        return apply_topology(self.settings, self.endpoints, own_emulator=own)
 
     def child_environment(self) -> dict[str, str]:
         assert self.endpoints is not None
@@ -353,46 +338,23 @@ class LocalStack:
             self.start_service(name)
 
     def _restart_component(self, proc: ManagedProcess) -> None:
-        """The same component on the same port and data, after what is left of its
-        process group. (PostgreSQL's backends each lead a session of their own; they
-        exit once they notice the postmaster gone, and until then a new postmaster
-        refuses their shared memory: the start fails and is tried again.)"""
         component = self._restartable[proc.name]
-        log.error(
-            "component exited; restarting it",
-            component=proc.name,
-            exit_code=proc.exit_code(),
-            restarts=self._backoff.restarts[proc.name],
-            log_tail=tail(proc.log_path, 5),
-        )
-        proc.send(signal.SIGKILL)
-        proc.close_log()
         # A new emulator starts empty: a publish that reaches a topic before its
         # subscriptions exist is lost. The services wait, stopped, until it has them.
         emulator = isinstance(component, LocalPubSubEmulator)
-        paused = self._pause_services() if emulator else []
-        try:
-            poll(lambda: not alive(proc.group_pids()), 10, f"{proc.name}'s group to exit", 0.05)
-            component.start()
+
+        def started() -> None:
             self._write_pids()
             if emulator:
                 self._apply_topology()
-        except Exception as exc:  # tried again at its next restart check
-            log.error(
-                "component did not start again; retrying", component=proc.name, error=str(exc)
-            )
-            proc.send(signal.SIGKILL)
-            return
-        finally:
-            for service in paused:
-                service.send(signal.SIGCONT)
-        log.warning("component restarted", component=proc.name, pid=proc.pid)
 
-    def _pause_services(self) -> list[ManagedProcess]:
-        paused = [p for p in self.service_procs.values() if p.running]
-        for service in paused:
-            service.send(signal.SIGSTOP)
-        return paused
+        restart_component(
+            proc,
+            component.start,
+            self._backoff.restarts[proc.name],
+            paused=[p for p in self.service_procs.values() if p.running] if emulator else [],
+            started=started,
+        )
 
     def install_signal_handlers(self) -> None:
         """SIGINT/SIGTERM: during start-up, unwind (start() stops what it started);

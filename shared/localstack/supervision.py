@@ -1,12 +1,13 @@
 """Process supervision for `agent-memory up`: the names of service replicas, when
-an exited process is started again, and how a group of processes is stopped
-within a deadline."""
+an exited process is started again and how a component is, and how a group of
+processes is stopped within a deadline."""
 
 from __future__ import annotations
 
 import contextlib
 import signal
 import time
+from collections.abc import Callable
 
 import httpx
 import psutil
@@ -101,3 +102,40 @@ def wait_answering(proc: ManagedProcess, what: str, health_url: str, timeout: fl
             return False
 
     poll(answers, timeout, f"{what} to answer", interval=0.1)
+
+
+def restart_component(
+    proc: ManagedProcess,
+    start: Callable[[], object],
+    restarts: int,
+    paused: list[ManagedProcess],
+    started: Callable[[], None],
+) -> None:
+    """The same component on the same port and data (`start`), after what is left
+    of its process group, with `paused` stopped (SIGSTOP) until `started` ran.
+    (PostgreSQL's backends each lead a session of their own; they exit once they
+    notice the postmaster gone, and until then a new postmaster refuses their
+    shared memory: the start fails and is tried again at the next check.)"""
+    log.error(
+        "component exited; restarting it",
+        component=proc.name,
+        exit_code=proc.exit_code(),
+        restarts=restarts,
+        log_tail=tail(proc.log_path, 5),
+    )
+    proc.send(signal.SIGKILL)
+    proc.close_log()
+    for service in paused:
+        service.send(signal.SIGSTOP)
+    try:
+        poll(lambda: not alive(proc.group_pids()), 10, f"{proc.name}'s group to exit", 0.05)
+        start()
+        started()
+    except Exception as exc:  # tried again at its next restart check
+        log.error("component did not start again; retrying", component=proc.name, error=str(exc))
+        proc.send(signal.SIGKILL)
+        return
+    finally:
+        for service in paused:
+            service.send(signal.SIGCONT)
+    log.warning("component restarted", component=proc.name, pid=proc.pid)

@@ -9,6 +9,8 @@ from __future__ import annotations
 import psycopg
 
 from shared.db import outbox
+from shared.db.memories import MEMORY_COLUMNS, MemoryRow
+from shared.db.run import fetch
 
 _PROJECT_TABLES = ("memories", "episodes", "extraction_pending", "permission_rules")
 _USER_TABLES = (
@@ -59,31 +61,16 @@ class Erasure:
     def _announce(self, app: str, user_id: str, where: str, params: dict[str, str]) -> None:
         """Each live memory erased is a DELETED change, and no change of the erased
         memories still waiting to be published keeps their text."""
-        rows = self.conn.execute(
-            "SELECT id::text, scope, kind, project_id, session_id, entity_name, topic, "
-            "valid_to IS NULL FROM memories WHERE app = %(app)s AND user_id = %(user_id)s "
-            f"{where} ORDER BY created_at, id",
-            params,
-        ).fetchall()
-        outbox.forget_texts(self.conn, app, user_id, [row[0] for row in rows])
-        live = [row[:7] for row in rows if row[7]]
-        for memory_id, scope, kind, project_id, session_id, entity, topic in live:
-            outbox.record(
+        erased = [
+            MemoryRow.from_row(row)
+            for row in fetch(
                 self.conn,
-                outbox.Change(
-                    memory_id,
-                    app,
-                    user_id,
-                    "DELETED",
-                    scope,
-                    kind,
-                    project_id,
-                    session_id,
-                    entity,
-                    topic,
-                    text="",
-                    previous_text="",
-                    source_event_id="",
-                    expire_at=None,
-                ),
+                f"SELECT {MEMORY_COLUMNS} FROM memories m WHERE m.app = %(app)s "
+                f"AND m.user_id = %(user_id)s {where} ORDER BY m.created_at, m.id",
+                params,
             )
+        ]
+        outbox.forget_texts(self.conn, app, user_id, [m.id for m in erased])
+        for memory in erased:
+            if memory.valid_to is None:
+                outbox.record(self.conn, memory, "DELETED", "", "", None)

@@ -328,7 +328,7 @@ class Memories:
         )
         if applied:
             outbox.record(
-                self.conn, _change(memory, change or action, old_text, new_text, event_id)
+                self.conn, memory, str(change or action), new_text or "", old_text or "", event_id
             )
 
     def revisions(self, memory_id: str) -> list[Revision]:
@@ -340,24 +340,3 @@ class Memories:
             (memory_id,),
         )
         return [Revision(**row) for row in rows]
-
-
-def _change(
-    memory: MemoryRow, change: str, old_text: str | None, new_text: str | None, event_id: str | None
-) -> outbox.Change:
-    return outbox.Change(
-        memory_id=memory.id,
-        app=memory.app,
-        user_id=memory.user_id,
-        change=str(change),
-        scope=memory.scope,
-        kind=memory.kind,
-        project_id=memory.project_id,
-        session_id=memory.session_id,
-        entity_name=memory.entity_name,
-        topic=memory.topic,
-        text=new_text or "",
-        previous_text=old_text or "",
-        source_event_id=event_id or "",
-        expire_at=memory.expire_at,
-    )

@@ -18,13 +18,13 @@ from __future__ import annotations
 import uuid
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any
+from typing import Protocol
 
 import psycopg
 from psycopg.types.json import Jsonb
 
 from shared.db.run import fetch
-from shared.events import MemoryChanged, format_time
+from shared.events import MemoryChanged, format_time, utcnow
 
 _CLAIM_LOCK = 0x616D5F6F7574626F  # "am_outbo": one claim at a time
 # A claim's most changes of one user: published one after another, they take well
@@ -32,50 +32,59 @@ _CLAIM_LOCK = 0x616D5F6F7574626F  # "am_outbo": one claim at a time
 PER_USER = 100
 
 
-@dataclass(frozen=True)
-class Change:
-    """What a change says of its memory (the event's body but its id and time)."""
+class _Memory(Protocol):
+    """What a change says of its memory (a `shared.db.memories.MemoryRow`)."""
 
-    memory_id: str
+    id: str
     app: str
     user_id: str
-    change: str
     scope: str
     kind: str
     project_id: str
     session_id: str
     entity_name: str
     topic: str
-    text: str
-    previous_text: str
-    source_event_id: str
     expire_at: datetime | None
 
 
-def record(conn: psycopg.Connection, change: Change) -> None:
-    """Write `change` to the outbox in the caller's transaction."""
-    body = {
-        "scope": change.scope,
-        "kind": change.kind,
-        "project_id": change.project_id,
-        "session_id": change.session_id,
-        "entity_name": change.entity_name,
-        "topic": change.topic,
-        "text": change.text,
-        "previous_text": change.previous_text,
-        "source_event_id": change.source_event_id,
-        "expire_at": format_time(change.expire_at) if change.expire_at else "",
-    }
+def record(
+    conn: psycopg.Connection,
+    memory: _Memory,
+    change: str,
+    text: str,
+    previous_text: str,
+    source_event_id: str | None,
+) -> None:
+    """Write the change of `memory` to the outbox in the caller's transaction: the
+    event it will be, whole."""
+    event = MemoryChanged(
+        event_id=str(uuid.uuid4()),
+        app=memory.app,
+        user_id=memory.user_id,
+        memory_id=memory.id,
+        change=change,
+        scope=memory.scope,
+        kind=memory.kind,
+        project_id=memory.project_id,
+        session_id=memory.session_id,
+        entity_name=memory.entity_name,
+        topic=memory.topic,
+        text=text,
+        previous_text=previous_text,
+        source_event_id=source_event_id or "",
+        expire_at=format_time(memory.expire_at) if memory.expire_at else "",
+        changed_at=utcnow(),
+    )
     conn.execute(
         "INSERT INTO memory_changes (event_id, app, user_id, memory_id, change, body) "
         "VALUES (%s, %s, %s, %s, %s, %s)",
         (
-            str(uuid.uuid4()),
-            change.app,
-            change.user_id,
-            change.memory_id,
-            change.change,
-            Jsonb(body),
+            event.event_id,
+            event.app,
+            event.user_id,
+            event.memory_id,
+            change,
+            Jsonb(event.to_record()),
         ),
     )
 
@@ -124,7 +133,10 @@ def claim(conn: psycopg.Connection, limit: int, lease_seconds: float) -> list[Cl
         """,
         (PER_USER, limit, lease_seconds),
     )
-    claimed = (Claimed(row["id"], _event(row), row["claimed_until"]) for row in rows)
+    claimed = (
+        Claimed(row["id"], MemoryChanged.from_record(row["body"]), row["claimed_until"])
+        for row in rows
+    )
     return sorted(claimed, key=lambda c: c.id)
 
 
@@ -151,30 +163,3 @@ def waiting(conn: psycopg.Connection) -> bool:
         "AND (claimed_until IS NULL OR claimed_until <= now()))"
     ).fetchone()
     return bool(row and row[0])
-
-
-def _event(row: dict[str, Any]) -> MemoryChanged:
-    body = row["body"]
-    return MemoryChanged(
-        event_id=row["event_id"],
-        app=row["app"],
-        user_id=row["user_id"],
-        memory_id=row["memory_id"],
-        change=row["change"],
-        changed_at=row["created_at"],
-        **{name: body[name] for name in _BODY},
-    )
-
-
-_BODY = (
-    "scope",
-    "kind",
-    "project_id",
-    "session_id",
-    "entity_name",
-    "topic",
-    "text",
-    "previous_text",
-    "source_event_id",
-    "expire_at",
-)

@@ -78,7 +78,7 @@ class Authentication:
         if known is None or known.trusted_until < now:
             try:
                 found = await within(
-                    _lookup(api.state.apool, digest), settings.auth_lookup_timeout_seconds
+                    lookup_key(api.state.apool, digest), settings.auth_lookup_timeout_seconds
                 )
             except (PostgresError, TimeoutError) as exc:  # a pool timeout is one too
                 count_store_error(exc)
@@ -151,7 +151,8 @@ def _bearer(scope: dict) -> str | None:
     return None
 
 
-async def _lookup(pool: Any, digest: bytes) -> tuple[str, bool] | None:
+async def lookup_key(pool: Any, digest: bytes) -> tuple[str, bool] | None:
+    """The app of the key whose SHA-256 is `digest`, and whether it is an admin key."""
     async with pool.connection() as conn:
         return await arun(conn, lookup(digest))
 

@@ -15,14 +15,12 @@ from fastapi import APIRouter, Query, Request
 from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import HTMLResponse, RedirectResponse, Response
 
-from services.api.auth import within
+from services.api.auth import lookup_key, within
 from services.console import session
 from services.console.app import Viewer, page, require_admin
 from services.console.sources import sources
 from shared.api_keys import key_hash
 from shared.bus.overview import Overview, read_overview
-from shared.db.api_keys import lookup
-from shared.db.run import arun
 
 router = APIRouter(include_in_schema=False)
 MAX_KEY_LENGTH = 512
@@ -44,7 +42,10 @@ async def sign_in(request: Request) -> Response:
         problem = "key: enter an API key of your app"
     elif not api.settings.auth_disabled:
         try:
-            found = await within(_lookup(request, key), api.settings.auth_lookup_timeout_seconds)
+            found = await within(
+                lookup_key(request.app.state.apool, key_hash(key)),
+                api.settings.auth_lookup_timeout_seconds,
+            )
         except Exception:  # noqa: BLE001 - Postgres down or slow: say so, keep the form
             return page(
                 request, "sign_in.html", 503, next=target, problem="keys cannot be checked now"
@@ -86,11 +87,6 @@ async def figures(request: Request) -> HTMLResponse:
 def _interval(request: Request) -> float:
     """How often the processes report: a replica silent for two of them is shown so."""
     return request.app.state.api.settings.figures_interval_seconds
-
-
-async def _lookup(request: Request, key: str) -> tuple[str, bool] | None:
-    async with request.app.state.apool.connection() as conn:
-        return await arun(conn, lookup(key_hash(key)))
 
 
 def _local(target: str) -> str:

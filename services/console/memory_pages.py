@@ -52,7 +52,7 @@ async def user(
         raise session.Refused(404, f"user_id: no user {user_id!r} in app {viewer.app!r}")
     kind = kind if kind in KINDS else ""
     found: list[m.ScoredMemory] | None = None
-    episodes: list[m.Episode] | None = None
+    episodes: list[m.EpisodeView] | None = None
     async with client(request) as api:
         if q.strip():
             found = await api.search(
@@ -114,9 +114,9 @@ def _plain(field: str, text: str) -> str:
     return text
 
 
-def _by_scope(memories: list[m.Memory]) -> list[tuple[str, list[m.Memory]]]:
+def _by_scope(memories: list[m.MemoryView]) -> list[tuple[str, list[m.MemoryView]]]:
     """Global first, then each project, then each session, each named."""
-    groups: dict[str, list[m.Memory]] = defaultdict(list)
+    groups: dict[str, list[m.MemoryView]] = defaultdict(list)
     for memory in memories:
         if memory.scope == "project":
             groups[f"project {memory.project_id}"].append(memory)

@@ -71,10 +71,10 @@ async def _page(
     request: Request,
     user: str,
     project: str,
-    verdict: m.PermissionVerdict | None = None,
+    verdict: m.EvaluateResponse | None = None,
     asked: dict[str, str] | None = None,
 ) -> HTMLResponse:
-    rules: list[m.Rule] | None = None
+    rules: list[m.RuleView] | None = None
     if user:
         async with client(request) as api:
             rules = await api.rules(user, project_id=project or None)

@@ -6,11 +6,14 @@
         memory.record_turn("session-1", "user-1", "I prefer tea.", "Noted.")
         instruction = memory.context("user-1", "session-1", "what to drink?").system_instruction
 
-`AsyncMemoryClient` has the same methods for asyncio. This package needs only
-httpx and pydantic: it imports nothing else of `shared`, so an agent service
-can use it without the server's dependencies (Postgres, Valkey, Pub/Sub).
+`AsyncMemoryClient` has the same methods for asyncio. The answers are the API's
+models, by their names in its OpenAPI document (`shared.client.models`). This
+package needs only httpx and pydantic: it imports nothing else of `shared`, so an
+agent service can use it without the server's dependencies (Postgres, Valkey,
+Pub/Sub).
 """
 
+from shared.client import models
 from shared.client.aio import AsyncMemoryClient
 from shared.client.errors import (
     AuthenticationError,
@@ -26,81 +29,22 @@ from shared.client.errors import (
     RateLimitedError,
     ServiceUnavailableError,
 )
-from shared.client.models import (
-    CarriedSummary,
-    CompactionAccepted,
-    Context,
-    ContextSummary,
-    ContextTurn,
-    DeletedMemory,
-    DeletedRule,
-    DeletedSession,
-    DeletionCounts,
-    Episode,
-    FlushedSession,
-    Fold,
-    GeneratedMemory,
-    Grant,
-    Memory,
-    MemoryDetail,
-    MemoryPage,
-    MemoryRecord,
-    Operation,
-    PermissionVerdict,
-    RecordedTurn,
-    Revision,
-    Rule,
-    ScoredMemory,
-    SessionSummary,
-    SessionTurn,
-    SessionView,
-    SurroundingTurn,
-    WriteResult,
-)
 from shared.client.sync import MemoryClient
 
 __all__ = [
     "AsyncMemoryClient",
     "AuthenticationError",
-    "CarriedSummary",
-    "CompactionAccepted",
     "ConflictError",
-    "Context",
-    "ContextSummary",
-    "ContextTurn",
-    "DeletedMemory",
-    "DeletedRule",
-    "DeletedSession",
-    "FlushedSession",
-    "DeletionCounts",
-    "Episode",
-    "Fold",
-    "GeneratedMemory",
     "GoneError",
-    "Grant",
     "InvalidRequestError",
-    "Memory",
     "MemoryApiError",
     "MemoryClient",
     "MemoryClientError",
     "MemoryConnectionError",
-    "MemoryDetail",
-    "MemoryPage",
-    "MemoryRecord",
     "NotFoundError",
-    "Operation",
     "OperationTimeoutError",
     "PermissionDeniedError",
-    "PermissionVerdict",
     "RateLimitedError",
-    "RecordedTurn",
-    "Revision",
-    "Rule",
-    "ScoredMemory",
     "ServiceUnavailableError",
-    "SessionSummary",
-    "SessionTurn",
-    "SessionView",
-    "SurroundingTurn",
-    "WriteResult",
+    "models",
 ]

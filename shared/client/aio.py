@@ -1,85 +1,35 @@
-"""`AsyncMemoryClient`: the asyncio client, the same methods as `MemoryClient`.
+"""`AsyncMemoryClient`: the agent-memory API over HTTP, one method per route.
 
-The requests and the reading of the answers are `routes`' and `call`'s, shared
-with the blocking client; this module only sends them and awaits. The methods'
-docstrings are `MemoryClient`'s (copied at the end of the module).
+This module and aio_memories.py, aio_connection.py are the client's source:
+`make client` writes the blocking `MemoryClient` (sync.py, sync_memories.py,
+sync_connection.py) from them (tools/client_sync.py). Each method builds its
+`Call` (the request, whether it may be repeated, how to read the answer) and
+sends it through the connection, which applies the retry policy.
 """
 
 from __future__ import annotations
 
-import asyncio
-import time
-from collections.abc import AsyncIterator, Iterable, Mapping, Sequence
+import uuid
+from collections.abc import Mapping, Sequence
 from datetime import datetime
-from types import TracebackType
-from typing import Any, TypeVar
-
-import httpx
+from typing import Any
 
 from shared.client import models as m
-from shared.client import routes
-from shared.client.call import Call, RetryPolicy, client_headers, next_poll
-from shared.client.routes import Event
-from shared.client.sync import MemoryClient
-
-T = TypeVar("T")
+from shared.client.aio_memories import AsyncMemoryRoutes
+from shared.client.call import Call
+from shared.client.request import listed, one, present, rfc3339, segment, tool_call
 
 
-class AsyncMemoryClient:
-    """The agent-memory API over HTTP, for asyncio: `MemoryClient`'s methods, awaited.
+class AsyncMemoryClient(AsyncMemoryRoutes):
+    """The agent-memory API over HTTP.
 
-    Same arguments, retry policy and exceptions as `MemoryClient`; `transport` is
-    an `httpx.AsyncBaseTransport` (e.g. `httpx.ASGITransport(app)`). Use it as an
-    async context manager or call `aclose()`.
+    `retries` is the number of extra attempts of a call that is safe to repeat
+    (reads, deletes, record_turn with its turn_id) after a transport failure or a
+    429/502/503/504, with jittered exponential backoff. `transport` replaces the
+    network (tests pass the app itself, or a wrapper around the real one). Errors
+    are raised as `shared.client.errors` exceptions carrying the API's message.
+    Use it as a context manager, or call `aclose()`.
     """
-
-    def __init__(
-        self,
-        base_url: str,
-        api_key: str | None = None,
-        timeout: float = 10.0,
-        retries: int = 3,
-        *,
-        transport: httpx.AsyncBaseTransport | None = None,
-    ) -> None:
-        self._timeout = timeout
-        self._policy = RetryPolicy(retries)
-        self._http = httpx.AsyncClient(
-            base_url=base_url,
-            headers=client_headers(api_key),
-            timeout=timeout,
-            transport=transport,
-        )
-
-    async def aclose(self) -> None:
-        await self._http.aclose()
-
-    async def __aenter__(self) -> AsyncMemoryClient:
-        return self
-
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        await self.aclose()
-
-    async def _send(self, call: Call[T]) -> T:
-        attempt = 0
-        while True:
-            try:
-                response = await self._http.request(**call.request_args(self._timeout))
-            except httpx.TransportError as exc:
-                delay = self._policy.delay(call, attempt, error=exc)
-                if delay is None:
-                    raise call.unreachable(exc, attempt + 1) from exc
-            else:
-                delay = self._policy.delay(call, attempt, status=response.status_code)
-                if delay is None:
-                    return call.finish(response)
-            await asyncio.sleep(delay)
-            attempt += 1
 
     # -- sessions ------------------------------------------------------------------
 
@@ -95,31 +45,47 @@ class AsyncMemoryClient:
         turn_id: str | None = None,
         created_at: datetime | str | None = None,
         tool_events: Sequence[Mapping[str, Any]] | None = None,
-    ) -> m.RecordedTurn:
-        return await self._send(
-            routes.record_turn(
-                session_id,
-                user_id,
-                user,
-                assistant,
-                project_id=project_id,
-                prev_session_id=prev_session_id,
-                turn_id=turn_id,
-                created_at=created_at,
-                tool_events=tool_events,
-            )
+    ) -> m.RecordTurnResponse:
+        """Record a finished turn (tool events: `{name, arguments, output}`).
+
+        Without a `turn_id` one is made here, so a retry is the same turn; pass
+        your own (an event id) to make recording idempotent across processes."""
+        # The turn_id is fixed before the first attempt: the same turn_id is always
+        # the same event and one turn, which is what makes the retry safe.
+        body = present(
+            user_id=user_id,
+            user=user,
+            assistant=assistant,
+            project_id=project_id,
+            prev_session_id=prev_session_id,
+            turn_id=turn_id or str(uuid.uuid4()),
+            created_at=rfc3339(created_at),
+            tool_events=[dict(t) for t in tool_events] if tool_events else None,
         )
+        path = f"/v1/sessions/{segment(session_id)}/turns"
+        parse = one(m.RecordTurnResponse)
+        return await self._send(Call("POST", path, parse, json=body, retry_safe=True))
 
-    async def session(self, session_id: str, user_id: str) -> m.SessionView:
-        return await self._send(routes.session(session_id, user_id))
+    async def session(self, session_id: str, user_id: str) -> m.SessionResponse:
+        """The session's short-term memory: rolling summary and buffered turns."""
+        path, params = f"/v1/sessions/{segment(session_id)}", {"user_id": user_id}
+        parse = one(m.SessionResponse)
+        return await self._send(Call("GET", path, parse, params=params, retry_safe=True))
 
-    async def flush_session(self, session_id: str, user_id: str) -> m.FlushedSession:
-        return await self._send(routes.flush_session(session_id, user_id))
+    async def flush_session(self, session_id: str, user_id: str) -> m.FlushSessionResponse:
+        """Extract the session's waiting turns now (at its end), not when its window closes."""
+        # A second flush is harmless: it finds less, or nothing, to extract.
+        path, body = f"/v1/sessions/{segment(session_id)}:flush", {"user_id": user_id}
+        parse = one(m.FlushSessionResponse)
+        return await self._send(Call("POST", path, parse, json=body, retry_safe=True))
 
-    async def delete_session(self, session_id: str, user_id: str) -> m.DeletedSession:
-        return await self._send(routes.delete_session(session_id, user_id))
+    async def delete_session(self, session_id: str, user_id: str) -> m.DeleteSessionResponse:
+        """Remove the session's short-term memory (its long-term memories stay)."""
+        path, params = f"/v1/sessions/{segment(session_id)}", {"user_id": user_id}
+        parse = one(m.DeleteSessionResponse)
+        return await self._send(Call("DELETE", path, parse, params=params, retry_safe=True))
 
-    # -- reads ---------------------------------------------------------------------
+    # -- context -------------------------------------------------------------------
 
     async def context(
         self,
@@ -131,175 +97,19 @@ class AsyncMemoryClient:
         prev_session_id: str | None = None,
         k: int | None = None,
         token_budget: int | None = None,
-    ) -> m.Context:
-        return await self._send(
-            routes.context(
-                user_id,
-                session_id,
-                query,
-                project_id=project_id,
-                prev_session_id=prev_session_id,
-                k=k,
-                token_budget=token_budget,
-            )
+    ) -> m.ContextResponse:
+        """What to put in front of the model for `query`: `system_instruction`."""
+        body = present(
+            user_id=user_id,
+            session_id=session_id,
+            query=query,
+            project_id=project_id,
+            prev_session_id=prev_session_id,
+            k=k,
+            token_budget=token_budget,
         )
-
-    async def search(
-        self,
-        user_id: str,
-        query: str,
-        *,
-        project_id: str | None = None,
-        k: int | None = None,
-        kinds: Sequence[str] | None = None,
-        decompose: bool = False,
-    ) -> list[m.ScoredMemory]:
-        return await self._send(
-            routes.search(
-                user_id, query, project_id=project_id, k=k, kinds=kinds, decompose=decompose
-            )
-        )
-
-    async def archive_search(
-        self,
-        user_id: str,
-        query: str,
-        *,
-        project_id: str | None = None,
-        k: int | None = None,
-        before: datetime | str | None = None,
-        after: datetime | str | None = None,
-        context_turns: int | None = None,
-        read_period: bool | None = None,
-        asked_at: datetime | str | None = None,
-    ) -> list[m.Episode]:
-        return await self._send(
-            routes.archive_search(
-                user_id,
-                query,
-                project_id=project_id,
-                k=k,
-                before=before,
-                after=after,
-                context_turns=context_turns,
-                read_period=read_period,
-                asked_at=asked_at,
-            )
-        )
-
-    # -- memories ------------------------------------------------------------------
-
-    async def list_memories(
-        self,
-        user_id: str,
-        *,
-        project_id: str | None = None,
-        scope: str | None = None,
-        kind: str | None = None,
-        limit: int | None = None,
-        cursor: str | None = None,
-        topic: str | None = None,
-    ) -> m.MemoryPage:
-        return await self._send(
-            routes.list_memories(
-                user_id,
-                project_id=project_id,
-                scope=scope,
-                kind=kind,
-                limit=limit,
-                cursor=cursor,
-                topic=topic,
-            )
-        )
-
-    async def iter_memories(
-        self,
-        user_id: str,
-        *,
-        project_id: str | None = None,
-        scope: str | None = None,
-        kind: str | None = None,
-        limit: int | None = None,
-        topic: str | None = None,
-    ) -> AsyncIterator[m.Memory]:
-        filters = {"project_id": project_id, "scope": scope, "kind": kind, "topic": topic}
-        cursor = None
-        while True:
-            page = await self.list_memories(user_id, limit=limit, cursor=cursor, **filters)
-            for memory in page.memories:
-                yield memory
-            if page.next_cursor is None:
-                return
-            cursor = page.next_cursor
-
-    async def get_memory(self, user_id: str, memory_id: str) -> m.MemoryDetail:
-        return await self._send(routes.get_memory(user_id, memory_id))
-
-    async def write_memory(
-        self,
-        user_id: str,
-        text: str,
-        *,
-        scope: str = "global",
-        kind: str = "fact",
-        project_id: str | None = None,
-        session_id: str | None = None,
-        entity_name: str = "",
-        consolidate: bool = True,
-        expire_at: datetime | str | None = None,
-        ttl_seconds: int | None = None,
-    ) -> m.WriteResult:
-        return await self._send(
-            routes.write_memory(
-                user_id,
-                text,
-                scope=scope,
-                kind=kind,
-                project_id=project_id,
-                session_id=session_id,
-                entity_name=entity_name,
-                consolidate=consolidate,
-                expire_at=expire_at,
-                ttl_seconds=ttl_seconds,
-            )
-        )
-
-    async def delete_memory(self, user_id: str, memory_id: str) -> m.DeletedMemory:
-        return await self._send(routes.delete_memory(user_id, memory_id))
-
-    async def rollback_memory(self, user_id: str, memory_id: str, revision: int) -> m.MemoryDetail:
-        return await self._send(routes.rollback_memory(user_id, memory_id, revision))
-
-    async def delete_memories(
-        self, user_id: str, query: str, *, project_id: str | None = None
-    ) -> list[m.Memory]:
-        return await self._send(routes.delete_memories(user_id, query, project_id=project_id))
-
-    async def generate(
-        self,
-        user_id: str,
-        events: Iterable[Event],
-        *,
-        project_id: str | None = None,
-        session_id: str | None = None,
-        wait: bool = False,
-    ) -> m.Operation:
-        return await self._send(
-            routes.generate(
-                user_id, events, project_id=project_id, session_id=session_id, wait=wait
-            )
-        )
-
-    async def operation(self, user_id: str, name: str) -> m.Operation:
-        return await self._send(routes.operation(user_id, name))
-
-    async def wait_operation(
-        self, user_id: str, name: str, timeout: float = 60.0, interval: float = 0.2
-    ) -> m.Operation:
-        deadline = time.monotonic() + timeout
-        while not (current := await self.operation(user_id, name)).done:
-            await asyncio.sleep(next_poll(name, deadline, interval, timeout))
-        return current
+        parse = one(m.ContextResponse)
+        return await self._send(Call("POST", "/v1/context", parse, json=body, retry_safe=True))
 
     # -- permissions ---------------------------------------------------------------
 
@@ -311,12 +121,13 @@ class AsyncMemoryClient:
         tool_args: Mapping[str, Any],
         *,
         project_id: str | None = None,
-    ) -> m.PermissionVerdict:
-        return await self._send(
-            routes.evaluate_permission(
-                user_id, session_id, tool_name, tool_args, project_id=project_id
-            )
-        )
+    ) -> m.EvaluateResponse:
+        """May the agent run this tool call? Not retried: it consumes a grant."""
+        # Not retried: an ALLOW from an allow-once grant consumes the grant, so a retry
+        # after a lost answer would see PENDING for a call the human had allowed.
+        body = tool_call(user_id, session_id, tool_name, tool_args, project_id=project_id)
+        parse = one(m.EvaluateResponse)
+        return await self._send(Call("POST", "/v1/permissions:evaluate", parse, json=body))
 
     async def grant_once(
         self,
@@ -326,10 +137,11 @@ class AsyncMemoryClient:
         tool_args: Mapping[str, Any],
         *,
         ttl_seconds: int | None = None,
-    ) -> m.Grant:
-        return await self._send(
-            routes.grant_once(user_id, session_id, tool_name, tool_args, ttl_seconds=ttl_seconds)
-        )
+    ) -> m.GrantResponse:
+        """Allow this exact call once in this session (after a human confirmed)."""
+        body = tool_call(user_id, session_id, tool_name, tool_args, ttl_seconds=ttl_seconds)
+        parse = one(m.GrantResponse)
+        return await self._send(Call("POST", "/v1/permissions/grants", parse, json=body))
 
     async def add_rule(
         self,
@@ -339,24 +151,42 @@ class AsyncMemoryClient:
         action: str,
         *,
         project_id: str = "global",
-    ) -> m.Rule:
-        return await self._send(
-            routes.add_rule(user_id, tool_name, pattern, action, project_id=project_id)
-        )
+    ) -> m.RuleView:
+        """ALLOW or BLOCK the commands matching the RE2 `pattern` (`"*"`: any tool)."""
+        body = {
+            "user_id": user_id,
+            "project_id": project_id,
+            "tool_name": tool_name,
+            "pattern": pattern,
+            "action": action,
+        }
+        return await self._send(Call("POST", "/v1/permissions/rules", one(m.RuleView), json=body))
 
-    async def rules(self, user_id: str, *, project_id: str | None = None) -> list[m.Rule]:
-        return await self._send(routes.rules(user_id, project_id=project_id))
+    async def rules(self, user_id: str, *, project_id: str | None = None) -> list[m.RuleView]:
+        """The user's rules, oldest first (`project_id="global"`: the global ones)."""
+        params = present(user_id=user_id, project_id=project_id)
+        parse = listed(m.RuleView, "rules")
+        call = Call("GET", "/v1/permissions/rules", parse, params=params, retry_safe=True)
+        return await self._send(call)
 
-    async def delete_rule(self, rule_id: str, *, user_id: str) -> m.DeletedRule:
-        return await self._send(routes.delete_rule(rule_id, user_id=user_id))
+    async def delete_rule(self, rule_id: str, *, user_id: str) -> m.DeleteRuleResponse:
+        """Delete the user's rule (NotFoundError if it is not that user's)."""
+        # The API requires the rule's user: a rule id alone does not delete it.
+        path, params = f"/v1/permissions/rules/{segment(rule_id)}", {"user_id": user_id}
+        parse = one(m.DeleteRuleResponse)
+        return await self._send(Call("DELETE", path, parse, params=params, retry_safe=True))
 
     # -- lifecycle and health ------------------------------------------------------
 
     async def delete_user(self, user_id: str) -> m.DeletionCounts:
-        return await self._send(routes.delete_user(user_id))
+        """GDPR: everything of the user in this app (safe to repeat)."""
+        path = f"/v1/users/{segment(user_id)}"
+        return await self._send(Call("DELETE", path, one(m.DeletionCounts), retry_safe=True))
 
     async def delete_project(self, user_id: str, project_id: str) -> m.DeletionCounts:
-        return await self._send(routes.delete_project(user_id, project_id))
+        """Everything of one project of the user."""
+        path = f"/v1/users/{segment(user_id)}/projects/{segment(project_id)}"
+        return await self._send(Call("DELETE", path, one(m.DeletionCounts), retry_safe=True))
 
     async def request_compaction(
         self,
@@ -366,28 +196,22 @@ class AsyncMemoryClient:
         retention_days: int | None = None,
         batch_limit: int | None = None,
     ) -> m.CompactionAccepted:
-        return await self._send(
-            routes.request_compaction(
-                user_id,
-                project_id=project_id,
-                retention_days=retention_days,
-                batch_limit=batch_limit,
-            )
+        """Fold old episodes into a summary (admin keys only). Not retried."""
+        body = present(
+            user_id=user_id,
+            project_id=project_id,
+            retention_days=retention_days,
+            batch_limit=batch_limit,
         )
+        parse = one(m.CompactionAccepted)
+        return await self._send(Call("POST", "/v1/compactions", parse, json=body))
 
     async def health(self) -> dict[str, Any]:
-        return await self._send(routes.health())
+        """`/healthz`: the process answers (raises otherwise)."""
+        return await self._send(Call("GET", "/healthz", dict, retry_safe=True))
 
     async def ready(self) -> dict[str, Any]:
-        return await self._send(routes.ready())
-
-
-def _copy_docs() -> None:
-    """One text per method: the blocking client's docstring is the async one's."""
-    for name, method in vars(AsyncMemoryClient).items():
-        source = getattr(MemoryClient, name, None)
-        if callable(method) and method.__doc__ is None and source is not None:
-            method.__doc__ = source.__doc__
-
-
-_copy_docs()
+        """`/readyz`: `{status, down}`, also when it is 503 (something is down)."""
+        # 503 is an answer here (`down` names what is down), not an error to raise.
+        call = Call("GET", "/readyz", dict, retry_safe=True, accept=frozenset({503}))
+        return await self._send(call)

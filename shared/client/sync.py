@@ -1,33 +1,32 @@
-"""`MemoryClient`: the blocking client, one method per API route.
+# Generated from shared/client/aio.py by `make client` (tools/client_sync.py).
+# Do not edit: change shared/client/aio.py and run `make client`.
+"""`MemoryClient`: the agent-memory API over HTTP, one method per route.
 
-The requests and the reading of the answers are `routes`' and `call`'s; this
-module only sends them (with the retry policy) and waits.
+Generated from aio.py, the asyncio client, by `make client`: edit that module.
 """
 
 from __future__ import annotations
 
-import time
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+import uuid
+from collections.abc import Mapping, Sequence
 from datetime import datetime
-from typing import Any, TypeVar
+from typing import Any
 
 from shared.client import models as m
-from shared.client import routes
-from shared.client.call import next_poll
-from shared.client.routes import Event
-from shared.client.transport import BlockingSession
-
-T = TypeVar("T")
+from shared.client.call import Call
+from shared.client.request import listed, one, present, rfc3339, segment, tool_call
+from shared.client.sync_memories import MemoryRoutes
 
 
-class MemoryClient(BlockingSession):
+class MemoryClient(MemoryRoutes):
     """The agent-memory API over HTTP.
 
     `retries` is the number of extra attempts of a call that is safe to repeat
     (reads, deletes, record_turn with its turn_id) after a transport failure or a
     429/502/503/504, with jittered exponential backoff. `transport` replaces the
-    network (an `httpx.ASGITransport`, or a wrapper in tests). Errors are raised
-    as `shared.client.errors` exceptions carrying the API's message.
+    network (tests pass the app itself, or a wrapper around the real one). Errors
+    are raised as `shared.client.errors` exceptions carrying the API's message.
+    Use it as a context manager, or call `close()`.
     """
 
     # -- sessions ------------------------------------------------------------------
@@ -44,38 +43,47 @@ class MemoryClient(BlockingSession):
         turn_id: str | None = None,
         created_at: datetime | str | None = None,
         tool_events: Sequence[Mapping[str, Any]] | None = None,
-    ) -> m.RecordedTurn:
+    ) -> m.RecordTurnResponse:
         """Record a finished turn (tool events: `{name, arguments, output}`).
 
         Without a `turn_id` one is made here, so a retry is the same turn; pass
         your own (an event id) to make recording idempotent across processes."""
-        return self._send(
-            routes.record_turn(
-                session_id,
-                user_id,
-                user,
-                assistant,
-                project_id=project_id,
-                prev_session_id=prev_session_id,
-                turn_id=turn_id,
-                created_at=created_at,
-                tool_events=tool_events,
-            )
+        # The turn_id is fixed before the first attempt: the same turn_id is always
+        # the same event and one turn, which is what makes the retry safe.
+        body = present(
+            user_id=user_id,
+            user=user,
+            assistant=assistant,
+            project_id=project_id,
+            prev_session_id=prev_session_id,
+            turn_id=turn_id or str(uuid.uuid4()),
+            created_at=rfc3339(created_at),
+            tool_events=[dict(t) for t in tool_events] if tool_events else None,
         )
+        path = f"/v1/sessions/{segment(session_id)}/turns"
+        parse = one(m.RecordTurnResponse)
+        return self._send(Call("POST", path, parse, json=body, retry_safe=True))
 
-    def session(self, session_id: str, user_id: str) -> m.SessionView:
+    def session(self, session_id: str, user_id: str) -> m.SessionResponse:
         """The session's short-term memory: rolling summary and buffered turns."""
-        return self._send(routes.session(session_id, user_id))
+        path, params = f"/v1/sessions/{segment(session_id)}", {"user_id": user_id}
+        parse = one(m.SessionResponse)
+        return self._send(Call("GET", path, parse, params=params, retry_safe=True))
 
-    def flush_session(self, session_id: str, user_id: str) -> m.FlushedSession:
+    def flush_session(self, session_id: str, user_id: str) -> m.FlushSessionResponse:
         """Extract the session's waiting turns now (at its end), not when its window closes."""
-        return self._send(routes.flush_session(session_id, user_id))
+        # A second flush is harmless: it finds less, or nothing, to extract.
+        path, body = f"/v1/sessions/{segment(session_id)}:flush", {"user_id": user_id}
+        parse = one(m.FlushSessionResponse)
+        return self._send(Call("POST", path, parse, json=body, retry_safe=True))
 
-    def delete_session(self, session_id: str, user_id: str) -> m.DeletedSession:
+    def delete_session(self, session_id: str, user_id: str) -> m.DeleteSessionResponse:
         """Remove the session's short-term memory (its long-term memories stay)."""
-        return self._send(routes.delete_session(session_id, user_id))
+        path, params = f"/v1/sessions/{segment(session_id)}", {"user_id": user_id}
+        parse = one(m.DeleteSessionResponse)
+        return self._send(Call("DELETE", path, parse, params=params, retry_safe=True))
 
-    # -- reads ---------------------------------------------------------------------
+    # -- context -------------------------------------------------------------------
 
     def context(
         self,
@@ -87,196 +95,19 @@ class MemoryClient(BlockingSession):
         prev_session_id: str | None = None,
         k: int | None = None,
         token_budget: int | None = None,
-    ) -> m.Context:
+    ) -> m.ContextResponse:
         """What to put in front of the model for `query`: `system_instruction`."""
-        return self._send(
-            routes.context(
-                user_id,
-                session_id,
-                query,
-                project_id=project_id,
-                prev_session_id=prev_session_id,
-                k=k,
-                token_budget=token_budget,
-            )
+        body = present(
+            user_id=user_id,
+            session_id=session_id,
+            query=query,
+            project_id=project_id,
+            prev_session_id=prev_session_id,
+            k=k,
+            token_budget=token_budget,
         )
-
-    def search(
-        self,
-        user_id: str,
-        query: str,
-        *,
-        project_id: str | None = None,
-        k: int | None = None,
-        kinds: Sequence[str] | None = None,
-        decompose: bool = False,
-    ) -> list[m.ScoredMemory]:
-        """Hybrid search of the live memories in scope, best first."""
-        return self._send(
-            routes.search(
-                user_id, query, project_id=project_id, k=k, kinds=kinds, decompose=decompose
-            )
-        )
-
-    def archive_search(
-        self,
-        user_id: str,
-        query: str,
-        *,
-        project_id: str | None = None,
-        k: int | None = None,
-        before: datetime | str | None = None,
-        after: datetime | str | None = None,
-        context_turns: int | None = None,
-        read_period: bool | None = None,
-        asked_at: datetime | str | None = None,
-    ) -> list[m.Episode]:
-        """Search the episodic archive (every recorded turn), best first; with
-        `context_turns` (0-5), each hit with the turns of its session around it. A
-        period the query names ("in May 2023", "last week" as of `asked_at`, default
-        now) is searched first unless `read_period` is False or `before`/`after` are
-        given."""
-        return self._send(
-            routes.archive_search(
-                user_id,
-                query,
-                project_id=project_id,
-                k=k,
-                before=before,
-                after=after,
-                context_turns=context_turns,
-                read_period=read_period,
-                asked_at=asked_at,
-            )
-        )
-
-    # -- memories ------------------------------------------------------------------
-
-    def list_memories(
-        self,
-        user_id: str,
-        *,
-        project_id: str | None = None,
-        scope: str | None = None,
-        kind: str | None = None,
-        limit: int | None = None,
-        cursor: str | None = None,
-        topic: str | None = None,
-    ) -> m.MemoryPage:
-        """One page of live memories in creation order; see `iter_memories`."""
-        return self._send(
-            routes.list_memories(
-                user_id,
-                project_id=project_id,
-                scope=scope,
-                kind=kind,
-                limit=limit,
-                cursor=cursor,
-                topic=topic,
-            )
-        )
-
-    def iter_memories(
-        self,
-        user_id: str,
-        *,
-        project_id: str | None = None,
-        scope: str | None = None,
-        kind: str | None = None,
-        limit: int | None = None,
-        topic: str | None = None,
-    ) -> Iterator[m.Memory]:
-        """Every live memory, page after page (`limit` per page)."""
-        filters = {"project_id": project_id, "scope": scope, "kind": kind, "topic": topic}
-        cursor = None
-        while True:
-            page = self.list_memories(user_id, limit=limit, cursor=cursor, **filters)
-            yield from page.memories
-            if page.next_cursor is None:
-                return
-            cursor = page.next_cursor
-
-    def get_memory(self, user_id: str, memory_id: str) -> m.MemoryDetail:
-        """The memory (also a deleted one) with its revisions."""
-        return self._send(routes.get_memory(user_id, memory_id))
-
-    def write_memory(
-        self,
-        user_id: str,
-        text: str,
-        *,
-        scope: str = "global",
-        kind: str = "fact",
-        project_id: str | None = None,
-        session_id: str | None = None,
-        entity_name: str = "",
-        consolidate: bool = True,
-        expire_at: datetime | str | None = None,
-        ttl_seconds: int | None = None,
-    ) -> m.WriteResult:
-        """Write a memory directly, consolidated like an extracted one. It expires at
-        `expire_at` or `ttl_seconds` from now (else as the app's TTLs say). Not retried."""
-        return self._send(
-            routes.write_memory(
-                user_id,
-                text,
-                scope=scope,
-                kind=kind,
-                project_id=project_id,
-                session_id=session_id,
-                entity_name=entity_name,
-                consolidate=consolidate,
-                expire_at=expire_at,
-                ttl_seconds=ttl_seconds,
-            )
-        )
-
-    def delete_memory(self, user_id: str, memory_id: str) -> m.DeletedMemory:
-        """Retire a live memory (NotFoundError if it is not live)."""
-        return self._send(routes.delete_memory(user_id, memory_id))
-
-    def rollback_memory(self, user_id: str, memory_id: str, revision: int) -> m.MemoryDetail:
-        """Make revision `revision`'s text current again, as a new revision; the
-        memory with its revisions. NotFoundError for an unknown memory, ConflictError
-        for a deleted one or a text already current, InvalidRequestError for a revision
-        it does not have."""
-        return self._send(routes.rollback_memory(user_id, memory_id, revision))
-
-    def delete_memories(
-        self, user_id: str, query: str, *, project_id: str | None = None
-    ) -> list[m.Memory]:
-        """Retire the memories whose text holds every word of `query`: the
-        project's with `project_id`, else the global ones. Not retried."""
-        return self._send(routes.delete_memories(user_id, query, project_id=project_id))
-
-    def generate(
-        self,
-        user_id: str,
-        events: Iterable[Event],
-        *,
-        project_id: str | None = None,
-        session_id: str | None = None,
-        wait: bool = False,
-    ) -> m.Operation:
-        """Extract memories from `events` (`{role, text}` or `(role, text)`, role
-        `user` or `model`) in the background; see `wait_operation`. Not retried."""
-        return self._send(
-            routes.generate(
-                user_id, events, project_id=project_id, session_id=session_id, wait=wait
-            )
-        )
-
-    def operation(self, user_id: str, name: str) -> m.Operation:
-        return self._send(routes.operation(user_id, name))
-
-    def wait_operation(
-        self, user_id: str, name: str, timeout: float = 60.0, interval: float = 0.2
-    ) -> m.Operation:
-        """Poll the operation until done; OperationTimeoutError after `timeout`."""
-        deadline = time.monotonic() + timeout
-        while not (current := self.operation(user_id, name)).done:
-            time.sleep(next_poll(name, deadline, interval, timeout))
-        return current
+        parse = one(m.ContextResponse)
+        return self._send(Call("POST", "/v1/context", parse, json=body, retry_safe=True))
 
     # -- permissions ---------------------------------------------------------------
 
@@ -288,13 +119,13 @@ class MemoryClient(BlockingSession):
         tool_args: Mapping[str, Any],
         *,
         project_id: str | None = None,
-    ) -> m.PermissionVerdict:
+    ) -> m.EvaluateResponse:
         """May the agent run this tool call? Not retried: it consumes a grant."""
-        return self._send(
-            routes.evaluate_permission(
-                user_id, session_id, tool_name, tool_args, project_id=project_id
-            )
-        )
+        # Not retried: an ALLOW from an allow-once grant consumes the grant, so a retry
+        # after a lost answer would see PENDING for a call the human had allowed.
+        body = tool_call(user_id, session_id, tool_name, tool_args, project_id=project_id)
+        parse = one(m.EvaluateResponse)
+        return self._send(Call("POST", "/v1/permissions:evaluate", parse, json=body))
 
     def grant_once(
         self,
@@ -304,11 +135,11 @@ class MemoryClient(BlockingSession):
         tool_args: Mapping[str, Any],
         *,
         ttl_seconds: int | None = None,
-    ) -> m.Grant:
+    ) -> m.GrantResponse:
         """Allow this exact call once in this session (after a human confirmed)."""
-        return self._send(
-            routes.grant_once(user_id, session_id, tool_name, tool_args, ttl_seconds=ttl_seconds)
-        )
+        body = tool_call(user_id, session_id, tool_name, tool_args, ttl_seconds=ttl_seconds)
+        parse = one(m.GrantResponse)
+        return self._send(Call("POST", "/v1/permissions/grants", parse, json=body))
 
     def add_rule(
         self,
@@ -318,29 +149,42 @@ class MemoryClient(BlockingSession):
         action: str,
         *,
         project_id: str = "global",
-    ) -> m.Rule:
+    ) -> m.RuleView:
         """ALLOW or BLOCK the commands matching the RE2 `pattern` (`"*"`: any tool)."""
-        return self._send(
-            routes.add_rule(user_id, tool_name, pattern, action, project_id=project_id)
-        )
+        body = {
+            "user_id": user_id,
+            "project_id": project_id,
+            "tool_name": tool_name,
+            "pattern": pattern,
+            "action": action,
+        }
+        return self._send(Call("POST", "/v1/permissions/rules", one(m.RuleView), json=body))
 
-    def rules(self, user_id: str, *, project_id: str | None = None) -> list[m.Rule]:
+    def rules(self, user_id: str, *, project_id: str | None = None) -> list[m.RuleView]:
         """The user's rules, oldest first (`project_id="global"`: the global ones)."""
-        return self._send(routes.rules(user_id, project_id=project_id))
+        params = present(user_id=user_id, project_id=project_id)
+        parse = listed(m.RuleView, "rules")
+        call = Call("GET", "/v1/permissions/rules", parse, params=params, retry_safe=True)
+        return self._send(call)
 
-    def delete_rule(self, rule_id: str, *, user_id: str) -> m.DeletedRule:
+    def delete_rule(self, rule_id: str, *, user_id: str) -> m.DeleteRuleResponse:
         """Delete the user's rule (NotFoundError if it is not that user's)."""
-        return self._send(routes.delete_rule(rule_id, user_id=user_id))
+        # The API requires the rule's user: a rule id alone does not delete it.
+        path, params = f"/v1/permissions/rules/{segment(rule_id)}", {"user_id": user_id}
+        parse = one(m.DeleteRuleResponse)
+        return self._send(Call("DELETE", path, parse, params=params, retry_safe=True))
 
     # -- lifecycle and health ------------------------------------------------------
 
     def delete_user(self, user_id: str) -> m.DeletionCounts:
         """GDPR: everything of the user in this app (safe to repeat)."""
-        return self._send(routes.delete_user(user_id))
+        path = f"/v1/users/{segment(user_id)}"
+        return self._send(Call("DELETE", path, one(m.DeletionCounts), retry_safe=True))
 
     def delete_project(self, user_id: str, project_id: str) -> m.DeletionCounts:
         """Everything of one project of the user."""
-        return self._send(routes.delete_project(user_id, project_id))
+        path = f"/v1/users/{segment(user_id)}/projects/{segment(project_id)}"
+        return self._send(Call("DELETE", path, one(m.DeletionCounts), retry_safe=True))
 
     def request_compaction(
         self,
@@ -351,15 +195,21 @@ class MemoryClient(BlockingSession):
         batch_limit: int | None = None,
     ) -> m.CompactionAccepted:
         """Fold old episodes into a summary (admin keys only). Not retried."""
-        call = routes.request_compaction(
-            user_id, project_id=project_id, retention_days=retention_days, batch_limit=batch_limit
+        body = present(
+            user_id=user_id,
+            project_id=project_id,
+            retention_days=retention_days,
+            batch_limit=batch_limit,
         )
-        return self._send(call)
+        parse = one(m.CompactionAccepted)
+        return self._send(Call("POST", "/v1/compactions", parse, json=body))
 
     def health(self) -> dict[str, Any]:
         """`/healthz`: the process answers (raises otherwise)."""
-        return self._send(routes.health())
+        return self._send(Call("GET", "/healthz", dict, retry_safe=True))
 
     def ready(self) -> dict[str, Any]:
         """`/readyz`: `{status, down}`, also when it is 503 (something is down)."""
-        return self._send(routes.ready())
+        # 503 is an answer here (`down` names what is down), not an error to raise.
+        call = Call("GET", "/readyz", dict, retry_safe=True, accept=frozenset({503}))
+        return self._send(call)

@@ -305,10 +305,12 @@ def test_archive_search_generate_and_operations(client, ids, extraction_worker):
     done = client.wait_operation(user, started.name, timeout=30)
     assert done.done is True and done.error is None
     assert done.generated_memories is not None
+    # The API declares each as a JSON object: {action, memory}.
     [generated] = done.generated_memories
-    assert generated.action == "CREATED"
-    assert (generated.memory.scope, generated.memory.project_id) == ("project", "CloudRetail")
-    assert "us-east1" in generated.memory.text
+    assert generated["action"] == "CREATED"
+    memory = generated["memory"]
+    assert (memory["scope"], memory["project_id"]) == ("project", "CloudRetail")
+    assert "us-east1" in memory["text"]
     assert client.operation(user, started.name) == done
     # The short name (without "operations/") names it too.
     assert client.operation(user, started.name.removeprefix("operations/")) == done
@@ -331,9 +333,8 @@ def test_permissions(client, ids):
     rm = {"CommandLine": "rm -rf /tmp/data"}
     pending = client.evaluate_permission(user, session, "run_shell", rm)
     assert (pending.decision, pending.tier, pending.rule_id) == ("PENDING", "none", None)
-    assert pending.allowed is False
     exempt = client.evaluate_permission(user, session, "search_archived_memory", {"q": "x"})
-    assert (exempt.decision, exempt.tier, exempt.allowed) == ("ALLOW", "exempt", True)
+    assert (exempt.decision, exempt.tier) == ("ALLOW", "exempt")
 
     block = client.add_rule(user, "run_shell", r"^rm -rf", "BLOCK")
     assert (block.user_id, block.project_id, block.tool_name, block.pattern, block.action) == (

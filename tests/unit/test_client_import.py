@@ -25,9 +25,9 @@ def test_the_client_imports_nothing_of_the_server():
     assert done.stdout.strip() == "[]"
 
 
-def test_both_clients_have_the_same_methods_and_parameters():
-    # The two clients are written out separately (blocking and awaited); this
-    # keeps them from drifting apart.
+def test_both_clients_have_the_same_methods_parameters_and_docstrings():
+    # The blocking client is generated from the asyncio one (tests/unit/
+    # test_client_generated.py): this checks that the generation kept each method.
     from shared.client import AsyncMemoryClient, MemoryClient
 
     def methods(cls: type) -> dict[str, list[inspect.Parameter]]:
@@ -45,3 +45,4 @@ def test_both_clients_have_the_same_methods_and_parameters():
             inspect.isasyncgenfunction(getattr(AsyncMemoryClient, name))
         ), name
         assert getattr(AsyncMemoryClient, name).__doc__ == getattr(MemoryClient, name).__doc__
+        assert getattr(MemoryClient, name).__doc__, f"{name} has no docstring"

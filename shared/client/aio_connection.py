@@ -1,10 +1,13 @@
-"""The blocking client's connection: its HTTP client, the retry policy, and sending
-one call (shared.client.call) until it is answered or may not be tried again.
-`MemoryClient` (shared.client.sync) adds one method per route."""
+"""The client's connection: its HTTP client, the retry policy, and sending one
+call (shared.client.call) until it is answered or may not be tried again.
+
+sync_connection.py is generated from this module (`make client`); the route
+methods are added by aio_memories.py and aio.py.
+"""
 
 from __future__ import annotations
 
-import time
+from asyncio import sleep
 from types import TracebackType
 from typing import Self, TypeVar
 
@@ -15,7 +18,7 @@ from shared.client.call import Call, RetryPolicy, client_headers
 T = TypeVar("T")
 
 
-class BlockingSession:
+class AsyncConnection:
     def __init__(
         self,
         base_url: str,
@@ -23,36 +26,36 @@ class BlockingSession:
         timeout: float = 10.0,
         retries: int = 3,
         *,
-        transport: httpx.BaseTransport | None = None,
+        transport: httpx.AsyncBaseTransport | None = None,
     ) -> None:
         self._timeout = timeout
         self._policy = RetryPolicy(retries)
-        self._http = httpx.Client(
+        self._http = httpx.AsyncClient(
             base_url=base_url,
             headers=client_headers(api_key),
             timeout=timeout,
             transport=transport,
         )
 
-    def close(self) -> None:
-        self._http.close()
+    async def aclose(self) -> None:
+        await self._http.aclose()
 
-    def __enter__(self) -> Self:
+    async def __aenter__(self) -> Self:
         return self
 
-    def __exit__(
+    async def __aexit__(
         self,
         exc_type: type[BaseException] | None,
         exc: BaseException | None,
         tb: TracebackType | None,
     ) -> None:
-        self.close()
+        await self.aclose()
 
-    def _send(self, call: Call[T]) -> T:
+    async def _send(self, call: Call[T]) -> T:
         attempt = 0
         while True:
             try:
-                response = self._http.request(**call.request_args(self._timeout))
+                response = await self._http.request(**call.request_args(self._timeout))
             except httpx.TransportError as exc:
                 delay = self._policy.delay(call, attempt, error=exc)
                 if delay is None:
@@ -61,5 +64,5 @@ class BlockingSession:
                 delay = self._policy.delay(call, attempt, status=response.status_code)
                 if delay is None:
                     return call.finish(response)
-            time.sleep(delay)
+            await sleep(delay)
             attempt += 1

@@ -1,0 +1,230 @@
+"""`AsyncMemoryRoutes`: the client's methods of long-term memory: search, the
+archive, reading and writing memories, and extraction as an operation.
+
+sync_memories.py is generated from this module (`make client`); `AsyncMemoryClient`
+(aio.py) adds the routes of sessions, permissions and the lifecycle.
+"""
+
+from __future__ import annotations
+
+import time
+from asyncio import sleep
+from collections.abc import AsyncIterator, Iterable, Sequence
+from datetime import datetime
+
+from shared.client import models as m
+from shared.client.aio_connection import AsyncConnection
+from shared.client.call import Call, next_poll
+from shared.client.request import Event, events_body, listed, one, present, rfc3339, segment
+
+# How much longer than the client's timeout `memories:generate` with wait may take:
+# the server holds the answer up to AM_OPERATION_WAIT_SECONDS (30 s by default).
+GENERATE_WAIT_ALLOWANCE = 60.0
+
+
+class AsyncMemoryRoutes(AsyncConnection):
+    # -- search --------------------------------------------------------------------
+
+    async def search(
+        self,
+        user_id: str,
+        query: str,
+        *,
+        project_id: str | None = None,
+        k: int | None = None,
+        kinds: Sequence[str] | None = None,
+        decompose: bool = False,
+    ) -> list[m.ScoredMemory]:
+        """Hybrid search of the live memories in scope, best first."""
+        kinds = list(kinds) if kinds is not None else None
+        body = present(
+            user_id=user_id,
+            query=query,
+            decompose=decompose,
+            project_id=project_id,
+            k=k,
+            kinds=kinds,
+        )
+        parse = listed(m.ScoredMemory, "memories")
+        call = Call("POST", "/v1/memories:search", parse, json=body, retry_safe=True)
+        return await self._send(call)
+
+    async def archive_search(
+        self,
+        user_id: str,
+        query: str,
+        *,
+        project_id: str | None = None,
+        k: int | None = None,
+        before: datetime | str | None = None,
+        after: datetime | str | None = None,
+        context_turns: int | None = None,
+        read_period: bool | None = None,
+        asked_at: datetime | str | None = None,
+    ) -> list[m.EpisodeView]:
+        """Search the episodic archive (every recorded turn), best first; with
+        `context_turns` (0-5), each hit with the turns of its session around it. A
+        period the query names ("in May 2023", "last week" as of `asked_at`, default
+        now) is searched first unless `read_period` is False or `before`/`after` are
+        given."""
+        body = present(
+            user_id=user_id,
+            query=query,
+            project_id=project_id,
+            k=k,
+            before=rfc3339(before),
+            after=rfc3339(after),
+            context_turns=context_turns,
+            read_period=read_period,
+            asked_at=rfc3339(asked_at),
+        )
+        parse = listed(m.EpisodeView, "episodes")
+        call = Call("POST", "/v1/archive:search", parse, json=body, retry_safe=True)
+        return await self._send(call)
+
+    # -- memories ------------------------------------------------------------------
+
+    async def list_memories(
+        self,
+        user_id: str,
+        *,
+        project_id: str | None = None,
+        scope: str | None = None,
+        kind: str | None = None,
+        limit: int | None = None,
+        cursor: str | None = None,
+        topic: str | None = None,
+    ) -> m.MemoryPage:
+        """One page of live memories in creation order; see `iter_memories`."""
+        params = present(
+            user_id=user_id,
+            project_id=project_id,
+            scope=scope,
+            kind=kind,
+            limit=limit,
+            cursor=cursor,
+            topic=topic,
+        )
+        parse = one(m.MemoryPage)
+        return await self._send(Call("GET", "/v1/memories", parse, params=params, retry_safe=True))
+
+    async def iter_memories(
+        self,
+        user_id: str,
+        *,
+        project_id: str | None = None,
+        scope: str | None = None,
+        kind: str | None = None,
+        limit: int | None = None,
+        topic: str | None = None,
+    ) -> AsyncIterator[m.MemoryView]:
+        """Every live memory, page after page (`limit` per page)."""
+        filters = {"project_id": project_id, "scope": scope, "kind": kind, "topic": topic}
+        cursor = None
+        while True:
+            page = await self.list_memories(user_id, limit=limit, cursor=cursor, **filters)
+            for memory in page.memories:
+                yield memory
+            if page.next_cursor is None:
+                return
+            cursor = page.next_cursor
+
+    async def get_memory(self, user_id: str, memory_id: str) -> m.MemoryDetail:
+        """The memory (also a deleted one) with its revisions."""
+        path, params = f"/v1/memories/{segment(memory_id)}", {"user_id": user_id}
+        parse = one(m.MemoryDetail)
+        return await self._send(Call("GET", path, parse, params=params, retry_safe=True))
+
+    async def write_memory(
+        self,
+        user_id: str,
+        text: str,
+        *,
+        scope: str = "global",
+        kind: str = "fact",
+        project_id: str | None = None,
+        session_id: str | None = None,
+        entity_name: str = "",
+        consolidate: bool = True,
+        expire_at: datetime | str | None = None,
+        ttl_seconds: int | None = None,
+    ) -> m.WriteMemoryResponse:
+        """Write a memory directly, consolidated like an extracted one. It expires at
+        `expire_at` or `ttl_seconds` from now (else as the app's TTLs say). Not retried."""
+        body = present(
+            user_id=user_id,
+            text=text,
+            scope=scope,
+            kind=kind,
+            project_id=project_id,
+            session_id=session_id,
+            entity_name=entity_name,
+            consolidate=consolidate,
+            expire_at=rfc3339(expire_at),
+            ttl_seconds=ttl_seconds,
+        )
+        return await self._send(Call("POST", "/v1/memories", one(m.WriteMemoryResponse), json=body))
+
+    async def delete_memory(self, user_id: str, memory_id: str) -> m.DeleteMemoryResponse:
+        """Retire a live memory (NotFoundError if it is not live)."""
+        path, params = f"/v1/memories/{segment(memory_id)}", {"user_id": user_id}
+        parse = one(m.DeleteMemoryResponse)
+        return await self._send(Call("DELETE", path, parse, params=params, retry_safe=True))
+
+    async def rollback_memory(self, user_id: str, memory_id: str, revision: int) -> m.MemoryDetail:
+        """Make revision `revision`'s text current again, as a new revision; the
+        memory with its revisions. NotFoundError for an unknown memory, ConflictError
+        for a deleted one or a text already current, InvalidRequestError for a revision
+        it does not have."""
+        # Not retried: after a lost answer, a second attempt finds the text current (409).
+        path = f"/v1/memories/{segment(memory_id)}:rollback"
+        body = {"user_id": user_id, "revision": revision}
+        return await self._send(Call("POST", path, one(m.MemoryDetail), json=body))
+
+    async def delete_memories(
+        self, user_id: str, query: str, *, project_id: str | None = None
+    ) -> list[m.MemoryView]:
+        """Retire the memories whose text holds every word of `query`: the
+        project's with `project_id`, else the global ones. Not retried."""
+        # Not retried: a second attempt after a lost answer would find nothing left to
+        # delete and answer an empty list, hiding what the first one deleted.
+        body = present(user_id=user_id, query=query, project_id=project_id)
+        parse = listed(m.MemoryView, "deleted")
+        return await self._send(Call("POST", "/v1/memories:delete", parse, json=body))
+
+    async def generate(
+        self,
+        user_id: str,
+        events: Iterable[Event],
+        *,
+        project_id: str | None = None,
+        session_id: str | None = None,
+        wait: bool = False,
+    ) -> m.Operation:
+        """Extract memories from `events` (`{role, text}` or `(role, text)`, role
+        `user` or `model`) in the background; see `wait_operation`. Not retried."""
+        body = {
+            "user_id": user_id,
+            "scope": present(project_id=project_id, session_id=session_id),
+            "events": events_body(events),
+            "wait": wait,
+        }
+        allowance = GENERATE_WAIT_ALLOWANCE if wait else 0.0
+        parse = one(m.Operation)
+        call = Call("POST", "/v1/memories:generate", parse, json=body, read_allowance=allowance)
+        return await self._send(call)
+
+    async def operation(self, user_id: str, name: str) -> m.Operation:
+        """The operation `name` (with or without its "operations/" prefix)."""
+        path = f"/v1/operations/{segment(name.removeprefix('operations/'))}"
+        params = {"user_id": user_id}
+        return await self._send(Call("GET", path, one(m.Operation), params=params, retry_safe=True))
+
+    async def wait_operation(
+        self, user_id: str, name: str, timeout: float = 60.0, interval: float = 0.2
+    ) -> m.Operation:
+        """Poll the operation until done; OperationTimeoutError after `timeout`."""
+        deadline = time.monotonic() + timeout
+        while not (current := await self.operation(user_id, name)).done:
+            await sleep(next_poll(name, deadline, interval, timeout))
+        return current

@@ -1,0 +1,74 @@
+"""The pieces every route's request is built from, for both clients: a path
+segment, the options that are set, a time, the events of `generate`; and how an
+answer's body is read into the API's models (shared.client.models)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Mapping
+from datetime import datetime
+from typing import Any, TypeVar
+from urllib.parse import quote
+
+from pydantic import BaseModel, ConfigDict
+
+
+class ApiModel(BaseModel):
+    """Base of the API's models as the client reads them: tolerant of a newer server.
+
+    Fields it does not know are kept (`extra="allow"`) and enumerations are plain
+    strings (their values are in each field's docstring), so an answer with more
+    in it still parses. Times are parsed into timezone-aware datetimes.
+    """
+
+    model_config = ConfigDict(extra="allow")
+
+
+M = TypeVar("M", bound=BaseModel)
+
+# `{role, text}` mappings or `(role, text)` pairs.
+Event = Mapping[str, str] | tuple[str, str]
+
+
+def segment(value: str) -> str:
+    """One path segment: an identifier may hold `/`, `?`, `#` or `%`."""
+    return quote(value, safe="")
+
+
+def present(**values: Any) -> dict[str, Any]:
+    """The options that are set: an unset one takes the server's default."""
+    return {k: v for k, v in values.items() if v is not None}
+
+
+def rfc3339(value: datetime | str | None) -> str | None:
+    """A time as the API reads it (a naive datetime is taken as UTC by the API)."""
+    return value.isoformat() if isinstance(value, datetime) else value
+
+
+def tool_call(
+    user_id: str, session_id: str, tool_name: str, tool_args: Mapping[str, Any], **options: Any
+) -> dict[str, Any]:
+    """The body of a permission's route: the tool call, and the options that are set."""
+    call = {"user_id": user_id, "session_id": session_id, "tool_name": tool_name}
+    return call | {"tool_args": dict(tool_args)} | present(**options)
+
+
+def one(model: type[M]) -> Callable[[Any], M]:
+    """The reader of a body that is one `model`."""
+    return model.model_validate
+
+
+def listed(model: type[M], key: str) -> Callable[[Any], list[M]]:
+    """The reader of a body holding a list of `model` under `key`."""
+    return lambda body: [model.model_validate(item) for item in body[key]]
+
+
+def events_body(events: Iterable[Event]) -> list[dict[str, str]]:
+    """The API's events of `memories:generate`."""
+    out = []
+    for event in events:
+        if isinstance(event, Mapping):
+            out.append({"role": event["role"], "text": event["text"]})
+        else:
+            role, text = event
+            out.append({"role": role, "text": text})
+    return out

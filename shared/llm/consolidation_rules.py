@@ -2,16 +2,31 @@
 live memories of its user and scope.
 
 Only memories of the candidate's scope and project can be targets. Among them
-the candidate's memory is the one with the same non-empty entity name
-(case-insensitive; the most similar text if several), else the one whose text is at least
-`SAME_THING` similar. Similarity is the Jaccard index of the two texts' word
-sets, without function words, "user", "no longer", "project" and "session".
+the candidate's memory is, in this order:
+1. the one with the same non-empty entity name (case-insensitive; the most
+   similar text if several);
+2. the one stating the same fact: both texts read as clauses
+   (`shared.llm.clauses`) with the same subject and predicate, and either the
+   predicate has one value at a time ("lives in", a date, "the cache is"), or the
+   values are the same thing in another version ("gcc 12", "gcc 14": the same
+   `head`), or the candidate names the old value ("instead of Jenkins", "from
+   Friday to Monday"), or it states a change ("now", "switched to") and the
+   subject has that one value of the predicate;
+3. else, where either text reads as no clause, the one whose text is at least
+   `SAME_THING` similar. When both read as clauses, the clauses decide: "The
+   Osprey build uses gcc 12" is not "The Heron build uses gcc 12" however many
+   words they share.
+Similarity is the Jaccard index of the two texts' word sets, without function
+words, "user", "no longer", "project" and "session".
 
 - a revocation (the candidate says "no longer", as `shared.llm.extraction_rules`
-  writes "I no longer ...", "I don't ... anymore" and "forget that ...") →
-  DELETED of its memory, NONE if it has none;
+  writes "I no longer ...", "I don't ... anymore" and "forget that ..."; its
+  memory by clause only when the value is the same thing) → DELETED of its
+  memory, NONE if it has none; "no longer X but Y" is a change, not a revocation;
 - no memory → CREATED with the candidate's text;
-- its memory says the same (similarity at least `DUPLICATE`) → NONE;
+- its memory says the same → NONE: the same subject, predicate and value when
+  both read as clauses ("now uses gcc 14" after "uses gcc 14"), else a similarity
+  of at least `DUPLICATE`;
 - otherwise → UPDATED with the candidate's text: the newer statement about the
   same thing wins.
 """
@@ -21,6 +36,7 @@ from __future__ import annotations
 import re
 
 from shared.llm.base import Action, Candidate, Decision, ExistingMemory
+from shared.llm.clauses import Clause, head, parse
 from shared.llm.phrasing import word_set
 
 DUPLICATE = 0.9
@@ -46,37 +62,93 @@ def similarity(a: str, b: str) -> float:
     return len(left & right) / len(left | right)
 
 
-def is_revocation(candidate: Candidate) -> bool:
+def is_revocation(candidate: Candidate, clause: Clause | None = None) -> bool:
+    if clause is not None:
+        return clause.negated
     return _REVOCATION.search(candidate.text) is not None
 
 
 def decide(candidate: Candidate, existing: list[ExistingMemory]) -> Decision:
     """What to do with `candidate` (see the module docstring)."""
-    target = _its_memory(candidate, existing)
-    if is_revocation(candidate):
+    mine = [
+        m for m in existing if m.scope == candidate.scope and m.project_id == candidate.project_id
+    ]
+    new = parse(candidate.text)
+    target = (
+        _same_entity(candidate, mine)
+        or _same_fact(candidate, new, mine)
+        or _similar(candidate, new, mine)
+    )
+    if is_revocation(candidate, new):
         return (
             Decision(Action.DELETED, target.id, "") if target else Decision(Action.NONE, None, "")
         )
     if target is None:
         return Decision(Action.CREATED, None, candidate.text)
-    if similarity(candidate.text, target.text) >= DUPLICATE:
+    if _says_the_same(candidate, new, target):
         return Decision(Action.NONE, target.id, "")
     return Decision(Action.UPDATED, target.id, candidate.text)
 
 
-def _its_memory(candidate: Candidate, existing: list[ExistingMemory]) -> ExistingMemory | None:
-    same_place = [
-        m for m in existing if m.scope == candidate.scope and m.project_id == candidate.project_id
-    ]
+def _older(text: str, new: Clause | None) -> Clause | None:
+    """An existing memory's text as a clause, read for the candidate's verb."""
+    return parse(text, verb=new.predicate) if new is not None else parse(text)
+
+
+def _same_entity(candidate: Candidate, mine: list[ExistingMemory]) -> ExistingMemory | None:
+    # An empty entity name says nothing: such memories match otherwise.
     entity = candidate.entity_name.strip().casefold()
-    scored = [(similarity(candidate.text, m.text), m) for m in same_place]
-    # An empty entity name says nothing: such memories match by text only.
-    same_entity = [
-        (s, m) for s, m in scored if entity and m.entity_name.strip().casefold() == entity
+    same = [m for m in mine if entity and m.entity_name.strip().casefold() == entity]
+    return _most_similar(candidate, same)
+
+
+def _same_fact(
+    candidate: Candidate, new: Clause | None, mine: list[ExistingMemory]
+) -> ExistingMemory | None:
+    if new is None:
+        return None
+    slot = []  # the memories stating a value of the same subject's predicate
+    for memory in mine:
+        old = _older(memory.text, new)
+        if old is not None and (old.subject, old.predicate) == (new.subject, new.predicate):
+            slot.append((memory, old))
+    if new.negated:
+        same = [m for m, old in slot if head(old.value) == head(new.value)]
+    else:
+        same = [
+            m
+            for m, old in slot
+            if new.single
+            or head(old.value) == head(new.value)
+            or (new.previous and head(old.value) == head(new.previous))
+        ]
+        if not same and new.change and len(slot) == 1:
+            same = [slot[0][0]]  # "now X": what changed is the one value it had
+    return _most_similar(candidate, same)
+
+
+def _similar(
+    candidate: Candidate, new: Clause | None, mine: list[ExistingMemory]
+) -> ExistingMemory | None:
+    """The most similar memory at least `SAME_THING` similar, of those that a
+    clause cannot tell apart (the candidate or the memory reads as none)."""
+    similar = [
+        m
+        for m in mine
+        if (new is None or _older(m.text, new) is None)
+        and similarity(candidate.text, m.text) >= SAME_THING
     ]
-    if same_entity:
-        return max(same_entity, key=lambda pair: pair[0])[1]
-    similar = [(s, m) for s, m in scored if s >= SAME_THING]
-    if similar:
-        return max(similar, key=lambda pair: pair[0])[1]
-    return None
+    return _most_similar(candidate, similar)
+
+
+def _most_similar(candidate: Candidate, memories: list[ExistingMemory]) -> ExistingMemory | None:
+    if not memories:
+        return None
+    return max(memories, key=lambda m: similarity(candidate.text, m.text))
+
+
+def _says_the_same(candidate: Candidate, new: Clause | None, target: ExistingMemory) -> bool:
+    old = _older(target.text, new)
+    if new is not None and old is not None:
+        return (new.subject, new.predicate, new.value) == (old.subject, old.predicate, old.value)
+    return similarity(candidate.text, target.text) >= DUPLICATE

@@ -20,7 +20,8 @@ The memory tasks, each documented in its module:
   scope, kind, entity names from a facet lexicon (`shared.llm.facets`) and
   session references made explicit (`shared.llm.session_refs`);
 - consolidation (`shared.llm.consolidation_rules`): by entity name, then by
-  word-set similarity; the newer statement wins, a revocation retires;
+  the fact a clause states (`shared.llm.clauses`: subject, predicate, value),
+  then by word-set similarity; the newer statement wins, a revocation retires;
 - decomposition (`shared.llm.decomposition_rules`): split at "?", ";" and
   "and" between questions, at most four.
 Tokens are counted by the one estimator over what goes in and what comes out.

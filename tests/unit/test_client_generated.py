@@ -12,7 +12,9 @@ def test_the_blocking_client_is_generated_from_the_asyncio_one():
         if client_sync.unasync((client_sync.CLIENT / source).read_text(encoding="utf-8"), source)
         != (client_sync.CLIENT / target).read_text(encoding="utf-8")
     ]
-    assert stale == [], f"shared/client/{stale} out of date with aio*.py; run `make client`"
+    assert stale == [], (
+        f"shared/client: {', '.join(stale)} out of date with aio*.py; run `make client`"
+    )
 
 
 def test_the_client_models_are_generated_from_the_openapi_document():

@@ -170,7 +170,7 @@ class AppliedLog:
         for record in self.lines.records():
             # "duplicate": the API had buffered the turn already; the worker's
             # handling (the fold check) is what the lag measures then.
-            if record.get("outcome") not in ("acked", "duplicate"):
+            if record.get("outcome") not in ("applied", "duplicate"):
                 continue
             self.applied.setdefault(record["event_id"], log_time(record))
         return self.applied

@@ -55,7 +55,7 @@ class HandledLog:
             subscription = record.get("subscription")
             if subscription not in (SUBSCRIPTION, REQUESTS):
                 continue
-            if record["outcome"] not in ("acked", "duplicate"):
+            if record["outcome"] not in ("applied", "duplicate"):
                 problems[record["outcome"]] += 1
                 continue
             found = Handled(
@@ -151,7 +151,7 @@ def drain_figures(watch: DrainWatch, slots: int, cpu_after: dict[str, float]) ->
     window (from `cpu_after`, a reading at its end)."""
     handled, names, samples = list(watch.handled.values()), watch.names, watch.samples
     turns = [h for h in handled if h.subscription == SUBSCRIPTION]
-    windows = [h for h in handled if h.subscription == REQUESTS and h.outcome == "acked"]
+    windows = [h for h in handled if h.subscription == REQUESTS and h.outcome == "applied"]
     extracted = watch.extracted
     start = min(h.at - h.duration_ms / 1000 for h in handled)
     window = extracted[-1] - start

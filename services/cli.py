@@ -13,9 +13,9 @@ from datetime import timedelta
 from importlib import metadata
 from pathlib import Path
 
+from shared.bus.topology import WORKER_KINDS
 from shared.config import ConfigError, Settings, load_settings
 from shared.logging import configure_logging
-from shared.scale import WORKER_KINDS
 
 _SUB_HELP = "a subscription: its short name (turns-summary), full id or dead-letter name"
 
@@ -142,14 +142,14 @@ def _actions(
 
 def _add_processes(sub: _Subparsers) -> None:
     _command(sub, "api", "run the API (HTTP on AM_API_HOST:AM_API_PORT)")
-    from shared.bus.topology import SUBSCRIPTIONS
+    from shared.bus.topology import subscriptions_of
 
     # Each kind is a subcommand of its own so that `worker KIND --help` describes it.
     kinds = _actions(
         _command(sub, "worker", "run one worker process"), "kind", None, "the worker's kind"
     )
     for kind in WORKER_KINDS:
-        consumes = ", ".join(s.name for s in SUBSCRIPTIONS if s.consumer == kind)
+        consumes = ", ".join(s.name for s in subscriptions_of(kind))
         _command(kinds, kind, f"the {kind} worker, consuming {consumes}")
     _command(sub, "migrate", "apply the SQL migrations in schemas/migrations")
 

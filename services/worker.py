@@ -13,7 +13,7 @@ import signal
 import sys
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -27,10 +27,11 @@ from services.summary_worker import handlers as summary
 from shared.bootstrap import Resources, bootstrap, throttled_llm
 from shared.bus.changes import ChangeRelay
 from shared.bus.clients import subscriber_client
+from shared.bus.contract import BatchHandler, DeadLetterHook, Handler
 from shared.bus.dependencies import Dependencies
 from shared.bus.reporting import start_reporting
-from shared.bus.topology import full_name
-from shared.bus.worker import DeadLetterHook, HandlerTable, SubscriberRuntime
+from shared.bus.topology import WORKER_KINDS, full_name, subscriptions_of
+from shared.bus.worker import SubscriberRuntime
 from shared.config import Settings
 from shared.db.unit_of_work import UnitsOfWork
 from shared.health import worker_probes
@@ -52,13 +53,14 @@ class WorkerKind:
     valkey: bool
     llm: bool
     embedder: bool
-    handlers: Callable[[Resources], dict[str, HandlerTable]]
+    # The handler of each event type its subscriptions carry (the topology's).
+    handlers: Callable[[Resources], Mapping[type, Handler | BatchHandler]]
     # Handlers at once when AM_WORKER_CONCURRENCY is unset. The summary handler
     # waits mostly on Valkey round trips, so more of them drain faster; an extraction
     # handler mostly on the model.
     default_concurrency: int
     # What a subscription's dead letters must tell before they go (see DeadLetterHook).
-    dead_letter_hooks: Callable[[Resources], dict[str, DeadLetterHook]] | None = None
+    dead_letter_hooks: Callable[[Resources], Mapping[type, DeadLetterHook]] | None = None
     # A thread of the kind's own beside its subscriptions (started and stopped with them).
     background: Callable[[Resources, Dependencies], Background] | None = None
 
@@ -110,6 +112,7 @@ WORKERS: dict[str, WorkerKind] = {
         default_concurrency=4,
     ),
 }
+assert tuple(WORKERS) == WORKER_KINDS, "a worker kind is declared by its subscriptions"
 
 
 def stop_all(runtimes: list[SubscriberRuntime], timeout: float) -> bool:
@@ -141,10 +144,12 @@ def run_worker(kind: str, settings: Settings) -> int:
         publisher=True,
         pool_size=settings.db_pool_size or min(concurrency, DEFAULT_POOL_SIZE),
     )
-    tables = spec.handlers(resources)
+    handlers = spec.handlers(resources)
     hooks = spec.dead_letter_hooks(resources) if spec.dead_letter_hooks else {}
+    subscriptions = subscriptions_of(kind)
     subscriber = subscriber_client()
-    dependencies = _dependencies(spec, settings, resources, subscriber, list(tables))
+    names = [s.name for s in subscriptions]
+    dependencies = _dependencies(spec, settings, resources, subscriber, names)
     serve_metrics(settings.metrics_host, settings.metrics_port, down=dependencies.down)
     configure_tracing(settings.tracing, f"agent-memory-worker-{kind}")
     stop = threading.Event()
@@ -153,20 +158,20 @@ def run_worker(kind: str, settings: Settings) -> int:
     runtimes = [
         SubscriberRuntime(
             settings,
-            subscription,
-            table,
+            subscription.name,
+            {subscription.event: handlers[subscription.event]},
             resources.publisher,
             concurrency=concurrency,
             subscriber=subscriber,
             dependencies=dependencies,
-            on_dead_letter=hooks.get(subscription),
+            on_dead_letter=hooks.get(subscription.event),
         )
-        for subscription, table in tables.items()
+        for subscription in subscriptions
     ]
     background = spec.background(resources, dependencies) if spec.background else None
     # The backlog, replicas and rates the console shows, in Valkey (off without it).
     figures = start_reporting(
-        settings, kind=kind, subscriptions=list(tables), dependencies=dependencies.states
+        settings, kind=kind, subscriptions=names, dependencies=dependencies.states
     )
     # The Postgres kinds change memories: they publish their changes (the outbox).
     relay = None
@@ -243,7 +248,7 @@ def _run_until_stopped(runtimes: list[SubscriberRuntime], stop: threading.Event)
         if failed:
             for runtime in failed:
                 try:
-                    runtime.wait(timeout=0)
+                    runtime.wait()
                 except Exception as exc:
                     log.error(
                         "subscription stream failed",

@@ -39,7 +39,7 @@ SUMMARY_FOLDS = Counter(
 MESSAGES = Counter(
     "agent_memory_messages",
     "Messages a worker settled, by subscription and outcome "
-    "(acked, duplicate, dropped, skipped, retried, dead_lettered).",
+    "(applied, duplicate, dropped, skipped, retried, dead_lettered).",
     ["subscription", "outcome"],
 )
 # Counted when Pub/Sub confirms the publish: events, replays (`dlq replay`) and

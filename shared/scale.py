@@ -3,7 +3,8 @@ stack runs."""
 
 from __future__ import annotations
 
-WORKER_KINDS = ("summary", "extraction", "compaction")
+from shared.bus.topology import WORKER_KINDS
+
 # Replicas of one kind `agent-memory up` runs on one machine: eight extraction
 # replicas with their default pool of 4 connections hold 32 of the local Postgres's 200
 # connections.

@@ -12,6 +12,7 @@ from typing import overload
 from services.summary_worker.handlers import handlers
 from shared.bootstrap import Resources
 from shared.bus.publisher import EventPublisher
+from shared.bus.topology import subscriptions_of
 from shared.bus.worker import (
     BatchHandler,
     BatchResult,
@@ -183,7 +184,7 @@ def summary_handler(
     """The summary worker's handler, from the table its process runs (`handlers`),
     with the offline `rules` LLM by default."""
     resources = Resources(settings=settings, buffer=buffer, llm=llm or RulesLLM())
-    return handlers(resources)["turns-summary"][TurnRecorded]  # type: ignore[return-value]
+    return handlers(resources)[TurnRecorded]  # type: ignore[return-value]
 
 
 def inline_extraction(pool, llm, embedder, settings: Settings, window: int = 1):
@@ -226,19 +227,21 @@ def extraction_worker(
         settings=settings, pool=pool, llm=llm, embedder=embedder, publisher=publisher
     )
     hooks = extraction.dead_letter_hooks(resources)
+    handlers = extraction.handlers(resources)
     runtimes = {}
-    for subscription, table in extraction.handlers(resources).items():
-        if only is not None and subscription not in only:
+    for subscription in subscriptions_of("extraction"):
+        if only is not None and subscription.name not in only:
             continue
+        handler = handlers[subscription.event]
         if recorder is not None:
-            table = {kind: [recorder.wrap(h) for h in entry] for kind, entry in table.items()}
-        runtimes[subscription] = SubscriberRuntime(
+            handler = recorder.wrap(handler)
+        runtimes[subscription.name] = SubscriberRuntime(
             settings,
-            subscription,
-            table,
+            subscription.name,
+            {subscription.event: handler},
             publisher,
             concurrency=settings.worker_concurrency or 8,
-            on_dead_letter=hooks.get(subscription),
+            on_dead_letter=hooks.get(subscription.event),
         )
     sweep = IdleWindows(
         UnitsOfWork(pool, "extraction"),

@@ -13,7 +13,7 @@ from datetime import UTC, datetime
 from services.extraction_worker.archiving import Archiver
 from services.extraction_worker.handlers import Extraction
 from services.extraction_worker.windows import WindowExtraction
-from shared.bus.contract import DeadLetter
+from shared.bus.contract import DeadLetterNotice
 from shared.config import load_settings
 from shared.db.episodes import KeyPlan
 from shared.db.ledger import Claim
@@ -236,5 +236,7 @@ class Publisher:
         return done
 
 
-def letter_of(event, data: bytes = b"{}") -> DeadLetter:
-    return DeadLetter("extraction-requests", event, data, {}, "failed 5 attempts; last error x")
+def letter_of(event, data: bytes = b"{}") -> DeadLetterNotice:
+    return DeadLetterNotice(
+        "extraction-requests", event, data, {}, "failed 5 attempts; last error x"
+    )

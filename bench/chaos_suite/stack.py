@@ -25,11 +25,11 @@ from shared.bus.publisher import EventPublisher
 from shared.client import MemoryClient
 from shared.config import Settings, load_settings
 from shared.localstack.process import free_port, port_is_open
+from shared.localstack.stack import SERVICES
 
 if TYPE_CHECKING:
     from bench.chaos_suite.faults import Pause
 
-SERVICES = ("api", "summary", "extraction", "compaction")
 COMPONENTS = ("postgres", "valkey", "pubsub-emulator")
 # What `up` must not inherit, or it would use another stack's stores.
 STACK_VARIABLES = ("AM_DATABASE_URL", "AM_VALKEY_URL", "PUBSUB_EMULATOR_HOST", "AM_API_PORT")

@@ -35,8 +35,8 @@ import psycopg
 import structlog
 
 from shared.bootstrap import Resources
+from shared.bus.contract import Delivery, Handler, Outcome
 from shared.bus.publisher import EventPublisher
-from shared.bus.worker import Delivery, HandlerTable, Outcome
 from shared.config import Settings
 from shared.db.episodes import Episodes, OldEpisode
 from shared.db.ledger import Claim
@@ -336,8 +336,8 @@ def _identity(memory: MemoryRow | None) -> tuple[str, str] | None:
     return None if memory is None else (memory.id, memory.text)
 
 
-def handlers(resources: Resources) -> dict[str, HandlerTable]:
-    """The handler table of each subscription this worker consumes."""
+def handlers(resources: Resources) -> dict[type, Handler]:
+    """The handler of each event type this worker's subscriptions carry."""
     assert resources.pool is not None and resources.llm is not None
     assert resources.embedder is not None and resources.publisher is not None
     compaction = Compaction(
@@ -347,4 +347,4 @@ def handlers(resources: Resources) -> dict[str, HandlerTable]:
         resources.settings,
         resources.publisher,
     )
-    return {"compaction-requests": {CompactionRequested: [compaction.handle_request]}}
+    return {CompactionRequested: compaction.handle_request}

@@ -30,8 +30,8 @@ from services.extraction_worker.archiving import TURNS_CONSUMER, Archiver
 from services.extraction_worker.planning import Planner
 from services.extraction_worker.windows import WindowExtraction, dead_letter_window
 from shared.bootstrap import Resources
+from shared.bus.contract import DeadLetterHook, DeadLetterNotice, Delivery, Handler, Outcome
 from shared.bus.publisher import EventPublisher
-from shared.bus.worker import DeadLetter, DeadLetterHook, Delivery, HandlerTable, Outcome
 from shared.config import Settings
 from shared.db.ledger import Claim
 from shared.db.operations import Operations
@@ -178,7 +178,7 @@ def operation_result(applied: list[Applied]) -> list[dict[str, Any]]:
     return result
 
 
-def fail_operation(units: Units, letter: DeadLetter) -> None:
+def fail_operation(units: Units, letter: DeadLetterNotice) -> None:
     """A generate request that goes to the dead letters ends its operation with the
     reason, so that no client waits on it forever (a replay that succeeds later
     sets its result). Read from the raw body when the event could not be decoded."""
@@ -208,17 +208,19 @@ def _units(resources: Resources) -> Units:
     return UnitsOfWork(resources.pool, "extraction")
 
 
-def dead_letter_hooks(resources: Resources) -> dict[str, DeadLetterHook]:
+def dead_letter_hooks(resources: Resources) -> dict[type, DeadLetterHook]:
     assert resources.publisher is not None
     units = _units(resources)
     return {
-        GENERATE_CONSUMER: partial(fail_operation, units),
-        REQUESTS: partial(dead_letter_window, units, resources.publisher, resources.settings),
+        MemoriesGenerate: partial(fail_operation, units),
+        ExtractionRequested: partial(
+            dead_letter_window, units, resources.publisher, resources.settings
+        ),
     }
 
 
-def handlers(resources: Resources) -> dict[str, HandlerTable]:
-    """The handler table of each subscription this worker consumes."""
+def handlers(resources: Resources) -> dict[type, Handler]:
+    """The handler of each event type this worker's subscriptions carry."""
     assert resources.llm is not None and resources.embedder is not None
     assert resources.publisher is not None
     extraction = Extraction(
@@ -229,7 +231,7 @@ def handlers(resources: Resources) -> dict[str, HandlerTable]:
         publishing(resources.publisher, resources.settings),
     )
     return {
-        TURNS_CONSUMER: {TurnRecorded: [extraction.handle_turn]},
-        REQUESTS: {ExtractionRequested: [extraction.handle_request]},
-        GENERATE_CONSUMER: {MemoriesGenerate: [extraction.handle_generate]},
+        TurnRecorded: extraction.handle_turn,
+        ExtractionRequested: extraction.handle_request,
+        MemoriesGenerate: extraction.handle_generate,
     }

@@ -25,7 +25,7 @@ import structlog
 from services.extraction_worker.archiving import TURNS_CONSUMER
 from services.extraction_worker.planning import Planner
 from shared.bus.attributes import dead_letter_attributes
-from shared.bus.contract import DeadLetter, Outcome
+from shared.bus.contract import DeadLetterNotice, Outcome
 from shared.bus.publisher import EventPublisher
 from shared.bus.topology import dead_letter_name, full_name
 from shared.config import Settings
@@ -122,7 +122,7 @@ class WindowExtraction:
 
 
 def dead_letter_window(
-    units: Units, publisher: EventPublisher, settings: Settings, letter: DeadLetter
+    units: Units, publisher: EventPublisher, settings: Settings, letter: DeadLetterNotice
 ) -> None:
     """The hook of `extraction-requests`: a request about to be dead-lettered hands
     each turn of its window to the dead letters of `turns-extraction`, unchanged,

@@ -12,14 +12,7 @@ from functools import partial
 
 from services.summary_worker.folding import Folder, FoldPolicy
 from shared.bootstrap import Resources
-from shared.bus.worker import (
-    BatchHandler,
-    BatchResult,
-    Continue,
-    Delivery,
-    HandlerTable,
-    Outcome,
-)
+from shared.bus.contract import BatchHandler, BatchResult, Continue, Delivery, Outcome
 from shared.events import Event, TurnRecorded
 from shared.session_buffer import AppendResult, BufferedTurn, SessionBuffer, SessionKey
 
@@ -74,12 +67,12 @@ def _appended(appended: AppendResult) -> Outcome:
     return Outcome.APPLIED if appended.added else Outcome.DUPLICATE
 
 
-def handlers(resources: Resources) -> dict[str, HandlerTable]:
-    """The handler table of each subscription this worker consumes."""
+def handlers(resources: Resources) -> dict[type, BatchHandler]:
+    """The handler of each event type this worker's subscriptions carry."""
     assert resources.buffer is not None and resources.llm is not None
     folder = Folder(resources.buffer, resources.llm, FoldPolicy.from_settings(resources.settings))
     batch = BatchHandler(
         first=partial(record_turns, buffer=resources.buffer, policy=folder.policy),
         then=partial(fold, folder=folder),
     )
-    return {"turns-summary": {TurnRecorded: batch}}
+    return {TurnRecorded: batch}

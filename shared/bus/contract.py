@@ -12,7 +12,9 @@ from shared.events import Event
 
 
 class Outcome(StrEnum):
-    """What a handler did with an event."""
+    """What became of a message. A handler returns one of the first four; the
+    runtime settles with the others. The value is the `outcome` of the message's
+    log line and of `agent_memory_messages_total`."""
 
     APPLIED = "applied"
     DUPLICATE = "duplicate"  # already applied earlier: nothing changed
@@ -20,6 +22,15 @@ class Outcome(StrEnum):
     DROPPED = "dropped"
     # A replay meant for another subscription of the topic: acknowledged, not handled.
     SKIPPED = "skipped"
+    RETRIED = "retried"  # nacked (after its backoff): Pub/Sub delivers it again
+    DEAD_LETTERED = "dead_lettered"
+    HELD = "held"  # kept, leased, until a dependency answers: not settled yet
+
+
+# What a handler may return; each of them acknowledges the message.
+HANDLER_OUTCOMES = frozenset({Outcome.APPLIED, Outcome.DUPLICATE, Outcome.DROPPED, Outcome.SKIPPED})
+# Outcomes that end a message's life on its subscription.
+SETTLED = HANDLER_OUTCOMES | {Outcome.DEAD_LETTERED}
 
 
 @dataclass(frozen=True)
@@ -42,7 +53,7 @@ Handler = Callable[[Event, Delivery], Outcome]
 @dataclass(frozen=True)
 class Continue:
     """A batch handler's result for an event that needs its second phase: the
-    runtime runs the table entry's `then` with `value` on a handler thread."""
+    runtime runs the handler's `then` with `value` on a handler thread of its own."""
 
     value: Any = None
 
@@ -52,23 +63,24 @@ BatchResult = Outcome | Exception | Continue
 
 @dataclass(frozen=True, eq=False)
 class BatchHandler:
-    """Takes every event of its type from one pull in one call, so that their
-    common first step costs one round trip (the summary worker appends a whole
-    pull to Valkey in one pipeline). `first` returns, for each (event, delivery)
-    in order, the event's outcome, the exception it failed with (settled like a
-    handler's error), or `Continue` when the event needs `then`, its slow second
-    phase, which the runtime runs on a handler thread with the continuation's
-    value. With streaming pull each call of `first` holds one event."""
+    """Takes the events waiting for a handler together, in one call, so that their
+    common first step costs one round trip (the summary worker appends them to
+    Valkey in one pipeline). `first` returns, for each (event, delivery) in order,
+    the event's outcome, the exception it failed with (settled like a handler's
+    error), or `Continue` when the event needs `then`, its slow second phase, which
+    the runtime runs on another handler thread with the continuation's value."""
 
     first: Callable[[Sequence[tuple[Event, Delivery]]], Sequence[BatchResult]]
     then: Callable[[Event, Delivery, Any], Outcome] | None = None
 
 
-HandlerTable = Mapping[type, Sequence[Handler] | BatchHandler]
+# The handler of each event type a subscription carries. A table is either all
+# batch handlers or none: a batch takes every waiting message onto one thread.
+HandlerTable = Mapping[type, Handler | BatchHandler]
 
 
 @dataclass(frozen=True)
-class DeadLetter:
+class DeadLetterNotice:
     """A message the runtime is about to dead-letter, for a subscription's hook."""
 
     subscription: str
@@ -81,4 +93,4 @@ class DeadLetter:
 # Runs before a message goes to the dead letters, so that what waits on it can be
 # told (a generate operation becomes done with the reason). A dependency error
 # holds the message like a handler's; any other error is logged and ignored.
-DeadLetterHook = Callable[[DeadLetter], None]
+DeadLetterHook = Callable[[DeadLetterNotice], None]

@@ -3,7 +3,7 @@ not yet settled and its events per second, and the replicas of each worker kind,
 the processes' `Reporter`s left them in Valkey (keys: `figure_keys`).
 
 The backlog is what the topic's publishers counted less what the subscription's
-workers settled (acked, duplicate, dropped, skipped or dead-lettered); the oldest
+workers settled (applied, duplicate, dropped, skipped or dead-lettered); the oldest
 message is the (settled + 1)-th published, as if the subscription were consumed in
 order, and its time is that of the report that counted it, so the age is short by up
 to one reporting interval. Ages are by Valkey's clock, as the reports' times are.

@@ -34,6 +34,7 @@ import structlog
 import valkey
 
 from shared.bootstrap import make_valkey
+from shared.bus.contract import SETTLED as SETTLED_OUTCOMES
 from shared.bus.figure_keys import (
     HEARTBEAT_INTERVALS,
     PUBLISHED_AT_ENTRIES,
@@ -54,7 +55,7 @@ from shared.metrics import (
 log = structlog.get_logger("agent_memory.figures")
 
 # The outcomes after which a message is gone from its subscription (`retried` is not).
-SETTLED = frozenset({"acked", "duplicate", "dropped", "skipped", "dead_lettered"})
+SETTLED = frozenset(str(o) for o in SETTLED_OUTCOMES)
 # How long Valkey remembers the last report of a process it applied.
 APPLIED_SECONDS = 24 * 3600
 # Heartbeats older than this leave the index of replicas.

@@ -1,5 +1,7 @@
-"""What becomes of a message once its handlers are done: acknowledged, held for a
-dependency, retried after a backoff, or dead-lettered with its reason.
+"""What becomes of a message once its handler is done, decided and done in one
+place: acknowledged, held for a dependency, nacked for a retry after a backoff,
+dead-lettered with its reason, or handed back when the worker stops. Every
+message ends here with its one log line.
 
 - A `PermanentError` (the event can never succeed) is dead-lettered at once.
 - An error that says a dependency is down (`shared.errors.dependency_of`) is not
@@ -13,15 +15,12 @@ dependency, retried after a backoff, or dead-lettered with its reason.
 - Any other error is the event's: on the last allowed attempt the runtime
   dead-letters it itself (on the emulator an ordered subscription drops a message
   that exhausts its attempts instead of forwarding it); before that it is nacked
-  after the subscription's retry backoff. Pub/Sub waits that backoff itself; the
-  emulator redelivers a nacked message at once, so there the worker holds the
-  message for the backoff before it nacks, and `AM_MAX_DELIVERY_ATTEMPTS` means
-  the same on both.
+  with the subscription's retry backoff as its delay, so that
+  `AM_MAX_DELIVERY_ATTEMPTS` means the same on Pub/Sub and on the emulator.
 """
 
 from __future__ import annotations
 
-import heapq
 import threading
 import time
 from dataclasses import dataclass
@@ -30,33 +29,81 @@ from typing import Any
 import structlog
 
 from shared.bus.attributes import REPLAYED_FOR, dead_letter_attributes
-from shared.bus.contract import DeadLetter, DeadLetterHook, Outcome
+from shared.bus.contract import (
+    HANDLER_OUTCOMES,
+    DeadLetterHook,
+    DeadLetterNotice,
+    Delivery,
+    Outcome,
+)
+from shared.bus.delivery import Message
 from shared.bus.dependencies import Dependencies
 from shared.bus.publisher import EventPublisher
-from shared.bus.unary_pull import PulledMessage
 from shared.config import Settings
 from shared.embeddings.base import EmbeddingRateLimited
 from shared.errors import DependencyError, dependency_of, is_permanent
 from shared.events import Event
 from shared.llm.base import LLMRateLimited
-from shared.metrics import DEAD_LETTER_PUBLISHES, count_store_error
+from shared.metrics import (
+    DEAD_LETTER_PUBLISHES,
+    HANDLER_SECONDS,
+    MESSAGES,
+    count_store_error,
+)
+from shared.tracing import end_span
 
 log = structlog.get_logger("agent_memory.worker")
 
-HELD = "held"  # the outcome of a message kept for a dependency: not settled
 SETBACKS_ALLOWED = 3
 _MAX_TRACKED = 10_000  # message ids whose setbacks are remembered
 
 
 @dataclass
 class Pending:
-    """One message being settled, with what the runtime knows of it."""
+    """One message on its way through the runtime, with what is known of it."""
 
-    message: Any  # a streaming `Message` or a `PulledMessage`
-    attributes: dict[str, str]
+    message: Message
     attempt: int
-    event: Event | None
-    dependency: str = ""  # set when the outcome is HELD
+    started: float
+    event: Event | None = None
+    span: Any = None  # its tracing span (None when tracing is off)
+    dependency: str = ""  # what it is held for
+    settled: bool = False
+
+    @classmethod
+    def of(cls, message: Message) -> Pending:
+        return cls(message, message.delivery_attempt or 1, time.perf_counter())
+
+    @property
+    def attributes(self) -> dict[str, str]:
+        return dict(self.message.attributes)
+
+    def delivery(self, subscription: str) -> Delivery:
+        m = self.message
+        return Delivery(
+            subscription,
+            m.message_id,
+            self.attempt,
+            m.publish_time,
+            m.ordering_key,
+            self.attributes,
+        )
+
+    def context(self, subscription: str) -> dict[str, object]:
+        """The fields of its log lines."""
+        attributes = self.message.attributes
+        found: dict[str, object] = {
+            "event_id": attributes.get("event_id"),
+            "event_type": attributes.get("event_type"),
+            "app": attributes.get("app"),
+            "subscription": subscription,
+            "delivery_attempt": self.attempt,
+            "message_id": self.message.message_id,
+        }
+        key = getattr(self.event, "ordering_key", "")
+        if key:
+            found["session"] = key
+        return found
 
 
 def retry_backoff(settings: Settings, attempt: int) -> float:
@@ -83,38 +130,62 @@ class Settler:
         self.dead_letter_topic = dead_letter_topic
         self.dependencies = dependencies
         self.on_dead_letter = on_dead_letter
-        # Pub/Sub honours the retry policy; the emulator does not.
-        self.delayed = DelayedNacks() if settings.pubsub_emulator_host else None
         self._setbacks: dict[str, int] = {}
         self._lock = threading.Lock()
+        self._duration = HANDLER_SECONDS.labels(subscription)
 
     def settle(
-        self, pending: Pending, outcomes: list[Outcome], error: Exception | None
-    ) -> tuple[str, str]:
-        """Ack, hold, nack or dead-letter; the outcome and its reason."""
-        message, attempt = pending.message, pending.attempt
+        self, pending: Pending, outcome: Outcome | None = None, error: Exception | None = None
+    ) -> Outcome:
+        """Settle `pending` after its handler returned `outcome` or raised `error`;
+        what became of it (HELD: not settled, it runs again once its dependency answers)."""
+        if error is None and not (isinstance(outcome, Outcome) and outcome in HANDLER_OUTCOMES):
+            error = TypeError(f"a handler returned {type(outcome).__name__}, not an Outcome")
         if error is None:
-            message.ack()
-            self._forget(message.message_id)
-            return _acked(outcomes, pending.attributes)
+            assert outcome is not None
+            pending.message.ack()
+            self._forget(pending.message.message_id)
+            return self._record(pending, outcome, _why(outcome, pending))
+        settled, reason = self._after(pending, error)
+        if settled is Outcome.HELD:
+            end_span(pending.span, Outcome.HELD, reason)
+            log.debug(
+                "message held",
+                dependency=pending.dependency,
+                error=reason,
+                **pending.context(self.subscription),
+            )
+            return settled
+        return self._record(pending, settled, reason)
+
+    def hand_back(self, pending: Pending, reason: str) -> None:
+        """Nack `pending` at once without handling it (the worker is stopping)."""
+        pending.message.nack()
+        self._record(pending, Outcome.RETRIED, reason)
+
+    def _after(self, pending: Pending, error: Exception) -> tuple[Outcome, str]:
+        """Hold, nack or dead-letter after `error`; the outcome and its reason."""
         count_store_error(error)
         if is_permanent(error):
             return self._dead_letter(pending, str(error))
         reason = f"{type(error).__name__}: {error}"
+        message_id = pending.message.message_id
         dependency = dependency_of(error)
-        if dependency and (_rate_limited(error) or self._hold(message.message_id, dependency)):
+        if dependency and (_rate_limited(error) or self._hold(message_id, dependency)):
             pending.dependency = dependency
             self.dependencies.report(dependency, error)
-            return HELD, reason
+            return Outcome.HELD, reason
         if dependency:
             reason = (
                 f"failed on {dependency} {SETBACKS_ALLOWED + 1} times although it answered "
                 f"its probe; {reason}"
             )
-        if attempt >= self.settings.max_delivery_attempts:
-            return self._dead_letter(pending, f"failed {attempt} attempts; last error {reason}")
-        self._retry_later(message, attempt)
-        return "retried", reason
+        if pending.attempt >= self.settings.max_delivery_attempts:
+            return self._dead_letter(
+                pending, f"failed {pending.attempt} attempts; last error {reason}"
+            )
+        pending.message.nack(retry_backoff(self.settings, pending.attempt))
+        return Outcome.RETRIED, reason
 
     def _hold(self, message_id: str, dependency: str) -> bool:
         """Hold the message for `dependency`, unless it has failed on it too often
@@ -134,36 +205,27 @@ class Settler:
         with self._lock:
             self._setbacks.pop(message_id, None)
 
-    def _retry_later(self, message: Any, attempt: int) -> None:
-        delay = retry_backoff(self.settings, attempt)
-        if self.delayed is None or delay <= 0:
-            message.nack()
-            return
-        if isinstance(message, PulledMessage):
-            message.defer()  # settled by the delayed nack, not by the pull's thread
-        self.delayed.add(message, delay)
-
-    def _dead_letter(self, pending: Pending, reason: str) -> tuple[str, str]:
+    def _dead_letter(self, pending: Pending, reason: str) -> tuple[Outcome, str]:
         """Publish the message unchanged to the dead-letter topic with its reason, then ack.
 
         If the dead-letter publish is not confirmed the message is nacked instead,
         so it is never lost between the two topics."""
-        message = pending.message
+        message, attributes = pending.message, pending.attributes
         if self.on_dead_letter is not None:
-            letter = DeadLetter(
-                self.subscription, pending.event, message.data, pending.attributes, reason
+            notice = DeadLetterNotice(
+                self.subscription, pending.event, message.data, attributes, reason
             )
             try:
-                self.on_dead_letter(letter)
+                self.on_dead_letter(notice)
             except Exception as exc:
                 dependency = dependency_of(exc)
                 if dependency:  # told nobody yet: hold it, like a handler's failure
                     pending.dependency = dependency
                     self.dependencies.report(dependency, exc)
-                    return HELD, f"dead-letter hook: {type(exc).__name__}: {exc}"
+                    return Outcome.HELD, f"dead-letter hook: {type(exc).__name__}: {exc}"
                 log.error("dead-letter hook failed", error=repr(exc), reason=reason)
         dead = dead_letter_attributes(
-            pending.attributes, reason, self.subscription, pending.attempt, message.ordering_key
+            attributes, reason, self.subscription, pending.attempt, message.ordering_key
         )
         try:
             self.publisher.publish_raw(self.dead_letter_topic, message.data, dead).result(
@@ -172,20 +234,34 @@ class Settler:
         except Exception as exc:
             DEAD_LETTER_PUBLISHES.labels(self.subscription, "failed").inc()
             message.nack()
-            return "retried", f"dead-letter publish failed ({exc!r}); reason was: {reason}"
+            return Outcome.RETRIED, f"dead-letter publish failed ({exc!r}); reason was: {reason}"
         DEAD_LETTER_PUBLISHES.labels(self.subscription, "ok").inc()
         message.ack()
         self._forget(message.message_id)
-        return "dead_lettered", reason
+        return Outcome.DEAD_LETTERED, reason
 
-    def flush(self) -> None:
-        """Nack at once what waits for its backoff (the worker is stopping)."""
-        if self.delayed is not None:
-            self.delayed.flush()
+    def _record(self, pending: Pending, outcome: Outcome, reason: str) -> Outcome:
+        """The settled message's metrics, span and one log line."""
+        pending.settled = True
+        seconds = time.perf_counter() - pending.started
+        MESSAGES.labels(self.subscription, outcome).inc()
+        self._duration.observe(seconds)
+        failed = outcome in (Outcome.RETRIED, Outcome.DEAD_LETTERED)
+        end_span(pending.span, outcome, reason if failed else "")
+        fields: dict[str, object] = {"outcome": outcome, "duration_ms": round(seconds * 1000, 3)}
+        if reason:
+            fields["error"] = reason
+        fields.update(pending.context(self.subscription))
+        (log.warning if failed else log.info)("message handled", **fields)
+        return outcome
 
-    def close(self) -> None:
-        if self.delayed is not None:
-            self.delayed.close()
+
+def _why(outcome: Outcome, pending: Pending) -> str:
+    if outcome is Outcome.DROPPED:
+        return "the user was deleted after this event was created"
+    if outcome is Outcome.SKIPPED:
+        return f"a replay for {pending.message.attributes.get(REPLAYED_FOR)}"
+    return ""
 
 
 def _rate_limited(error: BaseException | None) -> bool:
@@ -199,64 +275,3 @@ def _rate_limited(error: BaseException | None) -> bool:
         error = error.__cause__ or error.__context__
         seen += 1
     return False
-
-
-def _acked(outcomes: list[Outcome], attributes: dict[str, str]) -> tuple[str, str]:
-    if all(o == Outcome.DUPLICATE for o in outcomes):
-        return "duplicate", ""
-    if all(o == Outcome.DROPPED for o in outcomes):
-        return "dropped", "the user was deleted after this event was created"
-    if all(o == Outcome.SKIPPED for o in outcomes):
-        return "skipped", f"a replay for {attributes.get(REPLAYED_FOR)}"
-    return "acked", ""
-
-
-class DelayedNacks:
-    """Nacks messages once their backoff has passed: one thread, a heap of due times.
-    A message waiting here stays leased (its lease is extended as usual)."""
-
-    def __init__(self) -> None:
-        self._heap: list[tuple[float, int, Any]] = []
-        self._count = 0
-        self._cond = threading.Condition()
-        self._closed = False
-        self._thread: threading.Thread | None = None
-
-    def add(self, message: Any, delay: float) -> None:
-        with self._cond:
-            if self._closed:
-                message.nack()
-                return
-            self._count += 1
-            heapq.heappush(self._heap, (time.monotonic() + delay, self._count, message))
-            if self._thread is None:
-                self._thread = threading.Thread(target=self._run, name="nack-later", daemon=True)
-                self._thread.start()
-            self._cond.notify_all()
-
-    def __len__(self) -> int:
-        with self._cond:
-            return len(self._heap)
-
-    def flush(self) -> None:
-        with self._cond:
-            due, self._heap = self._heap, []
-        for _at, _n, message in due:
-            message.nack()
-
-    def close(self) -> None:
-        with self._cond:
-            self._closed = True
-            self._cond.notify_all()
-        self.flush()
-
-    def _run(self) -> None:
-        while True:
-            with self._cond:
-                while not self._closed and (not self._heap or self._heap[0][0] > time.monotonic()):
-                    wait = self._heap[0][0] - time.monotonic() if self._heap else None
-                    self._cond.wait(timeout=wait)
-                if self._closed:
-                    return
-                _at, _n, message = heapq.heappop(self._heap)
-            message.nack()

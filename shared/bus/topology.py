@@ -12,6 +12,7 @@ from dataclasses import dataclass
 
 from shared.events import (
     CompactionRequested,
+    Event,
     ExtractionRequested,
     MemoriesGenerate,
     MemoryChanged,
@@ -22,7 +23,11 @@ from shared.events import (
 @dataclass(frozen=True)
 class TopicSpec:
     name: str  # short name, without the prefix
-    event_type: str
+    event: type[Event]  # what it carries
+
+    @property
+    def event_type(self) -> str:
+        return self.event.EVENT_TYPE
 
 
 @dataclass(frozen=True)
@@ -30,16 +35,21 @@ class SubscriptionSpec:
     name: str  # short name, without the prefix
     topic: str  # short topic name
     ordered: bool
-    consumer: str  # the worker that consumes it
+    consumer: str  # the kind of worker that consumes it
+
+    @property
+    def event(self) -> type[Event]:
+        """The event type it carries (its topic's)."""
+        return next(t.event for t in TOPICS if t.name == self.topic)
 
 
 TOPICS: tuple[TopicSpec, ...] = (
-    TopicSpec(TurnRecorded.TOPIC, TurnRecorded.EVENT_TYPE),
-    TopicSpec(MemoriesGenerate.TOPIC, MemoriesGenerate.EVENT_TYPE),
-    TopicSpec(CompactionRequested.TOPIC, CompactionRequested.EVENT_TYPE),
-    TopicSpec(ExtractionRequested.TOPIC, ExtractionRequested.EVENT_TYPE),
+    TopicSpec(TurnRecorded.TOPIC, TurnRecorded),
+    TopicSpec(MemoriesGenerate.TOPIC, MemoriesGenerate),
+    TopicSpec(CompactionRequested.TOPIC, CompactionRequested),
+    TopicSpec(ExtractionRequested.TOPIC, ExtractionRequested),
     # For other services (a push subscription is the webhook): none of ours reads it.
-    TopicSpec(MemoryChanged.TOPIC, MemoryChanged.EVENT_TYPE),
+    TopicSpec(MemoryChanged.TOPIC, MemoryChanged),
 )
 
 SUBSCRIPTIONS: tuple[SubscriptionSpec, ...] = (
@@ -55,6 +65,20 @@ SUBSCRIPTIONS: tuple[SubscriptionSpec, ...] = (
         "extraction-requests", ExtractionRequested.TOPIC, ordered=True, consumer="extraction"
     ),
 )
+
+
+# The worker kinds, each the consumer of its subscriptions above: the CLI's
+# `worker KIND`, `up --scale`, the Terraform's services and the runtime's tables
+# all take kinds and subscription names from here.
+WORKER_KINDS: tuple[str, ...] = tuple(dict.fromkeys(s.consumer for s in SUBSCRIPTIONS))
+
+
+def subscriptions_of(kind: str) -> tuple[SubscriptionSpec, ...]:
+    """The subscriptions a worker kind consumes."""
+    found = tuple(s for s in SUBSCRIPTIONS if s.consumer == kind)
+    if not found:
+        raise KeyError(f"unknown worker kind {kind!r}; known: {', '.join(WORKER_KINDS)}")
+    return found
 
 
 def full_name(prefix: str, short: str) -> str:

@@ -9,14 +9,13 @@ nothing for them). Unary pulls hold no stream; a message pulled by a worker that
 dies comes back when its lease ends, as Pub/Sub promises. The runtime therefore
 uses this delivery against the emulator and streaming pull against Pub/Sub.
 
-Flow control is explicit: at most `concurrency` handlers run at once and at most
-PREFETCH_FACTOR times as many messages are leased (a pull asks only for the free
-room); on stop, leased messages that have not started are nacked (any still queued
-behind busy handlers at the stop deadline are left to their lease). A lease thread extends
-the deadline of every message in flight; acks and nacks are sent in batches.
-Messages of one ordering key run one after another, as the streaming-pull client
-holds them back: turns of one session would otherwise take handler slots only to
-wait on each other (the extraction worker's per-user lock).
+Flow control is explicit: at most `max_outstanding` messages are leased (a pull
+asks only for the free room). A lease thread extends the deadline of every
+message not yet settled; acks and nacks are sent in batches. With `in_key_order`
+a message reaches the sink only once the one of its ordering key before it is
+settled, as the streaming-pull client holds them back: turns of one session would
+otherwise take handler slots only to wait on each other (the extraction worker's
+per-user lock).
 """
 
 from __future__ import annotations
@@ -25,7 +24,6 @@ import threading
 import time
 from collections import deque
 from collections.abc import Callable, Iterator
-from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime
 from typing import Any
 
@@ -33,12 +31,15 @@ import structlog
 from google.api_core import exceptions as gexc
 from google.cloud import pubsub_v1
 
+from shared.bus.delivery import DelayedNacks, Message, Sink
+
 log = structlog.get_logger("agent_memory.worker")
 
 PULL_TIMEOUT_SECONDS = 2.5  # the emulator answers an empty pull about 1 s before this
 PULL_ERROR_PAUSE_SECONDS = 1.0
 ACK_FLUSH_SECONDS = 0.05  # acks wait at most this long, to go in batches
 MAX_IDS_PER_REQUEST = 1000
+MAX_LEASE_SECONDS = 3600  # a handler stuck longer loses its lease: the message is redelivered
 
 
 def ack_id_chunks(ack_ids: list[str]) -> Iterator[list[str]]:
@@ -47,18 +48,11 @@ def ack_id_chunks(ack_ids: list[str]) -> Iterator[list[str]]:
         yield ack_ids[start : start + MAX_IDS_PER_REQUEST]
 
 
-PREFETCH_FACTOR = 4  # messages leased ahead of the handlers, so pulls come in batches
-MAX_LEASE_SECONDS = 3600  # a handler stuck longer loses its lease: the message is redelivered
-
-
 class PulledMessage:
-    """One received message, with the same surface the handlers' runtime uses for
-    streaming-pull messages (data, attributes, ordering_key, ack, nack, ...).
+    """One received message. Built from the raw protobuf: proto-plus wrappers cost
+    more CPU per message than the summary handler itself."""
 
-    Built from the raw protobuf: proto-plus wrappers cost more CPU per message
-    than the summary handler itself."""
-
-    def __init__(self, received: Any, delivery: UnaryPullDelivery) -> None:
+    def __init__(self, received: Any, delivery: UnaryPull) -> None:
         message = received.message
         self.ack_id: str = received.ack_id
         self.delivery_attempt: int = received.delivery_attempt or 1
@@ -67,62 +61,49 @@ class PulledMessage:
         self.ordering_key: str = message.ordering_key
         self.message_id: str = message.message_id
         self.publish_time: datetime | None = message.publish_time.ToDatetime(tzinfo=UTC)
-        self.settled = False
-        self.handed_on = False  # given to `run_later`, which settles it
         self._delivery = delivery
 
     def ack(self) -> None:
-        self.settled = True
-        self._delivery.settle(self.ack_id, ack=True)
+        self._delivery.settle(self, ack=True)
 
-    def nack(self) -> None:
-        self.settled = True
-        self._delivery.settle(self.ack_id, ack=False)
+    def nack(self, delay: float = 0.0) -> None:
+        self._delivery.nack(self, delay)
 
-    def defer(self) -> None:
-        """Someone else settles it later (a nack after its retry backoff)."""
-        self.handed_on = True
-
-    def keep_leased(self) -> None:
-        """Held for a dependency, not stuck: keep extending its lease past
-        MAX_LEASE_SECONDS."""
+    def extend(self) -> None:
         self._delivery.keep_leased(self.ack_id)
 
 
-class UnaryPullDelivery:
-    """Pulls messages for one subscription and hands each pull's messages to
-    `callback` on a pool thread; the callback settles each message or hands it to
-    `run_later` (another pool thread). Unless `whole_pulls`, each message is its
-    own call, on its own thread."""
+class UnaryPull:
+    """Pulls messages of one subscription and hands them to `sink`."""
 
     def __init__(
         self,
         subscriber: pubsub_v1.SubscriberClient,
         subscription_path: str,
-        callback: Callable[[list[PulledMessage]], None],
-        concurrency: int,
+        sink: Sink,
+        *,
+        max_outstanding: int,
         lease_seconds: int,
-        thread_name: str,
-        whole_pulls: bool = True,
+        in_key_order: bool,
+        backoff_emulated: bool = True,
         may_pull: Callable[[], bool] | None = None,
         on_error: Callable[[Exception], None] | None = None,
     ) -> None:
         self.subscriber = subscriber
+        self.path = subscription_path
+        self.sink = sink
+        self.max_outstanding = max_outstanding
+        self.lease_seconds = lease_seconds
+        self.in_key_order = in_key_order
+        self.delayed = DelayedNacks() if backoff_emulated else None
         # False while a dependency is down: nothing new is pulled meanwhile.
         self.may_pull = may_pull or (lambda: True)
         self.on_error = on_error or (lambda _exc: None)
-        self.whole_pulls = whole_pulls
-        self.path = subscription_path
-        self.callback = callback
-        self.concurrency = concurrency
-        self.max_outstanding = concurrency * PREFETCH_FACTOR
-        self.lease_seconds = lease_seconds
-        self.executor = ThreadPoolExecutor(max_workers=concurrency, thread_name_prefix=thread_name)
         self._stopping = threading.Event()
         self._done = threading.Event()
         self._error: BaseException | None = None
         self._cond = threading.Condition()
-        # ack id -> when it was pulled, for every message not yet settled
+        # ack id -> when it was pulled (or last held on purpose), for every message not settled
         self._leased: dict[str, float] = {}
         # Lease extensions and nacks go out in the order they were decided, so an
         # extension can never overtake (and undo) a nack. (Acks need no order: an
@@ -132,10 +113,8 @@ class UnaryPullDelivery:
         self._to_nack: list[str] = []
         self._to_extend: list[str] = []  # first leases of fresh pulls
         self._threads: list[threading.Thread] = []
-        # Ordering key -> messages of that key pulled while one of it is in a handler,
-        # in delivery order (as the streaming-pull client holds them): turns of one
-        # session must not take handler slots only to wait on each other's user lock.
-        self._on_hold: dict[str, deque[list[PulledMessage]]] = {}
+        # Ordering key -> its messages pulled while one of it is at the sink, in order.
+        self._on_hold: dict[str, deque[PulledMessage]] = {}
 
     # -- lifecycle -----------------------------------------------------------------
     def start(self) -> None:
@@ -149,18 +128,26 @@ class UnaryPullDelivery:
             self._threads.append(thread)
 
     def request_stop(self) -> None:
-        """Stop pulling (returns at once)."""
+        """Stop pulling (returns at once). What waits for its backoff is nacked now,
+        and what waits behind its ordering key goes to the sink, which hands it back."""
         self._stopping.set()
+        if self.delayed is not None:
+            self.delayed.flush()
         with self._cond:
+            held = [m for queue in self._on_hold.values() for m in queue]
+            for queue in self._on_hold.values():
+                queue.clear()
             self._cond.notify_all()
+        if held:
+            self.sink(list(held))
 
     def stop(self, timeout: float) -> bool:
-        """Stop pulling; wait up to `timeout` for handlers; settle what they decided.
+        """Stop pulling; wait up to `timeout` for every leased message to be settled.
 
         The pull in progress ends by itself within PULL_TIMEOUT_SECONDS (what it
-        brings is handed back at once), meanwhile handlers finish. True if every
-        handler finished; one still running at the deadline keeps its message
-        unacknowledged, and Pub/Sub redelivers it when its lease ends."""
+        brings is returned unopened). True if nothing stayed
+        leased; a message still in a handler at the deadline is not acknowledged,
+        and Pub/Sub redelivers it when its lease ends."""
         deadline = time.monotonic() + timeout
         self.request_stop()
         puller = self._threads[0] if self._threads else None
@@ -170,7 +157,8 @@ class UnaryPullDelivery:
             ):
                 self._cond.wait(timeout=max(0.0, min(0.05, deadline - time.monotonic())))
             drained = not self._leased
-        self.executor.shutdown(wait=False, cancel_futures=True)
+        if self.delayed is not None:
+            self.delayed.close()
         self._done.set()
         self._flush()
         return drained
@@ -187,17 +175,42 @@ class UnaryPullDelivery:
         with self._cond:
             return len(self._leased)
 
+    # -- settling --------------------------------------------------------------------
+    def settle(self, message: PulledMessage, ack: bool, *, release: bool = True) -> None:
+        with self._cond:
+            self._leased.pop(message.ack_id, None)
+            (self._to_ack if ack else self._to_nack).append(message.ack_id)
+            self._cond.notify_all()
+        if release:
+            self._release_key(message)
+
+    def nack(self, message: PulledMessage, delay: float) -> None:
+        if self.delayed is None or delay <= 0:
+            self.settle(message, ack=False)
+            return
+        # It stays leased until its nack; its key moves on now, as it did when
+        # Pub/Sub itself held the nacked message back for the backoff.
+        self.delayed.add(lambda: self.settle(message, ack=False, release=False), delay)
+        self._release_key(message)
+
     def keep_leased(self, ack_id: str) -> None:
         with self._cond:
             if ack_id in self._leased:
                 self._leased[ack_id] = time.monotonic()
 
-    # -- settling --------------------------------------------------------------------
-    def settle(self, ack_id: str, ack: bool) -> None:
+    def _release_key(self, message: PulledMessage) -> None:
+        """Hand on the next message of `message`'s ordering key, if one waits."""
+        if not (self.in_key_order and message.ordering_key):
+            return
         with self._cond:
-            self._leased.pop(ack_id, None)
-            (self._to_ack if ack else self._to_nack).append(ack_id)
-            self._cond.notify_all()
+            queue = self._on_hold.get(message.ordering_key)
+            if queue is None:
+                return
+            if not queue:
+                del self._on_hold[message.ordering_key]
+                return
+            following = queue.popleft()
+        self.sink([following])
 
     def _flush(self) -> None:
         with self._cond:
@@ -227,74 +240,21 @@ class UnaryPullDelivery:
             # A lost ack only means a redelivery, which the ledger makes harmless.
             log.warning("ack or lease request failed", error=repr(exc), ids=len(request["ack_ids"]))
 
-    def _run(self, messages: list[PulledMessage]) -> None:
-        try:
-            if self._stopping.is_set():
-                for message in messages:
-                    message.nack()  # leased ahead but not started: hand it back
-                return
-            self.callback(messages)
-        except Exception as exc:
-            log.error("pull callback failed", subscription=self.path, error=repr(exc))
-        finally:
-            for message in messages:
-                if not (message.settled or message.handed_on):  # escaped without deciding
-                    message.nack()
-
-    def _key(self, part: list[PulledMessage]) -> str:
-        return "" if self.whole_pulls else part[0].ordering_key
-
-    def _hold(self, part: list[PulledMessage]) -> bool:
-        """Queue `part` behind the message of its ordering key in a handler now (it
-        stays leased meanwhile); False if none is, and its key is now taken."""
-        key = self._key(part)
-        if not key:
-            return False
+    def _in_turn(self, pulled: list[PulledMessage]) -> list[PulledMessage]:
+        """The messages whose ordering key is free (each takes it); the others wait."""
+        if not self.in_key_order:
+            return pulled
+        ready = []
         with self._cond:
-            if key in self._on_hold:
-                self._on_hold[key].append(part)
-                return True
-            self._on_hold[key] = deque()
-            return False
-
-    def _run_in_order(self, part: list[PulledMessage]) -> None:
-        """`_run`, then each message of its ordering key held meanwhile, in order."""
-        key = self._key(part)
-        while True:
-            self._run(part)
-            if not key:
-                return
-            with self._cond:
-                held = self._on_hold[key]
-                if not held:
-                    del self._on_hold[key]
-                    return
-                part = held.popleft()
-
-    def run_later(
-        self, message: PulledMessage, work: Callable[[], None], abandoned: Callable[[], None]
-    ) -> None:
-        """Run `work`, which settles `message`, on a pool thread. If the worker stops
-        before it starts, the message is nacked and `abandoned` is called instead."""
-        message.handed_on = True
-        try:
-            self.executor.submit(self._run_one, message, work, abandoned)
-        except RuntimeError:  # the pool shut down at the stop deadline
-            message.nack()
-            abandoned()
-
-    def _run_one(
-        self, message: PulledMessage, work: Callable[[], None], abandoned: Callable[[], None]
-    ) -> None:
-        try:
-            if self._stopping.is_set():
-                message.nack()  # not started: hand it back
-                abandoned()
-                return
-            work()
-        finally:
-            if not message.settled:
-                message.nack()
+            for message in pulled:
+                key = message.ordering_key
+                if key and key in self._on_hold:
+                    self._on_hold[key].append(message)
+                    continue
+                if key:
+                    self._on_hold[key] = deque()
+                ready.append(message)
+        return ready
 
     # -- threads ---------------------------------------------------------------------
     def _settle_loop(self) -> None:
@@ -338,7 +298,7 @@ class UnaryPullDelivery:
                     self._stopping.wait(PULL_ERROR_PAUSE_SECONDS)
                     received = []
                 if received and self._stopping.is_set():
-                    # Pulled as we were stopping: hand them straight back.
+                    # Pulled as we were stopping: returned unopened, never received.
                     self._modack([r.ack_id for r in received], 0)
                     received = []
                 now = time.monotonic()
@@ -349,14 +309,9 @@ class UnaryPullDelivery:
                     # worker killed now has its messages back within seconds.
                     self._to_extend.extend(r.ack_id for r in received)
                 pulled = [PulledMessage(r, self) for r in received]
-                for part in [pulled] if self.whole_pulls and pulled else [[m] for m in pulled]:
-                    if self._hold(part):
-                        continue
-                    try:
-                        self.executor.submit(self._run_in_order, part)
-                    except RuntimeError:  # the pool shut down at the stop deadline
-                        for message in part:
-                            message.nack()
+                ready: list[Message] = list(self._in_turn(pulled))
+                if ready:
+                    self.sink(ready)
         except BaseException as exc:
             self._error = exc
             log.error("pull loop failed", subscription=self.path, error=repr(exc))

@@ -57,11 +57,11 @@ from shared.localstack.supervision import (
     stop_group,
     wait_answering,
 )
-from shared.scale import parse_scale
+from shared.scale import WORKER_KINDS, parse_scale
 
 log = structlog.get_logger("agent_memory.up")
 
-SERVICES = ("api", "summary", "extraction", "compaction")
+SERVICES = ("api", *WORKER_KINDS)
 # Within 10 s: services drain, components shut down, stragglers are killed. Worst
 # case 5.5 + 0.5 + 2.5 + 0.5 = 9 s (a SIGKILLed process is gone at once).
 STOP_SERVICES_SECONDS = 5.5

@@ -232,7 +232,7 @@ def test_up_runs_the_stack_and_stops_it_cleanly(tmp_path):
         assert _total(summaries, handled) == 11
         assert _total(summaries, 'agent_memory_summary_folds_total{result="stored"}') == 1
         extractions = [_scrape(metrics[n]) for n in ("extraction", "extraction-2")]
-        acked = 'agent_memory_messages_total{outcome="acked",subscription="turns-extraction"}'
+        acked = 'agent_memory_messages_total{outcome="applied",subscription="turns-extraction"}'
         assert _total(extractions, acked) == 11
 
         # A replica killed is started again on its own; the others keep running.

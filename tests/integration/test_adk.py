@@ -132,7 +132,7 @@ def extracted(app_settings, topology, pool, publisher, extraction) -> Iterator[l
         handled.append(event)
         return outcome
 
-    with running(app_settings, "turns-extraction", {TurnRecorded: [handle]}, publisher):
+    with running(app_settings, "turns-extraction", {TurnRecorded: handle}, publisher):
         yield handled
 
 

@@ -74,8 +74,8 @@ def client(base_url, keys) -> Iterator[MemoryClient]:
 def extraction_worker(api_settings, publisher, pool) -> Iterator[None]:
     """The extraction worker's handlers (archive and generate), `rules` LLM."""
     extraction = inline_extraction(pool, RulesLLM(), make_embedder(api_settings), api_settings)
-    turns = {TurnRecorded: [extraction.handle_turn]}
-    generate = {MemoriesGenerate: [extraction.handle_generate]}
+    turns = {TurnRecorded: extraction.handle_turn}
+    generate = {MemoriesGenerate: extraction.handle_generate}
     with (
         running(api_settings, "turns-extraction", turns, publisher),
         running(api_settings, "memory-generate-extraction", generate, publisher),

@@ -271,7 +271,7 @@ def test_120_old_episodes_are_folded_50_at_a_time_until_none_is_left(
     _add(pool, ids, statements)
     _add(pool, ids, ["Never deploy on Fridays."], age=RECENT)
     recorder = Recorder()
-    table = {CompactionRequested: [recorder.wrap(compaction.handle_request)]}
+    table = {CompactionRequested: recorder.wrap(compaction.handle_request)}
     event = _request(ids, batch_limit=50)
     with running(settings, "compaction-requests", table, publisher):
         publisher.publish(event).result(timeout=10)
@@ -318,7 +318,7 @@ def test_a_continuation_whose_publish_failed_is_published_by_the_redelivery(
         _FailingOnce(publisher),
     )
     recorder = Recorder()
-    table = {CompactionRequested: [recorder.wrap(compaction.handle_request)]}
+    table = {CompactionRequested: recorder.wrap(compaction.handle_request)}
     event = _request(ids, batch_limit=2)
     continuation = continuation_of(event)
     with running(settings, "compaction-requests", table, publisher):
@@ -370,7 +370,7 @@ def test_a_sweep_compacts_each_user_with_old_episodes_once_even_when_redelivered
             if delivery.delivery_attempt >= 2:
                 swept_twice.set()
 
-    table = {CompactionRequested: [recorder.wrap(handle)]}
+    table = {CompactionRequested: recorder.wrap(handle)}
     sweep = CompactionRequested(
         event_id=str(uuid.uuid4()),
         app=ids["app"],
@@ -412,7 +412,7 @@ def test_a_request_with_bad_bounds_is_dead_lettered(settings, compaction, publis
     record = json.loads(good.data)
     bad = dict(record, retention_days=0, event_id=str(uuid.uuid4()))
     recorder = Recorder()
-    table = {CompactionRequested: [recorder.wrap(compaction.handle_request)]}
+    table = {CompactionRequested: recorder.wrap(compaction.handle_request)}
     with running(settings, "compaction-requests", table, publisher):
         publisher.publish_raw(
             publisher.topic_path(CompactionRequested.TOPIC),
@@ -445,7 +445,7 @@ def test_the_compact_command_publishes_requests_the_worker_applies(
     _add(pool, ids, ["I prefer tea."], user_id=users["a"])
     _add(pool, ids, ["Never deploy on Fridays."], user_id=users["b"], project="Alpha")
     _add(pool, ids, ["I prefer coffee."], user_id=users["c"], age=RECENT)
-    table = {CompactionRequested: [compaction.handle_request]}
+    table = {CompactionRequested: compaction.handle_request}
     with running(local, "compaction-requests", table, publisher):
         assert run_compact_command(_args(all=True), local) == 0
         out = capsys.readouterr().out.splitlines()

@@ -199,7 +199,7 @@ def test_a_replayed_dead_letter_of_a_deleted_user_creates_nothing(
         return extraction.handle_turn(event, delivery)
 
     recorder = Recorder()
-    table = {TurnRecorded: [recorder.wrap(handler)]}
+    table = {TurnRecorded: recorder.wrap(handler)}
     with running(app_settings, "turns-extraction", table, publisher):
         publisher.publish(turn).result(timeout=10)
         queues = DeadLetterQueues(app_settings)

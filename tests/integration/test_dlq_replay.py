@@ -39,10 +39,8 @@ def test_a_replay_reaches_only_the_subscription_that_dead_lettered_it(
 
     before = _skipped("turns-extraction")
     with (
-        running(settings, "turns-summary", {TurnRecorded: [summary.wrap(applied)]}, publisher),
-        running(
-            settings, "turns-extraction", {TurnRecorded: [extraction.wrap(applied)]}, publisher
-        ),
+        running(settings, "turns-summary", {TurnRecorded: summary.wrap(applied)}, publisher),
+        running(settings, "turns-extraction", {TurnRecorded: extraction.wrap(applied)}, publisher),
     ):
         replay = run_cli(settings, "dlq", "replay", "turns-summary")
         assert replay.returncode == 0, replay.stderr
@@ -87,7 +85,7 @@ def test_letters_that_fail_again_go_back_once_and_the_run_ends(settings, topolog
             interval=0.2,
         )
 
-    table = {TurnRecorded: [recorder.wrap(still_broken)]}
+    table = {TurnRecorded: recorder.wrap(still_broken)}
     with running(settings, "turns-summary", table, publisher):
         first = run_cli(settings, "dlq", "replay", "turns-summary", timeout=60)
         assert first.returncode == 0, first.stderr

@@ -25,11 +25,9 @@ def test_the_same_event_published_three_times_is_applied_once(
         publisher.publish(turn).result(timeout=10)
     summary_table = {TurnRecorded: summary.wrap(summary_handler(settings, buffer))}
     extraction_table = {
-        TurnRecorded: [
-            extraction.wrap(
-                inline_extraction(pool, RulesLLM(), make_embedder(settings), settings).handle_turn
-            )
-        ]
+        TurnRecorded: extraction.wrap(
+            inline_extraction(pool, RulesLLM(), make_embedder(settings), settings).handle_turn
+        )
     }
     with (
         running(settings, "turns-summary", summary_table, publisher),

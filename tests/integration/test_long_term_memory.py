@@ -269,7 +269,7 @@ def test_the_extraction_transaction_is_all_or_nothing(settings, topology, publis
         extraction = inline_extraction(pool, RulesLLM(), make_embedder(settings), settings)
         recorder = Recorder()
         turn = make_turn(ids, 1, user="Remember that the staging database is called orchid.")
-        table = {TurnRecorded: [recorder.wrap(extraction.handle_turn)]}
+        table = {TurnRecorded: recorder.wrap(extraction.handle_turn)}
         with running(settings, "turns-extraction", table, publisher):
             publisher.publish(turn).result(timeout=10)
             wait_for(lambda: recorder.count() >= 1, 30, "the first attempt")
@@ -305,7 +305,7 @@ def test_the_extraction_transaction_is_all_or_nothing(settings, topology, publis
 def test_generate_returns_an_operation_that_reports_each_action(
     client, app_settings, publisher, pool, ids, extraction
 ):
-    table = {MemoriesGenerate: [extraction.handle_generate]}
+    table = {MemoriesGenerate: extraction.handle_generate}
     body = {
         "user_id": ids["user_id"],
         "scope": {"project_id": "CloudRetail"},

@@ -28,7 +28,7 @@ def _value(name: str, **labels: str) -> float:
 def _snapshot() -> dict[str, float]:
     found = {
         outcome: _value("agent_memory_messages_total", subscription=SUB, outcome=outcome)
-        for outcome in ("acked", "duplicate", "retried", "dead_lettered")
+        for outcome in ("applied", "duplicate", "retried", "dead_lettered")
     }
     found["handled"] = _value("agent_memory_handler_seconds_count", subscription=SUB)
     found["dead_letter_publishes"] = _value(
@@ -69,7 +69,7 @@ def test_counters_move_as_messages_are_acked_retried_duplicated_and_dead_lettere
 
     delta = {name: moved[name] - before[name] for name in before}
     assert delta == {
-        "acked": 2,  # the flaky turn at its third attempt, the steady one the first time
+        "applied": 2,  # the flaky turn at its third attempt, the steady one the first time
         "duplicate": 1,
         "retried": 2,
         "dead_lettered": 1,
@@ -109,7 +109,7 @@ def test_the_autoscaling_signals_follow_the_work_in_flight(settings, topology, p
         publisher.publish(event).result(timeout=10)
     published = time.time()
     started = time.time()
-    with running(settings, SUB, {TurnRecorded: [blocking]}, publisher) as runtime:
+    with running(settings, SUB, {TurnRecorded: blocking}, publisher) as runtime:
         wait_for(lambda: len(entered) == 3, 30, "three handlers to block")
         handed_over = time.time()
         assert _value("agent_memory_messages_in_flight", subscription=SUB) == 3

@@ -92,7 +92,7 @@ def test_a_sessions_turns_run_one_at_a_time_beside_other_sessions(
             now["all"] -= 1
         return Outcome.APPLIED
 
-    table = {TurnRecorded: [slow]}
+    table = {TurnRecorded: slow}
     with running(settings, "turns-extraction", table, publisher):
         for n in range(1, TURNS + 1):
             for session in sessions:

@@ -195,7 +195,7 @@ def test_extraction_waits_out_postgres_stopped_and_killed_and_archives_each_turn
         return [row[0] for row in rows]
 
     attempts = Attempts()
-    table = {TurnRecorded: [attempts.single(extraction.handle_turn)]}
+    table = {TurnRecorded: attempts.single(extraction.handle_turn)}
     spent = _spent("turns-extraction")
     runtime = _runtime(settings, "turns-extraction", table, publisher, dependencies)
     try:
@@ -270,9 +270,7 @@ def test_an_events_own_failures_are_retried_after_the_subscriptions_backoff(
         calls.append(time.monotonic())
         raise RuntimeError("this event breaks the handler")
 
-    runtime = _runtime(
-        settings, "turns-summary", {TurnRecorded: [broken]}, publisher, Dependencies()
-    )
+    runtime = _runtime(settings, "turns-summary", {TurnRecorded: broken}, publisher, Dependencies())
     try:
         publisher.publish(make_turn(ids, 1)).result(timeout=10)
         (letter,) = wait_for(
@@ -302,7 +300,7 @@ def test_a_message_that_fails_on_a_dependency_which_answers_its_probe_is_dead_le
 
     dependencies = Dependencies({"llm": Probe(lambda: None)}, retry_min=0.05, retry_max=0.1)
     runtime = _runtime(
-        settings, "turns-summary", {TurnRecorded: [always_times_out]}, publisher, dependencies
+        settings, "turns-summary", {TurnRecorded: always_times_out}, publisher, dependencies
     )
     try:
         publisher.publish(make_turn(ids, 1)).result(timeout=10)

@@ -75,7 +75,7 @@ def test_a_worker_receives_a_message_of_several_megabytes(big_client, app_settin
     runtime = SubscriberRuntime(
         app_settings,
         "memory-generate-extraction",
-        {MemoriesGenerate: [record]},
+        {MemoriesGenerate: record},
         publisher,
         concurrency=2,
     )
@@ -103,10 +103,10 @@ def test_a_generate_request_whose_event_is_dead_lettered_ends_its_operation(
     runtime = SubscriberRuntime(
         app_settings,
         "memory-generate-extraction",
-        {MemoriesGenerate: [broken]},
+        {MemoriesGenerate: broken},
         publisher,
         concurrency=2,
-        on_dead_letter=hooks["memory-generate-extraction"],
+        on_dead_letter=hooks[MemoriesGenerate],
     )
     runtime.start()
 
@@ -160,7 +160,7 @@ def test_a_message_no_worker_settled_on_its_last_attempt_is_dead_lettered_with_a
             }
         )
     recorder = Recorder()
-    table = {TurnRecorded: [recorder.wrap(lambda event, delivery: Outcome.APPLIED)]}
+    table = {TurnRecorded: recorder.wrap(lambda event, delivery: Outcome.APPLIED)}
     runtime = SubscriberRuntime(settings, "turns-summary", table, publisher, concurrency=2)
     runtime.start()
     try:

@@ -22,8 +22,8 @@ def test_a_replay_for_one_subscription_is_acknowledged_unhandled_by_the_others(
     topic = topology.topic_path("turns")
     attributes = dict(message.attributes, **{REPLAYED_FOR: "turns-summary"})
     tables = {
-        "turns-summary": {TurnRecorded: [summary.wrap(applied)]},
-        "turns-extraction": {TurnRecorded: [extraction.wrap(applied)]},
+        "turns-summary": {TurnRecorded: summary.wrap(applied)},
+        "turns-extraction": {TurnRecorded: extraction.wrap(applied)},
     }
 
     def skipped() -> float:

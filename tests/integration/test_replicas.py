@@ -322,9 +322,9 @@ def test_two_replicas_of_each_kind_apply_every_event_exactly_once(
         assert all(replicas.handled(w) for w in pair), f"a {kind} replica had nothing"
     # Each turn applied by one replica (the others' deliveries of it, if any, were
     # duplicates): nothing died, so every effect was logged.
-    assert replicas.outcomes("summary", "turns-summary")["acked"] == TURNS
+    assert replicas.outcomes("summary", "turns-summary")["applied"] == TURNS
     # (The extraction worker's other acks are its windows' extraction requests.)
-    assert replicas.outcomes("extraction", TURNS_CONSUMER)["acked"] == TURNS
+    assert replicas.outcomes("extraction", TURNS_CONSUMER)["applied"] == TURNS
     # Each summary version stored by one replica, as Valkey recorded it.
     logged = Counter(
         (r["session"], r["version"], r["turns"])

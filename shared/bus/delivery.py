@@ -1,0 +1,234 @@
+"""How messages reach a worker, and the three things the runtime can do with one:
+acknowledge it, nack it (after a delay), or extend its lease.
+
+Two deliveries hand messages to the same sink (the `Dispatcher`): streaming pull
+(`StreamingPull`, here) on Pub/Sub, and unary pull with leases of our own
+(`unary_pull.UnaryPull`) on the emulator, whose streams do not survive a worker
+that stops. Either way messages of one ordering key reach the sink one at a
+time: the next once the one before is acknowledged or nacked.
+
+A delay on a nack is Pub/Sub's retry backoff kept by the worker: Pub/Sub waits
+it itself, the emulator redelivers a nacked message at once. With
+`backoff_emulated` the message stays leased for the delay, then is nacked.
+"""
+
+from __future__ import annotations
+
+import heapq
+import threading
+import time
+from collections.abc import Callable, Mapping
+from concurrent.futures import ThreadPoolExecutor
+from datetime import datetime
+from typing import Protocol
+
+import structlog
+from google.cloud import pubsub_v1
+from google.cloud.pubsub_v1.subscriber.message import Message as StreamMessage
+from google.cloud.pubsub_v1.subscriber.scheduler import ThreadScheduler
+from google.cloud.pubsub_v1.types import FlowControl
+
+log = structlog.get_logger("agent_memory.worker")
+
+# Streaming pull: how long the library keeps extending a held message's lease. A
+# message held through a longer outage comes back as a new delivery attempt.
+MAX_STREAMING_LEASE_SECONDS = 7 * 24 * 3600
+
+
+class Message(Protocol):
+    """One delivered message, as the runtime sees it."""
+
+    data: bytes
+    attributes: Mapping[str, str]
+    ordering_key: str
+    message_id: str
+    delivery_attempt: int
+    publish_time: datetime | None
+
+    def ack(self) -> None: ...
+
+    def nack(self, delay: float = 0.0) -> None: ...
+
+    def extend(self) -> None:
+        """Held for a dependency, not stuck: keep its lease however long that takes."""
+
+
+Sink = Callable[[list[Message]], None]
+
+
+class DelayedNacks:
+    """Runs nacks once their delay has passed: one thread, a heap of due times."""
+
+    def __init__(self) -> None:
+        self._heap: list[tuple[float, int, Callable[[], None]]] = []
+        self._count = 0
+        self._cond = threading.Condition()
+        self._closed = False
+        self._thread: threading.Thread | None = None
+
+    def add(self, nack: Callable[[], None], delay: float) -> None:
+        with self._cond:
+            if self._closed:
+                nack()
+                return
+            self._count += 1
+            heapq.heappush(self._heap, (time.monotonic() + delay, self._count, nack))
+            if self._thread is None:
+                self._thread = threading.Thread(target=self._run, name="nack-later", daemon=True)
+                self._thread.start()
+            self._cond.notify_all()
+
+    def __len__(self) -> int:
+        with self._cond:
+            return len(self._heap)
+
+    def flush(self) -> None:
+        """Nack now whatever waits (the worker is stopping)."""
+        with self._cond:
+            due, self._heap = self._heap, []
+        for _at, _n, nack in due:
+            nack()
+
+    def close(self) -> None:
+        with self._cond:
+            self._closed = True
+            self._cond.notify_all()
+        self.flush()
+
+    def _run(self) -> None:
+        while True:
+            with self._cond:
+                while not self._closed and (not self._heap or self._heap[0][0] > time.monotonic()):
+                    wait = self._heap[0][0] - time.monotonic() if self._heap else None
+                    self._cond.wait(timeout=wait)
+                if self._closed:
+                    return
+                _at, _n, nack = heapq.heappop(self._heap)
+            nack()
+
+
+class StreamedMessage:
+    """A streaming-pull message behind the runtime's `Message` surface."""
+
+    def __init__(self, message: StreamMessage, delayed: DelayedNacks | None) -> None:
+        self._message = message
+        self._delayed = delayed
+        self._decided = threading.Event()
+        self.data: bytes = message.data
+        self.attributes: Mapping[str, str] = message.attributes
+        self.ordering_key: str = message.ordering_key
+        self.message_id: str = message.message_id
+        self.delivery_attempt: int = message.delivery_attempt or 1
+        self.publish_time: datetime | None = message.publish_time
+
+    def ack(self) -> None:
+        self._message.ack()
+        self._decided.set()
+
+    def nack(self, delay: float = 0.0) -> None:
+        if self._delayed is not None and delay > 0:
+            self._delayed.add(self._message.nack, delay)
+        else:
+            self._message.nack()
+        self._decided.set()
+
+    def extend(self) -> None:
+        """Nothing to do: the library extends every lease up to its maximum itself."""
+
+    def wait_decided(self) -> None:
+        self._decided.wait()
+
+
+class StreamingPull:
+    """Streaming pull with the client library's flow control and lease management.
+
+    Each message's library callback hands it to the sink and waits until it is
+    acknowledged or nacked: the library sends acks only while callbacks run at
+    shutdown, and counts a message against flow control until it is settled."""
+
+    def __init__(
+        self,
+        subscriber: pubsub_v1.SubscriberClient,
+        subscription_path: str,
+        sink: Sink,
+        *,
+        max_outstanding: int,
+        lease_seconds: int,
+        backoff_emulated: bool,
+        thread_name: str,
+    ) -> None:
+        self.subscriber = subscriber
+        self.path = subscription_path
+        self.sink = sink
+        self.max_outstanding = max_outstanding
+        self.lease_seconds = lease_seconds
+        self.delayed = DelayedNacks() if backoff_emulated else None
+        self.thread_name = thread_name
+        self._future: pubsub_v1.subscriber.futures.StreamingPullFuture | None = None
+        self._waiting = 0  # messages handed to the sink and not yet settled
+        self._lock = threading.Lock()
+
+    def start(self) -> None:
+        executor = ThreadPoolExecutor(self.max_outstanding, thread_name_prefix=self.thread_name)
+        self._future = self.subscriber.subscribe(
+            self.path,
+            callback=self._on_message,
+            flow_control=FlowControl(
+                max_messages=self.max_outstanding,
+                max_duration_per_lease_extension=self.lease_seconds,
+                max_lease_duration=MAX_STREAMING_LEASE_SECONDS,
+            ),
+            scheduler=ThreadScheduler(executor=executor),
+            await_callbacks_on_shutdown=True,
+        )
+
+    def _on_message(self, message: StreamMessage) -> None:
+        streamed = StreamedMessage(message, self.delayed)
+        with self._lock:
+            self._waiting += 1
+        try:
+            self.sink([streamed])
+            streamed.wait_decided()
+        finally:
+            with self._lock:
+                self._waiting -= 1
+
+    def request_stop(self) -> None:
+        """Stop receiving (returns at once); what waits for its backoff is nacked now."""
+        if self.delayed is not None:
+            self.delayed.flush()
+        if self._future is not None:
+            self._future.cancel()
+
+    def stop(self, timeout: float) -> bool:
+        """Wait up to `timeout` for the stream to close; True if it did."""
+        self.request_stop()
+        if self._future is None:
+            return True
+        drained = True
+        try:
+            self._future.result(timeout=timeout)
+        except TimeoutError:
+            drained = False
+        except Exception as exc:  # the stream had already failed; it is stopped either way
+            log.warning("worker stream ended with an error", error=repr(exc))
+        if self.delayed is not None:
+            self.delayed.close()
+        return drained
+
+    @property
+    def running(self) -> bool:
+        return self._future is not None and not self._future.done()
+
+    @property
+    def error(self) -> BaseException | None:
+        if self._future is None or not self._future.done():
+            return None
+        try:
+            return self._future.exception(timeout=0)
+        except Exception as exc:  # cancelled
+            return exc
+
+    def in_flight(self) -> int:
+        with self._lock:
+            return self._waiting

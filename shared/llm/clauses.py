@@ -1,18 +1,20 @@
 """A memory's statement read as one clause (subject, predicate, value), for the
 `rules` consolidator: "The Heron build now uses gcc 14." → subject "heron build",
-predicate "use", value "gcc 14", a change. Plain rules over a small lexicon
+predicate "use", value "gcc 14". Plain rules over a small lexicon
 (`shared.llm.clause_lexicon`), no model.
 
-- Markers come out first: "now", "from now on", "nowadays" and "instead" mark a
-  change; "no longer" a negation, unless a new value follows ("no longer uses gcc
-  12 but gcc 14": a change from gcc 12 to gcc 14); "instead of W" and "from W to"
-  name the value it changed from. Filler adverbs ("currently", "still") go.
+- Markers come out first. "now", "from now on" and "nowadays" say the value
+  holds now (which older value it replaces, if any, the values tell:
+  `same_thing`); "instead" says it replaces one; "no longer" is a negation,
+  unless a new value follows ("no longer uses gcc 12 but gcc 14": gcc 14
+  replaces gcc 12); "instead of W" and "from W to" name the value replaced.
+  Filler adverbs ("currently", "still") go.
 - The verb is the first one of the lexicon after the subject: a change verb
-  ("moved to", "has switched to", "was postponed to", ...) stands for the
-  predicate it changes ("moved to" a time → when, else location); a verb phrase
-  for its predicate, synonyms alike ("lives in", "resides in", "is based in" →
-  location). A copula reads its value: "is a/an X" → is a, a time → when, "in/at
-  X" → location, else be.
+  ("moved to", "has switched to", "was postponed to", ...) replaces the value of
+  the predicate it stands for ("moved to" a time → when, else location); a verb
+  phrase states its predicate, synonyms alike ("lives in", "resides in", "is
+  based in" → location). A copula reads its value: "is a/an X" → is a, a time →
+  when, "in/at X" → location, else be.
 - After "now" or "no longer" an unknown verb is a predicate of its own ("now
   targets ARM64" → target); `parse(older, verb="target")` finds it in an older
   statement.
@@ -32,6 +34,7 @@ import re
 from dataclasses import dataclass
 
 from shared.llm import clause_lexicon as lexicon
+from shared.llm.facets import value_facet
 
 MAX_SUBJECT_WORDS = 6
 
@@ -55,7 +58,7 @@ class Clause:
     predicate: str
     value: str
     single: bool  # the subject has one value of this predicate at a time
-    change: bool = False  # the statement says the value changed
+    replaces: bool = False  # the value replaced another ("switched to", "instead")
     negated: bool = False  # "no longer": the value holds no more
     previous: str = ""  # the value it changed from, when it says
 
@@ -77,12 +80,12 @@ def parse(text: str, verb: str = "") -> Clause | None:
     raw_value = " ".join(words[at + length :])
     if subject is None or not raw_value:
         return None
-    change, negated = instead or changes or marked == "change", marked == "negation"
+    replaces, negated = instead or changes, marked == "negation"
     if changes:
         previous, raw_value = _from_to(raw_value, previous)
     if negated and (parts := _BUT.split(raw_value, maxsplit=1)) and len(parts) == 2:
         # "no longer uses gcc 12 but gcc 14": a change from the one to the other.
-        negated, change, previous, raw_value = False, True, _value(parts[0]), parts[1]
+        negated, replaces, previous, raw_value = False, True, _value(parts[0]), parts[1]
     value = _value(raw_value)
     if not value:
         return None
@@ -90,7 +93,7 @@ def parse(text: str, verb: str = "") -> Clause | None:
     single = predicate in lexicon.SINGLE_VALUED or (
         predicate == "be" and _one_at_a_time(subject, words[:at], raw_value)
     )
-    return Clause(subject, predicate, value, single, change, negated, previous)
+    return Clause(subject, predicate, value, single, replaces, negated, previous)
 
 
 def _instead(text: str) -> tuple[str, bool, str]:
@@ -122,12 +125,12 @@ def is_time(value: str) -> bool:
 
 def _without_markers(text: str) -> tuple[list[str], int, str]:
     """The words without the markers, the index of the word after the first one
-    (-1 if none), and what it marked ("change", "negation" or "")."""
+    (-1 if none), and what it marked ("now", "negation" or "")."""
     marked, marker = "", -1
     negation = _NO_LONGER.search(text)
     match = negation or _CHANGE_MARKS.search(text)
     if match is not None:
-        marked = "negation" if negation else "change"
+        marked = "negation" if negation else "now"
         marker = len(_content_words(text[: match.start()]))
         # Any other change marker goes too ("no longer X but now Y" says no more).
         text = _CHANGE_MARKS.sub(" ", f"{text[: match.start()]} {text[match.end() :]}")
@@ -219,6 +222,14 @@ def _lemma(verb: str) -> str:
     if verb.endswith("s") and not verb.endswith("ss"):
         return verb[:-1]
     return verb
+
+
+def same_thing(a: str, b: str) -> bool:
+    """Are two values (normalised) the same thing, perhaps in another version or
+    number: the same `head`, or the same facet of `shared.llm.facets` ("vim",
+    "neovim": editors)?"""
+    facet = value_facet(a)
+    return head(a) == head(b) or (facet is not None and facet == value_facet(b))
 
 
 def head(value: str) -> str:

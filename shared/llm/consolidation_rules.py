@@ -8,10 +8,12 @@ the candidate's memory is, in this order:
 2. the one stating the same fact: both texts read as clauses
    (`shared.llm.clauses`) with the same subject and predicate, and either the
    predicate has one value at a time ("lives in", a date, "the cache is"), or the
-   values are the same thing in another version ("gcc 12", "gcc 14": the same
-   `head`), or the candidate names the old value ("instead of Jenkins", "from
-   Friday to Monday"), or it states a change ("now", "switched to") and the
-   subject has that one value of the predicate;
+   values are the same thing (`same_thing`: "gcc 12" and "gcc 14", "vim" and
+   "neovim"), or the candidate names the value it replaces ("instead of
+   Jenkins", "from Friday to Monday"), or it says it replaces one ("switched
+   to", "migrated to") and the subject has that one value of the predicate.
+   "Now" alone does not guess: "The team now uses Slack" is no reason to forget
+   that it uses Jenkins;
 3. else, where either text reads as no clause, the one whose text is at least
    `SAME_THING` similar. When both read as clauses, the clauses decide: "The
    Osprey build uses gcc 12" is not "The Heron build uses gcc 12" however many
@@ -36,7 +38,7 @@ from __future__ import annotations
 import re
 
 from shared.llm.base import Action, Candidate, Decision, ExistingMemory
-from shared.llm.clauses import Clause, head, parse
+from shared.llm.clauses import Clause, parse, same_thing
 from shared.llm.phrasing import word_set
 
 DUPLICATE = 0.9
@@ -113,17 +115,17 @@ def _same_fact(
         if old is not None and (old.subject, old.predicate) == (new.subject, new.predicate):
             slot.append((memory, old))
     if new.negated:
-        same = [m for m, old in slot if head(old.value) == head(new.value)]
+        same = [m for m, old in slot if same_thing(old.value, new.value)]
     else:
         same = [
             m
             for m, old in slot
             if new.single
-            or head(old.value) == head(new.value)
-            or (new.previous and head(old.value) == head(new.previous))
+            or same_thing(old.value, new.value)
+            or (new.previous and same_thing(old.value, new.previous))
         ]
-        if not same and new.change and len(slot) == 1:
-            same = [slot[0][0]]  # "now X": what changed is the one value it had
+        if not same and new.replaces and len(slot) == 1:
+            same = [slot[0][0]]  # "switched to X": what it replaced is the one value it had
     return _most_similar(candidate, same)
 
 

@@ -143,9 +143,16 @@ def _verb_phrases() -> list[tuple[tuple[str, ...], str, bool]]:
 
 
 VERB_PHRASES = _verb_phrases()
+# Every predicate a clause of the lexicon can have.
+PREDICATE_NAMES = (
+    frozenset(PREDICATES)
+    | frozenset(CHANGE_VERBS.values())
+    | frozenset(p for pair in BY_VALUE.values() for p in pair)
+    | {"is a"}
+)
 
 # Markers that say nothing about the value.
-FILLER = word_set("currently still also actually really just presently today")
+FILLER = word_set("currently still also actually really just presently")
 DETERMINERS = word_set("the a an my our their his her its your this that these those")
 # The user, however a statement names them.
 THE_USER = word_set("i we user users me us")

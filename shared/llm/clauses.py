@@ -23,9 +23,10 @@ Normalised: lowercase, without leading determiners; "I", "we", "the user",
 "User's" name the user; a value without its leading prepositions and articles
 and without a trailing "in session X" (where extraction notes "now").
 
-No clause (None) for a question, several sentences or clauses, a pronoun or a
-clause with a modal or a negation for subject ("User does not like X"), or a
-frequency ("User never uses tabs", a rule): consolidation then compares words.
+No clause (None) for a question, several sentences or clauses, a pronoun for
+subject ("it", "she"), or a modal, a negation or a frequency before the verb
+("User does not like X", "User never uses tabs": a rule): consolidation then
+compares words.
 """
 
 from __future__ import annotations
@@ -67,6 +68,8 @@ def parse(text: str, verb: str = "") -> Clause | None:
     """`text` as a clause, None when it does not read as one (see the module
     docstring). `verb`: a predicate of its own to find too (an older statement
     of a clause whose predicate was such a verb)."""
+    if verb in lexicon.PREDICATE_NAMES:
+        verb = ""  # the lexicon's own: its phrases find it ("location" is no verb)
     text = _TRAILING.sub("", _SESSION_TAIL.sub("", _SCOPE_LEAD.sub("", text.strip())))
     if not text or _SEVERAL.search(text):
         return None

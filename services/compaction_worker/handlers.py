@@ -26,7 +26,6 @@ ledgered, nothing is compacted and nothing continues.
 
 from __future__ import annotations
 
-import enum
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime, timedelta
@@ -60,15 +59,6 @@ _EARLIEST = datetime.min.replace(tzinfo=UTC)
 
 class BatchChanged(RuntimeError):
     """The batch kept changing under the fold (transient: the message is retried)."""
-
-
-class Written(enum.Enum):
-    """What the transaction of one fold did."""
-
-    APPLIED = "applied"
-    DUPLICATE = "duplicate"
-    DROPPED = "dropped"  # the user was deleted
-    CHANGED = "changed"  # the batch is not what was folded: nothing written
 
 
 def as_turn(episode: OldEpisode) -> DialogueTurn:
@@ -175,15 +165,14 @@ class Compaction:
             return Outcome.DUPLICATE
         for _ in range(_FOLD_ATTEMPTS):
             folds = self._fold(event, old_before)
-            written = self._apply(event, old_before, folds)
-            if written is not Written.CHANGED:
+            outcome = self._apply(event, old_before, folds)
+            if outcome is not None:
                 break
         else:
             raise BatchChanged(f"the batch changed under {_FOLD_ATTEMPTS} folds in a row")
-        if written is Written.DROPPED:
-            return Outcome.DROPPED
-        self._continue(event, old_before)
-        return Outcome.DUPLICATE if written is Written.DUPLICATE else Outcome.APPLIED
+        if outcome is not Outcome.DROPPED:
+            self._continue(event, old_before)
+        return outcome
 
     def _sweep(self, event: CompactionRequested, delivery: Delivery | None) -> Outcome:
         """A request without a user: one request per user of the app with old
@@ -263,8 +252,9 @@ class Compaction:
 
     def _apply(
         self, event: CompactionRequested, old_before: datetime, folds: list[Fold] | None
-    ) -> Written:
-        """One transaction; CHANGED when the batch or a summary is not what was folded."""
+    ) -> Outcome | None:
+        """One transaction; None when the batch or a summary is not what was folded
+        (fold again)."""
         with locked(self.units, event.app, event.user_id) as uow:
             claim = uow.ledger.claim_or_skip(
                 CONSUMER,
@@ -274,19 +264,19 @@ class Compaction:
                 created_at=event.created_at,
             )
             if claim is Claim.DUPLICATE:
-                return Written.DUPLICATE
+                return Outcome.DUPLICATE
             if claim is Claim.DELETED:
                 uow.commit()
                 log.info("compaction dropped: the user was deleted", user_id=event.user_id)
-                return Written.DROPPED
+                return Outcome.DROPPED
             if folds is None:  # the tombstone seen before the fold is gone
-                return Written.CHANGED
+                return None
             folded = [e.id for f in folds for e in f.episodes]
             now = [e.id for e in _old_episodes(uow.episodes, event, old_before, event.batch_limit)]
             if sorted(now) != sorted(folded) or not self._write(uow, event, folds):
-                return Written.CHANGED
+                return None
             if uow.episodes.delete(event.app, event.user_id, folded) != len(folded):
-                return Written.CHANGED
+                return None
             uow.commit()
         log.info(
             "episodes compacted",
@@ -295,7 +285,7 @@ class Compaction:
             folded=len(folded),
             summaries=[f.key.project_id or "(global)" for f in folds],
         )
-        return Written.APPLIED
+        return Outcome.APPLIED
 
     @staticmethod
     def _write(uow: UnitOfWork, event: CompactionRequested, folds: list[Fold]) -> bool:

@@ -2,7 +2,7 @@
 topology apply` creates, as data that the Terraform reads with `jsondecode(file(...))`.
 
 One source for names and policies: the subscriptions, their topics, ordering and
-consumers come from `shared/bus/topology.py`, the dead-letter names from its
+consumers, and the worker kinds, come from `shared/bus/topology.py`, the dead-letter names from its
 `dead_letter_name`, the dead-letter subscriptions' ack deadline from
 `shared/bus/admin.py`, and the policy defaults (prefix, ack deadline, delivery
 attempts, retry backoff) from the defaults of `shared/config.py`. After changing
@@ -22,7 +22,14 @@ from pathlib import Path
 from typing import Any
 
 from shared.bus.admin import DEAD_LETTER_ACK_DEADLINE
-from shared.bus.topology import SUBSCRIPTIONS, TOPICS, dead_letter_name, schema_name
+from shared.bus.topology import (
+    SUBSCRIPTIONS,
+    TOPICS,
+    WORKER_KINDS,
+    dead_letter_name,
+    schema_name,
+    subscriptions_of,
+)
 from shared.config import Settings
 
 OUTPUT = Path(__file__).resolve().parent / "terraform" / "topology.json"
@@ -62,6 +69,8 @@ def topology_document() -> dict[str, Any]:
             }
             for spec in SUBSCRIPTIONS
         },
+        # One Cloud Run service per worker kind (run.tf's `for_each`).
+        "workers": {kind: [s.name for s in subscriptions_of(kind)] for kind in WORKER_KINDS},
     }
 
 

@@ -160,7 +160,8 @@ resource "google_cloud_run_v2_service_iam_member" "api_invoker" {
 }
 
 resource "google_cloud_run_v2_service" "worker" {
-  for_each = local.worker_scaling
+  # The kinds of topology.json: a kind without scaling variables fails the plan.
+  for_each = { for kind in keys(local.topology.workers) : kind => local.worker_scaling[kind] }
 
   name                = "${var.name}-${each.key}"
   location            = var.region

@@ -282,6 +282,7 @@ def test_least_privilege_pubsub_bindings():
 
 
 def test_one_cloud_run_service_per_worker_kind_with_always_allocated_cpu():
+    assert set(json.loads((TERRAFORM / "topology.json").read_text())["workers"]) == set(WORKERS)
     tf = _squash(_tf())
     scaling = _squash(_block(_tf(), "worker_scaling ="))
     for kind in WORKERS:
@@ -291,7 +292,8 @@ def test_one_cloud_run_service_per_worker_kind_with_always_allocated_cpu():
         assert f'variable "{kind}_min_instances"' in tf
         assert f'variable "{kind}_max_instances"' in tf
     worker = _resource("google_cloud_run_v2_service", "worker")
-    assert "for_each = local.worker_scaling" in worker
+    kinds = "for kind in keys(local.topology.workers) : kind => local.worker_scaling[kind]"
+    assert f"for_each = {{ {kinds} }}" in worker
     assert 'args = ["worker", each.key]' in worker
     assert "cpu_idle = false" in worker
     assert "min_instance_count = each.value.min" in worker

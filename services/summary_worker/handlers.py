@@ -49,7 +49,8 @@ def fold(event: Event, _delivery: Delivery, appended: AppendResult, *, folder: F
 
 
 def _key(event: Event) -> SessionKey:
-    assert isinstance(event, TurnRecorded)
+    if not isinstance(event, TurnRecorded):
+        raise TypeError(f"the summary worker takes turns, not {type(event).__name__}")
     return SessionKey(event.app, event.user_id, event.session_id)
 
 

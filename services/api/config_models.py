@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import ConfigDict, Field, model_validator
 
 from services.api.memory_models import ScopeName
-from services.api.models import bounded_count
+from services.api.models import RequestBody, bounded_count
 from shared.llm.topics import MANAGED
 from shared.memory.expiry import MAX_SECONDS, MIN_SECONDS
 
@@ -15,10 +15,8 @@ from shared.memory.expiry import MAX_SECONDS, MIN_SECONDS
 TtlSeconds = bounded_count(MIN_SECONDS, MAX_SECONDS) | None  # type: ignore[operator]
 
 
-class TtlLevels(BaseModel):
+class TtlLevels(RequestBody):
     """A TTL for every memory, and one per action that overrides it."""
-
-    model_config = ConfigDict(extra="forbid")
 
     default: TtlSeconds = None
     create: TtlSeconds = None  # written through POST /v1/memories
@@ -31,7 +29,6 @@ class TtlConfig(TtlLevels):
     scope, and how long revisions are kept. Nothing set: nothing expires."""
 
     model_config = ConfigDict(
-        extra="forbid",
         json_schema_extra={
             "examples": [{"default": None, "scopes": {"session": {"default": 604800}}}]
         },
@@ -47,19 +44,15 @@ ManagedTopic = Literal[
 TopicText = Annotated[str, Field(min_length=1, max_length=500, pattern="^[^\\u0000]*$")]
 
 
-class TopicExample(BaseModel):
+class TopicExample(RequestBody):
     """A few-shot example: a piece of conversation and the memories to keep from it
     (none: it shows what is not kept)."""
-
-    model_config = ConfigDict(extra="forbid")
 
     conversation: Annotated[str, Field(min_length=1, max_length=2000, pattern="^[^\\u0000]*$")]
     memories: list[TopicText] = Field(default=[], max_length=5)
 
 
-class CustomTopicConfig(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-
+class CustomTopicConfig(RequestBody):
     name: Annotated[
         str,
         Field(
@@ -71,12 +64,11 @@ class CustomTopicConfig(BaseModel):
     examples: list[TopicExample] = Field(default=[], max_length=5)
 
 
-class ExtractionConfig(BaseModel):
+class ExtractionConfig(RequestBody):
     """What the extraction keeps: the managed topics chosen and custom topics. Not
     set: every managed topic, no custom one."""
 
     model_config = ConfigDict(
-        extra="forbid",
         json_schema_extra={
             "examples": [
                 {

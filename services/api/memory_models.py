@@ -7,14 +7,7 @@ import re
 from datetime import UTC, datetime
 from typing import Annotated, Literal
 
-from pydantic import (
-    AfterValidator,
-    BaseModel,
-    ConfigDict,
-    Field,
-    StrictBool,
-    WithJsonSchema,
-)
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, WithJsonSchema
 
 from services.api.models import (
     BLANK,
@@ -22,6 +15,7 @@ from services.api.models import (
     Count,
     Identifier,
     OptionalId,
+    RequestBody,
     Time,
     bounded_count,
 )
@@ -79,15 +73,12 @@ EntityName = Annotated[
 AwareTime = Annotated[Time | None, AfterValidator(_aware)]
 
 
-class _Request(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-
+class _Request(RequestBody):
     user_id: Identifier
 
 
 class SearchRequest(_Request):
     model_config = ConfigDict(
-        extra="forbid",
         json_schema_extra={
             "examples": [
                 {
@@ -104,7 +95,7 @@ class SearchRequest(_Request):
     query: QueryText
     k: Count = Field(default=10, ge=1, le=100)
     kinds: list[Kind] | None = None
-    decompose: StrictBool = False
+    decompose: bool = False
 
 
 class MemoryView(BaseModel):
@@ -135,7 +126,6 @@ class SearchResponse(BaseModel):
 
 class ArchiveSearchRequest(_Request):
     model_config = ConfigDict(
-        extra="forbid",
         json_schema_extra={"examples": [{"user_id": "u-42", "query": "the pottery class", "k": 3}]},
     )
 
@@ -151,7 +141,7 @@ class ArchiveSearchRequest(_Request):
         description="turns of each hit's session before and after it to return with it, as "
         "its `context` (a turn that is a hit, or in a better hit's context, is listed once)",
     )
-    read_period: StrictBool = Field(
+    read_period: bool = Field(
         default=True,
         description="without `before` and `after`: search first within the period the query "
         "names ('in May 2023', 'last summer', 'two weeks ago'; rules in docs/api.md), then the "
@@ -238,7 +228,6 @@ class DeleteMemoryResponse(BaseModel):
 
 class ContextRequest(_Request):
     model_config = ConfigDict(
-        extra="forbid",
         json_schema_extra={
             "examples": [
                 {
@@ -285,9 +274,7 @@ class ContextResponse(BaseModel):
     degraded: list[str]  # "session" (Valkey), "memories" (Postgres or embeddings)
 
 
-class ContentEventIn(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-
+class ContentEventIn(RequestBody):
     role: Literal["user", "model", "assistant"]
     text: Annotated[
         str,
@@ -296,16 +283,13 @@ class ContentEventIn(BaseModel):
     ]
 
 
-class GenerateScope(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-
+class GenerateScope(RequestBody):
     project_id: OptionalId = None
     session_id: OptionalId = None
 
 
 class GenerateRequest(_Request):
     model_config = ConfigDict(
-        extra="forbid",
         json_schema_extra={
             "examples": [
                 {
@@ -319,7 +303,7 @@ class GenerateRequest(_Request):
 
     scope: GenerateScope = GenerateScope()
     events: list[ContentEventIn] = Field(min_length=1, max_length=200)
-    wait: StrictBool = False
+    wait: bool = False
 
 
 class Operation(BaseModel):

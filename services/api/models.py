@@ -3,17 +3,19 @@
 from __future__ import annotations
 
 import json
+import re
 from datetime import UTC, datetime
 from typing import Annotated, Any
 
 import orjson
-from fastapi import Response
+from fastapi import Query, Response
 from pydantic import (
     AfterValidator,
     BaseModel,
     BeforeValidator,
     ConfigDict,
     Field,
+    Strict,
     WithJsonSchema,
     field_validator,
 )
@@ -58,6 +60,15 @@ OptionalId = Annotated[
 ]
 
 
+class RequestBody(BaseModel):
+    """A JSON request body. Each field takes only the JSON type its schema names
+    (strict: `"3600"` is not an integer, `0` or `"true"` not a boolean), and a
+    field the body does not declare is refused, so what the OpenAPI document calls
+    invalid is a 422."""
+
+    model_config = ConfigDict(extra="forbid", strict=True)
+
+
 def _time_text(value: object) -> object:
     # JSON carries a time as RFC 3339 text; a number would otherwise pass as epoch seconds.
     if not isinstance(value, str | datetime):
@@ -65,22 +76,40 @@ def _time_text(value: object) -> object:
     return value
 
 
-Time = Annotated[datetime, BeforeValidator(_time_text)]
+# Not strict: JSON has no time type, so a time is parsed from its text.
+Time = Annotated[datetime, BeforeValidator(_time_text), Strict(False)]
 
 
-def _not_a_bool(value: object) -> object:
-    # JSON's true is not a number (Python's bool is an int).
-    if isinstance(value, bool):
-        raise ValueError("must be an integer")
+def _json_integer(value: object) -> object:
+    # JSON Schema's integer is a number without a fraction: 5.0 is one (strict
+    # validation alone would refuse it), "5" and true are not.
+    if isinstance(value, float) and value.is_integer():
+        return int(value)
     return value
 
 
-Count = Annotated[int, BeforeValidator(_not_a_bool)]
+Count = Annotated[int, BeforeValidator(_json_integer)]
 
 
 def bounded_count(ge: int, le: int) -> Any:
     """A Count within [ge, le]; the bounds go first so the document declares them."""
-    return Annotated[int, Field(ge=ge, le=le), BeforeValidator(_not_a_bool)]
+    return Annotated[int, Field(ge=ge, le=le), BeforeValidator(_json_integer)]
+
+
+_DECIMAL = re.compile("-?[0-9]+")
+
+
+def _query_integer(value: object) -> object:
+    # A query parameter is text: an integer is its decimal digits, not "5.0", " 5" or
+    # "5_0", which pydantic's lax parse would take.
+    if isinstance(value, str) and not _DECIMAL.fullmatch(value):
+        raise ValueError("must be an integer")
+    return value
+
+
+def query_count(ge: int, le: int) -> Any:
+    """A query parameter's integer within [ge, le] (the bounds first, as in `bounded_count`)."""
+    return Annotated[int, Query(ge=ge, le=le), BeforeValidator(_query_integer)]
 
 
 # What `str.strip` removes: Python's whitespace, spelled out for JSON Schema
@@ -98,11 +127,9 @@ TEXT_SCHEMA = {
 }
 
 
-class ToolEventIn(BaseModel):
+class ToolEventIn(RequestBody):
     """A tool call of the turn. `arguments` and `output` may be any JSON; anything but
     a string is stored as its compact JSON text."""
-
-    model_config = ConfigDict(extra="forbid")
 
     name: Annotated[str, WithJsonSchema({**TEXT_SCHEMA, "description": "No NUL characters."})]
     arguments: Any = None
@@ -120,12 +147,11 @@ def _json_text(value: Any) -> str:
     return json.dumps(value, ensure_ascii=False, separators=(",", ":"), sort_keys=True)
 
 
-class RecordTurnRequest(BaseModel):
+class RecordTurnRequest(RequestBody):
     """A finished turn. `turn_id` is the client's idempotency key; `created_at`
     defaults to now (a time without an offset is taken as UTC)."""
 
     model_config = ConfigDict(
-        extra="forbid",
         # A turn needs a user or an assistant message that is not blank.
         json_schema_extra={
             "examples": [
@@ -217,10 +243,10 @@ class SessionResponse(BaseModel):
     folds: list[FoldView]  # which turns went into which summary version
 
 
-class FlushSessionRequest(BaseModel):
+class FlushSessionRequest(RequestBody):
     """Extract the session's turns now, without waiting for its window to close."""
 
-    model_config = ConfigDict(extra="forbid", json_schema_extra={"examples": [{"user_id": "u-42"}]})
+    model_config = ConfigDict(json_schema_extra={"examples": [{"user_id": "u-42"}]})
 
     user_id: Identifier
 

@@ -15,7 +15,7 @@ from typing import Annotated, Any, Literal
 from pydantic import AfterValidator, BaseModel, ConfigDict, WithJsonSchema
 
 from services.api.memory_models import Identifier, OptionalId
-from services.api.models import bounded_count
+from services.api.models import RequestBody, bounded_count
 from shared.permissions import (
     MAX_PATTERN_LENGTH,
     MAX_PATTERN_PROGRAM,
@@ -49,9 +49,7 @@ PATTERN_SCHEMA = {
 Pattern = Annotated[str, AfterValidator(_pattern), WithJsonSchema(PATTERN_SCHEMA)]
 
 
-class _ToolCall(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-
+class _ToolCall(RequestBody):
     user_id: Identifier
     session_id: Identifier
     tool_name: Identifier
@@ -60,7 +58,6 @@ class _ToolCall(BaseModel):
 
 class EvaluateRequest(_ToolCall):
     model_config = ConfigDict(
-        extra="forbid",
         json_schema_extra={
             "examples": [
                 {
@@ -96,9 +93,7 @@ class GrantResponse(BaseModel):
     expires_at: str
 
 
-class RuleRequest(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-
+class RuleRequest(RequestBody):
     user_id: Identifier
     project_id: Identifier  # a project, or "global" for every project of the user
     tool_name: Identifier  # "*": every tool

@@ -6,7 +6,7 @@ from __future__ import annotations
 from datetime import datetime, timedelta
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, StrictBool, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from services.api.memory_models import (
     AwareTime,
@@ -19,7 +19,7 @@ from services.api.memory_models import (
     _only_its_scope_names,
     _Request,
 )
-from services.api.models import Count, Identifier, bounded_count
+from services.api.models import Count, Identifier, RequestBody, bounded_count
 from shared.db.memories import COMPACTED_ENTITY
 from shared.events import utcnow
 from shared.memory.expiry import MAX_SECONDS, MIN_SECONDS
@@ -59,7 +59,7 @@ class WriteMemoryRequest(_Request):
     project_id: OptionalId = None
     session_id: OptionalId = None
     entity_name: EntityName = ""
-    consolidate: StrictBool = True
+    consolidate: bool = True
     # When it expires: a time, or seconds from now; neither: as the app's TTLs say.
     expire_at: AwareTime = None
     ttl_seconds: bounded_count(MIN_SECONDS, MAX_SECONDS) | None = None  # type: ignore[valid-type]
@@ -101,9 +101,8 @@ class WriteMemoryResponse(BaseModel):
     memory: MemoryView | None
 
 
-class RollbackRequest(BaseModel):
+class RollbackRequest(RequestBody):
     # No example: one needs a memory with revisions (the documented examples are run).
-    model_config = ConfigDict(extra="forbid")
 
     user_id: Identifier
     revision: Count = Field(

@@ -33,7 +33,7 @@ from services.api.memory_models import (
     SearchRequest,
     SearchResponse,
 )
-from services.api.models import json_response
+from services.api.models import json_response, query_count
 from services.api.routers.views import found_fields, memory_detail, memory_view
 from services.api.write_models import RollbackRequest, WriteMemoryRequest, WriteMemoryResponse
 from shared.db.memories import MemoryRow, PageFilter, Revision
@@ -66,7 +66,7 @@ async def list_memories(
     project_id: Annotated[Identifier | None, Query()] = None,
     scope: Annotated[ScopeName | None, Query()] = None,
     kind: Annotated[Kind | None, Query()] = None,
-    limit: Annotated[int, Query(ge=1, le=500)] = 100,
+    limit: query_count(1, 500) = 100,
     cursor: Annotated[str | None, Query()] = None,
     topic: Annotated[str | None, Query(pattern="^[a-z][a-z0-9_]{0,39}$")] = None,
 ) -> MemoryPage:

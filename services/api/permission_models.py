@@ -42,7 +42,7 @@ PATTERN_SCHEMA = {
     "minLength": 1,
     "maxLength": MAX_PATTERN_LENGTH,
     "pattern": "^[^\\u0000]*$",  # no NUL, which the API refuses
-    "format": "regex",
+    # No `format: regex`: that is ECMA-262's syntax, and RE2's is not the same.
     "description": "An RE2 pattern, matched against the command (no back-references or "
     f"lookarounds; at most {MAX_PATTERN_PROGRAM} RE2 instructions).",
 }

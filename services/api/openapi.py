@@ -6,6 +6,9 @@ with what it cannot know added.
 - The API's error shape (`ErrorResponse`, from services.api.errors) for every
   error status an operation can answer, in place of FastAPI's `{"detail": [...]}`,
   which this API never sends.
+- Links: how an answer's ids feed the next operation (a memory written, then
+  read, rolled back, deleted; a turn recorded, then its session read), for
+  clients and for a fuzzer's stateful phase.
 """
 
 from __future__ import annotations
@@ -51,6 +54,107 @@ ROUTE_ERRORS: dict[tuple[str, str], dict[int, str]] = {
         409: "The user was deleted (GDPR); nothing is imported.",
     },
 }
+
+
+def _link(method: str, path: str, parameters: dict[str, str] | None = None, **body: str) -> dict:
+    """An OpenAPI link to the operation `method path` with these parameters
+    (`"path.memory_id": "$response.body#/id"`) and body fields."""
+    pointer = path.replace("~", "~0").replace("/", "~1")
+    link: dict[str, Any] = {"operationRef": f"#/paths/{pointer}/{method}"}
+    if parameters:
+        link["parameters"] = parameters
+    if body:
+        link["requestBody"] = body
+    return link
+
+
+_BODY_USER = "$request.body#/user_id"
+_MEMORY = "/v1/memories/{memory_id}"
+_WRITTEN = {"path.memory_id": "$response.body#/memory/id", "query.user_id": _BODY_USER}
+_SESSION = "/v1/sessions/{session_id}"
+_TURNS_SESSION = {"path.session_id": "$request.path.session_id"}
+_RULE = {"path.rule_id": "$response.body#/id", "query.user_id": "$response.body#/user_id"}
+
+# (method, path) -> {status: {name: link}}: what a success's answer leads to.
+LINKS: dict[tuple[str, str], dict[int, dict[str, dict]]] = {
+    ("post", "/v1/memories"): {
+        201: {
+            "GetMemory": _link("get", _MEMORY, _WRITTEN),
+            "RollbackMemory": _link(
+                "post",
+                f"{_MEMORY}:rollback",
+                {"path.memory_id": "$response.body#/memory/id"},
+                user_id=_BODY_USER,
+            ),
+            "DeleteMemory": _link("delete", _MEMORY, _WRITTEN),
+            "ListMemories": _link("get", "/v1/memories", {"query.user_id": _BODY_USER}),
+            "ExportUser": _link("get", "/v1/users/{user_id}:export", {"path.user_id": _BODY_USER}),
+        }
+    },
+    ("post", f"{_MEMORY}:rollback"): {
+        200: {
+            "GetMemory": _link(
+                "get",
+                _MEMORY,
+                {"path.memory_id": "$response.body#/id", "query.user_id": _BODY_USER},
+            ),
+        }
+    },
+    ("post", f"{_SESSION}/turns"): {
+        202: {
+            "GetSession": _link("get", _SESSION, {**_TURNS_SESSION, "query.user_id": _BODY_USER}),
+            "FlushSession": _link("post", f"{_SESSION}:flush", _TURNS_SESSION, user_id=_BODY_USER),
+            "DeleteSession": _link(
+                "delete", _SESSION, {**_TURNS_SESSION, "query.user_id": _BODY_USER}
+            ),
+            "Context": _link(
+                "post",
+                "/v1/context",
+                user_id=_BODY_USER,
+                session_id="$request.path.session_id",
+            ),
+        }
+    },
+    ("post", "/v1/memories:generate"): {
+        202: {
+            "GetOperation": _link(
+                "get",
+                "/v1/operations/{name}",
+                {"path.name": "$response.body#/name", "query.user_id": _BODY_USER},
+            ),
+        }
+    },
+    ("post", "/v1/permissions/rules"): {
+        201: {
+            "DeleteRule": _link("delete", "/v1/permissions/rules/{rule_id}", _RULE),
+            "ListRules": _link(
+                "get",
+                "/v1/permissions/rules",
+                {
+                    "query.user_id": "$response.body#/user_id",
+                    "query.project_id": "$response.body#/project_id",
+                },
+            ),
+        }
+    },
+    ("post", "/v1/permissions/grants"): {
+        201: {
+            "Evaluate": _link(
+                "post",
+                "/v1/permissions:evaluate",
+                user_id="$request.body#/user_id",
+                session_id="$request.body#/session_id",
+                tool_name="$request.body#/tool_name",
+                tool_args="$request.body#/tool_args",
+            ),
+        }
+    },
+    ("put", "/v1/config/ttl"): {200: {"GetTtl": _link("get", "/v1/config/ttl")}},
+    ("put", "/v1/config/extraction"): {
+        200: {"GetExtraction": _link("get", "/v1/config/extraction")}
+    },
+}
+
 
 ERROR_RESPONSE = {
     "title": "ErrorResponse",
@@ -104,7 +208,7 @@ def install_openapi(app: FastAPI) -> None:
 
 
 def contract(document: dict[str, Any]) -> dict[str, Any]:
-    """`document` with the security scheme and the error responses added."""
+    """`document` with the security scheme, the error responses and the links added."""
     components = document.setdefault("components", {})
     schemas = components.setdefault("schemas", {})
     for unused in ("HTTPValidationError", "ValidationError"):
@@ -134,4 +238,6 @@ def contract(document: dict[str, Any]) -> dict[str, Any]:
             responses = operation.setdefault("responses", {})
             for status, description in sorted(statuses.items()):
                 responses[str(status)] = {"description": description, **error}
+            for status, links in LINKS.get((method, path), {}).items():
+                responses[str(status)]["links"] = links
     return document

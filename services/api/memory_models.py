@@ -306,10 +306,27 @@ class GenerateRequest(_Request):
     wait: bool = False
 
 
+class GeneratedMemoryRef(BaseModel):
+    """The memory a generate request created, updated or deleted, and its text."""
+
+    id: str
+    scope: ScopeName
+    kind: Kind
+    project_id: str | None
+    session_id: str | None
+    entity_name: str
+    text: str
+
+
+class GeneratedMemory(BaseModel):
+    action: Literal["CREATED", "UPDATED", "DELETED"]
+    memory: GeneratedMemoryRef
+
+
 class Operation(BaseModel):
     name: str
     done: bool
-    generated_memories: list[dict] | None = None
+    generated_memories: list[GeneratedMemory] | None = None
     error: str | None = None
 
 

@@ -6,7 +6,6 @@
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Any
 
 from shared.client.request import ApiModel
 
@@ -151,6 +150,26 @@ class FoldView(ApiModel):
     turn_ids: list[str]
 
 
+class GeneratedMemory(ApiModel):
+    action: str
+    """One of: CREATED, UPDATED, DELETED."""
+    memory: GeneratedMemoryRef
+
+
+class GeneratedMemoryRef(ApiModel):
+    """The memory a generate request created, updated or deleted, and its text."""
+
+    id: str
+    scope: str
+    """One of: global, project, session."""
+    kind: str
+    """One of: preference, fact, rule, event."""
+    project_id: str | None
+    session_id: str | None
+    entity_name: str
+    text: str
+
+
 class GrantResponse(ApiModel):
     user_id: str
     session_id: str
@@ -173,16 +192,7 @@ class ImportResponse(ApiModel):
     """The body ended with the export's end line."""
 
 
-class MemoryView(ApiModel):
-    id: str
-    scope: str
-    """One of: global, project, session."""
-    kind: str
-    """One of: preference, fact, rule, event."""
-    project_id: str | None
-    session_id: str | None
-    entity_name: str
-    text: str
+class MemoryView(GeneratedMemoryRef):
     observed_at: datetime
     created_at: datetime
     updated_at: datetime
@@ -203,7 +213,7 @@ class MemoryPage(ApiModel):
 class Operation(ApiModel):
     name: str
     done: bool
-    generated_memories: list[dict[str, Any]] | None = None
+    generated_memories: list[GeneratedMemory] | None = None
     error: str | None = None
 
 

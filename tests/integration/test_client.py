@@ -305,12 +305,10 @@ def test_archive_search_generate_and_operations(client, ids, extraction_worker):
     done = client.wait_operation(user, started.name, timeout=30)
     assert done.done is True and done.error is None
     assert done.generated_memories is not None
-    # The API declares each as a JSON object: {action, memory}.
     [generated] = done.generated_memories
-    assert generated["action"] == "CREATED"
-    memory = generated["memory"]
-    assert (memory["scope"], memory["project_id"]) == ("project", "CloudRetail")
-    assert "us-east1" in memory["text"]
+    assert generated.action == "CREATED"
+    assert (generated.memory.scope, generated.memory.project_id) == ("project", "CloudRetail")
+    assert "us-east1" in generated.memory.text
     assert client.operation(user, started.name) == done
     # The short name (without "operations/") names it too.
     assert client.operation(user, started.name.removeprefix("operations/")) == done

@@ -98,7 +98,9 @@ class SearchRequest(_Request):
     decompose: bool = False
 
 
-class MemoryView(BaseModel):
+class MemoryIdentity(BaseModel):
+    """Which memory, and its text."""
+
     id: str
     scope: ScopeName
     kind: Kind
@@ -106,6 +108,9 @@ class MemoryView(BaseModel):
     session_id: str | None
     entity_name: str
     text: str
+
+
+class MemoryView(MemoryIdentity):
     observed_at: str
     created_at: str
     updated_at: str
@@ -306,21 +311,9 @@ class GenerateRequest(_Request):
     wait: bool = False
 
 
-class GeneratedMemoryRef(BaseModel):
-    """The memory a generate request created, updated or deleted, and its text."""
-
-    id: str
-    scope: ScopeName
-    kind: Kind
-    project_id: str | None
-    session_id: str | None
-    entity_name: str
-    text: str
-
-
 class GeneratedMemory(BaseModel):
     action: Literal["CREATED", "UPDATED", "DELETED"]
-    memory: GeneratedMemoryRef
+    memory: MemoryIdentity  # the memory it created, updated or deleted
 
 
 class Operation(BaseModel):

@@ -105,32 +105,32 @@ class SubscriberRuntime:
             settings, subscription, handlers, settler, self.dependencies, concurrency
         )
         self.mode = resolve_pull_mode(settings)
-        # Pub/Sub honours the retry policy; the emulator does not.
-        backoff_emulated = bool(settings.pubsub_emulator_host)
+        common = {
+            "max_outstanding": concurrency * PREFETCH_FACTOR,
+            "lease_seconds": settings.lease_extension_seconds,
+            # Pub/Sub honours the retry policy; the emulator does not.
+            "backoff_emulated": bool(settings.pubsub_emulator_host),
+        }
         self.delivery: UnaryPull | StreamingPull
         if self.mode == "unary":
             self.delivery = UnaryPull(
                 self.subscriber,
                 path,
                 self.dispatcher.receive,
-                max_outstanding=concurrency * PREFETCH_FACTOR,
-                lease_seconds=settings.lease_extension_seconds,
                 # A batch handler orders its events itself (the summary worker's
                 # buffer by `created_at`): all of a pull can be one batch.
                 in_key_order=self.dispatcher.batch_size == 1,
-                backoff_emulated=backoff_emulated,
                 may_pull=lambda: self.dependencies.ready,
                 on_error=lambda exc: self.dependencies.report("pubsub", exc),
+                **common,
             )
         else:
             self.delivery = StreamingPull(
                 self.subscriber,
                 path,
                 self.dispatcher.receive,
-                max_outstanding=concurrency * PREFETCH_FACTOR,
-                lease_seconds=settings.lease_extension_seconds,
-                backoff_emulated=backoff_emulated,
                 thread_name=f"stream-{subscription}",
+                **common,
             )
         WORKER_CONCURRENCY.labels(subscription).set(concurrency)
         MESSAGES_IN_FLIGHT.labels(subscription).set_function(self.in_flight)

@@ -153,21 +153,7 @@ class FoldView(ApiModel):
 class GeneratedMemory(ApiModel):
     action: str
     """One of: CREATED, UPDATED, DELETED."""
-    memory: GeneratedMemoryRef
-
-
-class GeneratedMemoryRef(ApiModel):
-    """The memory a generate request created, updated or deleted, and its text."""
-
-    id: str
-    scope: str
-    """One of: global, project, session."""
-    kind: str
-    """One of: preference, fact, rule, event."""
-    project_id: str | None
-    session_id: str | None
-    entity_name: str
-    text: str
+    memory: MemoryIdentity
 
 
 class GrantResponse(ApiModel):
@@ -192,7 +178,21 @@ class ImportResponse(ApiModel):
     """The body ended with the export's end line."""
 
 
-class MemoryView(GeneratedMemoryRef):
+class MemoryIdentity(ApiModel):
+    """Which memory, and its text."""
+
+    id: str
+    scope: str
+    """One of: global, project, session."""
+    kind: str
+    """One of: preference, fact, rule, event."""
+    project_id: str | None
+    session_id: str | None
+    entity_name: str
+    text: str
+
+
+class MemoryView(MemoryIdentity):
     observed_at: datetime
     created_at: datetime
     updated_at: datetime

@@ -180,13 +180,18 @@ def test_the_count_admits_every_row_of_the_scope_and_reads_only_the_index(pool, 
         # every session's memories too: an upper bound the index answers
         assert matching(memory_count_filter(scope)) == matching(where) | {("session", "", "s2")}
         conn.execute("SET enable_seqscan = off")  # a table this small is read whole anyway
-        plan = [
-            line
-            for (line,) in conn.execute(
-                f"EXPLAIN SELECT count(*) FROM memories m WHERE {memory_count_filter(scope)}",
-                params,
-            ).fetchall()
-        ]
+        with conn.transaction(force_rollback=True):
+            # The user's live index ties on a table this small, as the stats of the
+            # tests before have it: set aside (rolled back), so the plan shows what
+            # the scope index leaves for the table.
+            conn.execute("DROP INDEX memories_live_user")
+            plan = [
+                line
+                for (line,) in conn.execute(
+                    f"EXPLAIN SELECT count(*) FROM memories m WHERE {memory_count_filter(scope)}",
+                    params,
+                ).fetchall()
+            ]
     # The scope index's columns decide every row: nothing is left for the table.
     assert any("using memories_scope" in line for line in plan), plan
     assert not any("session_id" in line or "kind" in line for line in plan), plan

@@ -210,11 +210,15 @@ class Settings(BaseSettings):
     a call faster only on cores that nothing else uses"""
 
     # Long-term memory: hybrid retrieval, consolidation, context.
-    search_vector_weight: float = Field(default=0.4, ge=0)
-    """weight of the vector ranking in reciprocal rank fusion"""
+    search_vector_weight: float | None = Field(default=None, ge=0)
+    """weight of the vector ranking in reciprocal rank fusion, which each query scales by how far
+    the ranking's 1st row stands out from its 5th and how many of its top 5 the full-text ranking
+    found too; unset: the embedding provider's own (`hash` 0.4, `e5` and `gemini` 6), measured by
+    `bench/recall.py`; `0`: full text alone"""
     search_text_weight: float = Field(default=0.6, ge=0)
-    """weight of the full-text ranking in reciprocal rank fusion"""
-    search_rrf_k: int = Field(default=60, ge=1)
+    """weight of the full-text ranking in reciprocal rank fusion, which each query scales by how far
+    the ranking's 1st row stands out from its 5th"""
+    search_rrf_k: int = Field(default=20, ge=1)
     """the `k` of reciprocal rank fusion (`weight / (k + rank)`)"""
     search_candidates: int = Field(default=30, ge=1, le=1000)
     """rows each ranking contributes before fusion (at least `k`)"""

@@ -4,7 +4,10 @@ For each sub-query, two rankings over the same scoped rows: vector distance
 (cosine) and full-text rank (`ts_rank_cd` over the GIN-indexed `tsv`, where the
 question matches rows sharing ANY of its meaningful lexemes: the OR of them, not
 the AND that `plainto_tsquery` would build). Reciprocal rank fusion sums
-`weight / (k + rank)` over both rankings and all sub-queries.
+`weight / (k + rank)` over both rankings and all sub-queries, each ranking's
+weight scaled per sub-query by how its own top rows look (`Fusion`): a function
+of the sub-query and the scope's rows alone, so the same data and query give
+the same order.
 
 The vector ranking is exact when the scope has fewer than
 `AM_SEARCH_EXACT_BELOW` rows (counted first, up to that number, on the scope's
@@ -154,13 +157,15 @@ WITH q AS (
         WITH ORDINALITY AS u(emb, qtext, qi)
 ),{_lexemes(table)},{sizing}
 vec AS (
-    SELECT v.id, row_number() OVER (PARTITION BY v.qi ORDER BY v.dist, v.id) AS rank
+    SELECT v.qi, v.id, v.dist,
+           row_number() OVER (PARTITION BY v.qi ORDER BY v.dist, v.id) AS rank
     FROM (
         {nearest_rows}
     ) v
 ),
 txt AS (
-    SELECT t.id, row_number() OVER (PARTITION BY qt.qi ORDER BY t.r DESC, t.d DESC, t.id) AS rank
+    SELECT qt.qi, t.id, t.r,
+           row_number() OVER (PARTITION BY qt.qi ORDER BY t.r DESC, t.d DESC, t.id) AS rank
     FROM qt CROSS JOIN LATERAL (
         -- Cover density (ts_rank_cd, the costlier) only orders the best by weight.
         SELECT b.id, b.r, ts_rank_cd(b.tsv, qt.tsq) AS d FROM (
@@ -179,12 +184,32 @@ txt AS (
         ORDER BY b.r DESC, d DESC, b.id LIMIT %(candidates)s
     ) t
 ),
+-- Each sub-query's weight of each ranking (`Fusion`): scaled by the relative gap
+-- between its 1st and its top-th row (its last if it has fewer), distance
+-- 1 - d1 / dtop or text weight 1 - rtop / r1, and the vector ranking's also by the
+-- share of its top rows that the full-text ranking found; at least `floor` of the
+-- weight (top 0: no rows to read, the floor, 1: the weights as given).
+weights AS (
+    SELECT q.qi,
+        %(wv)s::float8 * greatest(%(floor)s, coalesce((
+            SELECT count(t.id)::float8 / nullif(count(*), 0)
+                   * (1 - min(v.dist) / nullif(max(v.dist), 0))
+            FROM vec v LEFT JOIN txt t ON t.qi = v.qi AND t.id = v.id
+            WHERE v.qi = q.qi AND v.rank <= %(top)s
+        ), 0)) AS wv,
+        %(wt)s::float8 * greatest(%(floor)s, coalesce((
+            SELECT 1 - min(t.r) / nullif(max(t.r), 0)
+            FROM txt t WHERE t.qi = q.qi AND t.rank <= %(top)s
+        ), 0)) AS wt
+    FROM q
+),
 fused AS (
     SELECT id, sum(score) AS score, min(vrank) AS vrank, min(trank) AS trank FROM (
-        SELECT id, %(wv)s::float8 / (%(rrf_k)s + rank) AS score,
-               rank AS vrank, NULL::bigint AS trank FROM vec
+        SELECT v.id, w.wv / (%(rrf_k)s + v.rank) AS score, v.rank AS vrank, NULL::bigint AS trank
+        FROM vec v JOIN weights w ON w.qi = v.qi
         UNION ALL
-        SELECT id, %(wt)s::float8 / (%(rrf_k)s + rank), NULL, rank FROM txt
+        SELECT t.id, w.wt / (%(rrf_k)s + t.rank), NULL, t.rank
+        FROM txt t JOIN weights w ON w.qi = t.qi
     ) s GROUP BY id
 )"""
     ranked = f"""(
@@ -218,6 +243,8 @@ def fusion_params(
         "wv": fusion.vector_weight,
         "wt": fusion.text_weight,
         "rrf_k": fusion.k,
+        "top": fusion.top,
+        "floor": fusion.floor if fusion.top else 1.0,
         "text_scan": fusion.text_scan,
         "max_frequency": fusion.max_frequency,
         "exact_below": fusion.exact_below,

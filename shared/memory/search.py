@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from typing import Generic, TypeVar
 
 from shared.config import Settings
+from shared.embeddings import provider_vector_weight
 
 K = TypeVar("K")
 V = TypeVar("V")
@@ -30,9 +31,19 @@ class Scope:
 
 @dataclass(frozen=True)
 class Fusion:
+    """How a search fuses its vector and full-text rankings: reciprocal rank fusion,
+    `weight / (k + rank)` summed over the rankings, with each ranking's weight
+    scaled per query (`shared.db.search`): by how far its 1st row stands out from
+    its `top`-th (a relative gap of their distances or text weights), and the
+    vector ranking's also by the share of its `top` rows that the full-text
+    ranking found too; never below `floor` of the weight, so that a ranking still
+    orders the rows only it found. `top` 0: the weights as given, for every query."""
+
     vector_weight: float = 0.4
     text_weight: float = 0.6
-    k: int = 60
+    k: int = 20
+    top: int = 5
+    floor: float = 0.01
     candidates: int = 30
     # Rows the full-text side ranks at most per sub-query (bounds its cost).
     text_scan: int = 1000
@@ -44,14 +55,19 @@ class Fusion:
 
     @classmethod
     def from_settings(cls, settings: Settings) -> Fusion:
+        """The configured fusion; the vector weight is the embedding provider's unless
+        `AM_SEARCH_VECTOR_WEIGHT` is set."""
+        vector_weight = settings.search_vector_weight
+        if vector_weight is None:
+            vector_weight = provider_vector_weight(settings.embedding_provider)
         return cls(
-            settings.search_vector_weight,
-            settings.search_text_weight,
-            settings.search_rrf_k,
-            settings.search_candidates,
-            settings.search_text_scan_limit,
-            settings.search_text_max_frequency,
-            settings.search_exact_below,
+            vector_weight=vector_weight,
+            text_weight=settings.search_text_weight,
+            k=settings.search_rrf_k,
+            candidates=settings.search_candidates,
+            text_scan=settings.search_text_scan_limit,
+            max_frequency=settings.search_text_max_frequency,
+            exact_below=settings.search_exact_below,
         )
 
 

@@ -17,8 +17,14 @@ statements (`shared.db.search`).
 
 recall@k of a question is the share of its evidence turns in the top k; nDCG@10
 weighs each found evidence turn by its rank. The figures are means over the
-questions. The target: contextual hybrid recall@10 at least 1.15x turn-only
-hybrid recall@10, per provider, in the same run.
+questions. The rows' ids are made from their names, so that ties (broken by id)
+fall the same way in every run. Two targets, per provider, in the same run:
+
+- contextual hybrid recall@10 at least 1.15x turn-only hybrid recall@10;
+- fusion: for each kind of key, the hybrid (the configured fusion, with the
+  provider's weight) at least the better of full text and vector alone on
+  recall@10 and nDCG@10 (less 0.005), and at least the reference fusion on
+  recall@25 (fixed weights 0.4 and 0.6 for every query, k 60).
 
     .venv/bin/python bench/recall.py [--providers hash,e5] [--conversations 10]
 
@@ -62,6 +68,7 @@ KS = (5, 10, 25)
 DIMENSIONS = {"hash": 768, "e5": 384}
 KEYS = {"turn-only": "turn", "contextual": "ctx"}  # key -> the app its archive is in
 ANSWERED = "hybrid + period"  # contextual hybrid, the period a question names first
+TOLERANCE = 0.005  # how far under the better single ranking the hybrid may be
 
 
 def ingest(conn: psycopg.Connection, embedder: Any, data: dict) -> dict[str, float]:
@@ -106,6 +113,11 @@ def ingest(conn: psycopg.Connection, embedder: Any, data: dict) -> dict[str, flo
         repo.key_session(KEYS["contextual"], conv_id, session_id, plan, vectors)
     conn.commit()
     seconds["contextual"] = time.perf_counter() - started
+    conn.execute(
+        "UPDATE episodes SET id = "
+        "md5(app || '/' || user_id || '/' || session_id || '/' || turn_id)::uuid"
+    )
+    conn.commit()
     return seconds
 
 
@@ -141,6 +153,7 @@ def measure(conn, embedder: Any, data: dict, configured: Fusion) -> dict[str, An
         "full text": replace(configured, vector_weight=0.0, text_weight=1.0),
         "vector": replace(configured, vector_weight=1.0, text_weight=0.0),
         "hybrid": configured,
+        "reference": replace(configured, vector_weight=0.4, text_weight=0.6, k=60, top=0),
     }
     rankings = [(key, ranker, False) for key in KEYS for ranker in weights]
     rankings.append(("contextual", "hybrid", True))
@@ -175,7 +188,27 @@ def measure(conn, embedder: Any, data: dict, configured: Fusion) -> dict[str, An
         name: round(results[name]["recall@10"] / turn_only, 3) if turn_only else None
         for name in ("contextual hybrid", ANSWERED)
     }
+    results["fusion target"] = fusion_target(results)
     return results
+
+
+def fusion_target(results: dict[str, Any]) -> dict[str, Any]:
+    """Per kind of key, each of the fusion's checks: the hybrid's figure, the
+    least it may be, and whether it is."""
+    checks = {}
+    for key in KEYS:
+        hybrid, reference = results[f"{key} hybrid"], results[f"{key} reference"]
+        singles = [results[f"{key} full text"], results[f"{key} vector"]]
+        least = {
+            m: round(max(s[m] for s in singles) - TOLERANCE, 3) for m in ("recall@10", "nDCG@10")
+        }
+        least["recall@25"] = reference["recall@25"]
+        checks[key] = {
+            m: {"hybrid": hybrid[m], "least": bound, "met": hybrid[m] >= bound}
+            for m, bound in least.items()
+        }
+    met = all(c["met"] for checks_of_key in checks.values() for c in checks_of_key.values())
+    return {"checks": checks, "met": met}
 
 
 def report(provider: str, dim: int, ingest_s: dict[str, float], results: dict[str, Any]) -> None:
@@ -191,7 +224,7 @@ def report(provider: str, dim: int, ingest_s: dict[str, float], results: dict[st
         + "".join(f"{k:>12}" for k in KINDS)
     )
     for name, figures in results.items():
-        if name == "ratio":
+        if name in ("ratio", "fusion target"):
             continue
         by_kind = figures["recall@10 by kind"]
         print(
@@ -202,6 +235,16 @@ def report(provider: str, dim: int, ingest_s: dict[str, float], results: dict[st
     for name, ratio in results["ratio"].items():
         verdict = "meets" if ratio is not None and ratio >= 1.15 else "misses"
         print(f"{name} / turn-only hybrid recall@10: {ratio} ({verdict} the 1.15x target)")
+    target = results["fusion target"]
+    for key, checks in target["checks"].items():
+        print(
+            f"fusion, {key}: "
+            + "; ".join(
+                f"{m} {c['hybrid']:.3f} {'>=' if c['met'] else '<'} {c['least']:.3f}"
+                for m, c in checks.items()
+            )
+        )
+    print(f"fusion target ({provider}): {'PASS' if target['met'] else 'FAIL'}")
 
 
 def main() -> int:

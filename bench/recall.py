@@ -2,8 +2,9 @@
 archive search ranks in its top k, with each episode searched by its own text
 (turn-only keys) and by its contextual key (the turn, two turns before and after
 in its session, the session's date in words), each ranked by full text only,
-vector only and hybrid, and the hybrid that searches the period a question names
-first - for each embedding provider asked for, in one run.
+vector only, hybrid (the configured fusion) and the reference fusion (fixed
+weights 0.4 and 0.6, k 60), and both fusions searching the period a question
+names first - for each embedding provider asked for, in one run.
 
 The dataset is generated from a seed by `bench/recall_data.py` (ten conversations
 between two friends, 24 sessions and about 480 turns each, 520 questions:
@@ -156,10 +157,10 @@ def measure(conn, embedder: Any, data: dict, configured: Fusion) -> dict[str, An
         "reference": replace(configured, vector_weight=0.4, text_weight=0.6, k=60, top=0),
     }
     rankings = [(key, ranker, False) for key in KEYS for ranker in weights]
-    rankings.append(("contextual", "hybrid", True))
+    rankings += [("contextual", "hybrid", True), ("contextual", "reference", True)]
     results: dict[str, Any] = {}
     for key, ranker, period in rankings:
-        name = ANSWERED if period else f"{key} {ranker}"
+        name = f"{ranker} + period" if period else f"{key} {ranker}"
         per_question = [
             scores(
                 rank(conn, q, v, KEYS[key], weights[ranker], period),

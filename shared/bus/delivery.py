@@ -122,10 +122,14 @@ class StreamedMessage:
         self.publish_time: datetime | None = message.publish_time
 
     def ack(self) -> None:
+        if self._decided.is_set():  # the first ack or nack counts
+            return
         self._message.ack()
         self._decided.set()
 
     def nack(self, delay: float = 0.0) -> None:
+        if self._decided.is_set():
+            return
         if self._delayed is not None and delay > 0:
             self._delayed.add(self._message.nack, delay)
         else:

@@ -133,13 +133,31 @@ class Dispatcher:
                 if not self._queue:
                     return
                 taken = self._take()
-            if isinstance(taken, _Then):
-                self._run_then(taken)
-            elif self._stopping.is_set():
-                for message in taken:
-                    self._hand_back(Pending.of(message), "before handling it")
-            else:
-                self._handle([Pending.of(m) for m in taken])
+            then = taken if isinstance(taken, _Then) else None
+            pending = [then.pending] if then else [Pending.of(m) for m in taken]  # type: ignore[union-attr]
+            try:
+                if then is not None:
+                    self._run_then(then)
+                elif self._stopping.is_set():
+                    for p in pending:
+                        self._hand_back(p, "before handling it")
+                else:
+                    self._handle(pending)
+            except BaseException as exc:
+                # The thread outlives whatever escaped (a library's BaseException
+                # too): what it had taken is handed back, not left leased.
+                log.error("handler thread failed", subscription=self.subscription, error=repr(exc))
+                self._hand_back_unsettled(pending, f"the runtime failed ({exc!r})")
+                if isinstance(exc, KeyboardInterrupt):
+                    raise
+
+    def _hand_back_unsettled(self, pending: list[Pending], reason: str) -> None:
+        for p in pending:
+            if not p.settled:
+                try:
+                    self.settler.hand_back(p, f"{reason}; nacked for redelivery")
+                except Exception as exc:  # its lease ends and Pub/Sub redelivers it
+                    log.error("hand-back failed", error=repr(exc), message_id=p.message.message_id)
 
     def _take(self) -> list[Message] | _Then:
         """The next continuation, or the next messages (a batch where batching)."""
@@ -159,14 +177,7 @@ class Dispatcher:
         while pending:
             if not self._await_dependencies(pending):
                 return
-            try:
-                pending = self._dispatch(pending)
-            except Exception as exc:  # the runtime's own failure: each message retried
-                log.error("dispatch failed", subscription=self.subscription, error=repr(exc))
-                for p in pending:
-                    if not p.settled:
-                        self.settler.settle(p, error=exc)
-                return
+            pending = self._dispatch(pending)
 
     def _await_dependencies(self, held: list[Pending]) -> bool:
         """Wait until every dependency answers: True; or the worker stops first:
@@ -192,19 +203,19 @@ class Dispatcher:
     def _dispatch(self, pending: list[Pending]) -> list[Pending]:
         """Route and handle `pending`; the ones held for a dependency are returned."""
         held: list[Pending] = []
-        batch: list[Pending] = []
+        batches: dict[BatchHandler, list[Pending]] = {}
         for p in pending:
             p.started = time.perf_counter()
             p.event, p.span = None, start_consumer_span(self.subscription, p.attributes)
             entry = self._route(p)
             if isinstance(entry, BatchHandler):
-                batch.append(p)
+                batches.setdefault(entry, []).append(p)
             elif isinstance(entry, (Outcome, Exception)):
                 held += self._settled(p, entry)
             else:
                 held += self._call(p, entry)
-        if batch:
-            held += self._run_batch(batch)
+        for handler, batch in batches.items():
+            held += self._run_batch(handler, batch)
         return held
 
     def _route(self, p: Pending) -> Handler | BatchHandler | Outcome | Exception:
@@ -239,9 +250,7 @@ class Dispatcher:
                 result = exc
         return self._settled(p, result)
 
-    def _run_batch(self, batch: list[Pending]) -> list[Pending]:
-        handler = self.handlers[type(batch[0].event)]
-        assert isinstance(handler, BatchHandler)
+    def _run_batch(self, handler: BatchHandler, batch: list[Pending]) -> list[Pending]:
         items = [(p.event, p.delivery(self.subscription)) for p in batch]
         try:
             results = list(handler.first(items))  # type: ignore[arg-type]
@@ -265,6 +274,8 @@ class Dispatcher:
 
     def _run_then(self, then: _Then) -> None:
         p = then.pending
+        if p.settled:  # the runtime failed after its batch and handed it back
+            return
         if self._stopping.is_set():
             self._hand_back(p, "before handling it")
             return

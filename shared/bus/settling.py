@@ -139,6 +139,10 @@ class Settler:
     ) -> Outcome:
         """Settle `pending` after its handler returned `outcome` or raised `error`;
         what became of it (HELD: not settled, it runs again once its dependency answers)."""
+        if pending.settled:  # never twice: a second ack or nack would release its key again
+            log.error("settled twice", **pending.context(self.subscription))
+            return Outcome.RETRIED
+        pending.settled = True
         if error is None and not (isinstance(outcome, Outcome) and outcome in HANDLER_OUTCOMES):
             error = TypeError(f"a handler returned {type(outcome).__name__}, not an Outcome")
         if error is None:
@@ -148,6 +152,7 @@ class Settler:
             return self._record(pending, outcome, _why(outcome, pending))
         settled, reason = self._after(pending, error)
         if settled is Outcome.HELD:
+            pending.settled = False
             end_span(pending.span, Outcome.HELD, reason)
             log.debug(
                 "message held",
@@ -160,8 +165,11 @@ class Settler:
 
     def hand_back(self, pending: Pending, reason: str) -> None:
         """Nack `pending` at once without handling it (the worker is stopping)."""
+        if pending.settled:
+            return
+        pending.settled = True
         pending.message.nack()
-        self._record(pending, Outcome.RETRIED, reason)
+        self._record(pending, Outcome.RETRIED, reason, handled=False)
 
     def _after(self, pending: Pending, error: Exception) -> tuple[Outcome, str]:
         """Hold, nack or dead-letter after `error`; the outcome and its reason."""
@@ -240,12 +248,15 @@ class Settler:
         self._forget(message.message_id)
         return Outcome.DEAD_LETTERED, reason
 
-    def _record(self, pending: Pending, outcome: Outcome, reason: str) -> Outcome:
-        """The settled message's metrics, span and one log line."""
-        pending.settled = True
+    def _record(
+        self, pending: Pending, outcome: Outcome, reason: str, *, handled: bool = True
+    ) -> Outcome:
+        """The settled message's metrics, span and one log line (a message handed
+        back unhandled has no handler time)."""
         seconds = time.perf_counter() - pending.started
         MESSAGES.labels(self.subscription, outcome).inc()
-        self._duration.observe(seconds)
+        if handled:
+            self._duration.observe(seconds)
         failed = outcome in (Outcome.RETRIED, Outcome.DEAD_LETTERED)
         end_span(pending.span, outcome, reason if failed else "")
         fields: dict[str, object] = {"outcome": outcome, "duration_ms": round(seconds * 1000, 3)}

@@ -62,12 +62,20 @@ class PulledMessage:
         self.message_id: str = message.message_id
         self.publish_time: datetime | None = message.publish_time.ToDatetime(tzinfo=UTC)
         self._delivery = delivery
+        self._decided = False
 
     def ack(self) -> None:
-        self._delivery.settle(self, ack=True)
+        if self._decide():
+            self._delivery.settle(self, ack=True)
 
     def nack(self, delay: float = 0.0) -> None:
-        self._delivery.nack(self, delay)
+        if self._decide():
+            self._delivery.nack(self, delay)
+
+    def _decide(self) -> bool:
+        """The first ack or nack counts: a second must not release its key again."""
+        first, self._decided = not self._decided, True
+        return first
 
     def extend(self) -> None:
         self._delivery.keep_leased(self.ack_id)

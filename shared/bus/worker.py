@@ -147,9 +147,11 @@ class SubscriberRuntime:
         )
 
     def request_stop(self) -> None:
-        """Stop taking new messages (returns at once; `stop` waits for the drain)."""
-        self.delivery.request_stop()
+        """Stop taking new messages (returns at once; `stop` waits for the drain).
+        The dispatcher first: what the delivery hands on as it stops (a key's
+        waiting messages) is then handed back, never started."""
         self.dispatcher.request_stop()
+        self.delivery.request_stop()
 
     def stop(self, timeout: float | None = None) -> bool:
         """Stop pulling, let in-flight handlers finish for at most `timeout` seconds.

@@ -183,3 +183,64 @@ def test_a_stop_hands_back_what_waits_and_nothing_new_is_handled():
     assert calls == ["turn-0001"]
     assert busy.done == [("ack", 0.0)]
     assert [m.done for m in (*waiting, late)] == [[("nack", 0.0)]] * 3
+
+
+def test_a_handler_thread_outlives_a_base_exception_and_hands_its_message_back():
+    calls = []
+
+    def handle(event, delivery):
+        calls.append(event.turn_id)
+        if event.turn_id == "turn-0001":
+            raise SystemExit("a library gave up")  # not an Exception: escapes the handler's
+        return Outcome.APPLIED
+
+    first, second = turns(2)
+    dispatcher = dispatcher_of({TurnRecorded: handle}, concurrency=1)
+    dispatcher.start()
+    dispatcher.receive([first])
+    settled(first)
+    dispatcher.receive([second])  # the one thread is still there to take it
+    settled(second)
+    dispatcher.stop(5)
+    assert calls == ["turn-0001", "turn-0002"]
+    assert (first.done, second.done) == ([("nack", 0.0)], [("ack", 0.0)])
+
+
+def test_a_message_is_settled_once_whatever_asks_twice():
+    from shared.bus.settling import Pending
+
+    settler = settler_of()
+    p = Pending.of(turns(1)[0])
+    assert settler.settle(p, Outcome.APPLIED) is Outcome.APPLIED
+    settler.settle(p, error=RuntimeError("late"))
+    settler.hand_back(p, "stopping")
+    assert p.message.done == [("ack", 0.0)]
+
+
+def test_each_batch_handler_takes_the_events_of_its_own_type():
+    seen = {}
+
+    def batch(name):
+        def first(items):
+            seen.setdefault(name, []).extend(type(e).__name__ for e, _d in items)
+            return [Outcome.APPLIED] * len(items)
+
+        return BatchHandler(first)
+
+    request = CompactionRequested(
+        event_id="6f1c1a52-0000-4000-8000-000000000002",
+        app="a",
+        user_id="u",
+        retention_days=30,
+        batch_limit=10,
+        created_at=datetime(2026, 1, 1, tzinfo=UTC),
+    )
+    messages = [*turns(2), FakeMessage.of(request)]
+    dispatcher = dispatcher_of(
+        {TurnRecorded: batch("turns"), CompactionRequested: batch("compaction")}
+    )
+    dispatcher.receive(messages)
+    dispatcher.start()
+    settled(*messages)
+    dispatcher.stop(5)
+    assert seen == {"turns": ["TurnRecorded"] * 2, "compaction": ["CompactionRequested"]}

@@ -241,7 +241,7 @@ class Settler:
             )
         except Exception as exc:
             DEAD_LETTER_PUBLISHES.labels(self.subscription, "failed").inc()
-            message.nack()
+            message.nack(retry_backoff(self.settings, pending.attempt))  # not at once, in a loop
             return Outcome.RETRIED, f"dead-letter publish failed ({exc!r}); reason was: {reason}"
         DEAD_LETTER_PUBLISHES.labels(self.subscription, "ok").inc()
         message.ack()

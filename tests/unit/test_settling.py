@@ -70,7 +70,7 @@ def test_a_dead_letter_that_is_not_published_is_nacked_not_lost():
     assert settler_of(FakePublisher(fail=True)).settle(p, error=PermanentError("x")) is (
         Outcome.RETRIED
     )
-    assert p.message.done == [("nack", 0.0)]
+    assert p.message.done == [("nack", 16.0)]  # after the backoff, as a retry
 
 
 def test_a_dependency_error_holds_the_message_and_marks_the_dependency_down():

@@ -123,7 +123,14 @@ def test_a_heartbeat_carries_the_rate_and_expires_when_reports_stop(
     local, publisher, valkey_client, ids
 ):
     buffer = SessionBuffer(valkey_client, 3600)
-    reporter = Reporter(local, valkey_client, kind="summary", subscriptions=["turns-summary"])
+    # Its own dependency states: the process's gauges keep what earlier tests left.
+    reporter = Reporter(
+        local,
+        valkey_client,
+        kind="summary",
+        subscriptions=["turns-summary"],
+        dependencies=lambda: {"valkey": True},
+    )
     assert reporter.report_once()
     [idle] = read_overview(valkey_client, local).replicas
     assert (idle.kind, idle.ready, idle.in_flight, idle.held) == ("summary", True, 0, 0)

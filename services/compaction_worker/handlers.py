@@ -40,7 +40,6 @@ from shared.config import Settings
 from shared.db.episodes import Episodes, OldEpisode
 from shared.db.ledger import Claim
 from shared.db.memories import COMPACTED_ENTITY, MemoryRow, NewMemory
-from shared.db.tombstones import Tombstones
 from shared.db.unit_of_work import UnitOfWork, UnitsOfWork, locked
 from shared.embeddings.base import Embedder
 from shared.errors import PermanentError
@@ -135,9 +134,9 @@ def _old_episodes(
     return episodes.old(event.app, event.user_id, event.project_id, old_before, limit)
 
 
-def _tombstoned(conn: psycopg.Connection, event: CompactionRequested) -> bool:
+def _tombstoned(uow: UnitOfWork, event: CompactionRequested) -> bool:
     """Was the user deleted (GDPR) after this request was made?"""
-    return Tombstones(conn).covers(event.app, event.user_id, event.created_at)
+    return uow.tombstones.covers(event.app, event.user_id, event.created_at)
 
 
 def _by_project(episodes: list[OldEpisode]) -> dict[str, list[OldEpisode]]:
@@ -222,7 +221,7 @@ class Compaction:
         """Each scope's new summary, from a snapshot read outside the transaction.
         None for a deleted user."""
         with self.units() as uow:
-            if _tombstoned(uow.conn, event):
+            if _tombstoned(uow, event):
                 return None
             episodes = _old_episodes(uow.episodes, event, old_before, event.batch_limit)
             memories = uow.memories
@@ -313,7 +312,7 @@ class Compaction:
     def _continue(self, event: CompactionRequested, old_before: datetime) -> None:
         """Publish the continuation while old episodes remain (and the user exists)."""
         with self.units() as uow:
-            if _tombstoned(uow.conn, event) or not _old_episodes(
+            if _tombstoned(uow, event) or not _old_episodes(
                 uow.episodes, event, old_before, 1
             ):
                 return

@@ -312,9 +312,7 @@ class Compaction:
     def _continue(self, event: CompactionRequested, old_before: datetime) -> None:
         """Publish the continuation while old episodes remain (and the user exists)."""
         with self.units() as uow:
-            if _tombstoned(uow, event) or not _old_episodes(
-                uow.episodes, event, old_before, 1
-            ):
+            if _tombstoned(uow, event) or not _old_episodes(uow.episodes, event, old_before, 1):
                 return
         continuation = continuation_of(event)
         self.publisher.publish(continuation).result(timeout=self.settings.publish_timeout_seconds)

@@ -4,10 +4,10 @@ open while the model decides; then one short transaction under the user's lock
 checks that the window still holds those turns and the memories they were
 weighed against are unchanged, writes the memories (with the late-event rule),
 records each turn in the ledger and empties the window. If anything changed in
-between, the window is decided again from fresh reads, at most
-`DECIDE_ATTEMPTS` times; then the request fails as an event error and is
-retried after the subscription's backoff (nothing is written meanwhile, so
-nothing is lost or doubled).
+between, the window is decided again from fresh reads, after a short random
+pause, at most `WINDOW_ATTEMPTS` times; then the request fails as an event error
+and is retried after the subscription's backoff (nothing is written meanwhile,
+so nothing is lost or doubled).
 
 When a request exhausts its attempts on an error of its own, `dead_letter_window`
 (its subscription's dead-letter hook) hands each turn of the window back to the
@@ -17,6 +17,8 @@ on its own: a replayed turn joins a new window.
 
 from __future__ import annotations
 
+import random
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -36,13 +38,19 @@ from shared.events.models import ordering_key
 from shared.llm.base import ExtractionInput, ExtractionTurn
 from shared.memory.consolidate import Applied, Source
 from shared.memory.decisions import (
-    DECIDE_ATTEMPTS,
     MemoriesChanged,
     Planned,
     apply,
     unchanged,
 )
 from shared.memory.search import Fusion
+
+# Windows of one user's sessions decided at once each see the others' new memories
+# as changed neighbours: with four at once, three tries lost all three about
+# four times in ten. Each try after the first is a model call more, under
+# contention only.
+WINDOW_ATTEMPTS = 6
+CONFLICT_PAUSE_SECONDS = 0.2
 
 log = structlog.get_logger("agent_memory.extraction")
 
@@ -80,7 +88,11 @@ class WindowExtraction:
     def extract(self, session: WindowKey, window_id: str) -> Outcome:
         """Extract the session's closed window `window_id`: APPLIED, or DUPLICATE when
         none of its turns waits any more (extracted already, or dead-lettered)."""
-        for _ in range(DECIDE_ATTEMPTS):
+        for attempt in range(WINDOW_ATTEMPTS):
+            if attempt:
+                # Windows of one user's sessions that lost to each other's writes
+                # try again at different moments, no lock or transaction held.
+                time.sleep(random.uniform(0.0, CONFLICT_PAUSE_SECONDS * attempt))  # noqa: S311
             with self.units() as uow:  # a read: no lock
                 turns = uow.windows.pending(session, window_id)
             if not turns:
@@ -100,7 +112,7 @@ class WindowExtraction:
             return Outcome.APPLIED
         raise MemoriesChanged(
             f"the window of {session.session_id} or its memories changed under "
-            f"{DECIDE_ATTEMPTS} extractions in a row"
+            f"{WINDOW_ATTEMPTS} extractions in a row"
         )
 
     def _write(

@@ -41,15 +41,16 @@ class Db:
     commits: int = 0
 
 
-class Uow:
-    """A transaction over `Db`: it works on a copy, written back only by `commit`
-    (leaving the block without committing rolls back)."""
+class CopyingUow:
+    """A fake unit of work over a store object: it works on a copy, written back
+    only by `commit` (leaving the block without committing rolls back). Its
+    repositories (ledger, episodes, memories, ...) are its own methods."""
 
-    def __init__(self, shared: Db) -> None:
+    def __init__(self, shared) -> None:
         self.shared = shared
         self.ledger = self.windows = self.episodes = self.memories = self.tombstones = self
 
-    def __enter__(self) -> Uow:
+    def __enter__(self):
         self.db = copy.deepcopy(self.shared)
         return self
 
@@ -58,8 +59,13 @@ class Uow:
 
     def commit(self) -> None:
         committed = copy.deepcopy(self.db)
-        committed.commits = self.shared.commits + 1
+        if hasattr(committed, "commits"):
+            committed.commits = self.shared.commits + 1
         self.shared.__dict__.update(committed.__dict__)
+
+
+class Uow(CopyingUow):
+    """A transaction over `Db`."""
 
     # ledger
     def applied(self, consumer: str, event_id: str) -> bool:

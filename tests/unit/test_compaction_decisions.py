@@ -5,7 +5,6 @@ tests/integration/test_compaction.py proves the same against the real Postgres."
 
 from __future__ import annotations
 
-import copy
 import uuid
 from concurrent.futures import Future
 from dataclasses import dataclass, field, replace
@@ -27,6 +26,7 @@ from shared.db.memories import MemoryRow
 from shared.embeddings import make_embedder
 from shared.events import CompactionRequested
 from shared.llm import RulesLLM
+from tests.extraction_fakes import CopyingUow
 
 SETTINGS = load_settings(embedding_provider="hash", llm_provider="rules")
 NOW = datetime(2026, 6, 1, tzinfo=UTC)
@@ -42,22 +42,8 @@ class Store:
     churn: bool = False  # another writer adds an old episode inside every transaction
 
 
-class Uow:
-    """A transaction over `Store`: a copy, written back only by `commit`."""
-
-    def __init__(self, shared: Store) -> None:
-        self.shared = shared
-        self.ledger = self.tombstones = self.memories = self.episodes = self
-
-    def __enter__(self) -> Uow:
-        self.db = copy.deepcopy(self.shared)
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        pass
-
-    def commit(self) -> None:
-        self.shared.__dict__.update(copy.deepcopy(self.db).__dict__)
+class Uow(CopyingUow):
+    """A transaction over `Store`."""
 
     def peek(self, consumer, event_id, **who) -> Claim:
         if event_id in self.db.ledger:

@@ -220,7 +220,7 @@ class Dispatcher:
 
     def _route(self, p: Pending) -> Handler | BatchHandler | Outcome | Exception:
         """The handler of `p`, or what it ends with unhandled."""
-        meant_for = p.message.attributes.get(REPLAYED_FOR)
+        meant_for = p.attributes.get(REPLAYED_FOR)
         if meant_for and meant_for != self.subscription:
             return Outcome.SKIPPED
         if p.attempt > self.max_delivery_attempts:
@@ -309,7 +309,7 @@ def _bound(p: Pending, subscription: str) -> Iterator[None]:
     structlog.contextvars.clear_contextvars()
     structlog.contextvars.bind_contextvars(**p.context(subscription))
     try:
-        with current(p.span), for_app(p.message.attributes.get("app") or ""):
+        with current(p.span), for_app(p.attributes.get("app") or ""):
             yield
     finally:
         structlog.contextvars.clear_contextvars()

@@ -63,6 +63,7 @@ class Pending:
     """One message on its way through the runtime, with what is known of it."""
 
     message: Message
+    attributes: dict[str, str]  # the message's, copied once
     attempt: int
     started: float
     event: Event | None = None
@@ -72,11 +73,9 @@ class Pending:
 
     @classmethod
     def of(cls, message: Message) -> Pending:
-        return cls(message, message.delivery_attempt or 1, time.perf_counter())
-
-    @property
-    def attributes(self) -> dict[str, str]:
-        return dict(self.message.attributes)
+        return cls(
+            message, dict(message.attributes), message.delivery_attempt or 1, time.perf_counter()
+        )
 
     def delivery(self, subscription: str) -> Delivery:
         m = self.message
@@ -91,7 +90,7 @@ class Pending:
 
     def context(self, subscription: str) -> dict[str, object]:
         """The fields of its log lines."""
-        attributes = self.message.attributes
+        attributes = self.attributes
         found: dict[str, object] = {
             "event_id": attributes.get("event_id"),
             "event_type": attributes.get("event_type"),
@@ -271,7 +270,7 @@ def _why(outcome: Outcome, pending: Pending) -> str:
     if outcome is Outcome.DROPPED:
         return "the user was deleted after this event was created"
     if outcome is Outcome.SKIPPED:
-        return f"a replay for {pending.message.attributes.get(REPLAYED_FOR)}"
+        return f"a replay for {pending.attributes.get(REPLAYED_FOR)}"
     return ""
 
 

@@ -37,6 +37,18 @@ def turns(count: int) -> list[FakeMessage]:
     return [FakeMessage.of(make_turn(IDS, n, session_id=f"sess-{n}")) for n in range(1, count + 1)]
 
 
+def compaction_request(n: int) -> CompactionRequested:
+    """An event of another type than the turns the tables here handle."""
+    return CompactionRequested(
+        event_id=f"6f1c1a52-0000-4000-8000-{n:012d}",
+        app="a",
+        user_id="u",
+        retention_days=30,
+        batch_limit=10,
+        created_at=datetime(2026, 1, 1, tzinfo=UTC),
+    )
+
+
 def test_a_batch_handler_takes_every_waiting_message_in_one_call_and_each_is_settled_alone():
     sizes, thens = [], []
 
@@ -97,16 +109,7 @@ def test_a_table_mixing_batch_and_plain_handlers_is_refused():
         ),
         (FakeMessage(b"not json", {"event_type": "turn.recorded.v1"}), "turn.recorded.v1"),
         (
-            FakeMessage.of(
-                CompactionRequested(
-                    event_id="6f1c1a52-0000-4000-8000-000000000001",
-                    app="a",
-                    user_id="u",
-                    retention_days=30,
-                    batch_limit=10,
-                    created_at=datetime(2026, 1, 1, tzinfo=UTC),
-                )
-            ),
+            FakeMessage.of(compaction_request(1)),
             "no handler for compaction.requested.v1 on turns-summary",
         ),
     ],
@@ -227,15 +230,7 @@ def test_each_batch_handler_takes_the_events_of_its_own_type():
 
         return BatchHandler(first)
 
-    request = CompactionRequested(
-        event_id="6f1c1a52-0000-4000-8000-000000000002",
-        app="a",
-        user_id="u",
-        retention_days=30,
-        batch_limit=10,
-        created_at=datetime(2026, 1, 1, tzinfo=UTC),
-    )
-    messages = [*turns(2), FakeMessage.of(request)]
+    messages = [*turns(2), FakeMessage.of(compaction_request(2))]
     dispatcher = dispatcher_of(
         {TurnRecorded: batch("turns"), CompactionRequested: batch("compaction")}
     )

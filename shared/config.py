@@ -256,6 +256,12 @@ class Settings(BaseSettings):
     """default token budget of `/v1/context`'s `system_instruction`"""
     context_recent_turns: int = Field(default=4, ge=0, le=100)
     """recent turns of the session that `/v1/context` includes at most"""
+    context_recalled_turns: int = Field(default=30, ge=0, le=100)
+    """archived turns `/v1/context` weighs at most (the archive search's hits; one per 100
+    tokens of the budget, at least 5); `0`: the context recalls none"""
+    context_recall_neighbours: int = Field(default=1, ge=0, le=5)
+    """turns before and after each recalled turn that `/v1/context` may add when the budget
+    allows"""
     operation_wait_seconds: float = Field(default=30.0, gt=0, le=300)
     """how long `memories:generate` with `wait=true` waits before answering not done"""
 

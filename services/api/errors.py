@@ -121,7 +121,7 @@ def _field_name(loc: tuple) -> str:
     return ".".join(parts) or "body"
 
 
-_NAMED = re.compile(r"([a-z_][a-z0-9_]*): (.+)", re.DOTALL)
+_NAMED = re.compile(r"([a-z_][a-z0-9_.]*): (.+)", re.DOTALL)
 
 
 def _clean(msg: str) -> str:

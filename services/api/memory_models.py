@@ -231,54 +231,6 @@ class DeleteMemoryResponse(BaseModel):
     deleted: bool
 
 
-class ContextRequest(_Request):
-    model_config = ConfigDict(
-        json_schema_extra={
-            "examples": [
-                {
-                    "user_id": "u-42",
-                    "session_id": "s-7",
-                    "project_id": "atlas",
-                    "query": "set up the build",
-                    "token_budget": 2000,
-                }
-            ]
-        },
-    )
-
-    session_id: Identifier
-    project_id: OptionalId = None
-    prev_session_id: OptionalId = None
-    query: QueryText
-    k: Count = Field(default=8, ge=1, le=100)
-    token_budget: bounded_count(100, 100_000) | None = None
-
-
-class ContextTurn(BaseModel):
-    turn_id: str
-    created_at: str
-    user: str
-    assistant: str
-
-
-class ContextSummary(BaseModel):
-    session_id: str
-    text: str
-    version: int
-
-
-class ContextResponse(BaseModel):
-    rolling_summary: ContextSummary | None
-    carried_summary: ContextSummary | None
-    recent_turns: list[ContextTurn]
-    pinned_rules: list[MemoryView]
-    memories: list[ScoredMemory]
-    system_instruction: str
-    tokens: int
-    omitted: dict[str, int]  # what did not fit in the token budget, by section
-    degraded: list[str]  # "session" (Valkey), "memories" (Postgres or embeddings)
-
-
 class ContentEventIn(RequestBody):
     role: Literal["user", "model", "assistant"]
     text: Annotated[

@@ -24,6 +24,50 @@ class CarriedSummary(ApiModel):
     version: int
 
 
+class MemoryIdentity(ApiModel):
+    """Which memory, and its text."""
+
+    id: str
+    scope: str
+    """One of: global, project, session."""
+    kind: str
+    """One of: preference, fact, rule, event."""
+    project_id: str | None
+    session_id: str | None
+    entity_name: str
+    text: str
+
+
+class MemoryView(MemoryIdentity):
+    observed_at: datetime
+    created_at: datetime
+    updated_at: datetime
+    deleted_at: datetime | None = None
+    expire_at: datetime | None = None
+    topic: str = ""
+
+
+class ScoredMemory(MemoryView):
+    score: float
+    rankers: list[str]
+
+
+class CitedMemory(ScoredMemory):
+    revision: int
+    """The revision that made its current text (numbered from 1, as a rollback names it)."""
+    sources: list[SourceTurnView] = []
+    """The archived turns it was extracted from, oldest first."""
+
+
+class CitedRule(MemoryView):
+    """A memory as the context cites it: which revision, from which turns."""
+
+    revision: int
+    """The revision that made its current text (numbered from 1, as a rollback names it)."""
+    sources: list[SourceTurnView] = []
+    """The archived turns it was extracted from, oldest first."""
+
+
 class CompactionAccepted(ApiModel):
     event_id: str
     user_id: str
@@ -36,10 +80,17 @@ class ContextResponse(ApiModel):
     rolling_summary: ContextSummary | None
     carried_summary: ContextSummary | None
     recent_turns: list[ContextTurn]
-    pinned_rules: list[MemoryView]
-    memories: list[ScoredMemory]
+    pinned_rules: list[CitedRule]
+    memories: list[CitedMemory]
+    long_term_summaries: list[LongTermSummary] = []
+    recalled_turns: list[RecalledTurnView] = []
+    """In the instruction's order: sessions by their first turn shown."""
+    period: PeriodView | None = None
+    """The period the query names, searched first; null if none."""
     system_instruction: str
     tokens: int
+    tokens_by_section: dict[str, int] = {}
+    """The instruction's tokens per section, headings included."""
     omitted: dict[str, int]
     degraded: list[str]
 
@@ -178,27 +229,11 @@ class ImportResponse(ApiModel):
     """The body ended with the export's end line."""
 
 
-class MemoryIdentity(ApiModel):
-    """Which memory, and its text."""
-
-    id: str
-    scope: str
-    """One of: global, project, session."""
-    kind: str
-    """One of: preference, fact, rule, event."""
-    project_id: str | None
-    session_id: str | None
-    entity_name: str
-    text: str
-
-
-class MemoryView(MemoryIdentity):
-    observed_at: datetime
-    created_at: datetime
-    updated_at: datetime
-    deleted_at: datetime | None = None
-    expire_at: datetime | None = None
-    topic: str = ""
+class LongTermSummary(CitedRule):
+    score: float | None
+    """Its fused score when the search found it; null when the period the query names brought
+    it.
+    """
 
 
 class MemoryDetail(MemoryView):
@@ -223,6 +258,24 @@ class PeriodView(ApiModel):
     phrase: str
     start: str
     end: str
+
+
+class RecalledTurnView(ApiModel):
+    """An archived turn of an earlier conversation: a hit of the archive search, or a turn next
+    to one (`neighbour_of`).
+    """
+
+    id: str
+    turn_id: str
+    session_id: str
+    project_id: str | None
+    created_at: datetime
+    text: str
+    score: float | None
+    """Its fused score; null for a neighbouring turn."""
+    rankers: list[str]
+    neighbour_of: str | None = None
+    """The turn id of the hit it is next to; null for a hit."""
 
 
 class RecordTurnResponse(ApiModel):
@@ -257,11 +310,6 @@ class RuleView(ApiModel):
     created_at: datetime
 
 
-class ScoredMemory(MemoryView):
-    score: float
-    rankers: list[str]
-
-
 class SearchResponse(ApiModel):
     queries: list[str]
     memories: list[ScoredMemory]
@@ -279,6 +327,14 @@ class SessionResponse(ApiModel):
     turns_total: int
     folded_turn_count: int
     folds: list[FoldView]
+
+
+class SourceTurnView(ApiModel):
+    """An archived turn a memory was extracted from."""
+
+    turn_id: str
+    session_id: str
+    created_at: datetime
 
 
 class SummaryView(ApiModel):

@@ -95,8 +95,13 @@ class MemoryClient(MemoryRoutes):
         prev_session_id: str | None = None,
         k: int | None = None,
         token_budget: int | None = None,
+        sections: Mapping[str, int] | None = None,
+        asked_at: datetime | str | None = None,
     ) -> m.ContextResponse:
-        """What to put in front of the model for `query`: `system_instruction`."""
+        """What to put in front of the model for `query`: `system_instruction`, with
+        each of its items (rules, memories, long-term summaries, recalled turns) and
+        where it comes from. `sections`: a cap in tokens per section (0: off), e.g.
+        `{"recalled_turns": 800}`; `asked_at`: what "last month" in `query` means."""
         body = present(
             user_id=user_id,
             session_id=session_id,
@@ -105,6 +110,8 @@ class MemoryClient(MemoryRoutes):
             prev_session_id=prev_session_id,
             k=k,
             token_budget=token_budget,
+            sections=dict(sections) if sections is not None else None,
+            asked_at=rfc3339(asked_at),
         )
         parse = one(m.ContextResponse)
         return self._send(Call("POST", "/v1/context", parse, json=body, retry_safe=True))

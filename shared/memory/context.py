@@ -1,109 +1,58 @@
 """The context of a turn: the session's part (Valkey) and the long-term part
-(Postgres) read at once, and its `system_instruction` assembled within a token
-budget.
+(Postgres: `shared.memory.long_term`) read at once, and its `system_instruction`
+assembled within one token budget.
 
 Either part may fail; the context is then built without it and says so
-(`Context.failures`). The instruction's order of priority (docs/design.md, "The
-read path"): pinned rules, then the rolling (or carried) summary, then the
-recent turns, then the retrieved memories. When the budget runs out, the lowest
-priority goes first: memories from the least relevant, then the oldest recent
-turns, then the summary is clipped; rules are dropped last, from the newest.
-`omitted` counts what did not fit.
+(`Context.failures`). The budget goes first to the session's part: the pinned
+rules, the rolling (or carried) summary and the recent turns, fitted as
+`context_text.SessionPart.fit` says. What it leaves is filled with the memories,
+the recalled turns and the long-term summaries, chosen together by relevance per
+token with diversity across sessions (`context_budget.choose`). `omitted` counts
+what did not fit.
 """
 
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Mapping
 from dataclasses import dataclass, field
+from datetime import datetime
 
+from shared.db.context_reads import Cited
 from shared.db.memories import MemoryRow
-from shared.memory.retrieval import Found, MemorySearch
+from shared.memory.context_budget import NEIGHBOUR, Candidate, Chosen, choose
+from shared.memory.context_text import (
+    SUMMARY_TITLE,
+    TITLES,
+    SessionPart,
+    carried_title,
+    render,
+)
+from shared.memory.episode_keys import when_in_words
+from shared.memory.long_term import Fold, LongTerm, LongTermQuery, read_long_term
+from shared.memory.periods import Period
+from shared.memory.retrieval import Found, FoundEpisode, MemorySearch
 from shared.memory.search import Scope
 from shared.session_buffer import AsyncSessionBuffer, BufferedTurn, SessionKey, SessionView, Summary
 from shared.tokens import clip_to_tokens, estimate_tokens
 
-HEADER = (
-    "You are talking with a returning user. Use what follows as memory of them; "
-    "the rules are constraints you must follow."
-)
+# The archive's hits a context weighs: one per this many tokens of its budget.
+TOKENS_PER_HIT = 100
+MIN_HITS = 5
 
 
-@dataclass
-class Built:
-    text: str
-    tokens: int
-    omitted: dict[str, int] = field(default_factory=dict)
-
-
-def _section(title: str, lines: list[str]) -> str:
-    return f"## {title}\n" + "\n".join(lines)
-
-
-def assemble(
-    *,
-    rules: list[str],
-    summary: str,
-    carried: str,
-    carried_from: str,
-    turns: list[tuple[str, str]],
-    memories: list[str],
-    budget: int,
-) -> Built:
-    omitted = {"rules": 0, "summary": 0, "recent_turns": 0, "memories": 0}
-
-    def render(
-        rule_lines: list[str], summary_text: str, turn_lines: list[str], memory_lines: list[str]
-    ) -> str:
-        parts = [HEADER]
-        if rule_lines:
-            parts.append(_section("Rules (always apply)", [f"- {r}" for r in rule_lines]))
-        if summary_text:
-            title = (
-                f"Summary of the previous session ({carried_from})"
-                if not summary and carried
-                else "Summary of this session so far"
-            )
-            parts.append(_section(title, [summary_text]))
-        if turn_lines:
-            parts.append(_section("Recent turns", turn_lines))
-        if memory_lines:
-            parts.append(
-                _section("What you remember about the user", [f"- {m}" for m in memory_lines])
-            )
-        return "\n\n".join(parts)
-
-    rule_lines = list(rules)
-    summary_text = summary or carried
-    turn_lines = [f"User: {u}\nAssistant: {a}" for u, a in turns]
-    memory_lines = list(memories)
-
-    def size() -> int:
-        return estimate_tokens(render(rule_lines, summary_text, turn_lines, memory_lines))
-
-    while size() > budget and memory_lines:
-        memory_lines.pop()
-        omitted["memories"] += 1
-    while size() > budget and turn_lines:
-        turn_lines.pop(0)
-        omitted["recent_turns"] += 1
-    if size() > budget and summary_text:
-        rest = budget - estimate_tokens(render(rule_lines, "", turn_lines, memory_lines)) - 12
-        clipped = clip_to_tokens(summary_text, max(0, rest))
-        if clipped != summary_text:
-            omitted["summary"] = 1
-        summary_text = clipped
-    while size() > budget and rule_lines:
-        rule_lines.pop()
-        omitted["rules"] += 1
-    text = render(rule_lines, summary_text, turn_lines, memory_lines)
-    return Built(text, estimate_tokens(text), {k: v for k, v in omitted.items() if v})
+def recall_hits(budget: int, most: int) -> int:
+    """How many archived turns a context of `budget` tokens weighs (`most` 0: none)."""
+    return min(most, max(MIN_HITS, budget // TOKENS_PER_HIT))
 
 
 @dataclass(frozen=True)
 class ContextQuery:
     """What a context is built for: the session (`scope.session_id`) and the
-    session it continues, the query its memories are searched with, how many,
-    and the instruction's budget and number of recent turns."""
+    session it continues, the query, how many memories and archived turns to
+    weigh, the budget and the caller's caps per section (tokens; 0: off), the
+    number of recent turns, and when it is asked (the periods the query names are
+    read against it)."""
 
     scope: Scope
     prev_session_id: str
@@ -111,6 +60,10 @@ class ContextQuery:
     k: int
     budget: int
     recent_turns: int
+    asked_at: datetime
+    hits: int = 0
+    neighbours: int = 1
+    caps: Mapping[str, int] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -120,6 +73,32 @@ class SessionSummary:
     version: int
 
 
+@dataclass(frozen=True, slots=True)
+class RecalledTurn:
+    """An archived turn the context carries: a hit of the archive search (`rank`
+    from 1, its fused score) or a neighbour of one (`neighbour_of`: the hit's
+    turn id)."""
+
+    id: str
+    turn_id: str
+    session_id: str
+    project_id: str
+    created_at: datetime
+    text: str
+    rank: int | None = None
+    score: float | None = None
+    rankers: tuple[str, ...] = ()
+    neighbour_of: str | None = None
+
+
+@dataclass(frozen=True)
+class Built:
+    text: str
+    tokens: int
+    omitted: dict[str, int] = field(default_factory=dict)
+    by_section: dict[str, int] = field(default_factory=dict)
+
+
 @dataclass(frozen=True)
 class Context:
     rolling: SessionSummary | None
@@ -127,8 +106,12 @@ class Context:
     turns: list[BufferedTurn]
     rules: list[MemoryRow]
     memories: list[Found]
+    recalled: list[RecalledTurn]
+    summaries: list[Fold]
+    cited: dict[str, Cited]
+    period: Period | None
     built: Built
-    # The parts that could not be read ("session", "memories"), and why.
+    # The parts that could not be read ("session", "memories", "recalled_turns"), and why.
     failures: dict[str, BaseException]
 
     @property
@@ -139,10 +122,20 @@ class Context:
 async def build_context(
     query: ContextQuery, buffer: AsyncSessionBuffer, search: MemorySearch
 ) -> Context:
-    """The session part and the memory part at once; each may fail alone."""
-    session, recalled = await asyncio.gather(
+    """The session part and the long-term part at once; each may fail alone."""
+    wanted = query.caps
+    long_term_query = LongTermQuery(
+        scope=query.scope,
+        query=query.query,
+        k=query.k,
+        hits=query.hits if wanted.get("recalled_turns") != 0 else 0,
+        neighbours=query.neighbours,
+        summaries=wanted.get("long_term_summaries") != 0,
+        asked_at=query.asked_at,
+    )
+    session, long_term = await asyncio.gather(
         _session_part(query, buffer),
-        search.memories(query.scope, [query.query], query.k, pinned=True),
+        read_long_term(long_term_query, search),
         return_exceptions=True,
     )
     failures: dict[str, BaseException] = {}
@@ -151,15 +144,10 @@ async def build_context(
         failures["session"] = session
     else:
         view, carried = session
-    found, rules = [], []
-    if isinstance(recalled, BaseException):
-        failures["memories"] = recalled
-    else:
-        found, rules = recalled
-        # A rule both pinned and found goes into the instruction once, as a rule.
-        pinned = {rule.id for rule in rules}
-        found = [f for f in found if f.memory.id not in pinned]
-    return _assembled(query, view, carried, rules, found, failures)
+    if isinstance(long_term, BaseException):
+        raise long_term  # read_long_term reports outages in `failures`: this is a bug
+    failures.update(long_term.failures)
+    return _assembled(query, view, carried, long_term, failures)
 
 
 async def _session_part(
@@ -180,8 +168,7 @@ def _assembled(
     query: ContextQuery,
     view: SessionView | None,
     carried: Summary | None,
-    rules: list[MemoryRow],
-    found: list[Found],
+    long_term: LongTerm,
     failures: dict[str, BaseException],
 ) -> Context:
     rolling = (
@@ -196,13 +183,160 @@ def _assembled(
     )
     wanted = query.recent_turns
     turns = list(view.turns)[-wanted:] if view is not None and wanted else []
-    built = assemble(
-        rules=[m.text for m in rules],
-        summary=rolling.text if rolling else "",
-        carried=carried_summary.text if carried_summary else "",
-        carried_from=carried_summary.session_id if carried_summary else "",
-        turns=[(t.user, t.assistant) for t in turns],
-        memories=[f"[{f.memory.scope} {f.memory.kind}] {f.memory.text}" for f in found],
-        budget=query.budget,
+    summary = rolling or carried_summary
+    part = SessionPart(
+        rules=[m.text for m in long_term.rules],
+        summary=summary.text if summary else "",
+        summary_title=SUMMARY_TITLE
+        if rolling
+        else carried_title(summary.session_id if summary else ""),
+        turns=[f"User: {t.user}\nAssistant: {t.assistant}" for t in turns],
     )
-    return Context(rolling, carried_summary, turns, rules, found, built, failures)
+    part.fit(query.budget, query.caps)
+    turns = turns[len(turns) - len(part.turns) :] if part.turns else []
+    rules = long_term.rules[: len(part.rules)]
+    fixed = part.tokens()
+    shown = {(query.scope.session_id, t.turn_id) for t in turns}
+    room = max(0, query.budget - fixed)
+    candidates, recalled = _candidates(long_term, shown, room)
+    chosen = choose(candidates, room, TITLES, query.caps)
+    built = _built(query.budget, part, chosen, candidates, recalled)
+    taken = {c.key for c in chosen.taken}
+    return Context(
+        rolling,
+        carried_summary,
+        turns,
+        rules,
+        [f for f in long_term.memories if f.memory.id in taken],
+        _in_order([recalled[c.key] for c in chosen.taken if c.key in recalled]),
+        [f for f in long_term.folds if f.memory.id in taken],
+        long_term.cited,
+        long_term.period,
+        built,
+        failures,
+    )
+
+
+def _candidates(
+    long_term: LongTerm, shown: set[tuple[str, str]], room: int
+) -> tuple[list[Candidate], dict[str, RecalledTurn]]:
+    """Every memory, long-term summary and archived turn the context may carry,
+    and the turns by episode id. A turn a memory came from is that memory's (shown
+    once, as the memory); the asking session's recent turns are never recalled."""
+    candidates: dict[str, Candidate] = {}
+    carried_by: dict[str, str] = {}  # episode id -> the memory that carries it
+    for rule in long_term.rules:
+        for source in long_term.cited.get(rule.id, Cited(0)).sources:
+            carried_by.setdefault(source.episode_id, rule.id)
+    for rank, found in enumerate(long_term.memories, start=1):
+        memory = found.memory
+        line = f"- [{memory.scope} {memory.kind}] {memory.text}"
+        candidates[memory.id] = Candidate("memories", memory.id, 1 / rank, line)
+        for source in long_term.cited.get(memory.id, Cited(0)).sources:
+            carried_by.setdefault(source.episode_id, memory.id)
+    for fold in long_term.folds:
+        relevance = 1.0 if fold.rank is None else 1 / fold.rank
+        # One summary never takes more than half of what is left.
+        text = clip_to_tokens(fold.memory.text, max(1, room // 2))
+        candidates[fold.memory.id] = Candidate(
+            "long_term_summaries", fold.memory.id, relevance, f"- {text}"
+        )
+    recalled: dict[str, RecalledTurn] = {}
+    headings: dict[str, str] = {}
+    for rank, found in enumerate(long_term.hits, start=1):
+        hit = _hit(found, rank)
+        if (hit.session_id, hit.turn_id) in shown:
+            continue
+        # The neighbours of a hit a memory carries wait for that memory.
+        shown_as = carried_by.get(hit.id, hit.id)
+        around = [(hit, 0)] + [
+            (_neighbour(row, hit), row["offset"]) for row in long_term.around.get(hit.id, [])
+        ]
+        for turn, offset in around:
+            if turn.id in carried_by or (turn.session_id, turn.turn_id) in shown:
+                continue
+            relevance = NEIGHBOUR ** abs(offset) / rank
+            known = candidates.get(turn.id)
+            if known is not None and offset and (known.counted or known.relevance >= relevance):
+                continue  # a hit stays a hit; a neighbour keeps its best hit
+            if known is not None and not offset:
+                relevance = max(relevance, known.relevance)
+            recalled[turn.id] = turn
+            heading = headings.setdefault(
+                turn.session_id, f"### Session {turn.session_id}, {when_in_words(turn.created_at)}"
+            )
+            candidates[turn.id] = Candidate(
+                "recalled_turns",
+                turn.id,
+                relevance,
+                turn.text,
+                group=heading,
+                needs=shown_as if offset else "",
+                spread=turn.session_id,
+                counted=not offset,
+            )
+    return list(candidates.values()), recalled
+
+
+def _hit(found: FoundEpisode, rank: int) -> RecalledTurn:
+    fields = found.fields
+    return RecalledTurn(
+        fields["id"],
+        fields["turn_id"],
+        fields["session_id"],
+        fields["project_id"],
+        fields["created_at"],
+        fields["text"],
+        rank=rank,
+        score=round(found.ranked.score, 6),
+        rankers=tuple(found.ranked.rankers),
+    )
+
+
+def _neighbour(row: dict, hit: RecalledTurn) -> RecalledTurn:
+    return RecalledTurn(
+        row["id"],
+        row["turn_id"],
+        hit.session_id,
+        hit.project_id,
+        row["created_at"],
+        row["text"],
+        neighbour_of=hit.turn_id,
+    )
+
+
+def _in_order(turns: list[RecalledTurn]) -> list[RecalledTurn]:
+    """Recalled turns as the instruction shows them: sessions by their first turn
+    shown, each session's turns in order."""
+    first: dict[str, datetime] = {}
+    for t in turns:
+        first[t.session_id] = min(first.get(t.session_id, t.created_at), t.created_at)
+    return sorted(turns, key=lambda t: (first[t.session_id], t.session_id, t.created_at, t.turn_id))
+
+
+def _built(
+    budget: int,
+    part: SessionPart,
+    chosen: Chosen,
+    candidates: list[Candidate],
+    recalled: dict[str, RecalledTurn],
+) -> Built:
+    by_key = {c.key: c for c in chosen.taken}
+    sections = part.sections()
+    for name in ("memories", "long_term_summaries"):
+        sections.append((TITLES[name], [c.line for c in chosen.taken if c.section == name]))
+    lines: list[str] = []
+    group = ""
+    for turn in _in_order([recalled[c.key] for c in chosen.taken if c.section == "recalled_turns"]):
+        candidate = by_key[turn.id]
+        if candidate.group != group:
+            group = candidate.group
+            lines.append(group)
+        lines.append(candidate.line)
+    sections.append((TITLES["recalled_turns"], lines))
+    text = render(sections)
+    omitted = dict(part.omitted)
+    omitted.update(chosen.omitted(candidates))
+    by_section = {name: tokens for name, tokens in part.section_tokens().items() if tokens}
+    by_section.update(chosen.by_section)
+    return Built(text, estimate_tokens(text), omitted, by_section)

@@ -53,11 +53,14 @@ class MemorySearch:
         k: int,
         kinds: list[str] | None = None,
         pinned: bool = False,
+        embeddings: list[Any] | None = None,
     ) -> tuple[list[Found], list[MemoryRow]]:
-        """Fused top-k memories and, if `pinned`, the scope's pinned rules: one statement."""
-        embeddings = await self.embedder.aembed_queries(queries)
+        """Fused top-k memories and, if `pinned`, the scope's pinned rules: one statement.
+        `embeddings`: the queries' own, when the caller has embedded them already."""
+        if embeddings is None:
+            embeddings = await self.embedder.aembed_queries(queries)
         steps = db_search.search_memories(scope, queries, embeddings, k, self.fusion, kinds, pinned)
-        found, rules = await self._run(steps)
+        found, rules = await self.run(steps)
         return [Found(memory, ranked) for memory, ranked in found], rules
 
     async def episodes(
@@ -67,24 +70,25 @@ class MemorySearch:
         k: int,
         before: datetime | None = None,
         after: datetime | None = None,
+        embedding: Any | None = None,
     ) -> list[FoundEpisode]:
         """Fused top-k episodes of the archive, created in (`after`, `before`)."""
-        embeddings = await self.embedder.aembed_queries([query])
-        steps = db_search.search_episodes(
-            scope, query, embeddings[0], k, self.fusion, before, after
-        )
-        return [FoundEpisode(fields, ranked) for fields, ranked in await self._run(steps)]
+        if embedding is None:
+            embedding = (await self.embedder.aembed_queries([query]))[0]
+        steps = db_search.search_episodes(scope, query, embedding, k, self.fusion, before, after)
+        return [FoundEpisode(fields, ranked) for fields, ranked in await self.run(steps)]
 
     async def episodes_in(
-        self, scope: Scope, query: str, k: int, period: Period
+        self, scope: Scope, query: str, k: int, period: Period, embedding: Any | None = None
     ) -> list[FoundEpisode]:
         """The top-k episodes of `period` and, if it holds fewer than k, the best of
         the rest of the archive after them."""
-        embeddings = await self.embedder.aembed_queries([query])
+        if embedding is None:
+            embedding = (await self.embedder.aembed_queries([query]))[0]
         steps = db_search.search_episodes_within(
-            scope, query, embeddings[0], k, self.fusion, period.start, period.end
+            scope, query, embedding, k, self.fusion, period.start, period.end
         )
-        return [FoundEpisode(fields, ranked) for fields, ranked in await self._run(steps)]
+        return [FoundEpisode(fields, ranked) for fields, ranked in await self.run(steps)]
 
     async def surrounding(
         self, scope: Scope, found: list[FoundEpisode], turns: int
@@ -93,7 +97,7 @@ class MemorySearch:
         after), each listed once: none that is a hit itself or already listed
         around a better hit (adjacent hits share their neighbours)."""
         hits = [f.fields["id"] for f in found]
-        around = await self._run(db_search.surrounding_turns(scope, hits, turns))
+        around = await self.run(db_search.surrounding_turns(scope, hits, turns))
         shown = set(hits)
         listed = []
         for hit in hits:
@@ -102,7 +106,8 @@ class MemorySearch:
             listed.append(turns_of_hit)
         return listed
 
-    async def _run(self, steps: Steps[T]) -> T:
+    async def run(self, steps: Steps[T]) -> T:
+        """`steps` on one connection of the pool."""
         async with self.pool.connection() as conn:
             return await arun(conn, steps)
 

@@ -93,6 +93,7 @@ DOCUMENTED_REFUSALS = (
     ("pattern", "is not an RE2 pattern", "only RE2 knows RE2's syntax"),
     ("pattern", "is too complex", "only RE2 counts a pattern's instructions"),
     ("", "bytes, over the limit of", "a schema counts characters, the limit is UTF-8 bytes"),
+    ("", "over the token budget of", "a context's cap is bounded by its budget, or the default"),
 )
 # An import's bad lines are named `line N` (any text is a string; few are exports).
 _IMPORT_LINE = re.compile(r"line [0-9]+")
@@ -128,7 +129,10 @@ def _documented_refusal(response) -> bool:
 
 
 def _code(response) -> str | None:
-    if response.headers.get("content-type") != "application/json":
+    content_type = response.headers.get("content-type")
+    if isinstance(content_type, list):  # schemathesis keeps every value of a header
+        content_type = content_type[0] if content_type else None
+    if content_type != "application/json":
         return None
     error = response.json().get("error")
     return error.get("code") if isinstance(error, dict) else None

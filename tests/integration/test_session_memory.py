@@ -11,7 +11,8 @@ from fastapi.testclient import TestClient
 from prometheus_client import REGISTRY
 
 from services.api.app import create_app
-from services.api.memory_models import ContextResponse, SearchResponse
+from services.api.context_models import ContextResponse
+from services.api.memory_models import SearchResponse
 from services.api.models import SessionResponse
 from services.summary_worker.folding import Folder, FoldPolicy
 from shared.events import TurnRecorded, format_time

@@ -18,9 +18,10 @@ from services.api.memory_models import (
     PeriodView,
     RevisionView,
 )
+from shared.db.context_reads import Cited
 from shared.db.memories import MemoryRow, Revision
 from shared.events import format_time
-from shared.memory.context import Context, SessionSummary
+from shared.memory.context import Context, RecalledTurn, SessionSummary
 from shared.memory.periods import Period
 from shared.memory.retrieval import Found, FoundEpisode
 
@@ -112,8 +113,39 @@ def _summary(summary: SessionSummary | None) -> dict[str, Any] | None:
     return {"session_id": summary.session_id, "text": summary.text, "version": summary.version}
 
 
+def _cited(memory_id: str, cited: dict[str, Cited]) -> dict[str, Any]:
+    """Where a memory of the context comes from, as `Citation` lays it out."""
+    found = cited.get(memory_id, Cited(0))
+    return {
+        "revision": found.revision,
+        "sources": [
+            {
+                "turn_id": t.turn_id,
+                "session_id": t.session_id,
+                "created_at": format_time(t.created_at),
+            }
+            for t in found.sources
+        ],
+    }
+
+
+def _recalled(turn: RecalledTurn) -> dict[str, Any]:
+    return {
+        "id": turn.id,
+        "turn_id": turn.turn_id,
+        "session_id": turn.session_id,
+        "project_id": turn.project_id or None,
+        "created_at": format_time(turn.created_at),
+        "text": turn.text,
+        "score": turn.score,
+        "rankers": list(turn.rankers),
+        "neighbour_of": turn.neighbour_of,
+    }
+
+
 def context_body(context: Context) -> dict[str, Any]:
     """The context as `ContextResponse` lays it out, as plain data."""
+    cited = context.cited
     return {
         "rolling_summary": _summary(context.rolling),
         "carried_summary": _summary(context.carried),
@@ -126,10 +158,21 @@ def context_body(context: Context) -> dict[str, Any]:
             }
             for t in context.turns
         ],
-        "pinned_rules": [memory_fields(m) for m in context.rules],
-        "memories": [found_fields(f) for f in context.memories],
+        "pinned_rules": [{**memory_fields(m), **_cited(m.id, cited)} for m in context.rules],
+        "memories": [{**found_fields(f), **_cited(f.memory.id, cited)} for f in context.memories],
+        "long_term_summaries": [
+            {
+                **memory_fields(f.memory),
+                **_cited(f.memory.id, cited),
+                "score": round(f.ranked.score, 6) if f.ranked is not None else None,
+            }
+            for f in context.summaries
+        ],
+        "recalled_turns": [_recalled(t) for t in context.recalled],
+        "period": period_view(context.period).model_dump() if context.period else None,
         "system_instruction": context.built.text,
         "tokens": context.built.tokens,
+        "tokens_by_section": context.built.by_section,
         "omitted": context.built.omitted,
         "degraded": context.degraded,
     }

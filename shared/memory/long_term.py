@@ -1,0 +1,142 @@
+"""The context's long-term part, read from Postgres: the memories relevant to the
+query with the scope's pinned rules, the recalled turns (the archive searched as
+`archive:search` searches it, the period the query names first, each hit with
+its neighbouring turns), and the scope's long-term summaries when the query
+names a period they reach into.
+
+The query is embedded once. The memories (then where they come from, then the
+summaries) and the recalled turns (then their neighbours) are read at once on
+two connections; either may fail alone, and the context names what is missing
+in `degraded` ("memories", "recalled_turns").
+"""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+from shared.db import search as db_search
+from shared.db.context_reads import Cited, long_term_summaries, memory_sources
+from shared.db.memories import COMPACTED_ENTITY, MemoryRow
+from shared.db.run import Steps
+from shared.memory.periods import Period, find_period
+from shared.memory.retrieval import Found, FoundEpisode, MemorySearch
+from shared.memory.search import Ranked, Scope
+
+
+@dataclass(frozen=True)
+class LongTermQuery:
+    """What the long-term part is read for. `hits` 0 reads no recalled turns;
+    `summaries` False no long-term summaries; the memory search (which brings
+    the pinned rules) always runs."""
+
+    scope: Scope
+    query: str
+    k: int
+    hits: int
+    neighbours: int
+    summaries: bool
+    asked_at: datetime
+
+
+@dataclass(frozen=True, slots=True)
+class Fold:
+    """A long-term summary and how it came in: ranked by the memory search (`rank`
+    among its results, from 1), or (`rank` None) because the query names a period
+    it reaches into."""
+
+    memory: MemoryRow
+    rank: int | None = None
+    ranked: Ranked | None = None
+
+
+@dataclass
+class LongTerm:
+    memories: list[Found] = field(default_factory=list)
+    rules: list[MemoryRow] = field(default_factory=list)
+    cited: dict[str, Cited] = field(default_factory=dict)
+    folds: list[Fold] = field(default_factory=list)
+    hits: list[FoundEpisode] = field(default_factory=list)
+    # Hit id -> the turns around it (`shared.db.search.surrounding_turns`).
+    around: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
+    period: Period | None = None
+    failures: dict[str, BaseException] = field(default_factory=dict)
+
+
+def _memory_part(
+    q: LongTermQuery, search: MemorySearch, embedding: Any, period: Period | None
+) -> Steps[tuple[list[Found], list[MemoryRow], dict[str, Cited], list[Fold]]]:
+    found, rules = yield from db_search.search_memories(
+        q.scope, [q.query], [embedding], q.k, search.fusion, pinned=True
+    )
+    # A rule both pinned and found is in the context once, as a rule; a fold the
+    # search found is a long-term summary, not a memory.
+    pinned = {rule.id for rule in rules}
+    folds = [
+        Fold(m, rank, r)
+        for rank, (m, r) in enumerate(found, start=1)
+        if m.entity_name == COMPACTED_ENTITY
+    ]
+    memories = [
+        Found(m, r) for m, r in found if m.id not in pinned and m.entity_name != COMPACTED_ENTITY
+    ]
+    if q.summaries and period is not None:
+        ranked = {f.memory.id for f in folds}
+        for fold in (yield from long_term_summaries(q.scope)):
+            # A fold holds the turns up to its `observed_at`: a period that starts
+            # after that is none of its business.
+            if fold.id not in ranked and period.start <= fold.observed_at:
+                folds.append(Fold(fold))
+    if not q.summaries:
+        folds = []
+    ids = [f.memory.id for f in memories] + [r.id for r in rules] + [f.memory.id for f in folds]
+    cited = yield from memory_sources(q.scope.app, q.scope.user_id, ids)
+    return memories, rules, cited, folds
+
+
+def _turn_part(
+    q: LongTermQuery, search: MemorySearch, embedding: Any, period: Period | None
+) -> Steps[tuple[list[FoundEpisode], dict[str, list[dict[str, Any]]]]]:
+    scope = Scope(q.scope.app, q.scope.user_id, q.scope.project_id)
+    if period is not None:
+        rows = yield from db_search.search_episodes_within(
+            scope, q.query, embedding, q.hits, search.fusion, period.start, period.end
+        )
+    else:
+        rows = yield from db_search.search_episodes(
+            scope, q.query, embedding, q.hits, search.fusion
+        )
+    hits = [FoundEpisode(fields, ranked) for fields, ranked in rows]
+    around = yield from db_search.surrounding_turns(
+        scope, [h.fields["id"] for h in hits], q.neighbours
+    )
+    return hits, around
+
+
+async def read_long_term(q: LongTermQuery, search: MemorySearch) -> LongTerm:
+    """The long-term part; what could not be read is in `failures`."""
+    read = LongTerm()
+    try:
+        embedding = (await search.embedder.aembed_queries([q.query]))[0]
+    except Exception as exc:  # an embedder outage: nothing of Postgres can be ranked
+        read.failures["memories"] = exc
+        if q.hits:
+            read.failures["recalled_turns"] = exc
+        return read
+    read.period = find_period(q.query, q.asked_at)
+    parts: list[Any] = [search.run(_memory_part(q, search, embedding, read.period))]
+    if q.hits:
+        parts.append(search.run(_turn_part(q, search, embedding, read.period)))
+    memories, *turns = await asyncio.gather(*parts, return_exceptions=True)
+    if isinstance(memories, BaseException):
+        read.failures["memories"] = memories
+    else:
+        read.memories, read.rules, read.cited, read.folds = memories
+    for part in turns:
+        if isinstance(part, BaseException):
+            read.failures["recalled_turns"] = part
+        else:
+            read.hits, read.around = part
+    return read

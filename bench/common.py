@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import os
 import shutil
 import signal
 import sys
@@ -34,12 +35,19 @@ def bench_stack(
     settings = load_settings(database_url=None, valkey_url=None)
     stack = LocalStack(settings, data_dir, services=services, any_api_port=True)
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
+    # The stack points this process's Pub/Sub clients at its emulator: a stack
+    # started after this one must not find the address of one that is gone.
+    emulator = os.environ.get("PUBSUB_EMULATOR_HOST")
     try:
         endpoints = stack.start()
         yield stack, endpoints, stack.settings
     finally:
         stack.stop()
         shutil.rmtree(data_dir, ignore_errors=True)
+        if emulator is None:
+            os.environ.pop("PUBSUB_EMULATOR_HOST", None)
+        else:
+            os.environ["PUBSUB_EMULATOR_HOST"] = emulator
 
 
 def percentile(values: list[float], p: float) -> float:

@@ -54,10 +54,10 @@ from pgvector.psycopg import register_vector  # noqa: E402
 
 from bench.recall_data import KINDS, generate  # noqa: E402
 from shared.config import load_settings  # noqa: E402
+from shared.db.archive_search import search_episodes, search_episodes_within  # noqa: E402
 from shared.db.episodes import Episode, Episodes  # noqa: E402
 from shared.db.migrate import migrate  # noqa: E402
 from shared.db.run import run  # noqa: E402
-from shared.db.search import search_episodes, search_episodes_within  # noqa: E402
 from shared.embeddings import make_embedder  # noqa: E402
 from shared.localstack.components import LocalPostgres  # noqa: E402
 from shared.localstack.process import free_port  # noqa: E402

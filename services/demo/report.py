@@ -28,6 +28,7 @@ def figures(result: SessionResult) -> dict[str, Any]:
             "naive_tokens": result.naive[-1],
             "tiered_tokens": result.tiered[-1],
             "reduction_percent": round(100 * (1 - result.tiered[-1] / result.naive[-1]), 1),
+            "context_tokens_by_section": result.turn45_sections,
         },
         "cumulative": {
             "naive_tokens": naive_total,
@@ -121,6 +122,11 @@ def lines(providers: dict[str, str], numbers: dict[str, Any], checks: list[Check
         f"  providers: LLM {providers['llm']}, embeddings {providers['embeddings']}",
         f"  turn {TURN_COUNT} prompt: naive {turn['naive_tokens']:,} tokens, tiered "
         f"{turn['tiered_tokens']:,} tokens: {turn['reduction_percent']}% smaller",
+        f"  turn {TURN_COUNT} context by section: "
+        + ", ".join(
+            f"{name.replace('_', ' ')} {tokens:,}"
+            for name, tokens in turn["context_tokens_by_section"].items()
+        ),
         f"  {TURN_COUNT} turns: naive {total['naive_tokens']:,} tokens; tiered "
         f"{total['tiered_prompt_tokens']:,} in prompts + {total['background_tokens']:,} in the "
         f"workers' LLM calls = {total['tiered_with_background_tokens']:,}: "

@@ -135,6 +135,8 @@ class SessionResult:
     checks: list[Check]
     turn45_context: str
     background_by_turn: list[int] = field(default_factory=list)  # sums to background_tokens
+    # The turn-45 context's tokens per section (`tokens_by_section`), headings included.
+    turn45_sections: dict[str, int] = field(default_factory=dict)
 
 
 def play(api: Api, say: Any, tokens_now: Any) -> SessionResult:
@@ -164,7 +166,10 @@ def play(api: Api, say: Any, tokens_now: Any) -> SessionResult:
         f"  the summary worker folded {view['folded_turn_count']} turns into summary version "
         f"{view['summary']['version']}; {view['turn_count']} turns left in the buffer"
     )
-    return SessionResult(naive, tiered, context_ms, lag_ms, total, checks, turn45, by_turn)
+    sections = ctx["tokens_by_section"]
+    return SessionResult(
+        naive, tiered, context_ms, lag_ms, total, checks, turn45, by_turn, sections
+    )
 
 
 def _record_all(

@@ -78,16 +78,29 @@ class MemoryTools:
         token_budget: Annotated[
             int | None, Field(description="Cap on the instruction's size in tokens")
         ] = None,
+        sections: Annotated[
+            dict[str, int] | None,
+            Field(
+                description="Caps in tokens per section (0 leaves it out): rules, summary, "
+                "recent_turns, memories, long_term_summaries, recalled_turns"
+            ),
+        ] = None,
     ) -> str:
         """The system instruction to work with for this query: the user's rules, the
-        memories relevant to it, the session's summary and its recent turns. Call it
-        at the start of a task, with the task as the query."""
+        memories relevant to it, the session's summary and its recent turns, and the
+        turns of earlier conversations that bear on it, with their dates. Call it at
+        the start of a task, with the task as the query."""
         user, session = self._user(user_id), self._session(session_id)
         project = self._project(project_id)
         answer = await self._call(
             ctx,
             lambda c: c.context(
-                user, session, query, project_id=project, token_budget=token_budget
+                user,
+                session,
+                query,
+                project_id=project,
+                token_budget=token_budget,
+                sections=sections,
             ),
         )
         return answer.system_instruction

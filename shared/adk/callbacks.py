@@ -78,12 +78,14 @@ class AmbientMemory:
         *,
         k: int | None = None,
         token_budget: int | None = None,
+        sections: Mapping[str, int] | None = None,
         limits: TurnLimits = API_DEFAULTS,
     ) -> None:
         self.client = client
         self.project_id = project_id
         self.k = k
         self.token_budget = token_budget
+        self.sections = sections
         self.limits = limits
         self._instructions: OrderedDict[str, str] = OrderedDict()
 
@@ -113,6 +115,7 @@ class AmbientMemory:
                 prev_session_id=prev_session_of(ctx.state),
                 k=self.k,
                 token_budget=self.token_budget,
+                sections=self.sections,
             )
         except Exception as exc:
             # Memory is ambient: without it the agent still answers, as the API
@@ -152,15 +155,21 @@ def memory_callbacks(
     *,
     k: int | None = None,
     token_budget: int | None = None,
+    sections: Mapping[str, int] | None = None,
     limits: TurnLimits = API_DEFAULTS,
 ) -> dict[str, Any]:
     """Callbacks to pass to an `LlmAgent`: `LlmAgent(..., **memory_callbacks(client))`.
 
     `before_model_callback` puts the memory context into each model request of an
-    invocation; `after_agent_callback` records the finished turn. Give them to the
-    root agent (the one the Runner runs): a sub-agent's after-agent callback would
-    record the turn before the root agent's final answer."""
-    ambient = AmbientMemory(client, project_id, k=k, token_budget=token_budget, limits=limits)
+    invocation (its rules, memories, session summary and recent turns, and the
+    turns of earlier conversations that bear on it; `sections` caps each in
+    tokens, as `/v1/context` takes them); `after_agent_callback` records the
+    finished turn. Give them to the root agent (the one the Runner runs): a
+    sub-agent's after-agent callback would record the turn before the root
+    agent's final answer."""
+    ambient = AmbientMemory(
+        client, project_id, k=k, token_budget=token_budget, sections=sections, limits=limits
+    )
     return {
         "before_model_callback": ambient.before_model,
         "after_agent_callback": ambient.after_agent,

@@ -1,6 +1,6 @@
 """What the context reads besides its searches (`shared.db.search`): where each of
-its memories comes from, and the scope's long-term summaries (the compaction
-worker's folds).
+its memories comes from (read with them, as two more columns of the memory
+search), and the scope's long-term summaries (the compaction worker's folds).
 
 A memory is cited by its id and the number of the revision that made its current
 text (revisions are numbered from 1 in the order written, as a rollback names
@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import datetime
+from typing import Any
 
 from shared.db.memories import COMPACTED_ENTITY, MEMORY_COLUMNS, MemoryRow
 from shared.db.run import Statement, Steps
@@ -38,51 +39,46 @@ class Cited:
     sources: tuple[SourceTurn, ...] = ()
 
 
-def memory_sources(app: str, user_id: str, memory_ids: list[str]) -> Steps[dict[str, Cited]]:
-    """Memory id -> `Cited`, for the memories of `memory_ids` (all of `app` and
-    `user_id`'s; the turns are looked up within them only)."""
-    if not memory_ids:
-        return {}
-    rows = yield Statement(
-        """
-        SELECT r.memory_id::text AS memory_id, r.n, r.applied,
-               e.id::text AS episode_id, e.turn_id, e.session_id, e.created_at
-        FROM (
-            SELECT memory_id, id, applied, event_id,
-                   row_number() OVER (PARTITION BY memory_id ORDER BY id) AS n
-            FROM memory_revisions WHERE memory_id = ANY(%(ids)s::uuid[])
-        ) r
-        LEFT JOIN episodes e ON r.applied AND e.event_id = r.event_id
-            AND e.app = %(app)s AND e.user_id = %(user_id)s
-        ORDER BY r.memory_id, r.id
-        """,
-        {"ids": memory_ids, "app": app, "user_id": user_id},
-    )
-    revision: dict[str, int] = {}
-    sources: dict[str, list[SourceTurn]] = {}
-    for row in rows:
-        memory_id = row["memory_id"]
-        if row["applied"]:
-            revision[memory_id] = row["n"]
-        turns = sources.setdefault(memory_id, [])
-        if row["episode_id"] is not None and all(t.episode_id != row["episode_id"] for t in turns):
+# A memory's citation, as two more columns of a statement over `memories m`: the
+# number of the revision that made its text, and the turns its applied revisions'
+# events archived (JSON, oldest revision first).
+CITED_COLUMNS = """,
+    (SELECT max(r.n) FROM (
+        SELECT applied, row_number() OVER (ORDER BY id) AS n
+        FROM memory_revisions WHERE memory_id = m.id
+    ) r WHERE r.applied) AS cited_revision,
+    (SELECT json_agg(json_build_object(
+                'episode_id', e.id, 'turn_id', e.turn_id, 'session_id', e.session_id,
+                'created_at', e.created_at) ORDER BY r.id)
+     FROM memory_revisions r
+     JOIN episodes e ON e.event_id = r.event_id AND e.app = m.app AND e.user_id = m.user_id
+     WHERE r.memory_id = m.id AND r.applied) AS cited_sources"""
+
+
+def pop_cited(row: dict[str, Any]) -> Cited:
+    """The citation of a row with `CITED_COLUMNS`, taken out of it."""
+    turns: list[SourceTurn] = []
+    for source in row.pop("cited_sources") or []:
+        if all(t.episode_id != source["episode_id"] for t in turns):
+            at = datetime.fromisoformat(source["created_at"])
             turns.append(
-                SourceTurn(row["episode_id"], row["turn_id"], row["session_id"], row["created_at"])
+                SourceTurn(source["episode_id"], source["turn_id"], source["session_id"], at)
             )
-    return {
-        memory_id: Cited(revision.get(memory_id, 0), tuple(turns))
-        for memory_id, turns in sources.items()
-    }
+    return Cited(row.pop("cited_revision") or 0, tuple(turns))
 
 
-def long_term_summaries(scope: Scope) -> Steps[list[MemoryRow]]:
+def long_term_summaries(scope: Scope, citations: dict[str, Cited]) -> Steps[list[MemoryRow]]:
     """The live compaction folds `scope` may see (the user's global one and its
-    project's), the project's first."""
+    project's), the project's first; where each comes from, into `citations`."""
     where, params = memory_filter(Scope(scope.app, scope.user_id, scope.project_id), None)
     params["entity"] = COMPACTED_ENTITY
     rows = yield Statement(
-        f"SELECT {MEMORY_COLUMNS} FROM memories m WHERE {where} AND m.entity_name = %(entity)s "
-        "ORDER BY m.scope = 'global', m.id",
+        f"""SELECT {MEMORY_COLUMNS}{CITED_COLUMNS} FROM memories m
+        WHERE {where} AND m.entity_name = %(entity)s ORDER BY m.scope = 'global', m.id""",
         params,
     )
-    return [MemoryRow.from_row(row) for row in rows]
+    folds = []
+    for row in rows:
+        citations[row["id"]] = pop_cited(row)
+        folds.append(MemoryRow.from_row(row))
+    return folds

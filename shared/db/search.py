@@ -46,20 +46,18 @@ consolidation in its worker thread, through the same code.
 
 from __future__ import annotations
 
-from datetime import datetime, timedelta
 from typing import Any
 
+from shared.db.context_reads import CITED_COLUMNS, Cited, pop_cited
 from shared.db.memories import LIVE, MEMORY_COLUMNS, MemoryRow, NewMemory
 from shared.db.run import Statement, Steps
 from shared.db.search_filters import (
     SCOPE_SIZES,
-    episode_filter,
     memory_count_filter,
     memory_filter,
 )
 from shared.memory.search import Fusion, Ranked, Scope
 
-EPISODE_COLUMNS = "m.id::text AS id, m.turn_id, m.session_id, m.project_id, m.created_at, m.text"
 # The context's pinned rules: at most this many, newest first.
 PINNED_LIMIT = 50
 
@@ -105,7 +103,6 @@ qt AS (
 )"""
 
 
-# Longer than most functions: it is one statement's text, read best whole.
 def hybrid_sql(
     table: str,
     columns: str,
@@ -122,6 +119,24 @@ def hybrid_sql(
     (`where` if not given: a filter admitting at least `where`'s rows, cheaper to
     count); given (a count a recent statement made, `SCOPE_SIZES`), it only has
     the one ranking to plan and run."""
+    fused, ranked, was_exact = hybrid_parts(table, columns, where, count_where, exact)
+    if not pinned_rules:
+        return f"{fused}\n{ranked}"
+    rules = f"""(
+    SELECT {columns}, 0::float8, NULL::bigint, NULL::bigint, true AS pinned, {was_exact}
+    FROM {table} m WHERE {where} AND m.kind = 'rule'
+    ORDER BY m.observed_at DESC, m.id LIMIT %(pinned_limit)s
+)"""
+    return f"{fused}\n{ranked}\nUNION ALL\n{rules}"
+
+
+# Longer than most functions: it is one statement's text, read best whole.
+def hybrid_parts(
+    table: str, columns: str, where: str, count_where: str | None, exact: bool | None
+) -> tuple[str, str, str]:
+    """`hybrid_sql`'s parts: the WITH clause up to the fused scores (`fused`), the
+    query of the ranked rows (in parentheses, so that a caller may name it as one
+    more common table), and the expression of whether the ranking was exact."""
 
     def nearest(order: str, unless_exact: str) -> str:
         """Each sub-query's `candidates` nearest rows by `order`, if the count says so."""
@@ -217,18 +232,14 @@ fused AS (
     FROM fused f JOIN {table} m ON m.id = f.id
     ORDER BY f.score DESC, m.id LIMIT %(limit)s
 )"""
-    if not pinned_rules:
-        return f"{fused}\n{ranked}"
-    rules = f"""(
-    SELECT {columns}, 0::float8, NULL::bigint, NULL::bigint, true AS pinned, {was_exact}
-    FROM {table} m WHERE {where} AND m.kind = 'rule'
-    ORDER BY m.observed_at DESC, m.id LIMIT %(pinned_limit)s
-)"""
-    return f"{fused}\n{ranked}\nUNION ALL\n{rules}"
+    return fused, ranked, was_exact
 
 
 def vector_text(vector: Any) -> str:
-    """pgvector's text form of a vector (a list, a numpy array or a `Vector`)."""
+    """pgvector's text form of a vector (a list, a numpy array or a `Vector`; a text
+    form already made, as it is)."""
+    if isinstance(vector, str):
+        return vector
     values = vector.to_list() if hasattr(vector, "to_list") else vector
     return "[" + ",".join(repr(float(x)) for x in values) + "]"
 
@@ -252,7 +263,7 @@ def fusion_params(
     }
 
 
-def _ranked(row: dict[str, Any]) -> tuple[dict[str, Any], Ranked, bool]:
+def split_ranked(row: dict[str, Any]) -> tuple[dict[str, Any], Ranked, bool]:
     """A row of `hybrid_sql` split into its columns, its ranking and whether it is pinned."""
     ranked = Ranked(float(row.pop("score")), row.pop("vrank"), row.pop("trank"))
     row.pop("exact")
@@ -267,9 +278,11 @@ def search_memories(
     fusion: Fusion,
     kinds: list[str] | None = None,
     pinned: bool = False,
+    citations: dict[str, Cited] | None = None,
 ) -> Steps[tuple[list[tuple[MemoryRow, Ranked]], list[MemoryRow]]]:
     """The fused top-k live memories `scope` may see and, if `pinned`, its rules
-    (at most PINNED_LIMIT, newest first): one statement."""
+    (at most PINNED_LIMIT, newest first): one statement. Given `citations`, it
+    also reads where each comes from, into it by memory id."""
     where, params = memory_filter(scope, kinds)
     params.update(fusion_params(fusion, embeddings, queries, k))
     params["pinned_limit"] = PINNED_LIMIT
@@ -277,7 +290,7 @@ def search_memories(
     exact = SCOPE_SIZES.cached(sized)
     sql = hybrid_sql(
         "memories",
-        MEMORY_COLUMNS,
+        MEMORY_COLUMNS + (CITED_COLUMNS if citations is not None else ""),
         where,
         pinned_rules=pinned,
         count_where=memory_count_filter(scope),
@@ -288,87 +301,15 @@ def search_memories(
         SCOPE_SIZES.store(sized, bool(rows[0]["exact"]))
     found, rules = [], []
     for row in rows:
-        fields, ranked, is_pinned = _ranked(row)
+        fields, ranked, is_pinned = split_ranked(row)
+        if citations is not None:
+            citations[fields["id"]] = pop_cited(fields)
         memory = MemoryRow.from_row(fields)
         if is_pinned:
             rules.append(memory)
         else:
             found.append((memory, ranked))
     return found, rules
-
-
-def search_episodes(
-    scope: Scope,
-    query: str,
-    embedding: Any,
-    k: int,
-    fusion: Fusion,
-    before: datetime | None = None,
-    after: datetime | None = None,
-) -> Steps[list[tuple[dict[str, Any], Ranked]]]:
-    """The fused top-k episodes `scope` may see: each as its `EPISODE_COLUMNS`."""
-    where, params = episode_filter(scope, before, after)
-    params.update(fusion_params(fusion, [embedding], [query], k))
-    rows = yield Statement(hybrid_sql("episodes", EPISODE_COLUMNS, where), params)
-    return [_ranked(row)[:2] for row in rows]
-
-
-def search_episodes_within(
-    scope: Scope,
-    query: str,
-    embedding: Any,
-    k: int,
-    fusion: Fusion,
-    start: datetime,
-    end: datetime,
-) -> Steps[list[tuple[dict[str, Any], Ranked]]]:
-    """The top-k episodes created in [`start`, `end`) and, if there are fewer
-    than k, the best of the rest of the archive after them."""
-    # The filter's `after` is exclusive; the period's start is not.
-    inside = yield from search_episodes(
-        scope, query, embedding, k, fusion, before=end, after=start - timedelta(microseconds=1)
-    )
-    if len(inside) >= k:
-        return inside
-    seen = {fields["id"] for fields, _ in inside}
-    rest = yield from search_episodes(scope, query, embedding, k, fusion)
-    return inside + [hit for hit in rest if hit[0]["id"] not in seen][: k - len(inside)]
-
-
-def surrounding_turns(
-    scope: Scope, hits: list[str], turns: int
-) -> Steps[dict[str, list[dict[str, Any]]]]:
-    """Per hit (an episode id of `scope`'s user), up to `turns` turns of its session
-    before it and after it, in the session's order, each with its `offset` from
-    the hit (-2, -1, 1, 2, ...)."""
-    if not hits or turns == 0:
-        return {}
-    side = """(
-        SELECT {sign} * row_number() OVER (ORDER BY m.created_at {order}, m.turn_id {order})
-                   AS offset_, m.id, m.turn_id, m.created_at, m.text
-        FROM episodes m
-        WHERE m.app = e.app AND m.user_id = e.user_id AND m.session_id = e.session_id
-          AND (m.created_at, m.turn_id) {cmp} (e.created_at, e.turn_id)
-        ORDER BY m.created_at {order}, m.turn_id {order} LIMIT %(turns)s
-    )"""
-    rows = yield Statement(
-        f"""
-        SELECT e.id::text AS hit, s.offset_ AS offset, s.id::text AS id, s.turn_id,
-               s.created_at, s.text
-        FROM episodes e CROSS JOIN LATERAL (
-            {side.format(sign=-1, order="DESC", cmp="<")}
-            UNION ALL
-            {side.format(sign=1, order="ASC", cmp=">")}
-        ) s
-        WHERE e.id = ANY(%(hits)s::uuid[]) AND e.app = %(app)s AND e.user_id = %(user_id)s
-        ORDER BY e.id, s.offset_
-        """,
-        {"hits": hits, "turns": turns, "app": scope.app, "user_id": scope.user_id},
-    )
-    around: dict[str, list[dict[str, Any]]] = {}
-    for row in rows:
-        around.setdefault(row.pop("hit"), []).append(row)
-    return around
 
 
 def similar_memories(

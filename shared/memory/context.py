@@ -262,9 +262,10 @@ def _candidates(
             if known is not None and not offset:
                 relevance = max(relevance, known.relevance)
             recalled[turn.id] = turn
-            heading = headings.setdefault(
-                turn.session_id, f"### Session {turn.session_id}, {when_in_words(turn.created_at)}"
-            )
+            heading = headings.get(turn.session_id)
+            if heading is None:
+                heading = f"### Session {turn.session_id}, {when_in_words(turn.created_at)}"
+                headings[turn.session_id] = heading
             candidates[turn.id] = Candidate(
                 "recalled_turns",
                 turn.id,

@@ -70,47 +70,43 @@ def choose(
     above (ties: the earlier candidate). `titles`: each section's heading line."""
     chosen = Chosen()
     keys: set[str] = set()
-    groups: set[str] = set()
+    opened: set[str] = set()  # the sections and groups already headed
     hits_of: Counter[str] = Counter()
-    left = list(candidates)
+    # Each candidate's own tokens and those of the headings it may bring, once.
+    lines = [piece(c.line) for c in candidates]
+    headings = {name: estimate_tokens("\n\n" + title) for name, title in titles.items()}
+    groups = {c.group: piece(c.group) for c in candidates if c.group}
+    left = list(range(len(candidates)))
     while left:
-        best, best_value, best_cost = None, 0.0, 0
-        for c in left:
+        best, best_value, best_cost = -1, 0.0, 0
+        for i in left:
+            c = candidates[i]
             if c.needs and c.needs not in keys:
                 continue
-            cost = _cost(c, chosen.by_section, groups, titles)
+            cost = lines[i]
+            if c.section not in opened:
+                cost += headings[c.section]
+            if c.group and c.group not in opened:
+                cost += groups[c.group]
             cap = caps.get(c.section)
             if cost > room - chosen.tokens or (
                 cap is not None and chosen.by_section[c.section] + cost > cap
             ):
                 continue
-            value = (
-                c.relevance * SPREAD ** hits_of[c.spread] / cost
-                if c.spread
-                else (c.relevance / cost)
-            )
+            value = c.relevance / cost
+            if c.spread:
+                value *= SPREAD ** hits_of[c.spread]
             if value > best_value:
-                best, best_value, best_cost = c, value, cost
-        if best is None:
+                best, best_value, best_cost = i, value, cost
+        if best < 0:
             break
         left.remove(best)
-        chosen.taken.append(best)
+        taken = candidates[best]
+        chosen.taken.append(taken)
         chosen.tokens += best_cost
-        chosen.by_section[best.section] += best_cost
-        keys.add(best.key)
-        if best.group:
-            groups.add(best.group)
-        if best.spread and best.counted:
-            hits_of[best.spread] += 1
+        chosen.by_section[taken.section] += best_cost
+        keys.add(taken.key)
+        opened.update((taken.section, taken.group))
+        if taken.spread and taken.counted:
+            hits_of[taken.spread] += 1
     return chosen
-
-
-def _cost(
-    c: Candidate, by_section: Counter[str], groups: set[str], titles: Mapping[str, str]
-) -> int:
-    cost = piece(c.line)
-    if not by_section[c.section]:
-        cost += estimate_tokens("\n\n" + titles[c.section])
-    if c.group and c.group not in groups:
-        cost += piece(c.group)
-    return cost

@@ -17,8 +17,9 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
+from shared.db import archive_search
 from shared.db import search as db_search
-from shared.db.context_reads import Cited, long_term_summaries, memory_sources
+from shared.db.context_reads import Cited, long_term_summaries
 from shared.db.memories import COMPACTED_ENTITY, MemoryRow
 from shared.db.run import Steps
 from shared.memory.periods import Period, find_period
@@ -59,17 +60,18 @@ class LongTerm:
     cited: dict[str, Cited] = field(default_factory=dict)
     folds: list[Fold] = field(default_factory=list)
     hits: list[FoundEpisode] = field(default_factory=list)
-    # Hit id -> the turns around it (`shared.db.search.surrounding_turns`).
+    # Hit id -> the turns around it (`shared.db.archive_search.recall`).
     around: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
     period: Period | None = None
     failures: dict[str, BaseException] = field(default_factory=dict)
 
 
 def _memory_part(
-    q: LongTermQuery, search: MemorySearch, embedding: Any, period: Period | None
+    q: LongTermQuery, search: MemorySearch, embedding: str, period: Period | None
 ) -> Steps[tuple[list[Found], list[MemoryRow], dict[str, Cited], list[Fold]]]:
+    cited: dict[str, Cited] = {}
     found, rules = yield from db_search.search_memories(
-        q.scope, [q.query], [embedding], q.k, search.fusion, pinned=True
+        q.scope, [q.query], [embedding], q.k, search.fusion, pinned=True, citations=cited
     )
     # A rule both pinned and found is in the context once, as a rule; a fold the
     # search found is a long-term summary, not a memory.
@@ -77,49 +79,38 @@ def _memory_part(
     folds = [
         Fold(m, rank, r)
         for rank, (m, r) in enumerate(found, start=1)
-        if m.entity_name == COMPACTED_ENTITY
+        if m.entity_name == COMPACTED_ENTITY and q.summaries
     ]
     memories = [
         Found(m, r) for m, r in found if m.id not in pinned and m.entity_name != COMPACTED_ENTITY
     ]
     if q.summaries and period is not None:
         ranked = {f.memory.id for f in folds}
-        for fold in (yield from long_term_summaries(q.scope)):
+        for fold in (yield from long_term_summaries(q.scope, cited)):
             # A fold holds the turns up to its `observed_at`: a period that starts
             # after that is none of its business.
             if fold.id not in ranked and period.start <= fold.observed_at:
                 folds.append(Fold(fold))
-    if not q.summaries:
-        folds = []
-    ids = [f.memory.id for f in memories] + [r.id for r in rules] + [f.memory.id for f in folds]
-    cited = yield from memory_sources(q.scope.app, q.scope.user_id, ids)
     return memories, rules, cited, folds
 
 
 def _turn_part(
-    q: LongTermQuery, search: MemorySearch, embedding: Any, period: Period | None
+    q: LongTermQuery, search: MemorySearch, embedding: str, period: Period | None
 ) -> Steps[tuple[list[FoundEpisode], dict[str, list[dict[str, Any]]]]]:
     scope = Scope(q.scope.app, q.scope.user_id, q.scope.project_id)
-    if period is not None:
-        rows = yield from db_search.search_episodes_within(
-            scope, q.query, embedding, q.hits, search.fusion, period.start, period.end
-        )
-    else:
-        rows = yield from db_search.search_episodes(
-            scope, q.query, embedding, q.hits, search.fusion
-        )
-    hits = [FoundEpisode(fields, ranked) for fields, ranked in rows]
-    around = yield from db_search.surrounding_turns(
-        scope, [h.fields["id"] for h in hits], q.neighbours
+    start, end = (period.start, period.end) if period is not None else (None, None)
+    rows, around = yield from archive_search.recall(
+        scope, q.query, embedding, q.hits, search.fusion, q.neighbours, start, end
     )
-    return hits, around
+    return [FoundEpisode(fields, ranked) for fields, ranked in rows], around
 
 
 async def read_long_term(q: LongTermQuery, search: MemorySearch) -> LongTerm:
     """The long-term part; what could not be read is in `failures`."""
     read = LongTerm()
     try:
-        embedding = (await search.embedder.aembed_queries([q.query]))[0]
+        # In pgvector's text form once, for both statements.
+        embedding = db_search.vector_text((await search.embedder.aembed_queries([q.query]))[0])
     except Exception as exc:  # an embedder outage: nothing of Postgres can be ranked
         read.failures["memories"] = exc
         if q.hits:

@@ -13,6 +13,7 @@ from typing import Any, TypeVar
 
 from psycopg_pool import AsyncConnectionPool
 
+from shared.db import archive_search
 from shared.db import search as db_search
 from shared.db.memories import MemoryRow
 from shared.db.run import Steps, arun
@@ -34,7 +35,7 @@ class Found:
 
 @dataclass(frozen=True, slots=True)
 class FoundEpisode:
-    """An episode a search ranked (its `shared.db.search.EPISODE_COLUMNS`), and how."""
+    """An episode a search ranked (its `shared.db.archive_search.EPISODE_COLUMNS`), and how."""
 
     fields: dict[str, Any]
     ranked: Ranked
@@ -75,7 +76,8 @@ class MemorySearch:
         """Fused top-k episodes of the archive, created in (`after`, `before`)."""
         if embedding is None:
             embedding = (await self.embedder.aembed_queries([query]))[0]
-        steps = db_search.search_episodes(scope, query, embedding, k, self.fusion, before, after)
+        fusion = self.fusion
+        steps = archive_search.search_episodes(scope, query, embedding, k, fusion, before, after)
         return [FoundEpisode(fields, ranked) for fields, ranked in await self.run(steps)]
 
     async def episodes_in(
@@ -85,7 +87,7 @@ class MemorySearch:
         the rest of the archive after them."""
         if embedding is None:
             embedding = (await self.embedder.aembed_queries([query]))[0]
-        steps = db_search.search_episodes_within(
+        steps = archive_search.search_episodes_within(
             scope, query, embedding, k, self.fusion, period.start, period.end
         )
         return [FoundEpisode(fields, ranked) for fields, ranked in await self.run(steps)]
@@ -97,7 +99,7 @@ class MemorySearch:
         after), each listed once: none that is a hit itself or already listed
         around a better hit (adjacent hits share their neighbours)."""
         hits = [f.fields["id"] for f in found]
-        around = await self.run(db_search.surrounding_turns(scope, hits, turns))
+        around = await self.run(archive_search.surrounding_turns(scope, hits, turns))
         shown = set(hits)
         listed = []
         for hit in hits:

@@ -60,6 +60,12 @@ def test_the_demo_passes_every_check_and_writes_its_report(tmp_path):
     assert max(t["tiered_tokens"] for t in turns) < 2_100
     assert report["turn_45"]["naive_tokens"] == naive[-1]
     assert report["turn_45"]["reduction_percent"] >= 90
+    # The turn-45 context by section: the session's older turns come back recalled.
+    sections = report["turn_45"]["context_tokens_by_section"]
+    assert set(sections) <= {"rules", "summary", "recent_turns", "memories", "recalled_turns"}
+    assert sections["rules"] > 0 and sections["recalled_turns"] > 0
+    assert sum(sections.values()) < report["turn_45"]["tiered_tokens"]
+    assert "\n  turn 45 context by section: rules " in stdout
     total = report["cumulative"]
     assert total["naive_tokens"] == sum(naive)
     assert total["background_tokens"] > 0  # the workers' LLM calls are counted

@@ -328,6 +328,9 @@ def test_concurrent_sessions_get_their_own_context_and_a_fact_carries_over(
     system_2, system_3 = system_text(call_2), system_text(call_3)
     assert system_2.startswith(INSTRUCTION) and system_3.startswith(INSTRUCTION)
     assert "Helix" in system_2 and "Emacs" not in system_2
+    # The turn that stated it is carried by its memory, not recalled again beside it.
+    assert "the user's favourite editor is Helix." in system_2
+    assert remember not in system_2
     assert "Emacs" in system_3 and "Helix" not in system_3
     # The first session's request had no memory of Helix yet (it was being told).
     [call_1] = requests_for(fake, remember)

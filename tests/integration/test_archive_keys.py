@@ -12,10 +12,10 @@ import psycopg
 import pytest
 from psycopg.rows import dict_row
 
+from shared.db.archive_search import search_episodes
 from shared.db.episodes import EPISODE_TSV, Episode, Episodes
 from shared.db.migrate import discover, migrate
 from shared.db.run import run
-from shared.db.search import search_episodes
 from shared.embeddings import HashEmbedder
 from shared.memory.episode_keys import when_in_words
 from shared.memory.search import Fusion, Scope

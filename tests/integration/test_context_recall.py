@@ -250,3 +250,36 @@ def test_a_bad_cap_is_a_422_naming_it(client, ids, extra, field):
     answer = client.post("/v1/context", json=body)
     assert answer.status_code == 422, answer.text
     assert [f["field"] for f in answer.json()["error"]["fields"]] == [field]
+
+
+def test_turns_next_to_a_hit_are_only_those_the_scope_may_see(
+    client, app_settings, pool, publisher, ids
+):
+    """A session may hold turns of several projects: a hit's neighbours of another
+    project stay out, in the archive search and in the context."""
+    sid, user = session_id(ids, "mixed"), ids["user_id"]
+    turns = [
+        ("", "I finally went to that pottery class I told you about."),
+        ("atlas", "The Atlas launch code name is Bluebird."),
+        ("", "Loved the pottery, honestly so calming."),
+    ]
+    embedder = make_embedder(app_settings)
+    with extraction_worker(app_settings, pool, RulesLLM(), embedder, publisher):
+        for n, (project, text) in enumerate(turns, start=1):
+            body = {"user_id": user, "turn_id": f"m-t{n}", "user": text, "assistant": "Ok."}
+            if project:
+                body["project_id"] = project
+            assert client.post(f"/v1/sessions/{sid}/turns", json=body).status_code == 202
+        client.post(f"/v1/sessions/{sid}:flush", json={"user_id": user})
+        wait_for(lambda: archived_and_extracted(pool, ids, len(turns)), 60, "the turns archived")
+    search = {"user_id": user, "project_id": "beta", "query": "pottery class", "context_turns": 2}
+    found = client.post("/v1/archive:search", json=search).json()["episodes"]
+    shown = {e["turn_id"] for e in found} | {t["turn_id"] for e in found for t in e["context"]}
+    assert shown == {"m-t1", "m-t3"}
+    asked = {"user_id": user, "session_id": "ask", "project_id": "beta", "query": "pottery class"}
+    context = client.post("/v1/context", json=asked).json()
+    assert {t["turn_id"] for t in context["recalled_turns"]} == {"m-t1", "m-t3"}
+    assert "Bluebird" not in context["system_instruction"]
+    # Within the project the turn is there, as a hit's neighbour or a hit.
+    atlas = client.post("/v1/context", json={**asked, "project_id": "atlas"}).json()
+    assert "m-t2" in {t["turn_id"] for t in atlas["recalled_turns"]}

@@ -19,6 +19,7 @@ import uuid
 from collections.abc import AsyncIterator, Iterator
 from concurrent.futures import Future
 from contextlib import asynccontextmanager
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -33,6 +34,8 @@ from mcp.client.streamable_http import streamable_http_client
 from services.api.app import create_app
 from shared.api_keys import create_key
 from shared.client import MemoryClient
+from shared.db.episodes import Episode, Episodes
+from shared.embeddings import make_embedder
 from shared.localstack.process import free_port
 from tests.support import REPO, serve_api
 
@@ -283,3 +286,42 @@ def test_stdio_server_without_its_configuration_exits_2():
         "and an API key from `agent-memory keys create`)"
     ]
     assert "Traceback" not in done.stderr
+
+
+def test_the_context_carries_the_turns_of_earlier_conversations(
+    base_url, key, ids, pool, api_settings
+):
+    """An archived turn of an earlier session is in `get_context`'s instruction,
+    under its session and day; a caller can leave the section out."""
+    with pool.connection() as conn:
+        Episodes(conn).archive_locally(
+            Episode(
+                app=ids["app"],
+                user_id=ids["user_id"],
+                project_id="",
+                session_id="earlier",
+                turn_id="t1",
+                event_id=str(uuid.uuid4()),
+                user_text="The staging database is called orchid.",
+                assistant_text="Noted.",
+                tool_events=[],
+                created_at=datetime(2026, 3, 2, 10, 0, tzinfo=UTC),
+            ),
+            make_embedder(api_settings).embed,
+            window=2,
+            dated=True,
+        )
+    who = {"user_id": ids["user_id"], "session_id": ids["session_id"]}
+
+    async def run() -> None:
+        async with http_session(base_url, key) as session:
+            query = "What is the staging database called?"
+            instruction = await call(session, "get_context", query=query, **who)
+            assert "### Session earlier, Monday 2 March 2026, morning\n" in instruction
+            assert "User: The staging database is called orchid." in instruction
+            left_out = await call(
+                session, "get_context", query=query, sections={"recalled_turns": 0}, **who
+            )
+            assert "orchid" not in left_out
+
+    anyio.run(run)

@@ -9,9 +9,8 @@ counts them (services.console.sources).
 from __future__ import annotations
 
 import asyncio
-from typing import Annotated
 
-from fastapi import APIRouter, Query, Request
+from fastapi import APIRouter, Request
 from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import HTMLResponse, RedirectResponse, Response
 
@@ -27,18 +26,21 @@ MAX_KEY_LENGTH = 512
 
 
 @router.get(session.SIGN_IN, response_class=HTMLResponse)
-async def sign_in_page(request: Request, next: Annotated[str, Query()] = "") -> HTMLResponse:
-    return page(request, "sign_in.html", next=_local(next), problem=None)
+async def sign_in_page(request: Request) -> HTMLResponse:
+    target = session.local_target(_given(request.query_params.get("next")))
+    return page(request, "sign_in.html", next=target, problem=None)
 
 
 @router.post(session.SIGN_IN, response_class=HTMLResponse)
 async def sign_in(request: Request) -> Response:
-    form = await session.checked_form(request)
-    key = str(form.get("key") or "").strip()
-    target = _local(str(form.get("next") or ""))
+    # No key yet to bind a token to: the browser's word on the origin is the guard.
+    form = await session.checked_form(request, token=False)
+    key = _given(form.get("key")).strip()
+    target = session.local_target(_given(form.get("next")))
     api = request.app.state.api
     problem = None
-    if not key or len(key) > MAX_KEY_LENGTH:
+    # A key is printable ASCII (shared.api_keys): nothing else goes into the cookie.
+    if not key or len(key) > MAX_KEY_LENGTH or not (key.isascii() and key.isprintable()):
         problem = "key: enter an API key of your app"
     elif not api.settings.auth_disabled:
         try:
@@ -63,7 +65,7 @@ async def sign_in(request: Request) -> Response:
 async def sign_out(request: Request) -> Response:
     await session.checked_form(request)
     response = RedirectResponse(session.SIGN_IN, status_code=303)
-    session.sign_out(response)
+    session.sign_out(response, request.scope)
     return response
 
 
@@ -89,11 +91,8 @@ def _interval(request: Request) -> float:
     return request.app.state.api.settings.figures_interval_seconds
 
 
-def _local(target: str) -> str:
-    """A console path to go on to after signing in; never another site."""
-    if target.startswith(session.PREFIX) and not target.startswith("//"):
-        return target
-    return session.PREFIX
+def _given(value: object) -> str:
+    return value if isinstance(value, str) else ""
 
 
 async def _figures(request: Request) -> tuple[Overview, dict[str, int | None]]:

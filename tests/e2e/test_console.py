@@ -15,6 +15,7 @@ import json
 import os
 import re
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from urllib.parse import urlsplit
 
@@ -246,7 +247,8 @@ def test_a_page_of_another_port_that_tosses_cookies_and_posts_the_forms_changes_
     forms = {
         "/console/permissions/rules": {**rule, "tool_name": "git", "pattern": "push"},
         f"/console/permissions/rules/{rule_id}/delete": {"user_id": user},
-        "/console/user/memory/delete": {"user": user, "id": memory_id},
+        "/console/user/memory/delete": {"user": user, "id": memory_id, "confirm": "yes"},
+        "/console/user/memory/rollback": {"user": user, "id": memory_id, "revision": "1"},
         "/console/dead-letters/turns-extraction/replay": {"event_id": event_id},
         "/console/dead-letters/turns-extraction/purge": {"event_id": event_id, "confirm": "yes"},
         "/console/sign-out": {},
@@ -371,19 +373,38 @@ def test_a_users_memory_found_by_search_its_revisions_then_deleted(
     page.click("form.filters button")
     hit = page.locator("#search-results td a").first
     expect(hit).to_have_text(f"{probe} now prefers the helix editor")  # text, not markup
+    # The score is the ranking's own number, as the API answers it (not rounded to 0).
+    ranked = stack.api(
+        "POST", "/v1/memories:search", json={"user_id": user, "query": "helix editor", "k": 20}
+    )["memories"]
+    expect(page.locator("#search-results td.score")).to_have_text(
+        [str(found["score"]) for found in ranked]
+    )
     page.fill("#archive input[name=archive]", "Heron release")
     page.click("#archive button")
     expect(page.locator("#archive .hit").first).to_contain_text("the Heron release is on Friday")
     shoot(page, shots, "user-search")
     page.locator("#search-results td a").first.click()
     expect(page).to_have_url(re.compile(f"/console/user/memory\\?user={user}&id={memory_id}$"))
-    expect(page.locator("#revisions tbody tr td:nth-child(2)")).to_have_text(["CREATED", "UPDATED"])
-    shoot(page, shots, "memory")
-    page.click("#delete-memory")
-    expect(page.locator("#memory-state")).to_contain_text("deleted")
-    expect(page.locator("#revisions tbody tr td:nth-child(2)")).to_have_text(
-        ["CREATED", "UPDATED", "DELETED"]
+    actions = page.locator("#revisions tbody tr td:nth-child(3)")
+    expect(actions).to_have_text(["CREATED", "UPDATED"])
+    # Back to the first text, as a third revision; then forward again.
+    page.locator("#revisions tbody tr").nth(0).locator("button.rollback").click()
+    expect(page.locator("#outcome")).to_have_text(
+        "revision 1's text is current again, as revision 3"
     )
+    expect(page.locator("#memory-text")).to_have_text(f"{probe} prefers the vim editor")
+    expect(actions).to_have_text(["CREATED", "UPDATED", "UPDATED"])
+    shoot(page, shots, "memory")
+    page.locator("#revisions tbody tr").nth(1).locator("button.rollback").click()
+    expect(page.locator("#memory-text")).to_have_text(f"{probe} now prefers the helix editor")
+    expect(page.locator("#memory-id")).to_have_text(memory_id)
+    page.click("#delete-memory")
+    expect(page.locator("h1")).to_have_text(f"Delete this memory of {user}?")
+    shoot(page, shots, "memory-delete")
+    page.click("#confirm-delete")
+    expect(page.locator("#memory-state")).to_contain_text("deleted")
+    expect(actions).to_have_text(["CREATED", "UPDATED", "UPDATED", "UPDATED", "DELETED"])
     listed = stack.api("GET", "/v1/memories", params={"user_id": user, "kind": "preference"})
     assert listed["memories"] == []
     # The session's buffered turns and its trail: the archive row and the consumer.
@@ -407,6 +428,37 @@ def _trail(stack: Stack, browser: Browser, shots: Path, event_id: str) -> None:
     page.context.close()
 
 
+def test_users_and_memories_page_by_page_with_their_counts(
+    stack: Stack, browser: Browser, shots: Path
+) -> None:
+    def write(user_and_text: tuple[str, str]) -> None:
+        user, text = user_and_text
+        body = {"user_id": user, "kind": "fact", "scope": "global", "text": text}
+        stack.api("POST", "/v1/memories", json={**body, "consolidate": False})
+
+    # 52 users (one of them with 51 memories): a page of 50 and a page of the rest.
+    writes = [(f"u-many-{n:02d}", f"Fact {n} of many users.") for n in range(1, 52)]
+    writes += [("u-many-00", f"Note {n} of one user.") for n in range(51)]
+    with ThreadPoolExecutor(4) as pool:
+        list(pool.map(write, writes))
+    page = signed_in(browser, stack)
+    page.goto(f"{stack.url}/console/users?q=u-many-")
+    expect(page.locator("#users-pager")).to_have_text("1–50 of 52 users · Next 50")
+    expect(page.locator("#users tbody tr")).to_have_count(50)
+    page.click("#users-pager a[rel=next]")
+    expect(page).to_have_url(f"{stack.url}/console/users?q=u-many-&page=2")
+    expect(page.locator("#users-pager")).to_have_text("51–52 of 52 users · Previous 50")
+    expect(page.locator("#users tbody tr")).to_have_count(2)
+    shoot(page, shots, "users")
+    page.goto(f"{stack.url}/console/user?id=u-many-00")
+    expect(page.locator("#memories-pager")).to_have_text("1–50 of 51 live memories · Next 50")
+    page.click("#memories-pager a[rel=next]")
+    expect(page.locator("#memories-pager")).to_have_text("51–51 of 51 live memories · Previous 50")
+    expect(page.locator("#memories tbody tr")).to_have_count(1)
+    expect(page.locator("#sessions .empty")).to_contain_text("u-many-00 has no archived session")
+    page.context.close()
+
+
 def test_permissions_rules_and_a_would_it_run_check(
     stack: Stack, browser: Browser, shots: Path
 ) -> None:
@@ -425,7 +477,7 @@ def test_permissions_rules_and_a_would_it_run_check(
     expect(page.locator("#verdict")).to_contain_text("BLOCK")
     shoot(page, shots, "permissions")
     page.click("#rules button:text('Delete')")
-    expect(page.locator("#rules tbody")).to_have_text("No rule.")
+    expect(page.locator("#rules tbody")).to_contain_text("No rule")
     page.context.close()
 
 
@@ -454,7 +506,9 @@ def test_a_tenant_key_sees_its_own_app_only(stack: Stack, browser: Browser, shot
         answer = page.goto(f"{stack.url}{path}")
         assert answer is not None and answer.status == status, path
     page.goto(f"{stack.url}/console/users?q=u-default")
-    expect(page.locator("tbody")).to_contain_text("No user")
+    expect(page.locator("main .empty")).to_have_text(
+        "No user of app other has an id starting with “u-default”."
+    )
     answer = page.request.post(
         f"{stack.url}/console/dead-letters/turns-extraction/replay",
         form={"csrf": _csrf(page), "event_id": "00000000-0000-0000-0000-000000000000"},

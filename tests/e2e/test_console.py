@@ -147,87 +147,6 @@ def test_over_https_the_key_cookie_is_the_host_s_secure_one_that_no_page_can_tos
     context.close()
 
 
-def test_a_post_without_its_csrf_token_is_refused(stack: Stack, browser: Browser) -> None:
-    page = signed_in(browser, stack)
-    cookies = {c["name"]: c["value"] for c in page.context.cookies()}
-    form = {"user_id": "u-csrf", "tool_name": "shell", "pattern": ".*", "action": "BLOCK"}
-    for sent in ({}, {"csrf": "forged"}):
-        answer = httpx.post(
-            f"{stack.url}/console/permissions/rules",
-            data={**form, **sent},
-            cookies=cookies,
-            timeout=10,
-        )
-        assert answer.status_code == 403, answer.text
-        assert "CSRF" in answer.text
-    assert stack.api("GET", "/v1/permissions/rules", params={"user_id": "u-csrf"}) == {"rules": []}
-    page.context.close()
-
-
-def test_the_overview_shows_a_backlog_grow_and_drain_without_a_reload(
-    stack: Stack, browser: Browser, shots: Path
-) -> None:
-    page = signed_in(browser, stack)
-    errors: list[str] = []  # what the browser refused or could not load (CSP, a 404)
-    page.on("console", lambda message: message.type == "error" and errors.append(message.text))
-    page.reload()
-    backlog = page.locator("tr[data-subscription='turns-extraction'] td.backlog")
-    expect(backlog).to_have_text("0", timeout=WAIT_MS)
-    expect(page.locator("#replicas tr[data-kind='extraction'] td.ok")).to_have_text("ready")
-    marker = page.evaluate("window.stillTheSamePage = true")  # gone if the page reloads
-    assert marker is True
-    stack.pause("extraction")
-    try:
-        for n in range(12):
-            body = {"user_id": "u-backlog", "user": f"Step {n} of the plan.", "assistant": "Ok."}
-            stack.api("POST", "/v1/sessions/s-backlog/turns", json=body)
-        expect(backlog).to_have_text("12", timeout=WAIT_MS)
-        silent = page.locator("#replicas tr[data-kind='extraction'] td.bad")
-        expect(silent).to_have_text("silent", timeout=WAIT_MS)
-        shoot(page, shots, "overview")
-    finally:
-        stack.pause("extraction", resume=True)
-    # What the stopped replica had pulled comes back once its ack deadline passes.
-    expect(backlog).to_have_text("0", timeout=DRAIN_MS)
-    assert page.evaluate("window.stillTheSamePage") is True
-    assert errors == []
-
-
-def test_a_poison_event_is_replayed_by_click_then_purged_after_confirming(
-    stack: Stack, browser: Browser, shots: Path
-) -> None:
-    event_id = stack.publish_poison()
-    page = signed_in(browser, stack)
-    row = page.locator(f"tr:has(a:text-is('{event_id}'))")
-    letters = f"{stack.url}/console/dead-letters?subscription=turns-extraction"
-    reload_until(page, letters, row, "the poison event in turns-extraction's dead letters")
-    expect(row).to_contain_text("turn.recorded.v1")
-    expect(row).to_contain_text("default")
-    shoot(page, shots, "dead-letters")
-    row.locator("input[type=checkbox]").check()
-    page.click("#replay")
-    expect(page.locator("#outcome")).to_have_text("replayed 1, skipped 0, failed 0")
-    # Still poison: it comes back to the same dead letters, then goes for good.
-    reload_until(page, letters, row, "the replayed poison event dead-lettered again")
-    row.locator("input[type=checkbox]").check()
-    page.click("#purge")
-    expect(page.locator("h1")).to_have_text("Purge 1 dead letter of turns-extraction?")
-    shoot(page, shots, "purge-confirm")
-    page.click("#confirm-purge")
-    expect(page.locator("#outcome")).to_have_text("purged 1")
-    expect(row).to_have_count(0)
-    # The summary worker's copy is still there, untouched by both actions, and the
-    # event's trail says where it is and why, with its replay button.
-    page.goto(f"{stack.url}/console/dead-letters?subscription=turns-summary")
-    expect(row).to_have_count(1)
-    page.goto(f"{stack.url}/console/events?id={event_id}")
-    held = page.locator("#dead-lettered form")
-    expect(held).to_have_count(1)
-    expect(held).to_contain_text("in turns-summary: user_id: must not contain control characters")
-    expect(held.locator("button")).to_have_text("Replay for turns-summary")
-    expect(page.locator("#archive-row")).to_contain_text("Not in the archive.")
-
-
 def test_a_page_of_another_port_that_tosses_cookies_and_posts_the_forms_changes_nothing(
     stack: Stack, browser: Browser
 ) -> None:
@@ -306,6 +225,8 @@ def test_a_page_of_another_port_that_tosses_cookies_and_posts_the_forms_changes_
     clean.goto(letters)
     expect(clean.locator(f"tr:has(a:text-is('{event_id}'))")).to_have_count(1)
     clean.context.close()
+    # Gone on purpose, so the next test's replay finds only its own letter.
+    stack.cli("dlq", "purge", "turns-extraction", "--event-id", event_id, "--yes")
 
 
 def _attack(console: str, cookies: list[str], forms: dict[str, dict[str, str]]) -> str:
@@ -325,6 +246,97 @@ def _attack(console: str, cookies: list[str], forms: dict[str, dict[str, str]]) 
         )
     parts.append("<script>for (const form of document.forms) form.submit();</script>")
     return "".join(parts)
+
+
+def test_a_post_without_its_csrf_token_is_refused(stack: Stack, browser: Browser) -> None:
+    page = signed_in(browser, stack)
+    cookies = {c["name"]: c["value"] for c in page.context.cookies()}
+    form = {"user_id": "u-csrf", "tool_name": "shell", "pattern": ".*", "action": "BLOCK"}
+    for sent in ({}, {"csrf": "forged"}):
+        answer = httpx.post(
+            f"{stack.url}/console/permissions/rules",
+            data={**form, **sent},
+            cookies=cookies,
+            timeout=10,
+        )
+        assert answer.status_code == 403, answer.text
+        assert "CSRF" in answer.text
+    assert stack.api("GET", "/v1/permissions/rules", params={"user_id": "u-csrf"}) == {"rules": []}
+    page.context.close()
+
+
+def test_the_overview_shows_a_backlog_grow_and_drain_without_a_reload(
+    stack: Stack, browser: Browser, shots: Path
+) -> None:
+    page = signed_in(browser, stack)
+    errors: list[str] = []  # what the browser refused or could not load (CSP, a 404)
+    page.on("console", lambda message: message.type == "error" and errors.append(message.text))
+    page.reload()
+    backlog = page.locator("tr[data-subscription='turns-extraction'] td.backlog")
+    charted = page.locator("#chart-backlog g[data-subscription='turns-extraction']")
+    # The poison events other tests published straight to Pub/Sub (a script, no
+    # count of its own) were counted when a worker received them, then settled.
+    expect(backlog).to_have_text("0", timeout=WAIT_MS)
+    expect(page.locator("#replicas tr[data-kind='extraction'] td.ok")).to_have_text("ready")
+    marker = page.evaluate("window.stillTheSamePage = true")  # gone if the page reloads
+    assert marker is True
+    stack.pause("extraction")
+    try:
+        for n in range(12):
+            body = {"user_id": "u-backlog", "user": f"Step {n} of the plan.", "assistant": "Ok."}
+            stack.api("POST", "/v1/sessions/s-backlog/turns", json=body)
+        expect(backlog).to_have_text("12", timeout=WAIT_MS)
+        silent = page.locator("#replicas tr[data-kind='extraction'] td.bad")
+        expect(silent).to_have_text("silent", timeout=WAIT_MS)
+        # The chart of the last hour takes it in at its next sample.
+        expect(charted).to_have_attribute("data-highest", "12", timeout=WAIT_MS)
+        expect(charted.locator("title")).to_have_text(
+            "turns-extraction: now 12 messages, at most 12 messages in the last hour"
+        )
+        shoot(page, shots, "overview")
+    finally:
+        stack.pause("extraction", resume=True)
+    # What the stopped replica had pulled comes back once its ack deadline passes.
+    expect(backlog).to_have_text("0", timeout=DRAIN_MS)
+    expect(charted).to_have_attribute("data-latest", "0", timeout=WAIT_MS)
+    expect(charted).to_have_attribute("data-highest", "12")
+    assert page.evaluate("window.stillTheSamePage") is True
+    assert errors == []
+
+
+def test_a_poison_event_is_replayed_by_click_then_purged_after_confirming(
+    stack: Stack, browser: Browser, shots: Path
+) -> None:
+    event_id = stack.publish_poison()
+    page = signed_in(browser, stack)
+    row = page.locator(f"tr:has(a:text-is('{event_id}'))")
+    letters = f"{stack.url}/console/dead-letters?subscription=turns-extraction"
+    reload_until(page, letters, row, "the poison event in turns-extraction's dead letters")
+    expect(row).to_contain_text("turn.recorded.v1")
+    expect(row).to_contain_text("default")
+    shoot(page, shots, "dead-letters")
+    row.locator("input[type=checkbox]").check()
+    page.click("#replay")
+    expect(page.locator("#outcome")).to_have_text("replayed 1, skipped 0, failed 0")
+    # Still poison: it comes back to the same dead letters, then goes for good.
+    reload_until(page, letters, row, "the replayed poison event dead-lettered again")
+    row.locator("input[type=checkbox]").check()
+    page.click("#purge")
+    expect(page.locator("h1")).to_have_text("Purge 1 dead letter of turns-extraction?")
+    shoot(page, shots, "purge-confirm")
+    page.click("#confirm-purge")
+    expect(page.locator("#outcome")).to_have_text("purged 1")
+    expect(row).to_have_count(0)
+    # The summary worker's copy is still there, untouched by both actions, and the
+    # event's trail says where it is and why, with its replay button.
+    page.goto(f"{stack.url}/console/dead-letters?subscription=turns-summary")
+    expect(row).to_have_count(1)
+    page.goto(f"{stack.url}/console/events?id={event_id}")
+    held = page.locator("#dead-lettered form")
+    expect(held).to_have_count(1)
+    expect(held).to_contain_text("in turns-summary: user_id: must not contain control characters")
+    expect(held.locator("button")).to_have_text("Replay for turns-summary")
+    expect(page.locator("#archive-row")).to_contain_text("Not in the archive.")
 
 
 def test_a_users_memory_found_by_search_its_revisions_then_deleted(

@@ -215,8 +215,11 @@ async def deny(scope: dict, receive: Any, send: Any, status: int, message: str) 
     a key (after a 401), or the console's error page (a cookie twice, or keys that
     cannot be checked now)."""
     if status == 401 and _from_htmx(scope):
-        # A refresh of the overview: the whole page goes to the sign-in, not the table.
-        response: Response = Response(status_code=204, headers={"HX-Redirect": sign_in_url(scope)})
+        # A refresh of the overview: the whole page goes to the sign-in, and back to
+        # the page after it (not to the fragment the refresh asked for).
+        response: Response = Response(
+            status_code=204, headers={"HX-Redirect": _sign_in_from_page(scope)}
+        )
     elif status == 401:
         response = RedirectResponse(sign_in_url(scope), status_code=303)
         try:
@@ -234,3 +237,10 @@ async def deny(scope: dict, receive: Any, send: Any, status: int, message: str) 
 
 def _from_htmx(scope: dict) -> bool:
     return any(header == b"hx-request" for header, _value in scope["headers"])
+
+
+def _sign_in_from_page(scope: dict) -> str:
+    """The sign-in page, going back to the page whose script asked (HX-Current-URL)."""
+    parts = urlsplit(Headers(scope=scope).get("hx-current-url", ""))
+    here = local_target(parts.path + (f"?{parts.query}" if parts.query else ""))
+    return f"{SIGN_IN}?next={quote(here, safe='/')}"

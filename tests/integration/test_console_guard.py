@@ -279,3 +279,13 @@ def test_after_sign_in_the_console_goes_nowhere_else(app, keys, target):
     client = _client(app)
     signed_in = client.post("/console/sign-in", data={"key": keys["admin"], "next": target})
     assert signed_in.headers["location"] == "/console"
+
+
+def test_a_refresh_of_the_overview_signed_out_sends_the_page_to_the_sign_in(app):
+    client = _client(app)
+    answer = client.get(
+        "/console/figures",
+        headers={"HX-Request": "true", "HX-Current-URL": "http://testserver/console"},
+    )
+    assert answer.status_code == 204
+    assert answer.headers["hx-redirect"] == "/console/sign-in?next=/console"

@@ -83,7 +83,7 @@ def cookie(scope: dict, name: str) -> str | None:
             if name in named:
                 # Starlette's parser, as the browser means it: one odd cookie of
                 # another app on this host (a space, a quote) must not hide ours.
-                found += [cookie_parser(text)[name]] * named.count(name)
+                found += [cookie_parser(text).get(name, "")] * named.count(name)
     if len(found) > 1:
         raise Refused(
             400,

@@ -289,3 +289,12 @@ def test_a_refresh_of_the_overview_signed_out_sends_the_page_to_the_sign_in(app)
     )
     assert answer.status_code == 204
     assert answer.headers["hx-redirect"] == "/console/sign-in?next=/console"
+
+
+@pytest.mark.parametrize(
+    "cookie", [KEY_COOKIE, f"{KEY_COOKIE}=", f'{KEY_COOKIE}="', f"x; {KEY_COOKIE}; y=1", "=; ;"]
+)
+def test_a_key_cookie_without_a_key_asks_for_one(app, cookie):
+    answer = _client(app).get("/console/users", headers={"cookie": cookie})
+    assert answer.status_code == 303, answer.text
+    assert answer.headers["location"] == "/console/sign-in?next=/console/users"

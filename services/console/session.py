@@ -30,7 +30,7 @@ from urllib.parse import quote, urlsplit
 
 from fastapi import Request
 from fastapi.responses import RedirectResponse, Response
-from starlette.datastructures import FormData, Headers
+from starlette.datastructures import FormData, Headers, UploadFile
 from starlette.requests import cookie_parser
 
 PREFIX = "/console"
@@ -181,6 +181,9 @@ async def checked_form(request: Request, *, token: bool = True) -> FormData:
     if token:
         key_of(request.scope)  # a cookie twice: Refused(400)
     form = await request.form()
+    for value in form.values():
+        if isinstance(value, UploadFile):  # no form of the console takes a file
+            await value.close()
     if token:
         sent, expected = form.get(CSRF_FIELD), csrf_token(request)
         if not isinstance(sent, str) or not secrets.compare_digest(sent, expected):

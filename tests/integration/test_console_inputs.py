@@ -369,3 +369,15 @@ def test_an_odd_cookie_of_another_app_on_the_host_does_not_hide_the_console_s(co
         follow_redirects=False,
     )
     assert answer.status_code == 303, answer.text
+
+
+def test_a_file_where_a_field_is_expected_names_the_field(console):
+    client, _ = console
+    answer = client.post(
+        "/console/permissions/rules",
+        data={"csrf": _token(client), "tool_name": "a", "pattern": "b", "action": "BLOCK"},
+        files={"user_id": ("f.txt", b"abc")},
+    )
+    assert answer.status_code == 422
+    assert "user_id: must be text, not a file" in answer.text
+    _looks_like_the_console(answer)

@@ -15,7 +15,7 @@ from psycopg_pool import ConnectionPool
 from valkey.backoff import NoBackoff
 from valkey.retry import Retry
 
-from shared.bus.publisher import EventPublisher
+from shared.bus.publisher import EventPublisher, counted_publishes
 from shared.config import Settings
 from shared.db.migrate import check_embedding_dimension
 from shared.db.pool import make_pool
@@ -92,7 +92,7 @@ def bootstrap(
     try:
         if publisher:
             resources.publisher = overrides.get("publisher") or EventPublisher(
-                settings, block_when_full=block_when_full
+                settings, block_when_full=block_when_full, counted=counted_publishes(settings)
             )
             if "publisher" not in overrides:
                 resources._owned.append(resources.publisher)

@@ -50,6 +50,15 @@ EVENTS_PUBLISHED = Counter(
     "without AM_TOPIC_PREFIX): events, replays and dead letters (a `-dlq` topic).",
     ["topic"],
 )
+# What no reporting publisher counted (shared.bus.attributes.COUNTED): the figures
+# take each in as published when a worker first receives it.
+MESSAGES_UNCOUNTED = Counter(
+    "agent_memory_uncounted_messages",
+    "Messages a worker received for the first time (delivery attempt 1) that no "
+    "publisher of agent-memory counted (a script's, a tool's, Cloud Scheduler's), "
+    "by subscription.",
+    ["subscription"],
+)
 HANDLER_SECONDS = Histogram(
     "agent_memory_handler_seconds",
     "Time from a message's hand-over to its settling, by subscription.",

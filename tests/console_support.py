@@ -3,11 +3,14 @@ through playwright, and the API beside the browser to set things up."""
 
 from __future__ import annotations
 
+import http.server
 import json
 import os
 import signal
+import socketserver
 import subprocess
 import sys
+import threading
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -143,3 +146,34 @@ def reload_until(page: Page, url: str, locator: Locator, what: str, seconds: flo
         return locator.count() > 0
 
     wait_for(shown, seconds, what, interval=0.5)
+
+
+class OtherSite:
+    """A page of another origin on this host (127.0.0.1, a port of its own), as an
+    attacker would serve one beside the console: `page` is its HTML."""
+
+    def __init__(self, page: str) -> None:
+        body = page.encode()
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def do_GET(self) -> None:  # noqa: N802 - the standard library's name
+                self.send_response(200)
+                self.send_header("Content-Type", "text/html; charset=utf-8")
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+            def log_message(self, *_args: object) -> None:
+                pass
+
+        self.server = socketserver.ThreadingTCPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}/"
+        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+
+    def __enter__(self) -> OtherSite:
+        self.thread.start()
+        return self
+
+    def __exit__(self, *_exc: object) -> None:
+        self.server.shutdown()
+        self.server.server_close()

@@ -42,6 +42,9 @@ locals {
       AM_API_HOST   = "0.0.0.0"
       AM_API_PORT   = tostring(local.container_port)
       AM_VALKEY_URL = local.valkey_url
+      # uvicorn's: take the scheme from Google's front end, which ends TLS and is
+      # the only way in, so the console's cookies are the Secure __Host- ones.
+      FORWARDED_ALLOW_IPS = "*"
     })
     summary    = merge(local.worker_env, { AM_VALKEY_URL = local.valkey_url })
     extraction = merge(local.worker_env, { AM_VALKEY_URL = local.valkey_url })

@@ -111,7 +111,8 @@ async def _lifespan(
         opened.push_async_callback(async_client.aclose)
         # What the API publishes counts toward each subscription's backlog
         # (shared.bus.reporting); stopped after the publisher, so its last publishes count.
-        reporter = start_reporting(resolved)
+        # It also samples the figures for the console's chart (shared.bus.figure_history).
+        reporter = start_reporting(resolved, history=True)
         if reporter is not None:
             opened.callback(reporter.stop)
         resources = bootstrap(

@@ -66,7 +66,11 @@ class Authentication:
             state["app_id"], state["admin"] = settings.default_app, True
             await self.app(scope, receive, send)
             return
-        key = console.cookie(scope, console.KEY_COOKIE) if on_console else _bearer(scope)
+        try:
+            key = console.key_of(scope) if on_console else _bearer(scope)
+        except console.Refused as refused:  # the key's cookie came twice
+            await deny(scope, receive, send, refused.status, refused.message)
+            return
         if key is None:
             await deny(
                 scope, receive, send, 401, "missing API key: send Authorization: Bearer <key>"

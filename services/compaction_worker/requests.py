@@ -119,9 +119,9 @@ def _publish(requests: list[CompactionRequested], settings: Settings, app: str) 
     """Publish `requests`, one line each as Pub/Sub confirms it, then the total."""
     from google.api_core import exceptions as gexc
 
-    from shared.bus.publisher import EventPublisher
+    from shared.bus.publisher import EventPublisher, counted_publishes
 
-    publisher = EventPublisher(settings)
+    publisher = EventPublisher(settings, counted=counted_publishes(settings))
     try:
         futures = [(request, publisher.publish(request)) for request in requests]
         for request, future in futures:

@@ -18,8 +18,9 @@ from urllib.parse import urlencode
 import httpx
 import jinja2
 from fastapi import FastAPI, Request
-from fastapi.responses import HTMLResponse
+from fastapi.responses import HTMLResponse, Response
 from fastapi.staticfiles import StaticFiles
+from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from services.console import session
 from shared.client.aio import AsyncMemoryClient
@@ -64,10 +65,17 @@ def _url(path: str, **query: str) -> str:
     return f"{session.PREFIX}{path}?{urlencode(query)}"
 
 
+def list_url(path: str, **query: object) -> str:
+    """A list page's URL: its filters, and its page unless the first (empty ones left out)."""
+    kept = {k: str(v) for k, v in query.items() if v not in ("", None) and (k, v) != ("page", 1)}
+    return f"{session.PREFIX}{path}" + (f"?{urlencode(kept)}" if kept else "")
+
+
 TEMPLATES.filters["age"] = age
 TEMPLATES.filters["clock"] = clock
 TEMPLATES.globals["user_url"] = lambda user: _url("/user", id=user)
 TEMPLATES.globals["memory_url"] = lambda user, memory: _url("/user/memory", user=user, id=memory)
+TEMPLATES.globals["list_url"] = list_url
 TEMPLATES.globals["session_url"] = lambda user, sid: _url("/user/session", user=user, id=sid)
 
 
@@ -95,9 +103,12 @@ def page(request: Request, template: str, status: int = 200, **context: Any) -> 
         path=request.url.path,
         **context,
     )
-    response = HTMLResponse(body, status_code=status, headers=HEADERS)
-    session.keep_csrf(request, response)
-    return response
+    return HTMLResponse(body, status_code=status, headers=HEADERS)
+
+
+def error_page(request: Request, status: int, message: str) -> HTMLResponse:
+    """The console's error page: what went wrong, in the console's style."""
+    return page(request, "error.html", status, message=message)
 
 
 def client(request: Request) -> AsyncMemoryClient:
@@ -105,7 +116,7 @@ def client(request: Request) -> AsyncMemoryClient:
     shows what happened."""
     return AsyncMemoryClient(
         "http://console.invalid",
-        session.key_of(request),
+        session.key_of(request.scope),
         retries=0,
         transport=httpx.ASGITransport(app=request.app),
     )
@@ -118,10 +129,26 @@ def install_console(app: FastAPI) -> None:
     app.mount(session.STATIC.rstrip("/"), StaticFiles(directory=HERE / "static"), name="console")
     for module in (home, memory_pages, operator_pages, permission_pages):
         app.router.routes.extend(module.router.routes)
+    # Binds the forms' tokens while authentication is off (no key to bind them to).
+    app.state.console_secret = session.new_secret()
 
     @app.exception_handler(session.Refused)
     async def refused(request: Request, exc: session.Refused) -> HTMLResponse:
-        return page(request, "error.html", exc.status, message=exc.message)
+        return error_page(request, exc.status, exc.message)
+
+    # A console path that is not a page, or a method it does not take: a page too,
+    # not the API's JSON.
+    api_http_error = app.exception_handlers[StarletteHTTPException]
+
+    @app.exception_handler(StarletteHTTPException)
+    async def http_error(request: Request, exc: StarletteHTTPException) -> Response:
+        if not session.is_console(request.url.path):
+            return await api_http_error(request, exc)
+        messages = {404: "no such page", 405: f"{request.method} is not a method of this page"}
+        answer = error_page(request, exc.status_code, messages.get(exc.status_code, exc.detail))
+        if exc.status_code == 405 and exc.headers:
+            answer.headers["Allow"] = exc.headers.get("Allow", "")
+        return answer
 
     @app.exception_handler(MemoryApiError)
     async def api_error(request: Request, exc: MemoryApiError) -> HTMLResponse:

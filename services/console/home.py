@@ -1,44 +1,51 @@
 """Signing in and out, and the overview: each subscription's backlog, oldest
-unsettled message, dead letters and rate, and each worker kind's replicas.
+unsettled message, dead letters and rate, with their last hour charted, and each
+worker kind's replicas.
 
-The overview's figures are the ones the workers report through Valkey
-(shared.bus.overview); the dead letters are counted as `agent-memory dlq list`
-counts them (services.console.sources).
+The overview's figures are the ones the processes report through Valkey
+(shared.bus.overview), and their samples the API takes (shared.bus.figure_history);
+the dead letters are counted as `agent-memory dlq list` counts them
+(services.console.sources).
 """
 
 from __future__ import annotations
 
 import asyncio
-from typing import Annotated
+from typing import Any
 
-from fastapi import APIRouter, Query, Request
+from fastapi import APIRouter, Request
 from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import HTMLResponse, RedirectResponse, Response
 
 from services.api.auth import lookup_key, within
 from services.console import session
 from services.console.app import Viewer, page, require_admin
+from services.console.chart import chart
 from services.console.sources import sources
 from shared.api_keys import key_hash
-from shared.bus.overview import Overview, read_overview
+from shared.bus.figure_history import read_history
+from shared.bus.overview import read_overview
 
 router = APIRouter(include_in_schema=False)
 MAX_KEY_LENGTH = 512
 
 
 @router.get(session.SIGN_IN, response_class=HTMLResponse)
-async def sign_in_page(request: Request, next: Annotated[str, Query()] = "") -> HTMLResponse:
-    return page(request, "sign_in.html", next=_local(next), problem=None)
+async def sign_in_page(request: Request) -> HTMLResponse:
+    target = session.local_target(_given(request.query_params.get("next")))
+    return page(request, "sign_in.html", next=target, problem=None)
 
 
 @router.post(session.SIGN_IN, response_class=HTMLResponse)
 async def sign_in(request: Request) -> Response:
-    form = await session.checked_form(request)
-    key = str(form.get("key") or "").strip()
-    target = _local(str(form.get("next") or ""))
+    # No key yet to bind a token to: the browser's word on the origin is the guard.
+    form = await session.checked_form(request, token=False)
+    key = _given(form.get("key")).strip()
+    target = session.local_target(_given(form.get("next")))
     api = request.app.state.api
     problem = None
-    if not key or len(key) > MAX_KEY_LENGTH:
+    # A key is printable ASCII (shared.api_keys): nothing else goes into the cookie.
+    if not key or len(key) > MAX_KEY_LENGTH or not (key.isascii() and key.isprintable()):
         problem = "key: enter an API key of your app"
     elif not api.settings.auth_disabled:
         try:
@@ -63,7 +70,7 @@ async def sign_in(request: Request) -> Response:
 async def sign_out(request: Request) -> Response:
     await session.checked_form(request)
     response = RedirectResponse(session.SIGN_IN, status_code=303)
-    session.sign_out(response)
+    session.sign_out(response, request.scope)
     return response
 
 
@@ -71,17 +78,15 @@ async def sign_out(request: Request) -> Response:
 async def overview(request: Request) -> HTMLResponse:
     if not Viewer(request).admin:
         # The pipeline's figures span every app: an operator's, like the dead letters.
-        return page(request, "overview.html", overview=None, dead={}, interval=_interval(request))
-    figures, dead = await _figures(request)
-    return page(request, "overview.html", overview=figures, dead=dead, interval=_interval(request))
+        return page(request, "overview.html", overview=None, interval=_interval(request))
+    return page(request, "overview.html", **await _figures(request))
 
 
 @router.get(f"{session.PREFIX}/figures", response_class=HTMLResponse)
 async def figures(request: Request) -> HTMLResponse:
-    """The overview's tables alone: what the page fetches every few seconds."""
+    """The overview's tables and chart alone: what the page fetches every few seconds."""
     require_admin(Viewer(request))
-    figures, dead = await _figures(request)
-    return page(request, "_figures.html", overview=figures, dead=dead, interval=_interval(request))
+    return page(request, "_figures.html", **await _figures(request))
 
 
 def _interval(request: Request) -> float:
@@ -89,17 +94,23 @@ def _interval(request: Request) -> float:
     return request.app.state.api.settings.figures_interval_seconds
 
 
-def _local(target: str) -> str:
-    """A console path to go on to after signing in; never another site."""
-    if target.startswith(session.PREFIX) and not target.startswith("//"):
-        return target
-    return session.PREFIX
+def _given(value: object) -> str:
+    return value if isinstance(value, str) else ""
 
 
-async def _figures(request: Request) -> tuple[Overview, dict[str, int | None]]:
+async def _figures(request: Request) -> dict[str, Any]:
+    """What the overview shows: the figures now, the dead letters, the last hour."""
     found = await sources(request)
-    figures, dead = await asyncio.gather(
+    figures, dead, history = await asyncio.gather(
         run_in_threadpool(read_overview, found.valkey, found.settings),
         run_in_threadpool(found.dead_letters),
+        run_in_threadpool(read_history, found.valkey, found.settings),
     )
-    return figures, dead
+    names = [s.subscription for s in figures.subscriptions]
+    return {
+        "overview": figures,
+        "dead": dead,
+        "interval": _interval(request),
+        "chart": chart(history, names),
+        "step": history.step,
+    }

@@ -1,122 +1,176 @@
 """A user's memory as the console shows it: find a user of the app, their memories
-by scope (with kind and entity filters, and the hybrid search), each memory's
-revisions and the event behind each, deleting a memory, the user's sessions with
-their buffered turns and rolling summary, and the archive search.
+by scope (with kind, entity and project filters, and the hybrid search), each
+memory's revisions and the event behind each, rolling a memory back to a revision,
+deleting it (after asking), the user's sessions with their buffered turns and
+rolling summary, and the archive search.
 
-Everything but the lists of users and sessions goes through the API itself
-(services.console.app.client), as the signed-in key.
+The lists (users, a user's memories and sessions) are read from Postgres a page
+at a time, with how many there are (shared.db.console_reads); everything else
+goes through the API itself (services.console.app.client), as the signed-in key.
 """
 
 from __future__ import annotations
 
 from collections import defaultdict
-from typing import Annotated
 from urllib.parse import urlencode
 
-from fastapi import APIRouter, Query, Request
+from fastapi import APIRouter, Request
 from fastapi.responses import HTMLResponse, RedirectResponse, Response
 
-from services.console import queries, session
+from services.console import inputs, queries, session
 from services.console.app import Viewer, client, page
-from shared.client import models as m
+from shared.db import console_reads as reads
+from shared.db.memories import MemoryRow
 
 router = APIRouter(include_in_schema=False)
 USERS = f"{session.PREFIX}/users"
 USER = f"{session.PREFIX}/user"  # ids in the query: any user id is a path segment's trouble
-LISTED = 500  # memories listed on a user's page; the search finds the rest
+MEMORY = f"{USER}/memory"
 KINDS = ("preference", "fact", "rule", "event")
-Text = Annotated[str, Query(max_length=500)]
+FOUND = 20  # search hits shown
+EPISODES = 10  # archive hits shown
 
 
 @router.get(USERS, response_class=HTMLResponse)
-async def users(request: Request, q: Text = "") -> HTMLResponse:
-    viewer = Viewer(request)
-    found = await queries.find_users(request.app.state.apool, viewer.app, _plain("q", q.strip()))
-    return page(request, "users.html", q=q, users=found)
+async def users(request: Request) -> HTMLResponse:
+    query = request.query_params
+    prefix = inputs.identifier(query, "q", required=False)  # the start of an id
+    number = inputs.number(query, "page", default=1)
+    found = await queries.read(
+        request.app.state.apool,
+        reads.users(Viewer(request).app, prefix, number, queries.PAGE_SIZE),
+    )
+    return page(request, "users.html", q=prefix, users=found)
 
 
 @router.get(USER, response_class=HTMLResponse)
-async def user(
-    request: Request,
-    id: Text,
-    kind: Text = "",
-    entity: Text = "",
-    project: Text = "",
-    q: Text = "",
-    archive: Text = "",
-) -> HTMLResponse:
-    viewer = Viewer(request)
-    user_id = _plain("id", id)
-    project = _plain("project", project)
-    if not await queries.user_known(request.app.state.apool, viewer.app, user_id):
+async def user(request: Request) -> HTMLResponse:
+    query, viewer = request.query_params, Viewer(request)
+    user_id = inputs.identifier(query, "id")
+    filters = {
+        "kind": inputs.choice(query, "kind", KINDS),
+        "entity": inputs.text(query, "entity", limit=200),
+        "project": inputs.identifier(query, "project", required=False),
+        "q": inputs.text(query, "q"),
+        "archive": inputs.text(query, "archive"),
+    }
+    number = inputs.number(query, "page", default=1)
+    sessions_number = inputs.number(query, "sessions", default=1)
+    pool = request.app.state.apool
+    if not await queries.read(pool, reads.user_known(viewer.app, user_id)):
         raise session.Refused(404, f"user_id: no user {user_id!r} in app {viewer.app!r}")
-    kind = kind if kind in KINDS else ""
-    found: list[m.ScoredMemory] | None = None
-    episodes: list[m.EpisodeView] | None = None
+    project = filters["project"] or None
+    found = episodes = None
     async with client(request) as api:
-        if q.strip():
+        if filters["q"]:
+            kinds = [filters["kind"]] if filters["kind"] else None
             found = await api.search(
-                user_id, q, project_id=project or None, k=20, kinds=[kind] if kind else None
+                user_id, filters["q"], project_id=project, k=FOUND, kinds=kinds
             )
-        page_ = await api.list_memories(
-            user_id, project_id=project or None, kind=kind or None, limit=LISTED
-        )
-        if archive.strip():
+        if filters["archive"]:
             episodes = await api.archive_search(
-                user_id, archive, project_id=project or None, k=10, context_turns=1
+                user_id, filters["archive"], project_id=project, k=EPISODES, context_turns=1
             )
-    listed = [memory for memory in page_.memories if entity.lower() in memory.entity_name.lower()]
-    sessions = await queries.user_sessions(request.app.state.apool, viewer.app, user_id)
+    where = reads.MemoryFilter(
+        viewer.app, user_id, filters["kind"], filters["entity"], filters["project"]
+    )
+    memories = await queries.read(pool, reads.memories(where, number, queries.PAGE_SIZE))
+    sessions = await queries.read(
+        pool, reads.sessions(viewer.app, user_id, sessions_number, queries.PAGE_SIZE)
+    )
     return page(
         request,
         "user.html",
         user_id=user_id,
-        filters={"kind": kind, "entity": entity, "project": project, "q": q, "archive": archive},
+        filters=filters,
         kinds=KINDS,
-        scopes=_by_scope(listed),
-        more=page_.next_cursor is not None,
+        memories=memories,
+        scopes=_by_scope(memories.rows),
         found=found,
         episodes=episodes,
         sessions=sessions,
+        pages=_page_links(user_id, filters, number, sessions_number),
     )
 
 
-@router.get(USER + "/memory", response_class=HTMLResponse)
-async def memory(request: Request, user: Text, id: Text) -> HTMLResponse:
+@router.get(MEMORY, response_class=HTMLResponse)
+async def memory(request: Request) -> HTMLResponse:
+    user_id, memory_id = _memory_of(request.query_params)
     async with client(request) as api:
-        detail = await api.get_memory(user, id)
-    return page(request, "memory.html", user_id=user, memory=detail)
+        detail = await api.get_memory(user_id, memory_id)
+    return page(request, "memory.html", user_id=user_id, memory=detail, outcome=None)
 
 
-@router.post(USER + "/memory/delete")
+@router.post(MEMORY + "/rollback", response_class=HTMLResponse)
+async def rollback_memory(request: Request) -> HTMLResponse:
+    form = await session.checked_form(request)
+    user_id, memory_id = _memory_of(form)
+    revision = inputs.number(form, "revision")
+    async with client(request) as api:
+        detail = await api.rollback_memory(user_id, memory_id, revision)
+    newest = detail.revisions[-1].revision if detail.revisions else revision
+    outcome = f"revision {revision}'s text is current again, as revision {newest}"
+    return page(request, "memory.html", user_id=user_id, memory=detail, outcome=outcome)
+
+
+@router.post(MEMORY + "/delete")
 async def delete_memory(request: Request) -> Response:
     form = await session.checked_form(request)
-    user, memory_id = str(form.get("user") or ""), str(form.get("id") or "")
+    user_id, memory_id = _memory_of(form)
+    if form.get("confirm") != "yes":
+        # Asked first, on a page of its own: it works without scripts.
+        async with client(request) as api:
+            detail = await api.get_memory(user_id, memory_id)
+        return page(request, "memory_delete.html", user_id=user_id, memory=detail)
     async with client(request) as api:
-        await api.delete_memory(user, memory_id)
+        await api.delete_memory(user_id, memory_id)
     # Back to the memory: it now shows as deleted, with its DELETED revision.
-    query = urlencode({"user": user, "id": memory_id})
-    return RedirectResponse(f"{USER}/memory?{query}", status_code=303)
+    return RedirectResponse(memory_url(user_id, memory_id), status_code=303)
 
 
 @router.get(USER + "/session", response_class=HTMLResponse)
-async def session_page(request: Request, user: Text, id: Text) -> HTMLResponse:
+async def session_page(request: Request) -> HTMLResponse:
+    query = request.query_params
+    user_id, session_id = inputs.identifier(query, "user"), inputs.identifier(query, "id")
     async with client(request) as api:
-        view = await api.session(id, user)
-    return page(request, "session.html", user_id=user, view=view)
+        view = await api.session(session_id, user_id)
+    return page(request, "session.html", user_id=user_id, view=view)
 
 
-def _plain(field: str, text: str) -> str:
-    """`text` for a query of the console's own: Postgres takes no NUL, and no id
-    of ours holds a control character."""
-    if any(ord(c) < 32 or 0xD800 <= ord(c) <= 0xDFFF for c in text):
-        raise session.Refused(422, f"{field}: must not contain control characters")
-    return text
+def memory_url(user_id: str, memory_id: str) -> str:
+    return f"{MEMORY}?{urlencode({'user': user_id, 'id': memory_id})}"
 
 
-def _by_scope(memories: list[m.MemoryView]) -> list[tuple[str, list[m.MemoryView]]]:
-    """Global first, then each project, then each session, each named."""
-    groups: dict[str, list[m.MemoryView]] = defaultdict(list)
+def _memory_of(source: inputs.Source) -> tuple[str, str]:
+    """The user and the memory a request names."""
+    user_id, memory_id = inputs.identifier(source, "user"), inputs.identifier(source, "id")
+    if queries.event_uuid(memory_id) is None:
+        raise session.Refused(422, "id: a memory id is a UUID")
+    return user_id, memory_id
+
+
+def _page_links(
+    user_id: str, filters: dict[str, str], number: int, sessions_number: int
+) -> dict[str, str]:
+    """The URL of this user page with another page of memories or of sessions."""
+    kept = {"id": user_id, **{k: v for k, v in filters.items() if v}}
+
+    def url(memories: int, sessions: int) -> str:
+        pages = {"page": str(memories), "sessions": str(sessions)}
+        return f"{USER}?{urlencode({**kept, **{k: v for k, v in pages.items() if v != '1'}})}"
+
+    return {
+        "memories_previous": url(number - 1, sessions_number),
+        "memories_next": url(number + 1, sessions_number),
+        "sessions_previous": url(number, sessions_number - 1),
+        "sessions_next": url(number, sessions_number + 1),
+    }
+
+
+def _by_scope(memories: list[MemoryRow]) -> list[tuple[str, list[MemoryRow]]]:
+    """Global first, then each project, then each session, each named (the rows
+    come in that order)."""
+    groups: dict[str, list[MemoryRow]] = defaultdict(list)
     for memory in memories:
         if memory.scope == "project":
             groups[f"project {memory.project_id}"].append(memory)
@@ -124,5 +178,4 @@ def _by_scope(memories: list[m.MemoryView]) -> list[tuple[str, list[m.MemoryView
             groups[f"session {memory.session_id}"].append(memory)
         else:
             groups["global"].append(memory)
-    order = {"global": 0, "project": 1, "session": 2}
-    return sorted(groups.items(), key=lambda item: (order[item[0].split(" ")[0]], item[0]))
+    return list(groups.items())

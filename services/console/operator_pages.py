@@ -12,31 +12,32 @@ holding it.
 
 from __future__ import annotations
 
-from typing import Annotated
-
-from fastapi import APIRouter, Query, Request
+from fastapi import APIRouter, Request
 from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import HTMLResponse
 
-from services.console import queries, session
+from services.console import inputs, queries, session
 from services.console.app import Viewer, page, require_admin
 from services.console.sources import sources
-from shared.bus.dlq import DeadLetter, MissingEvents
+from shared.bus.dlq import COUNT_CAP, DeadLetter, MissingEvents
 from shared.bus.replay import ReplayFilter, replay
 from shared.bus.topology import SUBSCRIPTIONS
+from shared.db import console_reads as reads
+from shared.identifiers import identifier_problem
 
 router = APIRouter(include_in_schema=False)
 DEAD = f"{session.PREFIX}/dead-letters"
-SHOWN = 100  # the oldest letters listed for a subscription
 NAMES = tuple(spec.name for spec in SUBSCRIPTIONS)
+MAX_TICKED = 1000  # event ids of one replay or purge
 
 
 @router.get(DEAD, response_class=HTMLResponse)
-async def dead_letters(
-    request: Request, subscription: Annotated[str, Query(max_length=100)] = ""
-) -> HTMLResponse:
+async def dead_letters(request: Request) -> HTMLResponse:
     require_admin(Viewer(request))
-    return await _dead_letters_page(request, subscription or NAMES[0], None)
+    query = request.query_params
+    name = inputs.choice(query, "subscription", NAMES, default=NAMES[0])
+    number = inputs.number(query, "page", default=1)
+    return await _dead_letters_page(request, name, None, number=number)
 
 
 @router.post(DEAD + "/{subscription}/replay", response_class=HTMLResponse)
@@ -79,11 +80,10 @@ async def purge_letters(request: Request, subscription: str) -> HTMLResponse:
 
 
 @router.get(f"{session.PREFIX}/events", response_class=HTMLResponse)
-async def event_trail(
-    request: Request, id: Annotated[str, Query(max_length=100)] = ""
-) -> HTMLResponse:
+async def event_trail(request: Request) -> HTMLResponse:
     viewer = Viewer(request)
-    if not id.strip():
+    id = inputs.text(request.query_params, "id", limit=100).strip()
+    if not id:
         return page(request, "event.html", event_id="", trail=None, letters=None, problem=None)
     event_id = queries.event_uuid(id)
     if event_id is None:
@@ -96,7 +96,9 @@ async def event_trail(
             letters=None,
             problem="id: an event id is a UUID, such as the event_id a recorded turn returns",
         )
-    trail = await queries.trail(request.app.state.apool, viewer.app, event_id, viewer.admin)
+    trail = await queries.read(
+        request.app.state.apool, reads.trail(viewer.app, event_id, viewer.admin)
+    )
     letters = None
     if viewer.admin:
         found = await sources(request)
@@ -107,18 +109,22 @@ async def event_trail(
 
 
 async def _dead_letters_page(
-    request: Request, name: str, outcome: str | None, status: int = 200
+    request: Request, name: str, outcome: str | None, status: int = 200, number: int = 1
 ) -> HTMLResponse:
     name = _known(name)
     found = await sources(request)
-    listing = await run_in_threadpool(found.queues.show, name, SHOWN)
+    size = queries.PAGE_SIZE
+    # The oldest first: a page is the slice of the oldest `number × size` read.
+    listing = await run_in_threadpool(found.queues.show, name, number * size)
+    letters = reads.Page(listing.letters[(number - 1) * size :], listing.total, number, size)
     return page(
         request,
         "dead_letters.html",
         status,
         names=NAMES,
         subscription=name,
-        listing=listing,
+        letters=letters,
+        capped=listing.total >= COUNT_CAP,
         outcome=outcome,
     )
 
@@ -134,7 +140,7 @@ def _letters_of(queues: object, event_id: str) -> list[tuple[str, DeadLetter]]:
 def _known(name: str) -> str:
     if name not in NAMES:
         raise session.Refused(
-            404, f"subscription: no subscription {name!r}; known: {', '.join(NAMES)}"
+            404, f"subscription: no subscription {name[:100]!r}; known: {', '.join(NAMES)}"
         )
     return name
 
@@ -143,4 +149,10 @@ def _event_ids(values: list[object]) -> list[str]:
     ids = [v.strip() for v in values if isinstance(v, str) and v.strip()]
     if not ids:
         raise session.Refused(422, "event_id: tick at least one dead letter")
+    if len(ids) > MAX_TICKED:
+        raise session.Refused(422, f"event_id: at most {MAX_TICKED} at once")
+    for event_id in ids:
+        problem = identifier_problem(event_id)
+        if problem is not None:
+            raise session.Refused(422, f"event_id: {problem}")
     return list(dict.fromkeys(ids))

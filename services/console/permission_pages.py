@@ -4,66 +4,73 @@ run?": the permissions routes of the API, through its own client."""
 from __future__ import annotations
 
 import json
-from typing import Annotated, Any
+from typing import Any
 from urllib.parse import urlencode
 
-from fastapi import APIRouter, Query, Request
+from fastapi import APIRouter, Request
 from fastapi.responses import HTMLResponse, RedirectResponse, Response
 
-from services.console import session
+from services.console import inputs, queries, session
 from services.console.app import client, page
 from shared.client import models as m
+from shared.permissions import MAX_PATTERN_LENGTH
 
 router = APIRouter(include_in_schema=False)
 PERMISSIONS = f"{session.PREFIX}/permissions"
-Text = Annotated[str, Query(max_length=500)]
+ACTIONS = ("ALLOW", "BLOCK")
+MAX_ARGUMENTS = 64 * 1024  # characters of a would-it-run check's arguments
 
 
 @router.get(PERMISSIONS, response_class=HTMLResponse)
-async def permissions(request: Request, user: Text = "", project: Text = "") -> HTMLResponse:
+async def permissions(request: Request) -> HTMLResponse:
+    query = request.query_params
+    user = inputs.identifier(query, "user", required=False)
+    project = inputs.identifier(query, "project", required=False)
     return await _page(request, user, project)
 
 
 @router.post(PERMISSIONS + "/rules")
 async def add_rule(request: Request) -> Response:
     form = await session.checked_form(request)
-    user, project = _text(form, "user_id"), _text(form, "project_id") or "global"
+    user = inputs.identifier(form, "user_id")
+    project = inputs.identifier(form, "project_id", required=False) or "global"
+    tool = inputs.identifier(form, "tool_name")
+    pattern = inputs.text(form, "pattern", required=True, limit=MAX_PATTERN_LENGTH)
+    action = inputs.choice(form, "action", ACTIONS)
+    if not action:
+        raise session.Refused(422, "action: is required")
     async with client(request) as api:
-        await api.add_rule(
-            user,
-            _text(form, "tool_name"),
-            _text(form, "pattern"),
-            _text(form, "action"),
-            project_id=project,
-        )
+        await api.add_rule(user, tool, pattern, action, project_id=project)
     return _back(user, project)
 
 
 @router.post(PERMISSIONS + "/rules/{rule_id}/delete")
 async def delete_rule(request: Request, rule_id: str) -> Response:
     form = await session.checked_form(request)
-    user = _text(form, "user_id")
+    user = inputs.identifier(form, "user_id")
+    if queries.event_uuid(rule_id) is None:
+        raise session.Refused(422, "rule_id: a rule id is a UUID")
+    project = inputs.identifier(form, "project_id", required=False)
     async with client(request) as api:
         await api.delete_rule(rule_id, user_id=user)
-    return _back(user, _text(form, "project_id"))
+    return _back(user, project)
 
 
 @router.post(PERMISSIONS + "/evaluate", response_class=HTMLResponse)
 async def evaluate(request: Request) -> HTMLResponse:
     # A POST: evaluating consumes an allow-once grant.
     form = await session.checked_form(request)
-    user, project = _text(form, "user_id"), _text(form, "project_id")
-    raw = _text(form, "tool_args") or "{}"
+    user = inputs.identifier(form, "user_id")
+    project = inputs.identifier(form, "project_id", required=False)
+    session_id = inputs.identifier(form, "session_id", required=False) or "console"
+    tool = inputs.identifier(form, "tool_name")
+    raw = inputs.text(form, "tool_args", limit=MAX_ARGUMENTS) or "{}"
     args = _arguments(raw)
     async with client(request) as api:
         verdict = await api.evaluate_permission(
-            user,
-            _text(form, "session_id") or "console",
-            _text(form, "tool_name"),
-            args,
-            project_id=project or None,
+            user, session_id, tool, args, project_id=project or None
         )
-    asked = {"tool_name": _text(form, "tool_name"), "tool_args": raw}
+    asked = {"tool_name": tool, "tool_args": raw}
     return await _page(request, user, project, verdict=verdict, asked=asked)
 
 
@@ -104,11 +111,6 @@ def _arguments(raw: str) -> dict[str, Any]:
 
 def _no_constant(name: str) -> float:
     raise ValueError(f"{name} is not a JSON number")
-
-
-def _text(form: Any, name: str) -> str:
-    value = form.get(name)
-    return value.strip() if isinstance(value, str) else ""
 
 
 def _back(user: str, project: str) -> Response:

@@ -12,6 +12,11 @@ DEAD_LETTER_ORDERING_KEY = "dead_letter_ordering_key"
 # other subscription of its topic acknowledges it without handling it (a filter on
 # the subscription would do the same on Pub/Sub, but the emulator ignores filters).
 REPLAYED_FOR = "replayed_for"
+# Set by a publisher whose process reports what it publishes to the figures
+# (shared.bus.reporting): the message is in a topic's published count already. A
+# worker counts a message without it when it first receives it (a script's, a
+# tool's, Cloud Scheduler's), so the figures' backlog takes in every publisher.
+COUNTED = "figures_counted"
 MAX_ATTRIBUTE_BYTES = 1000  # Pub/Sub allows 1024 bytes per attribute value
 
 

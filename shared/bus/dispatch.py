@@ -27,7 +27,7 @@ from typing import Any
 
 import structlog
 
-from shared.bus.attributes import REPLAYED_FOR
+from shared.bus.attributes import COUNTED, REPLAYED_FOR
 from shared.bus.contract import BatchHandler, Continue, Handler, HandlerTable, Outcome
 from shared.bus.delivery import Message
 from shared.bus.dependencies import Dependencies
@@ -36,7 +36,7 @@ from shared.config import Settings
 from shared.errors import PermanentError
 from shared.events import Limits, decode
 from shared.llm.accounting import for_app
-from shared.metrics import DELIVERY_LAG_SECONDS, MESSAGES_HELD
+from shared.metrics import DELIVERY_LAG_SECONDS, MESSAGES_HELD, MESSAGES_UNCOUNTED
 from shared.tracing import current, start_consumer_span
 
 log = structlog.get_logger("agent_memory.worker")
@@ -82,6 +82,7 @@ class Dispatcher:
         self._threads: list[threading.Thread] = []
         self._held = MESSAGES_HELD.labels(subscription)
         self._lag = DELIVERY_LAG_SECONDS.labels(subscription)
+        self._uncounted = MESSAGES_UNCOUNTED.labels(subscription)
 
     # -- lifecycle -------------------------------------------------------------------
     def start(self) -> None:
@@ -97,6 +98,8 @@ class Dispatcher:
         for message in messages:
             if message.publish_time is not None:
                 self._lag.observe(max(0.0, (now - message.publish_time).total_seconds()))
+            if COUNTED not in message.attributes and (message.delivery_attempt or 1) == 1:
+                self._uncounted.inc()
         with self._cond:
             stopping = self._stopping.is_set()
             if not stopping:

@@ -37,7 +37,7 @@ from shared.bus.attributes import (
     REPLAYED_FOR,
 )
 from shared.bus.clients import subscriber_client
-from shared.bus.publisher import EventPublisher, publishable
+from shared.bus.publisher import EventPublisher, counted_publishes, publishable
 from shared.bus.topology import (
     SUBSCRIPTIONS,
     SubscriptionSpec,
@@ -295,7 +295,9 @@ class DeadLetterQueues:
     @property
     def publisher(self) -> EventPublisher:
         if self._publisher is None:
-            self._publisher = EventPublisher(self.settings)
+            self._publisher = EventPublisher(
+                self.settings, counted=counted_publishes(self.settings)
+            )
         return self._publisher
 
     def close(self) -> None:

@@ -6,8 +6,13 @@ slot, should the Valkey be a cluster).
 
 - `published`: hash, topic (short name) → messages published, ever
 - `settled`: hash, subscription (short name) → messages settled, ever
+- `arrived`: hash, subscription (short name) → messages its workers received that no
+  publisher counted (shared.bus.attributes.COUNTED), ever: published too
 - `published-at:<topic>`: sorted set, score = `published` after a report, member =
   `<server time>:<reporter>`: when the n-th message had been published at the latest
+- `history`: sorted set, score = the start of a step (Valkey's clock), member =
+  `<step> <JSON>`: each subscription's backlog, oldest age and events/s then
+  (`figure_history`), for an hour
 - `replicas`: sorted set, `<kind>/<replica>` → the server time of its last heartbeat
 - `replica:<kind>/<replica>`: the heartbeat (JSON), expiring after three intervals
 - `applied:<reporter>`: the last report of one process that was applied (its reports
@@ -55,8 +60,16 @@ class FigureKeys:
     def settled(self) -> str:
         return self._key("settled")
 
+    @property
+    def arrived(self) -> str:
+        return self._key("arrived")
+
     def published_at(self, topic: str) -> str:
         return self._key(f"published-at:{topic}")
+
+    @property
+    def history(self) -> str:
+        return self._key("history")
 
     @property
     def replicas(self) -> str:
@@ -74,7 +87,9 @@ def reset_figures(client: valkey.Valkey, settings: Settings) -> None:
     """Forget the counts of published and settled messages (heartbeats stay): for a
     new, empty emulator, whose lost messages would otherwise stay in the backlog."""
     keys = FigureKeys.of(settings)
-    client.delete(keys.published, keys.settled, *(keys.published_at(t.name) for t in TOPICS))
+    client.delete(
+        keys.published, keys.settled, keys.arrived, *(keys.published_at(t.name) for t in TOPICS)
+    )
 
 
 def forget_counts(settings: Settings) -> None:

@@ -2,11 +2,16 @@
 not yet settled and its events per second, and the replicas of each worker kind, as
 the processes' `Reporter`s left them in Valkey (keys: `figure_keys`).
 
-The backlog is what the topic's publishers counted less what the subscription's
-workers settled (applied, duplicate, dropped, skipped or dead-lettered); the oldest
-message is the (settled + 1)-th published, as if the subscription were consumed in
-order, and its time is that of the report that counted it, so the age is short by up
-to one reporting interval. Ages are by Valkey's clock, as the reports' times are.
+The backlog is every message published to the subscription's topic less what its
+workers settled (applied, duplicate, dropped, skipped or dead-lettered). Published
+counts what agent-memory's processes published (the API, the workers, `dlq replay`,
+`compact`: each message says so, shared.bus.attributes.COUNTED), and each message
+another publisher sent (a script straight to Pub/Sub, Cloud Scheduler) from when a
+worker of the subscription first receives it: such a message is not in the backlog
+while it waits undelivered. The oldest message is the (settled + 1)-th counted one,
+as if the subscription were consumed in order, and its time is that of the report
+that counted it, so the age is short by up to one reporting interval. Ages are by
+Valkey's clock, as the reports' times are.
 """
 
 from __future__ import annotations
@@ -25,9 +30,10 @@ from shared.config import Settings
 class SubscriptionFigures:
     subscription: str  # short name, as in shared/bus/topology.py
     kind: str  # the worker kind consuming it
-    published: int
+    published: int  # by agent-memory's publishers, to its topic
+    arrived: int  # by any other publisher, from when a worker received them
     settled: int
-    backlog: int  # max(0, published - settled)
+    backlog: int  # max(0, published + arrived - settled)
     oldest_unacked_seconds: float | None  # None when backlog == 0
     events_per_second: float  # settled per second, summed over fresh replicas
 
@@ -57,10 +63,11 @@ def read_overview(client: valkey.Valkey, settings: Settings) -> Overview:
     pipe.time()
     pipe.hgetall(keys.published)
     pipe.hgetall(keys.settled)
+    pipe.hgetall(keys.arrived)
     pipe.zrange(keys.replicas, 0, -1, withscores=True)
-    (seconds, micros), published, settled, members = pipe.execute()
+    (seconds, micros), published, settled, arrived, members = pipe.execute()
     now = seconds + micros / 1e6
-    published, settled = _ints(published), _ints(settled)
+    published, settled, arrived = _ints(published), _ints(settled), _ints(arrived)
     names = [_text(m) for m, _ in members]
 
     pipe = client.pipeline(transaction=False)
@@ -68,7 +75,8 @@ def read_overview(client: valkey.Valkey, settings: Settings) -> Overview:
         pipe.mget([keys.replica(m) for m in names])
     waiting = []
     for spec in SUBSCRIPTIONS:
-        done = settled.get(spec.name, 0)
+        # What it settled of the counted messages (those others sent are settled too).
+        done = settled.get(spec.name, 0) - arrived.get(spec.name, 0)
         if published.get(spec.topic, 0) > done:
             waiting.append(spec.name)
             # The first report whose count takes in the (done + 1)-th message.
@@ -106,14 +114,15 @@ def read_overview(client: valkey.Valkey, settings: Settings) -> Overview:
 
     subscriptions = []
     for spec in SUBSCRIPTIONS:
-        p, s = published.get(spec.topic, 0), settled.get(spec.name, 0)
+        p, a, s = published.get(spec.topic, 0), arrived.get(spec.name, 0), settled.get(spec.name, 0)
         subscriptions.append(
             SubscriptionFigures(
                 subscription=spec.name,
                 kind=spec.consumer,
                 published=p,
+                arrived=a,
                 settled=s,
-                backlog=max(0, p - s),
+                backlog=max(0, p + a - s),
                 oldest_unacked_seconds=oldest.get(spec.name),
                 events_per_second=per_second[spec.name],
             )

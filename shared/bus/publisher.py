@@ -21,6 +21,7 @@ from google.api_core import retry as retries
 from google.cloud import pubsub_v1
 from google.pubsub_v1.types import PubsubMessage
 
+from shared.bus.attributes import COUNTED
 from shared.bus.clients import publisher_client
 from shared.bus.topology import full_name
 from shared.config import Settings
@@ -184,6 +185,12 @@ def _batches(pending: list[_Pending]) -> list[list[_Pending]]:
     return [chunk for chunks in by_topic.values() for chunk in chunks]
 
 
+def counted_publishes(settings: Settings) -> bool:
+    """Whether a process of agent-memory reports what it publishes: with Valkey, as
+    `shared.bus.reporting` reports (a script's own EventPublisher does not)."""
+    return bool(settings.valkey_url)
+
+
 def publishable(attributes: Mapping[str, str]) -> dict[str, str]:
     """Drop the attributes Pub/Sub adds itself (`googclient_schema…`): keys starting
     with `goog` are reserved and a publish that carries them is refused."""
@@ -199,7 +206,11 @@ class EventPublisher:
         client: pubsub_v1.PublisherClient | None = None,
         limits: Limits | None = None,
         block_when_full: bool = True,
+        counted: bool = False,
     ) -> None:
+        """`counted`: this process reports what it publishes to the figures (the
+        API, the workers, `dlq replay`, `compact`: `counted_publishes`), so every
+        message it publishes says so (COUNTED)."""
         # The library's client gives the generated client (channel, emulator,
         # credentials) and names; its own batching publisher is not used.
         self.client = client or publisher_client()
@@ -209,6 +220,7 @@ class EventPublisher:
         self.project = settings.google_cloud_project
         self.prefix = settings.topic_prefix
         self.limits = limits or Limits.from_settings(settings)
+        self.counted = counted
 
     def topic_path(self, short: str) -> str:
         return self.client.topic_path(self.project, full_name(self.prefix, short))
@@ -233,10 +245,12 @@ class EventPublisher:
         attributes: Mapping[str, str],
         ordering_key: str = "",
     ) -> Future:
-        """Publish bytes as they are (dead-lettering and replay keep the original body)."""
-        message = PubsubMessage(
-            data=data, attributes=publishable(attributes), ordering_key=ordering_key
-        )
+        """Publish bytes as they are (dead-lettering and replay keep the original body);
+        COUNTED as this publisher is, whatever the attributes said before."""
+        sent = {k: v for k, v in publishable(attributes).items() if k != COUNTED}
+        if self.counted:
+            sent[COUNTED] = "1"
+        message = PubsubMessage(data=data, attributes=sent, ordering_key=ordering_key)
         future = self._sender.put(topic_path, message, len(data))
         future.add_done_callback(
             lambda f: self._after_publish(f, topic_path, ordering_key, attributes)

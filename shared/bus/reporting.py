@@ -35,6 +35,7 @@ import valkey
 
 from shared.bootstrap import make_valkey
 from shared.bus.contract import SETTLED as SETTLED_OUTCOMES
+from shared.bus.figure_history import Recorder
 from shared.bus.figure_keys import (
     HEARTBEAT_INTERVALS,
     PUBLISHED_AT_ENTRIES,
@@ -49,6 +50,7 @@ from shared.metrics import (
     MESSAGES,
     MESSAGES_HELD,
     MESSAGES_IN_FLIGHT,
+    MESSAGES_UNCOUNTED,
     WORKER_CONCURRENCY,
 )
 
@@ -62,29 +64,36 @@ APPLIED_SECONDS = 24 * 3600
 REPLICA_INDEX_SECONDS = 600
 GONE = "gone"  # the heartbeat of a replica that stopped: remove it
 
-# KEYS: published, settled, applied, replicas, heartbeat, then published-at per topic.
-# ARGV: seq, reporter, applied ttl, heartbeat (JSON, GONE or ''), heartbeat ttl (ms),
-# member, published-at retention, entries, n, n × (topic, delta, its subscriptions),
-# m, m × (subscription, delta).
+# KEYS: published, settled, applied, replicas, heartbeat, arrived, then published-at
+# per topic. ARGV: seq, reporter, applied ttl, heartbeat (JSON, GONE or ''), heartbeat
+# ttl (ms), member, published-at retention, entries, n, n × (topic, delta, its
+# subscriptions), m, m × (subscription, settled delta), a, a × (subscription, arrived
+# delta).
 _REPORT = """
 local t = redis.call('TIME')
 local now = tonumber(t[1]) + tonumber(t[2]) / 1000000
 local ntopics = tonumber(ARGV[9])
 local at_subs = 10 + 3 * ntopics
+local at_arrived = at_subs + 1 + 2 * tonumber(ARGV[at_subs])
 if tonumber(ARGV[1]) > tonumber(redis.call('GET', KEYS[3]) or '0') then
   for s = 0, tonumber(ARGV[at_subs]) - 1 do
     redis.call('HINCRBY', KEYS[2], ARGV[at_subs + 1 + 2 * s], ARGV[at_subs + 2 + 2 * s])
+  end
+  for s = 0, tonumber(ARGV[at_arrived]) - 1 do
+    redis.call('HINCRBY', KEYS[6], ARGV[at_arrived + 1 + 2 * s], ARGV[at_arrived + 2 + 2 * s])
   end
   local retention, entries = tonumber(ARGV[7]), tonumber(ARGV[8])
   for k = 0, ntopics - 1 do
     local topic, delta, subs = ARGV[10 + 3 * k], ARGV[11 + 3 * k], ARGV[12 + 3 * k]
     local total = redis.call('HINCRBY', KEYS[1], topic, delta)
-    local at = KEYS[6 + k]
+    local at = KEYS[7 + k]
     redis.call('ZADD', at, total, string.format('%.6f', now) .. ':' .. ARGV[2])
-    -- What every subscription of the topic has settled is asked for no more.
+    -- What every subscription of the topic has settled is asked for no more (the
+    -- messages no publisher counted are settled too, but were never published here).
     local floor = nil
     for sub in string.gmatch(subs, '[^,]+') do
       local n = tonumber(redis.call('HGET', KEYS[2], sub) or '0')
+        - tonumber(redis.call('HGET', KEYS[6], sub) or '0')
       if floor == nil or n < floor then floor = n end
     end
     if floor ~= nil and floor > 0 then redis.call('ZREMRANGEBYSCORE', at, '-inf', floor) end
@@ -118,10 +127,14 @@ DependencyStates = Callable[[], Mapping[str, bool]]
 class _Counts:
     published: dict[str, int]  # topic → messages published
     settled: dict[str, int]  # subscription → messages settled
+    arrived: dict[str, int]  # subscription → messages no publisher counted, received
 
     def since(self, earlier: _Counts) -> _Counts:
-        published = _grown(self.published, earlier.published)
-        return _Counts(published, _grown(self.settled, earlier.settled))
+        return _Counts(
+            _grown(self.published, earlier.published),
+            _grown(self.settled, earlier.settled),
+            _grown(self.arrived, earlier.arrived),
+        )
 
 
 @dataclass(frozen=True)
@@ -143,9 +156,11 @@ class Reporter:
         subscriptions: Iterable[str] = (),
         dependencies: DependencyStates | None = None,
         owns_client: bool = False,
+        history: bool = False,
     ) -> None:
         """`kind`: the worker kind, whose replica gets a heartbeat (None: counts only,
-        as the API and the CLI report); `subscriptions`: those it consumes."""
+        as the API and the CLI report); `subscriptions`: those it consumes; `history`:
+        it also samples the figures for their chart (the API's, `figure_history`)."""
         self.client = client
         self.keys = FigureKeys.of(settings)
         self.interval = settings.figures_interval_seconds
@@ -155,6 +170,7 @@ class Reporter:
         self.subscriptions = tuple(subscriptions)
         self._dependencies = dependencies or _dependency_gauges
         self._owns_client = owns_client
+        self._history = Recorder(client, settings) if history else None
         self._id = uuid.uuid4().hex  # numbers this process's reports
         self._subscribers = {
             t.name: ",".join(s.name for s in SUBSCRIPTIONS if s.topic == t.name) for t in TOPICS
@@ -188,9 +204,14 @@ class Reporter:
             self.client.close()
 
     def _run(self) -> None:
-        self.report_once()
+        self._report_and_sample()
         while not self._stopping.wait(self.interval):
-            self.report_once()
+            self._report_and_sample()
+
+    def _report_and_sample(self) -> None:
+        self.report_once()
+        if self._history is not None:
+            self._history.maybe_record()
 
     # -- reporting -------------------------------------------------------------------
     def report_once(self, final: bool = False) -> bool:
@@ -216,7 +237,7 @@ class Reporter:
         if self.kind is not None:
             heartbeat = GONE if final else json.dumps(self._heartbeat(grown, now - self._seen_at))
         self._seen, self._seen_at = counts, now
-        if not grown.published and not grown.settled and not heartbeat:
+        if not grown.published and not grown.settled and not grown.arrived and not heartbeat:
             return None
         self._seq += 1
         return _Batch(self._seq, grown, heartbeat)
@@ -239,16 +260,18 @@ class Reporter:
         k = self.keys
         topics = sorted(batch.counts.published)
         settled = sorted(batch.counts.settled.items())
+        arrived = sorted(batch.counts.arrived.items())
         keys = [k.published, k.settled, k.applied(self._id), k.replicas, k.replica(self.member)]
-        keys += [k.published_at(t) for t in topics]
+        keys += [k.arrived, *(k.published_at(t) for t in topics)]
         ttl_ms = int(self.interval * HEARTBEAT_INTERVALS * 1000)
         args: list[object] = [batch.seq, self._id, APPLIED_SECONDS, batch.heartbeat, ttl_ms]
         args += [self.member, PUBLISHED_AT_SECONDS, PUBLISHED_AT_ENTRIES, len(topics)]
         for topic in topics:
             args += [topic, batch.counts.published[topic], self._subscribers[topic]]
-        args.append(len(settled))
-        for subscription, count in settled:
-            args += [subscription, count]
+        for counts in (settled, arrived):
+            args.append(len(counts))
+            for subscription, count in counts:
+                args += [subscription, count]
         try:
             self._script(keys=keys, args=args)
         except Exception as exc:  # the figures never break the process: next interval
@@ -272,7 +295,12 @@ class Reporter:
             subscription = labels["subscription"]
             if subscription in self.subscriptions and labels["outcome"] in SETTLED:
                 settled[subscription] = settled.get(subscription, 0) + n
-        return _Counts(published, settled)
+        arrived = {
+            labels["subscription"]: n
+            for labels, n in _samples(MESSAGES_UNCOUNTED)
+            if labels["subscription"] in self.subscriptions
+        }
+        return _Counts(published, settled, arrived)
 
 
 def start_reporting(
@@ -281,11 +309,12 @@ def start_reporting(
     kind: str | None = None,
     subscriptions: Iterable[str] = (),
     dependencies: DependencyStates | None = None,
+    history: bool = False,
 ) -> Reporter | None:
     """A started `Reporter` with a Valkey client of its own; None without
     AM_VALKEY_URL. `stop()` it after the process's publisher has stopped, so that its
     last publishes are in."""
-    reporter = _reporter(settings, kind, subscriptions, dependencies)
+    reporter = _reporter(settings, kind, subscriptions, dependencies, history)
     if reporter is not None:
         reporter.start()
     return reporter
@@ -308,6 +337,7 @@ def _reporter(
     kind: str | None,
     subscriptions: Iterable[str],
     dependencies: DependencyStates | None,
+    history: bool = False,
 ) -> Reporter | None:
     if not settings.valkey_url:
         log.debug("figures not reported: AM_VALKEY_URL is not set")
@@ -319,6 +349,7 @@ def _reporter(
         subscriptions=subscriptions,
         dependencies=dependencies,
         owns_client=True,
+        history=history,
     )
 
 

@@ -10,26 +10,33 @@ how docs/console/ is made), else to the test's temporary folder.
 
 from __future__ import annotations
 
+import html
+import json
 import os
 import re
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from urllib.parse import urlsplit
 
 import httpx
 import pytest
 from playwright.sync_api import Browser, expect, sync_playwright
 
+from services.console.session import KEY_COOKIE, SECURE_KEY_COOKIE
 from shared.localstack.process import free_port
 from tests.console_support import (
     CHROMIUM,
     CHROMIUM_ARGS,
     NARROW,
+    OtherSite,
     Stack,
     reload_until,
     shoot,
     signed_in,
     start_stack,
 )
+from tests.support import wait_for
 
 pytestmark = pytest.mark.slow
 WAIT_MS = 30_000
@@ -70,27 +77,175 @@ def test_sign_in_keeps_the_key_in_an_httponly_cookie_and_sign_out_clears_it(
 ) -> None:
     context = browser.new_context(viewport={"width": 1280, "height": 800})
     page = context.new_page()
-    page.goto(f"{stack.url}/console/users")
-    expect(page).to_have_url(f"{stack.url}/console/sign-in?next=/console/users")
+    # A deep link, opened signed out, comes back with its query after the sign-in.
+    page.goto(f"{stack.url}/console/users?q=u-")
+    expect(page).to_have_url(f"{stack.url}/console/sign-in?next=/console/users%3Fq%3Du-")
     shoot(page, shots, "sign-in")
     page.fill("#key", "am_not-a-key")
     page.click("form[action='/console/sign-in'] button")
     expect(page.get_by_role("alert")).to_have_text("key: invalid or revoked API key")
     page.fill("#key", stack.key)
     page.click("form[action='/console/sign-in'] button")
-    expect(page).to_have_url(f"{stack.url}/console/users")
+    expect(page).to_have_url(f"{stack.url}/console/users?q=u-")
+    expect(page.locator("#q")).to_have_value("u-")
     assert stack.key not in page.url
-    cookie = next(c for c in context.cookies() if c["name"] == "am_console_key")
-    assert (cookie["value"], cookie["httpOnly"], cookie["sameSite"]) == (stack.key, True, "Strict")
+    # Over plain HTTP: the console's paths only, no script, no other site's request.
+    cookies = [
+        (c["name"], c["value"], c["path"], c["httpOnly"], c["sameSite"], c["secure"])
+        for c in context.cookies()
+    ]
+    assert cookies == [(KEY_COOKIE, stack.key, "/console", True, "Strict", False)]
     # No line the API logged holds the key (the banner of `up` prints it once).
     logged = [line for line in stack.up.output().splitlines() if line.startswith("{")]
     assert logged and not [line for line in logged if stack.key in line]
     page.click("text=Sign out")
     expect(page).to_have_url(f"{stack.url}/console/sign-in")
-    assert "am_console_key" not in {c["name"] for c in context.cookies()}
+    assert context.cookies() == []
     page.goto(f"{stack.url}/console")
     expect(page).to_have_url(re.compile(r".*/console/sign-in\?next=/console$"))
     context.close()
+
+
+def test_over_https_the_key_cookie_is_the_host_s_secure_one_that_no_page_can_toss(
+    stack: Stack, browser: Browser
+) -> None:
+    # As behind a proxy that ends TLS: uvicorn trusts the forwarded scheme from
+    # 127.0.0.1 (its FORWARDED_ALLOW_IPS), so the console answers as over HTTPS.
+    context = browser.new_context(extra_http_headers={"X-Forwarded-Proto": "https"})
+    page = context.new_page()
+    page.goto(f"{stack.url}/console/permissions?user=u-https")
+    page.fill("#key", stack.key)
+    page.click("form[action='/console/sign-in'] button")
+    expect(page).to_have_url(f"{stack.url}/console/permissions?user=u-https")
+    cookies = [
+        (c["name"], c["value"], c["path"], c["httpOnly"], c["sameSite"], c["secure"])
+        for c in context.cookies()
+    ]
+    assert cookies == [(SECURE_KEY_COOKIE, stack.key, "/", True, "Strict", True)]
+    page.fill("input[name=tool_name] >> nth=0", "shell")
+    page.fill("input[name=pattern]", "rm -rf")
+    page.click("button:text-is('Add')")
+    expect(page.locator("#rules tbody tr")).to_have_count(1)
+    # A page of another port tries to put its own key cookies beside the console's.
+    tossing = (
+        "<!doctype html><title>another site</title><script>"
+        f"document.cookie = '{SECURE_KEY_COOKIE}=evil; Secure; path=/';"
+        f"document.cookie = '{KEY_COOKIE}=evil; path=/';"
+        "document.title = 'tossed';</script>"
+    )
+    with OtherSite(tossing) as other:
+        page.goto(other.url)
+        expect(page).to_have_title("tossed")
+    # Chromium keeps the console's HttpOnly __Host- cookie and takes no second one:
+    # over HTTPS the console reads no other name, and goes on working.
+    secure = [c for c in context.cookies() if c["name"] == SECURE_KEY_COOKIE]
+    assert [c["value"] for c in secure] == [stack.key]
+    page.goto(f"{stack.url}/console/permissions?user=u-https")
+    expect(page.locator("#rules tbody tr")).to_have_count(1)
+    page.click("#rules button:text('Delete')")
+    expect(page.locator("#rules tbody")).to_contain_text("No rule")
+    context.close()
+
+
+def test_a_page_of_another_port_that_tosses_cookies_and_posts_the_forms_changes_nothing(
+    stack: Stack, browser: Browser
+) -> None:
+    user = "u-tossed"
+    first = {"user_id": user, "kind": "preference", "scope": "global", "entity_name": "tea"}
+    stack.api("POST", "/v1/memories", json={**first, "text": "Prefers green tea."})
+    changed = stack.api("POST", "/v1/memories", json={**first, "text": "Now prefers black tea."})
+    assert changed["action"] == "UPDATED"
+    memory_id = changed["memory"]["id"]
+    rule = {"user_id": user, "project_id": "global", "tool_name": "shell", "action": "BLOCK"}
+    rule_id = stack.api("POST", "/v1/permissions/rules", json={**rule, "pattern": "rm"})["id"]
+    event_id = stack.publish_poison()
+    page = signed_in(browser, stack)
+    letters = f"{stack.url}/console/dead-letters?subscription=turns-extraction"
+    held = page.locator(f"tr:has(a:text-is('{event_id}'))")
+    reload_until(page, letters, held, "the poison event in turns-extraction's dead letters")
+    forms = {
+        "/console/permissions/rules": {**rule, "tool_name": "git", "pattern": "push"},
+        f"/console/permissions/rules/{rule_id}/delete": {"user_id": user},
+        "/console/user/memory/delete": {"user": user, "id": memory_id, "confirm": "yes"},
+        "/console/user/memory/rollback": {"user": user, "id": memory_id, "revision": "1"},
+        "/console/dead-letters/turns-extraction/replay": {"event_id": event_id},
+        "/console/dead-letters/turns-extraction/purge": {"event_id": event_id, "confirm": "yes"},
+        "/console/sign-out": {},
+    }
+    # First the cookie the console used to trust, then its key cookie's names too:
+    # refused as from another site (403), then as a cookie sent twice (400). (What
+    # the pages said, Chromium keeps to itself: a console page is never framed.)
+    rounds = [
+        (["am_console_csrf=evil; path=/"], 403),
+        (
+            [
+                "am_console_csrf=evil; path=/",
+                f"{KEY_COOKIE}=evil; path=/",
+                f"{SECURE_KEY_COOKIE}=evil; Secure; path=/",
+            ],
+            400,
+        ),
+    ]
+    for tossed, status in rounds:
+        answered: dict[str, int] = {}
+
+        def note(response, answered=answered) -> None:
+            if response.request.method == "POST" and response.url.startswith(stack.url):
+                answered[urlsplit(response.url).path] = response.status
+
+        page.on("response", note)
+        with OtherSite(_attack(stack.url, tossed, forms)) as other:
+            page.goto(other.url)
+            wait_for(
+                lambda answered=answered: page.evaluate("1") and len(answered) == len(forms),
+                30,
+                "the console's answers to every form the other page posted",
+            )
+        page.remove_listener("response", note)
+        assert answered == dict.fromkeys(forms, status)
+        if status == 403:  # not signed out either
+            page.goto(f"{stack.url}/console")
+            expect(page.locator("h1")).to_have_text("Overview")
+    # The second round left two key cookies: the console refuses to guess which is
+    # its own, and says so; its own cookie is still there.
+    page.goto(f"{stack.url}/console")
+    expect(page.get_by_role("alert")).to_contain_text(f"the cookie {KEY_COOKIE} came 2 times")
+    assert stack.key in [c["value"] for c in page.context.cookies() if c["name"] == KEY_COOKIE]
+    page.context.close()
+    # Nothing changed: the rule, the memory and its revisions, the dead letter.
+    rules = stack.api("GET", "/v1/permissions/rules", params={"user_id": user})["rules"]
+    assert [(r["id"], r["pattern"]) for r in rules] == [(rule_id, "rm")]
+    memory = stack.api("GET", f"/v1/memories/{memory_id}", params={"user_id": user})
+    assert (memory["text"], memory["deleted_at"], len(memory["revisions"])) == (
+        "Now prefers black tea.",
+        None,
+        2,
+    )
+    clean = signed_in(browser, stack)
+    clean.goto(letters)
+    expect(clean.locator(f"tr:has(a:text-is('{event_id}'))")).to_have_count(1)
+    clean.context.close()
+    # Gone on purpose, so the next test's replay finds only its own letter.
+    stack.cli("dlq", "purge", "turns-extraction", "--event-id", event_id, "--yes")
+
+
+def _attack(console: str, cookies: list[str], forms: dict[str, dict[str, str]]) -> str:
+    """Another site's page: it sets `cookies` for the whole host, then posts each of
+    the console's `forms` (with a made-up CSRF token) into a frame of its own."""
+    parts = ["<!doctype html><title>another site</title><script>"]
+    parts += [f"document.cookie = {json.dumps(cookie)};" for cookie in cookies]
+    parts.append("</script>")
+    for n, (path, fields) in enumerate(forms.items()):
+        inputs = "".join(
+            f'<input name="{html.escape(k)}" value="{html.escape(v)}">'
+            for k, v in {**fields, "csrf": "evil"}.items()
+        )
+        parts.append(
+            f'<iframe name="f{n}"></iframe>'
+            f'<form method="post" target="f{n}" action="{console}{path}">{inputs}</form>'
+        )
+    parts.append("<script>for (const form of document.forms) form.submit();</script>")
+    return "".join(parts)
 
 
 def test_a_post_without_its_csrf_token_is_refused(stack: Stack, browser: Browser) -> None:
@@ -118,6 +273,9 @@ def test_the_overview_shows_a_backlog_grow_and_drain_without_a_reload(
     page.on("console", lambda message: message.type == "error" and errors.append(message.text))
     page.reload()
     backlog = page.locator("tr[data-subscription='turns-extraction'] td.backlog")
+    charted = page.locator("#chart-backlog g[data-subscription='turns-extraction']")
+    # The poison events other tests published straight to Pub/Sub (a script, no
+    # count of its own) were counted when a worker received them, then settled.
     expect(backlog).to_have_text("0", timeout=WAIT_MS)
     expect(page.locator("#replicas tr[data-kind='extraction'] td.ok")).to_have_text("ready")
     marker = page.evaluate("window.stillTheSamePage = true")  # gone if the page reloads
@@ -130,11 +288,18 @@ def test_the_overview_shows_a_backlog_grow_and_drain_without_a_reload(
         expect(backlog).to_have_text("12", timeout=WAIT_MS)
         silent = page.locator("#replicas tr[data-kind='extraction'] td.bad")
         expect(silent).to_have_text("silent", timeout=WAIT_MS)
+        # The chart of the last hour takes it in at its next sample.
+        expect(charted).to_have_attribute("data-highest", "12", timeout=WAIT_MS)
+        expect(charted.locator("title")).to_have_text(
+            "turns-extraction: now 12 messages, at most 12 messages in the last hour"
+        )
         shoot(page, shots, "overview")
     finally:
         stack.pause("extraction", resume=True)
     # What the stopped replica had pulled comes back once its ack deadline passes.
     expect(backlog).to_have_text("0", timeout=DRAIN_MS)
+    expect(charted).to_have_attribute("data-latest", "0", timeout=WAIT_MS)
+    expect(charted).to_have_attribute("data-highest", "12")
     assert page.evaluate("window.stillTheSamePage") is True
     assert errors == []
 
@@ -220,19 +385,38 @@ def test_a_users_memory_found_by_search_its_revisions_then_deleted(
     page.click("form.filters button")
     hit = page.locator("#search-results td a").first
     expect(hit).to_have_text(f"{probe} now prefers the helix editor")  # text, not markup
+    # The score is the ranking's own number, as the API answers it (not rounded to 0).
+    ranked = stack.api(
+        "POST", "/v1/memories:search", json={"user_id": user, "query": "helix editor", "k": 20}
+    )["memories"]
+    expect(page.locator("#search-results td.score")).to_have_text(
+        [str(found["score"]) for found in ranked]
+    )
     page.fill("#archive input[name=archive]", "Heron release")
     page.click("#archive button")
     expect(page.locator("#archive .hit").first).to_contain_text("the Heron release is on Friday")
     shoot(page, shots, "user-search")
     page.locator("#search-results td a").first.click()
     expect(page).to_have_url(re.compile(f"/console/user/memory\\?user={user}&id={memory_id}$"))
-    expect(page.locator("#revisions tbody tr td:nth-child(2)")).to_have_text(["CREATED", "UPDATED"])
-    shoot(page, shots, "memory")
-    page.click("#delete-memory")
-    expect(page.locator("#memory-state")).to_contain_text("deleted")
-    expect(page.locator("#revisions tbody tr td:nth-child(2)")).to_have_text(
-        ["CREATED", "UPDATED", "DELETED"]
+    actions = page.locator("#revisions tbody tr td:nth-child(3)")
+    expect(actions).to_have_text(["CREATED", "UPDATED"])
+    # Back to the first text, as a third revision; then forward again.
+    page.locator("#revisions tbody tr").nth(0).locator("button.rollback").click()
+    expect(page.locator("#outcome")).to_have_text(
+        "revision 1's text is current again, as revision 3"
     )
+    expect(page.locator("#memory-text")).to_have_text(f"{probe} prefers the vim editor")
+    expect(actions).to_have_text(["CREATED", "UPDATED", "UPDATED"])
+    shoot(page, shots, "memory")
+    page.locator("#revisions tbody tr").nth(1).locator("button.rollback").click()
+    expect(page.locator("#memory-text")).to_have_text(f"{probe} now prefers the helix editor")
+    expect(page.locator("#memory-id")).to_have_text(memory_id)
+    page.click("#delete-memory")
+    expect(page.locator("h1")).to_have_text(f"Delete this memory of {user}?")
+    shoot(page, shots, "memory-delete")
+    page.click("#confirm-delete")
+    expect(page.locator("#memory-state")).to_contain_text("deleted")
+    expect(actions).to_have_text(["CREATED", "UPDATED", "UPDATED", "UPDATED", "DELETED"])
     listed = stack.api("GET", "/v1/memories", params={"user_id": user, "kind": "preference"})
     assert listed["memories"] == []
     # The session's buffered turns and its trail: the archive row and the consumer.
@@ -256,6 +440,37 @@ def _trail(stack: Stack, browser: Browser, shots: Path, event_id: str) -> None:
     page.context.close()
 
 
+def test_users_and_memories_page_by_page_with_their_counts(
+    stack: Stack, browser: Browser, shots: Path
+) -> None:
+    def write(user_and_text: tuple[str, str]) -> None:
+        user, text = user_and_text
+        body = {"user_id": user, "kind": "fact", "scope": "global", "text": text}
+        stack.api("POST", "/v1/memories", json={**body, "consolidate": False})
+
+    # 52 users (one of them with 51 memories): a page of 50 and a page of the rest.
+    writes = [(f"u-many-{n:02d}", f"Fact {n} of many users.") for n in range(1, 52)]
+    writes += [("u-many-00", f"Note {n} of one user.") for n in range(51)]
+    with ThreadPoolExecutor(4) as pool:
+        list(pool.map(write, writes))
+    page = signed_in(browser, stack)
+    page.goto(f"{stack.url}/console/users?q=u-many-")
+    expect(page.locator("#users-pager")).to_have_text("1–50 of 52 users · Next 50")
+    expect(page.locator("#users tbody tr")).to_have_count(50)
+    page.click("#users-pager a[rel=next]")
+    expect(page).to_have_url(f"{stack.url}/console/users?q=u-many-&page=2")
+    expect(page.locator("#users-pager")).to_have_text("51–52 of 52 users · Previous 50")
+    expect(page.locator("#users tbody tr")).to_have_count(2)
+    shoot(page, shots, "users")
+    page.goto(f"{stack.url}/console/user?id=u-many-00")
+    expect(page.locator("#memories-pager")).to_have_text("1–50 of 51 live memories · Next 50")
+    page.click("#memories-pager a[rel=next]")
+    expect(page.locator("#memories-pager")).to_have_text("51–51 of 51 live memories · Previous 50")
+    expect(page.locator("#memories tbody tr")).to_have_count(1)
+    expect(page.locator("#sessions .empty")).to_contain_text("u-many-00 has no archived session")
+    page.context.close()
+
+
 def test_permissions_rules_and_a_would_it_run_check(
     stack: Stack, browser: Browser, shots: Path
 ) -> None:
@@ -274,7 +489,7 @@ def test_permissions_rules_and_a_would_it_run_check(
     expect(page.locator("#verdict")).to_contain_text("BLOCK")
     shoot(page, shots, "permissions")
     page.click("#rules button:text('Delete')")
-    expect(page.locator("#rules tbody")).to_have_text("No rule.")
+    expect(page.locator("#rules tbody")).to_contain_text("No rule")
     page.context.close()
 
 
@@ -303,7 +518,9 @@ def test_a_tenant_key_sees_its_own_app_only(stack: Stack, browser: Browser, shot
         answer = page.goto(f"{stack.url}{path}")
         assert answer is not None and answer.status == status, path
     page.goto(f"{stack.url}/console/users?q=u-default")
-    expect(page.locator("tbody")).to_contain_text("No user")
+    expect(page.locator("main .empty")).to_have_text(
+        "No user of app other has an id starting with “u-default”."
+    )
     answer = page.request.post(
         f"{stack.url}/console/dead-letters/turns-extraction/replay",
         form={"csrf": _csrf(page), "event_id": "00000000-0000-0000-0000-000000000000"},
@@ -318,4 +535,5 @@ def test_a_tenant_key_sees_its_own_app_only(stack: Stack, browser: Browser, shot
 
 
 def _csrf(page) -> str:
-    return next(c["value"] for c in page.context.cookies() if c["name"] == "am_console_csrf")
+    """The token of the signed-in key's forms, as every console page carries it."""
+    return page.locator("input[name=csrf]").first.get_attribute("value")

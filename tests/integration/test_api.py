@@ -121,6 +121,7 @@ def test_a_turn_is_published_with_its_attributes_and_ordering_key(client, topolo
         "event_type": "turn.recorded.v1",
         "schema_version": "1",
         "app": app,
+        "figures_counted": "1",  # the API reports what it publishes (shared.bus.reporting)
     }
     # Pub/Sub validated it against the attached schema (and says so in its own attributes).
     assert message.attributes["googclient_schemaencoding"] == "JSON"

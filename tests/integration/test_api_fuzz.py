@@ -104,11 +104,10 @@ USER_DELETED = (410, "user_deleted")
 # revisions, and a deleted session reads as an empty one, as a session never
 # written does (`use_after_free`); a rollback names its user in its body, which the
 # fuzzer may draw afresh, and a memory is not found for another user
-# (`ensure_resource_availability`, which counts only a link's parameters). And,
-# reported by the CLI alone (its coverage phase): `/v1/users/u:import` is also
-# the path of the user `u:import`, so a 405's `Allow` on a path ending in a
-# custom method names the methods of both routes, and DELETE there deletes that
-# user (or refuses its id) rather than answering 405.
+# (`ensure_resource_availability`, which counts only a link's parameters). A
+# path ending in a literal custom method (`:import`) is that method's route alone,
+# so a 405's `Allow` names its methods only (services.api.custom_methods): the
+# CLI's coverage phase finds no `Allow` mismatch and no undeclared method answered.
 ROLLBACK = "/v1/memories/{memory_id}:rollback"
 
 

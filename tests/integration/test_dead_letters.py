@@ -1,7 +1,7 @@
 import json
 import uuid
 
-from shared.bus.attributes import REPLAYED_FOR
+from shared.bus.attributes import COUNTED, REPLAYED_FOR
 from shared.bus.dlq import REPLAY_RUN, DeadLetterQueues
 from shared.events import TurnRecorded, encode
 from shared.session_buffer import SessionBuffer, SessionKey
@@ -141,6 +141,7 @@ def test_a_handler_that_always_fails_ends_in_the_dead_letters_and_replay_applies
         "schema_version": "1",
         "app": ids["app"],
         REPLAYED_FOR: "turns-summary",
+        COUNTED: "1",  # `dlq replay` reports what it publishes to the figures
     }
     key = SessionKey(ids["app"], ids["user_id"], ids["session_id"])
     assert [t.turn_id for t in buffer.read(key).turns] == ["turn-0001"]

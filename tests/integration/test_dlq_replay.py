@@ -9,7 +9,7 @@ from contextlib import contextmanager
 
 from prometheus_client import REGISTRY
 
-from shared.bus.attributes import REPLAYED_FOR
+from shared.bus.attributes import COUNTED, REPLAYED_FOR
 from shared.bus.contract import Outcome
 from shared.bus.dlq import REPLAY_RUN, DeadLetterQueues
 from shared.errors import PermanentError
@@ -113,6 +113,7 @@ def test_letters_that_fail_again_go_back_once_and_the_run_ends(settings, topolog
             *_ORIGINAL,
             REPLAYED_FOR,
             REPLAY_RUN,
+            COUNTED,  # `dlq replay` reports what it publishes to the figures
         }
         (run,) = {d.attributes[REPLAY_RUN] for d in deliveries}
         runs.append(run)

@@ -1,28 +1,35 @@
 """The figures (shared.bus.reporting writes them, shared.bus.overview reads them)
 against the real Valkey and emulator: the backlog grows while no worker runs and
 drains with a worker process, a replica's heartbeat comes and goes, counts outlive
-a reporter and are applied once when a report is sent again, and a replay through
-`agent-memory dlq replay` leaves the backlog right."""
+a reporter and are applied once when a report is sent again, a replay through
+`agent-memory dlq replay` leaves the backlog right, and messages another publisher
+sent straight to Pub/Sub are in it once a worker has them."""
 
 from __future__ import annotations
 
 import socket
+import subprocess
+import sys
 import threading
 from urllib.parse import urlsplit
 
 import pytest
 import valkey
 
+from shared.bus.attributes import COUNTED
 from shared.bus.dlq import DeadLetterQueues
+from shared.bus.figure_history import Point, Recorder, read_history
 from shared.bus.overview import Overview, ReplicaFigures, read_overview
+from shared.bus.publisher import EventPublisher
 from shared.bus.reporting import Reporter
 from shared.bus.topology import SUBSCRIPTIONS
 from shared.errors import PermanentError
-from shared.events import TurnRecorded
+from shared.events import TurnRecorded, encode
 from shared.localstack.process import free_port
 from shared.session_buffer import SessionBuffer
 from tests.bus_helpers import intercept, make_turn, running, summary_handler
-from tests.support import WorkerProcess, run_cli, wait_for
+from tests.dlq_helpers import pull_all
+from tests.support import REPO, WorkerProcess, run_cli, settings_env, wait_for
 
 # The heartbeat lives three intervals: long enough that a loaded machine reads
 # it before it goes, short enough that the test waits for it to go.
@@ -32,6 +39,15 @@ INTERVAL = 1.0
 @pytest.fixture
 def local(settings, topology):
     return settings.model_copy(update={"figures_interval_seconds": INTERVAL})
+
+
+@pytest.fixture
+def publisher(local):
+    """The test process's publisher, as the API's: this process reports what it
+    publishes (a Reporter of its own), so its messages say they are counted."""
+    pub = EventPublisher(local, counted=True)
+    yield pub
+    pub.stop()
 
 
 def _publish(publisher, ids, numbers) -> None:
@@ -286,3 +302,133 @@ def test_the_requests_of_agent_memory_compact_are_counted(local, valkey_client, 
     ]
     assert (requests.published, requests.settled, requests.backlog) == (1, 0, 1)
     assert requests.oldest_unacked_seconds is not None
+
+
+def test_messages_another_publisher_sent_are_in_the_backlog_once_a_worker_has_them(
+    local, publisher, valkey_client, ids
+):
+    """What once read 6 for 10 turns waiting: 4 messages of a script, settled but
+    never counted as published, made the backlog that much low."""
+    buffer = SessionBuffer(valkey_client, 3600)
+    reporter = Reporter(local, valkey_client, kind="summary", subscriptions=["turns-summary"])
+    release = threading.Event()
+
+    def stall(_event, _delivery):
+        assert release.wait(30), "the test never released the handler"
+
+    try:
+        with running(
+            local,
+            "turns-summary",
+            {TurnRecorded: intercept(summary_handler(local, buffer), stall)},
+            publisher,
+        ):
+            _publish_as_a_script(local, ids, 1, 5)
+            # Received and held by the stalled handler: the backlog has them.
+            wait_for(
+                lambda: (
+                    reporter.report_once()
+                    and _by_name(read_overview(valkey_client, local))["turns-summary"] == (0, 0, 4)
+                ),
+                30,
+                "the script's four turns in turns-summary's backlog",
+            )
+            [summary] = [
+                s
+                for s in read_overview(valkey_client, local).subscriptions
+                if s.subscription == "turns-summary"
+            ]
+            assert summary.arrived == 4
+            release.set()
+            wait_for(
+                lambda: (
+                    reporter.report_once()
+                    and _by_name(read_overview(valkey_client, local))["turns-summary"] == (0, 4, 0)
+                ),
+                30,
+                "the script's turns settled",
+            )
+        # No worker of turns-extraction received them: not in its backlog (the page says so).
+        assert _by_name(read_overview(valkey_client, local))["turns-extraction"] == (0, 0, 0)
+        # Ten turns as the API publishes them, with no worker: a backlog of ten.
+        _publish(publisher, ids, range(5, 15))
+        assert reporter.report_once()
+        figures = _by_name(read_overview(valkey_client, local))
+        assert figures["turns-summary"] == (10, 4, 10)
+        assert figures["turns-extraction"] == (10, 0, 10)
+        oldest = {
+            s.subscription: s.oldest_unacked_seconds
+            for s in read_overview(valkey_client, local).subscriptions
+        }
+        assert oldest["turns-summary"] is not None
+    finally:
+        release.set()
+        reporter.stop()
+
+
+# A script of its own, straight to Pub/Sub: a process that reports nothing.
+_SCRIPT = """
+import sys
+from shared.bus.publisher import EventPublisher
+from shared.config import load_settings
+from tests.bus_helpers import make_turn
+ids = dict(zip(("app", "user_id", "session_id"), sys.argv[1:4]))
+publisher = EventPublisher(load_settings())
+for n in range(int(sys.argv[4]), int(sys.argv[5])):
+    publisher.publish(make_turn(ids, n)).result(30)
+publisher.stop()
+"""
+
+
+def _publish_as_a_script(settings, ids, first: int, end: int) -> None:
+    subprocess.run(
+        [sys.executable, "-c", _SCRIPT, ids["app"], ids["user_id"], ids["session_id"]]
+        + [str(first), str(end)],
+        env=settings_env(settings),
+        cwd=REPO,
+        check=True,
+        timeout=60,
+    )
+
+
+def test_a_publisher_that_reports_says_so_on_every_message_and_one_that_does_not_never(local):
+    counted, plain = EventPublisher(local, counted=True), EventPublisher(local)
+    ids = {"app": "a", "user_id": "u", "session_id": "s"}
+    first, second = make_turn(ids, 1), make_turn(ids, 2)
+    try:
+        counted.publish(first).result(timeout=10)
+        # A message that said it was counted, sent on by a publisher that does not count.
+        message = encode(second)
+        attributes = {**message.attributes, COUNTED: "1"}
+        plain.publish_raw(plain.topic_path("turns"), message.data, attributes).result(timeout=10)
+    finally:
+        counted.stop()
+        plain.stop()
+    received = {
+        m.attributes["event_id"]: m.attributes.get(COUNTED)
+        for m in pull_all(local, "turns-summary")
+    }
+    assert received == {first.event_id: "1", second.event_id: None}
+
+
+def test_the_figures_are_sampled_once_a_step_however_many_apis_sample_them(
+    local, publisher, valkey_client, ids
+):
+    # Two API replicas' recorders, a step of one second.
+    settings = local.model_copy(update={"figures_interval_seconds": 0.2})
+    first, second = Recorder(valkey_client, settings), Recorder(valkey_client, settings)
+    reporter = Reporter(settings, valkey_client)
+    _publish(publisher, ids, range(1, 4))
+    assert reporter.report_once()
+    # The first sample of a step is kept; the other replica's, right after, is not.
+    wait_for(first.record, 10, "a new step's first sample")
+    assert second.record() is False
+    wait_for(second.record, 10, "the next step's sample, by the other replica")
+    history = read_history(valkey_client, settings)
+    assert history.step == 1.0
+    taken = history.samples[-2:]
+    assert taken[1].at - taken[0].at == 1.0
+    for sample in taken:
+        assert sample.points["turns-summary"].backlog == 3
+        assert sample.points["compaction-requests"] == Point(0, None, 0.0)
+    assert all(s.at > history.now - 3600 for s in history.samples)

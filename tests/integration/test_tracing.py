@@ -73,7 +73,8 @@ def test_the_worker_continues_the_trace_the_caller_started_at_the_api(
     assert consumer.parent.span_id == server.context.span_id
     assert consumer.attributes["agent_memory.outcome"] == "duplicate"
     assert consumer.attributes["messaging.message.id"] == posted.json()["event_id"]
-    # The message carried the context as attributes; nothing else was added.
+    # The message carried the context as attributes; nothing else was added but the
+    # figures' mark of a publisher that reports (shared.bus.attributes.COUNTED).
     (delivery,) = recorder.deliveries
     assert delivery.attributes["traceparent"].split("-")[1] == f"{TRACE_ID:032x}"
     assert {k for k in delivery.attributes if not k.startswith("goog")} == {
@@ -82,6 +83,7 @@ def test_the_worker_continues_the_trace_the_caller_started_at_the_api(
         "schema_version",
         "app",
         "traceparent",
+        "figures_counted",
     }
 
 

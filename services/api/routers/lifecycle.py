@@ -17,6 +17,7 @@ import structlog
 from fastapi import APIRouter, Path
 from psycopg_pool import ConnectionPool
 
+from services.api.custom_methods import ResourceRoute
 from services.api.deps import ApiDep, AppIdDep
 from services.api.errors import postgres_or_503, valkey_or_503
 from services.api.memory_models import (
@@ -38,7 +39,7 @@ from shared.memory.deletion import (
 
 T = TypeVar("T")
 log = structlog.get_logger("agent_memory.api")
-router = APIRouter()
+router = APIRouter(route_class=ResourceRoute)
 
 PathId = Annotated[Identifier, Path()]
 

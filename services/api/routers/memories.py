@@ -21,6 +21,7 @@ from typing import Annotated
 
 from fastapi import APIRouter, Query, Response
 
+from services.api.custom_methods import ResourceRoute
 from services.api.deps import ApiDep, AppIdDep
 from services.api.errors import ApiError, postgres_or_503
 from services.api.memory_models import (
@@ -46,7 +47,7 @@ from shared.memory.retrieval import sub_queries
 from shared.memory.search import Scope
 
 search_router = APIRouter()
-router = APIRouter()
+router = APIRouter(route_class=ResourceRoute)
 
 
 @search_router.post("/v1/memories:search", response_model=SearchResponse)

@@ -22,6 +22,7 @@ from fastapi import APIRouter, Path, Request, Response
 from fastapi.responses import JSONResponse, StreamingResponse
 from pydantic import BaseModel, Field
 
+from services.api.custom_methods import ResourceRoute
 from services.api.deps import Api, ApiDep, AppIdDep
 from services.api.errors import ApiError, error_body, postgres_or_503, request_id_of
 from services.api.models import Identifier
@@ -31,7 +32,7 @@ from shared.portability.importing import ImportReport, UserDeleted, import_lines
 from shared.portability.records import MEDIA_TYPE, BadLine
 
 log = structlog.get_logger("agent_memory.api")
-router = APIRouter()
+router = APIRouter(route_class=ResourceRoute)
 
 PathId = Annotated[Identifier, Path()]
 # A 422 names this many bad lines; its message counts them all.

@@ -17,6 +17,7 @@ import structlog
 import valkey
 from fastapi import APIRouter, Path, Query, Response
 
+from services.api.custom_methods import ResourceRoute
 from services.api.deps import ApiDep, AppIdDep
 from services.api.errors import ApiError, encode_or_4xx, published_or_503, valkey_or_503
 from services.api.models import (
@@ -50,7 +51,7 @@ from shared.session_buffer import (
 )
 
 log = structlog.get_logger("agent_memory.api")
-router = APIRouter()
+router = APIRouter(route_class=ResourceRoute)
 
 SessionPath = Annotated[Identifier, Path()]
 MAX_FUTURE = timedelta(days=1)  # how far ahead a turn's created_at may be (clock skew)

@@ -25,7 +25,7 @@ from shared.llm.extraction_prompts import (
     parse_decisions,
     parse_found,
 )
-from shared.llm.gemini_prompts import parse_queries
+from shared.llm.task_prompts import parse_queries
 from shared.llm.topics import Topics, topic_of
 from shared.tokens import estimate_tokens
 
@@ -321,7 +321,7 @@ def test_a_memory_of_another_scope_or_project_is_never_a_target():
 
 def test_the_rules_tasks_count_the_tokens_gemini_would_be_sent_and_are_deterministic():
     from shared.llm import extraction_prompts
-    from shared.llm import gemini_prompts as prompts
+    from shared.llm import task_prompts as prompts
 
     llm = RulesLLM()
     inp = ExtractionInput.single(SESSION, "", "", T0, "I prefer Dark Mode UI.", "Noted.")

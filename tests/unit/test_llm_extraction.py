@@ -122,7 +122,12 @@ def test_chatter_greetings_questions_and_requests_give_nothing():
     assert _extract("Hi there! Thanks, that helps. The weather is nice today.") == []
     assert _extract("Python is great. Could you write a function that sorts a list?") == []
     assert _extract("I'd like a summary of the meeting. Never mind.") == []
-    assert _extract("I've moved to Berlin. My last session was fun?") == []
+    assert _extract("My last session was fun?") == []
+
+
+def test_a_move_is_a_fact_not_a_preference():
+    (moved,) = _extract("I've moved to Berlin.")
+    assert (moved.kind, moved.text) == ("fact", "User moved to Berlin.")
 
 
 def test_the_assistants_text_is_not_read():

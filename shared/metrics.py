@@ -31,6 +31,19 @@ LLM_THROTTLED_SECONDS = Counter(
     "by app and worker.",
     ["app", "worker"],
 )
+LLM_INVALID_ANSWERS = Counter(
+    "agent_memory_llm_invalid_answers",
+    "Model answers that were not usable, by provider, purpose and fault (empty, not_json, "
+    "off_schema, unknown_value, unknown_id, truncated).",
+    ["provider", "purpose", "fault"],
+)
+LLM_CALL_SECONDS = Histogram(
+    "agent_memory_llm_call_seconds",
+    "Seconds of each model request (each HTTP attempt, whatever its result), by provider "
+    "and purpose.",
+    ["provider", "purpose"],
+    buckets=(0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 20, 30, 60, 120),
+)
 SUMMARY_FOLDS = Counter(
     "agent_memory_summary_folds",
     "Folds of session turns into the rolling summary, by result (stored, conflict).",

@@ -4,6 +4,8 @@ becomes the configuration error that names the variable."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from pydantic import ValidationInfo
 
 _RESOURCE_CHARACTERS = frozenset(
@@ -34,6 +36,12 @@ def one_turn_fits(value: int, info: ValidationInfo) -> int:
     least = info.data.get("max_message_bytes", 0) // 2 + 2_000
     if value < least:
         raise ValueError(f"must be at least {least} for AM_MAX_MESSAGE_BYTES")
+    return value
+
+
+def readable_file(value: Path | None) -> Path | None:
+    if value is not None and not value.is_file():
+        raise ValueError(f"{value} is not a readable file")
     return value
 
 

@@ -13,19 +13,17 @@ input tokens (its system instruction and contents, by the project's estimator).
 
 from __future__ import annotations
 
-import copy
 import hashlib
 import json
 import math
-import threading
-import time
-from collections import deque
 from collections.abc import Callable
-from dataclasses import dataclass, field, replace
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from dataclasses import dataclass, field
 from typing import Any
 
 from shared.tokens import estimate_tokens
+from tests.fake_endpoint import BaseRequest, FakeEndpoint, Reply
+
+__all__ = ["FakeGemini", "Reply", "Request"]
 
 _STATUS_NAMES = {
     400: "INVALID_ARGUMENT",
@@ -38,23 +36,9 @@ _STATUS_NAMES = {
 
 
 @dataclass
-class Reply:
-    status: int = 200
-    body: Any = None  # JSON-able; for 200 on generateContent see `text_reply`
-    delay: float = 0.0  # seconds before answering
-    raw: bytes | None = None  # sent as is instead of `body`
-    # The usage reports the request's input tokens as its promptTokenCount.
-    count_input: bool = False
-
-
-@dataclass
-class Request:
-    method: str  # generateContent, embedContent, batchEmbedContents, predict, get
-    model: str
-    body: dict[str, Any]
-    api_key: str | None
-    authorization: str | None = None  # Vertex AI's bearer token
-    reply: Reply | None = None  # what the fake answered
+class Request(BaseRequest):
+    """A request to the fake: `method` is generateContent, embedContent,
+    batchEmbedContents, predict or get."""
 
     def system_text(self) -> str:
         """The system instruction of a generateContent request."""
@@ -74,6 +58,17 @@ class Request:
                 if "text" in part:
                     texts.append(part["text"])
         return "\n".join(texts)
+
+    def messages(self) -> list[tuple[str, str]]:
+        """Each content of a generateContent request as (role, text), the model's
+        role named "assistant" as in every other API."""
+        return [
+            (
+                "assistant" if content.get("role") == "model" else "user",
+                "".join(p.get("text", "") for p in content.get("parts", [])),
+            )
+            for content in self.body.get("contents", [])
+        ]
 
     def embedded_texts(self) -> list[str]:
         """The texts of an embedding request (any of the three methods), in order."""
@@ -108,8 +103,30 @@ def json_reply(value: Any, prompt_tokens: int | None = None) -> Reply:
     return text_reply(json.dumps(value), prompt_tokens)
 
 
-def error_reply(status: int, message: str = "scripted error", delay: float = 0.0) -> Reply:
+def truncated_reply(text: str) -> Reply:
+    """A reply cut at the output token limit: finish reason MAX_TOKENS."""
+    reply = text_reply(text)
+    reply.body["candidates"][0]["finishReason"] = "MAX_TOKENS"
+    return reply
+
+
+def empty_reply() -> Reply:
+    """A candidate with no parts at all (what a blocked or silent model answers)."""
+    reply = text_reply("")
+    reply.body["candidates"][0]["content"] = {"role": "model", "parts": []}
+    return reply
+
+
+def error_reply(
+    status: int,
+    message: str = "scripted error",
+    delay: float = 0.0,
+    retry_after: float | None = None,
+) -> Reply:
+    """An error as Gemini answers it; with `retry_after`, a `Retry-After` header."""
+    headers = {} if retry_after is None else {"retry-after": f"{retry_after:g}"}
     return Reply(
+        headers=headers,
         status=status,
         body={
             "error": {
@@ -139,17 +156,6 @@ def generate_body(parts: list[dict[str, Any]], prompt_tokens: int, output_tokens
         },
         "modelVersion": "fake-gemini",
     }
-
-
-def _answered(reply: Reply, request: Request) -> Reply:
-    """`reply` as sent for `request`: its input tokens filled in when it counts them."""
-    if not reply.count_input or not isinstance(reply.body, dict):
-        return reply
-    body = copy.deepcopy(reply.body)
-    usage = body.setdefault("usageMetadata", {})
-    usage["promptTokenCount"] = request.input_tokens()
-    usage["totalTokenCount"] = usage["promptTokenCount"] + usage.get("candidatesTokenCount", 0)
-    return replace(reply, body=body)
 
 
 def fake_embedding(text: str, dimension: int) -> list[float]:
@@ -215,7 +221,7 @@ def _default_predict(request: Request) -> Reply:
 
 
 @dataclass
-class FakeGemini:
+class FakeGemini(FakeEndpoint[Request]):
     """Start with `start()` (or as a context manager); `url` is the base URL."""
 
     defaults: dict[str, Callable[[Request], Reply]] = field(
@@ -227,97 +233,15 @@ class FakeGemini:
             "get": _default_get,
         }
     )
-    requests: list[Request] = field(default_factory=list)
-    _scripts: dict[str, deque[Reply]] = field(default_factory=dict)
-    _lock: threading.Lock = field(default_factory=threading.Lock)
-    _server: ThreadingHTTPServer | None = None
+    INPUT_TOKENS_AT = ("usageMetadata", "promptTokenCount")
+    TOTAL_TOKENS_AT = ("usageMetadata", "totalTokenCount")
+    OUTPUT_TOKENS_AT = ("usageMetadata", "candidatesTokenCount")
 
-    @property
-    def url(self) -> str:
-        assert self._server is not None
-        host, port = self._server.server_address[:2]
-        return f"http://{host}:{port}"
-
-    def script(self, method: str, *replies: Reply) -> None:
-        """Queue replies for `method`, answered in order before the default."""
-        with self._lock:
-            self._scripts.setdefault(method, deque()).extend(replies)
-
-    def calls(self, method: str) -> list[Request]:
-        with self._lock:
-            return [r for r in self.requests if r.method == method]
-
-    def _next(self, request: Request) -> Reply:
-        with self._lock:
-            self.requests.append(request)
-            queue = self._scripts.get(request.method)
-            scripted = queue.popleft() if queue else None
-        reply = _answered(scripted or self.defaults[request.method](request), request)
-        request.reply = reply
-        return reply
-
-    def start(self) -> FakeGemini:
-        fake = self
-
-        class Handler(BaseHTTPRequestHandler):
-            protocol_version = "HTTP/1.1"
-
-            def do_GET(self) -> None:  # noqa: N802 - the stdlib's name
-                model = self.path.split("?", 1)[0].rsplit("/", 1)[-1]
-                request = Request(
-                    "get",
-                    model,
-                    {},
-                    self.headers.get("x-goog-api-key"),
-                    self.headers.get("authorization"),
-                )
-                self._send(fake._next(request))
-
-            def do_POST(self) -> None:  # noqa: N802 - the stdlib's name
-                length = int(self.headers.get("content-length") or 0)
-                body = json.loads(self.rfile.read(length) or b"{}")
-                path = self.path.split("?", 1)[0]
-                model, _, method = path.rsplit("/", 1)[-1].partition(":")
-                if method not in fake.defaults or method == "get":
-                    self._send(error_reply(404, f"fake gemini: unknown method {path}"))
-                    return
-                request = Request(
-                    method,
-                    model,
-                    body,
-                    self.headers.get("x-goog-api-key"),
-                    self.headers.get("authorization"),
-                )
-                self._send(fake._next(request))
-
-            def _send(self, reply: Reply) -> None:
-                if reply.delay:
-                    time.sleep(reply.delay)  # noqa: sleep-ok - a scripted latency
-                data = reply.raw if reply.raw is not None else json.dumps(reply.body).encode()
-                try:
-                    self.send_response(reply.status)
-                    self.send_header("content-type", "application/json")
-                    self.send_header("content-length", str(len(data)))
-                    self.end_headers()
-                    self.wfile.write(data)
-                except (BrokenPipeError, ConnectionResetError):
-                    pass  # the client gave up (a timeout test)
-
-            def log_message(self, format: str, *args: Any) -> None:  # noqa: A002
-                pass
-
-        self._server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self._server.daemon_threads = True
-        threading.Thread(target=self._server.serve_forever, daemon=True).start()
-        return self
-
-    def stop(self) -> None:
-        if self._server is not None:
-            self._server.shutdown()
-            self._server.server_close()
-
-    def __enter__(self) -> FakeGemini:
-        return self.start()
-
-    def __exit__(self, *exc: object) -> None:
-        self.stop()
+    def route(self, verb: str, path: str, headers: Any, body: dict[str, Any]) -> Request | Reply:
+        key, bearer = headers.get("x-goog-api-key"), headers.get("authorization")
+        if verb == "GET":
+            return Request("get", path.rsplit("/", 1)[-1], {}, key, bearer)
+        model, _, method = path.rsplit("/", 1)[-1].partition(":")
+        if method not in self.defaults or method == "get":
+            return error_reply(404, f"fake gemini: unknown method {path}")
+        return Request(method, model, body, key, bearer)

@@ -1,13 +1,15 @@
-"""A model for the fake Gemini endpoint (`tests.fake_gemini`) that answers every
-memory task from the request alone, as the offline `rules` provider would: the
+"""A model for the fake endpoints (`tests.fake_gemini`, `tests.fake_openai`) that
+answers every memory task from the request alone, as the offline `rules` provider
+would: the
 request's prompt is read back into the task's input (the turns of a window, the
 candidates and memories to weigh, the turns to summarise), the `rules` code
-decides, and the answer goes back as the JSON the response schema asks for. Its
-usage is counted as Gemini counts it: every token of the system instruction and
-the contents in, every token of the reply out. Install it as the fake's
-`generateContent` default:
+decides, and the answer goes back as the JSON the prompt asks for (its last line
+names the answer's field). Its usage is counted as the endpoint counts it: every
+token of the system instruction and the messages in, every token of the reply
+out. Install it as the fake's default for generation:
 
-    fake.defaults["generateContent"] = rules_model
+    fake.defaults["generateContent"] = rules_model  # FakeGemini
+    fake.defaults["chat"] = rules_chat  # FakeOpenAI
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ from shared.llm.consolidation_rules import decide
 from shared.llm.decomposition_rules import decompose_query
 from shared.llm.extraction_rules import extract_window
 from shared.tokens import estimate_tokens
+from tests import fake_openai
 from tests.fake_gemini import Reply, Request, generate_body, text_reply
 from tests.fake_gemini_agent import system_text
 
@@ -43,25 +46,44 @@ _CANDIDATE = re.compile(
 _LINE = re.compile(r"^(?:Session|Previous session): (.*)$", re.MULTILINE)
 
 
-def rules_model(request: Request) -> Reply:
-    """A structured reply for whichever task the request's response schema is."""
-    schema = request.body.get("generationConfig", {}).get("responseJsonSchema") or {}
-    fields = schema.get("properties", {})
-    prompt = request.prompt_text()
-    if "memories" in fields:
-        value: Any = {"memories": _extract(prompt)}
-    elif "decisions" in fields:
-        value = {"decisions": _consolidate(prompt)}
-    elif "summary" in fields:
-        value = {"summary": _summarize(prompt)}
-    elif "additions" in fields:
-        value = {"additions": ""}
-    elif "queries" in fields:
+_ANSWER = re.compile(r'Answer with JSON: \{"(?P<field>\w+)"')
+
+
+def rules_value(prompt: str) -> Any:
+    """The answer to the task `prompt` asks for, as the `rules` provider decides it;
+    None for a prompt of no task (the workers' probe)."""
+    found = _ANSWER.search(prompt)
+    field = found["field"] if found else ""
+    if field == "memories":
+        return {"memories": _extract(prompt)}
+    if field == "decisions":
+        return {"decisions": _consolidate(prompt)}
+    if field == "summary":
+        return {"summary": _summarize(prompt)}
+    if field == "additions":
+        return {"additions": ""}
+    if field == "queries":
         query = prompt.split("\n", 1)[0].removeprefix("Query: ")
-        value = {"queries": decompose_query(query, "", "")}
-    else:
+        return {"queries": decompose_query(query, "", "")}
+    return None
+
+
+def rules_model(request: Request) -> Reply:
+    """A structured reply of the fake Gemini for whichever task the request's prompt
+    (its first message) is."""
+    messages = request.messages()
+    value = rules_value(messages[0][1] if messages else "")
+    if value is None:
         return text_reply("pong")  # the workers' probe
     return counted(request, json.dumps(value))
+
+
+def rules_chat(request: fake_openai.Request) -> Reply:
+    """`rules_model` for the fake OpenAI-compatible endpoint."""
+    value = rules_value(request.prompt_text())
+    if value is None:
+        return fake_openai.text_reply("pong")  # the workers' probe
+    return fake_openai.json_reply(value)
 
 
 def counted(request: Request, text: str) -> Reply:

@@ -19,6 +19,7 @@ from starlette.routing import Match
 
 from shared.errors import DependencyError, EventTooLarge, InvalidEvent
 from shared.events import Event, Limits, OutgoingMessage, encode
+from shared.llm.base import LLMError
 from shared.metrics import count_store_error
 
 log = structlog.get_logger("agent_memory.api")
@@ -169,6 +170,21 @@ def install_error_handlers(app: FastAPI) -> None:
             "dependency_unavailable", message, request_id=request_id_of(request.scope)
         )
         return JSONResponse(status_code=503, content=body)
+
+    @app.exception_handler(LLMError)
+    async def _model(request: Request, exc: LLMError) -> JSONResponse:
+        # The model answered, but never usably (its answers stayed invalid, or it refused
+        # the request): the request was fine, the gateway's upstream was not. (Handlers
+        # go by the class's MRO: an LLMUnavailable is the endpoint's outage, a 503.)
+        if isinstance(exc, DependencyError):
+            return await _dependency(request, exc)
+        log.warning("model answer unusable", error=str(exc))
+        body = error_body(
+            "model_answer_invalid",
+            f"the model gave no usable answer: {exc}",
+            request_id=request_id_of(request.scope),
+        )
+        return JSONResponse(status_code=502, content=body)
 
     @app.exception_handler(StarletteHTTPException)
     async def _http(request: Request, exc: StarletteHTTPException) -> JSONResponse:

@@ -38,6 +38,10 @@ ROUTE_ERRORS: dict[tuple[str, str], dict[int, str]] = {
     },
     ("post", "/v1/memories"): {
         409: "The user's memories kept changing under the write's decision; retry.",
+        502: "The model's answers to the consolidation stayed invalid; `message` says how.",
+    },
+    ("post", "/v1/memories:search"): {
+        502: "The model's answers to the query's decomposition stayed invalid.",
     },
     ("get", "/v1/memories/{memory_id}"): {404: "No such memory for this user."},
     ("delete", "/v1/memories/{memory_id}"): {404: "No such live memory for this user."},

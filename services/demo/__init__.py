@@ -12,9 +12,9 @@ through the HTTP API only, as an agent would:
 It waits for the pipeline by polling with deadlines, never by fixed sleeps,
 prints a report, writes `report.json` and `tokens_per_turn.png` (with matplotlib,
 the `report` extra) to `--out`, and exits non-zero if a check fails, keeping the
-run's folder and its logs. A `gemini` provider without credentials stops it
-before the stack starts (exit 2). Log lines go to `logs/demo.log` in the run's
-folder, not into the report.
+run's folder and its logs. A `gemini` provider without credentials, or an
+`openai` endpoint out of reach, stops it before the stack starts (exit 2). Log
+lines go to `logs/demo.log` in the run's folder, not into the report.
 """
 
 from __future__ import annotations
@@ -46,7 +46,7 @@ def run_demo(
     out: Path = Path("demo-report"),
 ) -> int:
     demo_settings = _demo_settings(settings, llm, embeddings)
-    problem = preflight.gemini_problem(demo_settings)
+    problem = preflight.gemini_problem(demo_settings) or preflight.openai_problem(demo_settings)
     if problem:
         print(f"agent-memory demo: {problem}", file=sys.stderr, flush=True)
         return 2
@@ -56,6 +56,8 @@ def run_demo(
     # The stack's processes read their providers from the environment it passes on.
     os.environ["AM_LLM_PROVIDER"] = providers["llm"]
     os.environ["AM_EMBEDDING_PROVIDER"] = providers["embeddings"]
+    if demo_settings.openai_api_key is not None:  # settings_env-like copies hide secrets
+        os.environ["AM_OPENAI_API_KEY"] = demo_settings.openai_api_key.get_secret_value()
     stack = LocalStack(
         demo_settings,
         data_dir,

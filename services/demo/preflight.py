@@ -128,3 +128,39 @@ def _adc_missing() -> str | None:
             f"within {ADC_DEADLINE_SECONDS:.0f} s"
         )
     return found[0]
+
+
+def openai_problem(settings: Settings) -> str | None:
+    """Why the `openai` provider(s) `settings` ask for cannot work here, or None: the
+    endpoint's list of models (no tokens) shows within seconds whether it answers
+    and accepts the key (a 5xx is a passing outage the workers retry through)."""
+    users = [
+        option
+        for option, provider in (
+            ("--llm", settings.llm_provider),
+            ("--embeddings", settings.embedding_provider),
+        )
+        if provider == "openai"
+    ]
+    if not users:
+        return None
+    import openai
+
+    from shared.llm.openai_compatible import make_client
+
+    asked = " and ".join(f"{option} openai" for option in users)
+    where = settings.openai_base_url
+    client = make_client(settings.model_copy(update={"llm_timeout_seconds": REACH_TIMEOUT_SECONDS}))
+    try:
+        client.models.list()
+    except openai.APIStatusError as exc:
+        if exc.status_code in (401, 403):
+            status = exc.status_code
+            return f"{asked}: {where} refused the key (HTTP {status}); check AM_OPENAI_API_KEY"
+        return None  # a server without the list, or a passing 5xx: the workers will see
+    except (openai.APIConnectionError, openai.APITimeoutError) as exc:
+        reason = " ".join(str(exc).split()) or type(exc).__name__
+        return f"{asked}: cannot reach {where} ({reason}); check AM_OPENAI_BASE_URL"
+    finally:
+        client.close()
+    return None

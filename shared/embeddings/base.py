@@ -76,3 +76,48 @@ def batches(items: Sequence[T], size: int) -> Iterator[Sequence[T]]:
     """`items` in consecutive slices of at most `size`."""
     for start in range(0, len(items), size):
         yield items[start : start + size]
+
+
+def plan(texts: Sequence[str], dim: int) -> tuple[list[list[float] | None], list[tuple[int, str]]]:
+    """A slot per text (filled already for blank ones, which are never sent: APIs
+    refuse them or drop them from a batch) and the texts to send, with their slots."""
+    vectors: list[list[float] | None] = [None] * len(texts)
+    pending: list[tuple[int, str]] = []
+    for index, text in enumerate(texts):
+        if text.strip():
+            pending.append((index, text))
+        else:
+            vectors[index] = no_text_vector(dim)
+    return vectors, pending
+
+
+def checked(
+    rows: Sequence[Sequence[float]], sent: int, dim: int, task: str, model: str
+) -> list[list[float]]:
+    """A reply's vectors, each scaled to unit length, once they are what was asked
+    for: one per text sent, each of `dim` values, none zero. Counts the request in
+    the model metrics; a reply that is not raises EmbeddingError (not retried: the
+    vectors are deterministic)."""
+    from shared.llm import accounting
+
+    problem = None
+    vectors = []
+    if len(rows) != sent:
+        problem = f"{task}: {sent} texts sent, {len(rows)} embeddings received"
+    for position, values in enumerate(rows if problem is None else ()):
+        if len(values) != dim:
+            problem = (
+                f"{task}: expected embeddings of dimension {dim} (AM_EMBEDDING_DIM), "
+                f"received dimension {len(values)} from model {model}"
+            )
+            break
+        vector = unit_vector(values)
+        if vector is None:
+            problem = f"{task}: a zero vector for text {position} of the batch"
+            break
+        vectors.append(vector)
+    if problem is not None:
+        accounting.count_call(task, accounting.FAILED)
+        raise EmbeddingError(problem)
+    accounting.count_call(task, accounting.OK)
+    return vectors

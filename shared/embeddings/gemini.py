@@ -3,10 +3,11 @@ by default), with the LLM's credentials, endpoint and retry policy.
 
 Texts go in requests of at most `AM_EMBEDDING_BATCH_SIZE`, documents with the
 task type RETRIEVAL_DOCUMENT and queries with RETRIEVAL_QUERY, each asking for
-`AM_EMBEDDING_DIM` dimensions. A request is retried as an LLM task is (see
-shared/llm/gemini.py: 408, 429, 5xx, timeouts and connection errors, full-jitter
-backoff, no attempt after `AM_LLM_RETRY_SECONDS` from the first; retries that end
-on 429 raise `EmbeddingRateLimited`); other 4xx fail at once. Each request is
+`AM_EMBEDDING_DIM` dimensions. A request is retried as a model's is
+(`shared.llm.retrying`: 408, 429, 5xx, timeouts and connection errors, full-jitter
+backoff or the wait the endpoint asks for, no attempt after `AM_LLM_RETRY_SECONDS`
+from the first; retries that end on 429 raise `EmbeddingRateLimited`); other 4xx
+fail at once. Each request is
 counted, with its tokens, as a model call (`shared.llm.accounting`; purposes
 `embed_documents` and `embed_queries`); the app's call limit does not apply.
 A reply is checked, not retried: the vectors are deterministic, so a reply with
@@ -33,17 +34,19 @@ from shared.embeddings.base import (
     EmbeddingRateLimited,
     EmbeddingUnavailable,
     batches,
-    no_text_vector,
-    unit_vector,
+    checked,
+    plan,
 )
 from shared.llm import accounting
-from shared.llm.gemini import Attempt, make_client, retry_delay
+from shared.llm.gemini import gemini_refusal, make_client
+from shared.llm.retrying import Attempt, GiveUp, retry_delay
 from shared.tokens import estimate_tokens
 
 DOCUMENT_TASK = "RETRIEVAL_DOCUMENT"
 QUERY_TASK = "RETRIEVAL_QUERY"
 # The `purpose` label of the model metrics (calls and tokens) for each kind of request.
 _METRIC_TASK = {DOCUMENT_TASK: "embed_documents", QUERY_TASK: "embed_queries"}
+_GIVE_UP = GiveUp(EmbeddingError, EmbeddingUnavailable, EmbeddingRateLimited, "no embeddings")
 
 
 class GeminiEmbedder:
@@ -66,7 +69,7 @@ class GeminiEmbedder:
         return self._embed_all(texts, QUERY_TASK)
 
     async def aembed_queries(self, texts: Sequence[str]) -> list[list[float]]:
-        vectors, pending = self._plan(texts)
+        vectors, pending = plan(texts, self.dim)
         for batch in batches(pending, self.batch_size):
             replies = await self._acall([text for _, text in batch], QUERY_TASK)
             for (index, _), vector in zip(batch, replies, strict=True):
@@ -82,23 +85,12 @@ class GeminiEmbedder:
         await self.client.aio.aclose()
 
     def _embed_all(self, texts: Sequence[str], task_type: str) -> list[list[float]]:
-        vectors, pending = self._plan(texts)
+        vectors, pending = plan(texts, self.dim)
         for batch in batches(pending, self.batch_size):
             replies = self._call([text for _, text in batch], task_type)
             for (index, _), vector in zip(batch, replies, strict=True):
                 vectors[index] = vector
         return cast(list[list[float]], vectors)  # every slot is filled now
-
-    def _plan(self, texts: Sequence[str]) -> tuple[list[list[float] | None], list[tuple[int, str]]]:
-        """A slot per text (filled already for blank ones) and the texts to send."""
-        vectors: list[list[float] | None] = [None] * len(texts)
-        pending: list[tuple[int, str]] = []
-        for index, text in enumerate(texts):
-            if text.strip():
-                pending.append((index, text))
-            else:
-                vectors[index] = no_text_vector(self.dim)
-        return vectors, pending
 
     def _config(self, task_type: str) -> types.EmbedContentConfig:
         return types.EmbedContentConfig(task_type=task_type, output_dimensionality=self.dim)
@@ -110,9 +102,10 @@ class GeminiEmbedder:
         while True:
             attempt += 1
             try:
-                response = self.client.models.embed_content(
-                    model=self.model, contents=texts, config=self._config(task_type)
-                )
+                with accounting.timed(self.name, _METRIC_TASK[task_type]):
+                    response = self.client.models.embed_content(
+                        model=self.model, contents=texts, config=self._config(task_type)
+                    )
             except Exception as exc:
                 time.sleep(self._pause_or_raise(exc, task_type, attempt, started))
                 continue
@@ -125,9 +118,10 @@ class GeminiEmbedder:
         while True:
             attempt += 1
             try:
-                response = await self.client.aio.models.embed_content(
-                    model=self.model, contents=texts, config=self._config(task_type)
-                )
+                with accounting.timed(self.name, _METRIC_TASK[task_type]):
+                    response = await self.client.aio.models.embed_content(
+                        model=self.model, contents=texts, config=self._config(task_type)
+                    )
             except Exception as exc:
                 await asyncio.sleep(self._pause_or_raise(exc, task_type, attempt, started))
                 continue
@@ -137,44 +131,19 @@ class GeminiEmbedder:
         self, exc: Exception, task_type: str, attempt: int, started: float
     ) -> float:
         """The backoff before the next attempt, or EmbeddingError when there is none."""
-        return retry_delay(
-            exc,
-            Attempt(_METRIC_TASK[task_type], attempt, started),
-            self.settings,
-            EmbeddingError,
-            EmbeddingUnavailable,
-            EmbeddingRateLimited,
-            "no embeddings",
-        )
+        refusal = gemini_refusal(exc)
+        if refusal is None:
+            raise exc
+        where = Attempt(_METRIC_TASK[task_type], attempt, started)
+        return retry_delay(refusal, exc, where, self.settings, _GIVE_UP)
 
     def _vectors(
         self, response: types.EmbedContentResponse, texts: list[str], task_type: str
     ) -> list[list[float]]:
         task = _METRIC_TASK[task_type]
         accounting.count_tokens(task, _input_tokens(response, texts), 0)
-        embeddings = response.embeddings or []
-        if len(embeddings) != len(texts):
-            accounting.count_call(task, accounting.FAILED)
-            raise EmbeddingError(
-                f"{task}: {len(texts)} texts sent, {len(embeddings)} embeddings received"
-            )
-        vectors = []
-        for position, embedding in enumerate(embeddings):
-            values = embedding.values or []
-            if len(values) != self.dim:
-                accounting.count_call(task, accounting.FAILED)
-                raise EmbeddingError(
-                    f"{task}: expected embeddings of dimension {self.dim} "
-                    f"(AM_EMBEDDING_DIM), received dimension {len(values)} "
-                    f"from model {self.model}"
-                )
-            vector = unit_vector(values)
-            if vector is None:
-                accounting.count_call(task, accounting.FAILED)
-                raise EmbeddingError(f"{task}: a zero vector for text {position} of the batch")
-            vectors.append(vector)
-        accounting.count_call(task, accounting.OK)
-        return vectors
+        rows = [embedding.values or [] for embedding in response.embeddings or []]
+        return checked(rows, len(texts), self.dim, task, self.model)
 
 
 def _input_tokens(response: types.EmbedContentResponse, texts: list[str]) -> int:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from shared.config import Settings
 from shared.llm.base import (
     ACTIONS,
@@ -16,13 +18,18 @@ from shared.llm.base import (
     ExistingMemory,
     ExtractionInput,
     ExtractionTurn,
+    Fault,
     Found,
+    InvalidAnswer,
     LLMError,
     MalformedReply,
     Usage,
     Weighing,
 )
 from shared.llm.rules import RulesLLM
+
+if TYPE_CHECKING:
+    from shared.llm.throttle import Throttle
 
 __all__ = [
     "ACTIONS",
@@ -37,7 +44,9 @@ __all__ = [
     "ExistingMemory",
     "ExtractionInput",
     "ExtractionTurn",
+    "Fault",
     "Found",
+    "InvalidAnswer",
     "LLMError",
     "MalformedReply",
     "RulesLLM",
@@ -47,9 +56,14 @@ __all__ = [
 ]
 
 
-def make_llm(settings: Settings) -> LLM:
+def make_llm(settings: Settings, throttle: Throttle | None = None) -> LLM:
+    """The provider `AM_LLM_PROVIDER` names; a model's calls within `throttle`."""
     if settings.llm_provider == "gemini":
         from shared.llm.gemini import GeminiLLM  # google-genai loads only when chosen
 
-        return GeminiLLM(settings)
+        return GeminiLLM(settings, throttle=throttle)
+    if settings.llm_provider == "openai":
+        from shared.llm.openai_compatible import OpenAILLM  # openai loads only when chosen
+
+        return OpenAILLM(settings, throttle=throttle)
     return RulesLLM()

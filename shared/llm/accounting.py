@@ -1,7 +1,8 @@
 """Who a model call is for, and counting it.
 
-Every model request is counted in `agent_memory_llm_calls_total` and its tokens
-in `agent_memory_llm_tokens_total`, labelled with the app (tenant) it was made
+Every model request is counted in `agent_memory_llm_calls_total`, timed in
+`agent_memory_llm_call_seconds` and its tokens counted in
+`agent_memory_llm_tokens_total`, labelled with the app (tenant) it was made
 for, the process that made it and its purpose (the task: summarize, extract,
 consolidate, decompose, compact, embed_documents, embed_queries).
 
@@ -14,11 +15,18 @@ consolidate, decompose, compact, embed_documents, embed_queries).
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from contextvars import ContextVar
 
-from shared.metrics import LLM_CALLS, LLM_THROTTLED_SECONDS, LLM_TOKENS
+from shared.metrics import (
+    LLM_CALL_SECONDS,
+    LLM_CALLS,
+    LLM_INVALID_ANSWERS,
+    LLM_THROTTLED_SECONDS,
+    LLM_TOKENS,
+)
 
 # The `result` label. Each request is one of the first three, so their sum is the
 # requests made; `rate_limited` is counted besides: a request refused with 429
@@ -77,3 +85,18 @@ def count_throttled(app: str, purpose: str, seconds: float) -> None:
     """A call for `app` waited `seconds` for the app's limit before it was sent."""
     LLM_CALLS.labels(app, _worker, purpose, RATE_LIMITED).inc()
     LLM_THROTTLED_SECONDS.labels(app, _worker).inc(seconds)
+
+
+def count_invalid(provider: str, purpose: str, fault: str) -> None:
+    """A model answer of `provider` for `purpose` was not usable, for `fault`."""
+    LLM_INVALID_ANSWERS.labels(provider, purpose, fault).inc()
+
+
+@contextmanager
+def timed(provider: str, purpose: str) -> Iterator[None]:
+    """Time one model request, whatever its result."""
+    started = time.perf_counter()
+    try:
+        yield
+    finally:
+        LLM_CALL_SECONDS.labels(provider, purpose).observe(time.perf_counter() - started)

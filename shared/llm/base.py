@@ -12,7 +12,7 @@ from datetime import datetime
 from enum import StrEnum
 from typing import Generic, Protocol, TypeVar
 
-from shared.errors import DependencyError
+from shared.errors import DependencyError, PermanentError
 from shared.llm.topics import ALL_TOPICS, Topics
 
 T = TypeVar("T")
@@ -163,13 +163,40 @@ class Decision:
     text: str
 
 
+class Fault(StrEnum):
+    """What is wrong with a model's answer (the `fault` label of
+    `agent_memory_llm_invalid_answers_total`)."""
+
+    EMPTY = "empty"  # no text at all
+    NOT_JSON = "not_json"
+    OFF_SCHEMA = "off_schema"  # JSON, but a field is missing or of the wrong type
+    UNKNOWN_VALUE = "unknown_value"  # a value the schema's enum does not have
+    UNKNOWN_ID = "unknown_id"  # a turn, candidate or memory the request did not name
+    TRUNCATED = "truncated"  # cut at the output token limit
+
+
 class MalformedReply(Exception):
-    """The model answered, but not with what the task needs (retried)."""
+    """The model answered, but not with what the task needs (asked again, with this
+    error, a bounded number of times)."""
+
+    def __init__(self, message: str, fault: Fault = Fault.OFF_SCHEMA) -> None:
+        super().__init__(message)
+        self.fault = fault
 
 
 class LLMError(Exception):
     """The provider gave no usable answer: retries ran out, or the request was refused.
     Transient for the message that caused it (nack, then dead-letter after attempts)."""
+
+
+class InvalidAnswer(LLMError, PermanentError):
+    """The model's answers stayed invalid after `AM_LLM_ANSWER_RETRIES` more tries,
+    each told what was wrong: the event is dead-lettered at once with this reason,
+    which names the fault and holds the start of the last answer."""
+
+    def __init__(self, message: str, fault: Fault) -> None:
+        super().__init__(message)
+        self.fault = fault
 
 
 class LLMUnavailable(LLMError, DependencyError):

@@ -1,5 +1,5 @@
-"""What the `gemini` provider asks for the write path's two tasks, and how it reads
-the answers: extraction of a window of turns in one call, and consolidation of
+"""What the model providers (`gemini`, `openai`) ask for the write path's two tasks,
+and how they read the answers: extraction of a window of turns in one call, and consolidation of
 all of a window's candidates in one call.
 
 Instructions after Vertex AI Memory Bank's: what is worth remembering, temporal
@@ -9,8 +9,8 @@ and candidates go by short labels (`t1`, `m1`, `c1`) rather than their ids: a
 UUID costs a dozen tokens each time it is written, in the prompt and in the
 reply. Each task has a response schema (JSON mode) and a strict parser: a reply
 that does not fit (an unknown label, kind, scope or action, a missing field, a
-target that is not one of the candidate's memories) raises `MalformedReply`,
-which `GeminiLLM.generate_json` retries.
+target that is not one of the candidate's memories) raises `MalformedReply`
+with its fault, which `shared.llm.asking` asks the model again about.
 """
 
 from __future__ import annotations
@@ -26,6 +26,7 @@ from shared.llm.base import (
     Candidate,
     Decision,
     ExtractionInput,
+    Fault,
     Found,
     MalformedReply,
     Weighing,
@@ -142,7 +143,7 @@ def parse_found(value: Any, inp: ExtractionInput) -> list[Found]:
         where = f"memories[{index}]"
         if not isinstance(item, dict):
             raise MalformedReply(f"{where} is not an object")
-        turn = turns[replies.choice(item, "turn", tuple(turns), where)]
+        turn = turns[replies.choice(item, "turn", tuple(turns), where, Fault.UNKNOWN_ID)]
         entity = replies.text(item, "entity_name", where)
         kind = replies.choice(item, "kind", KINDS, where)
         scope = replies.choice(item, "scope", SCOPES, where)
@@ -250,9 +251,8 @@ def parse_decisions(value: Any, weighings: list[Weighing]) -> list[Decision]:
     by_candidate: dict[int, Decision] = {}
     for index, item in enumerate(items):
         where = f"decisions[{index}]"
-        number = replies.choice(
-            item, "candidate", tuple(f"c{n}" for n in range(1, len(weighings) + 1)), where
-        )
+        labels_of_candidates = tuple(f"c{n}" for n in range(1, len(weighings) + 1))
+        number = replies.choice(item, "candidate", labels_of_candidates, where, Fault.UNKNOWN_ID)
         n = int(number[1:]) - 1
         if n in by_candidate:
             raise MalformedReply(f"{where}: a second decision for {number}")
@@ -272,7 +272,10 @@ def _decision(item: dict[str, Any], allowed: dict[str, str], where: str) -> Deci
     if target is not None and not isinstance(target, str):
         raise MalformedReply(f"{where}: 'target' is neither a string nor null")
     if target is not None and target not in allowed:
-        raise MalformedReply(f"{where}: 'target' {target!r} is not one the candidate may change")
+        # An invented id, or another candidate's memory: it must never touch a memory.
+        raise MalformedReply(
+            f"{where}: 'target' {target!r} is not one the candidate may change", Fault.UNKNOWN_ID
+        )
     target_id = allowed[target] if target is not None else None
     text = replies.field(item, "text", str, where).strip()
     if action == Action.CREATED:

@@ -102,7 +102,8 @@ def _from_sentence(sentence: str, turn: ExtractionTurn, inp: ExtractionInput) ->
         scope, project_id = "project", turn.project_id
     else:
         scope, project_id = "global", ""
-    context = Context(bool(project), FROM_NOW_ON.search(body) is not None)
+    from_now_on = FROM_NOW_ON.search(body) is not None
+    context = Context(bool(project), from_now_on, in_project=bool(project or turn.project_id))
     candidates = []
     for clause in clauses(body):
         for claim in claims(clause, context):

@@ -1,12 +1,12 @@
-"""Strict reading of a model's JSON reply: a field that is missing, of the wrong
-type or not one of the allowed values raises `MalformedReply`, which the
-`gemini` provider retries."""
+"""Strict reading of a model's JSON reply: a field that is missing or of the wrong
+type, or a value that is not one of the allowed ones, raises `MalformedReply`
+with its fault, which the model providers ask again about (`shared.llm.asking`)."""
 
 from __future__ import annotations
 
 from typing import Any
 
-from shared.llm.base import MalformedReply
+from shared.llm.base import Fault, MalformedReply
 
 
 def field(value: Any, name: str, kind: type, where: str) -> Any:
@@ -27,8 +27,18 @@ def text(value: dict[str, Any], name: str, where: str) -> str:
     return found
 
 
-def choice(value: Any, name: str, allowed: tuple[str, ...], where: str) -> str:
+def choice(
+    value: Any,
+    name: str,
+    allowed: tuple[str, ...],
+    where: str,
+    fault: Fault = Fault.UNKNOWN_VALUE,
+) -> str:
+    """A field whose value must be one of `allowed`: an enum's value, or (`fault`
+    UNKNOWN_ID) the label of a turn or candidate the request named."""
     found = field(value, name, str, where)
     if found not in allowed:
-        raise MalformedReply(f"{where}: {name!r} is {found!r}, not one of {', '.join(allowed)}")
+        raise MalformedReply(
+            f"{where}: {name!r} is {found!r}, not one of {', '.join(allowed)}", fault
+        )
     return found

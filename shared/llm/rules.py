@@ -35,7 +35,7 @@ from typing import TypeVar
 
 from shared.llm import accounting
 from shared.llm import extraction_prompts as write_prompts
-from shared.llm import gemini_prompts as prompts
+from shared.llm import task_prompts as prompts
 from shared.llm.base import (
     Completion,
     Decision,

@@ -50,6 +50,7 @@ from shared.llm.facets import (
     value_facet,
 )
 from shared.llm.phrasing import first_person, negate, subject_text, third, verb3, word_set
+from shared.llm.self_statements import PATTERNS as SELF_STATEMENTS
 
 _RULE_WORDS = re.compile(
     r"\b(?:must|mustn't|never|always|caps?|capped|limits?|limited|maximum|minimum|cannot|"
@@ -67,6 +68,11 @@ LEAD = re.compile(
     re.I,
 )
 
+# A few words and a colon that announce a statement ("Heads up: ...", "Small update:
+# ..."), unless they are a pattern's own ("Remember: ...").
+LEAD_IN = re.compile(r"^(?:[A-Za-z]+\s+){0,2}[A-Za-z]+:\s+")
+_KEEPS_ITS_LEAD = re.compile(r"^(?:please\s+)?(?:remember|note|forget|keep\s+in\s+mind)\b", re.I)
+
 _ADVERBS = (
     r"(?:(?:really|also|still|generally|usually|strongly|definitely|actually|much|mostly|do|"
     r"personally|just)\s+)*"
@@ -74,6 +80,11 @@ _ADVERBS = (
 _PREFERENCE_VERBS = word_set("prefer like love enjoy use want favor favour")
 _PRONOUN_SUBJECTS = word_set(
     "it this that there these those he she they what which who how here you i we"
+)
+# Subjects of "the S is X" that say nothing about the project the turn is of.
+_NOT_ABOUT_A_PROJECT = word_set(
+    "problem issue question thing point idea difference reason answer result error plan way "
+    "trick catch goal option choice weather day time"
 )
 _GENERIC_VERBS = word_set("use using write add put keep run make have do be follow apply")
 # Words a verb phrase's entity skips: "never be capped at" → "capped".
@@ -87,6 +98,7 @@ class Context:
     project_stated: bool  # the sentence names a project: any "the S is X" counts
     from_now_on: bool = False  # "from now on": "I V X" and "V X" state a preference
     remember: bool = False  # inside "remember that ...": any "S is X" counts
+    in_project: bool = False  # the turn is of a project: "the S is X" is of it
 
 
 @dataclass(frozen=True)
@@ -99,6 +111,8 @@ class Claim:
 def claims(clause: str, context: Context) -> list[Claim]:
     """What `clause` states (see the module docstring); nothing for chatter."""
     clause = LEAD.sub("", clause).strip(" ,;:")
+    if not _KEEPS_ITS_LEAD.match(clause):
+        clause = LEAD_IN.sub("", clause)
     if not clause or len(clause) > MAX_CLAUSE_CHARS:
         return []
     for pattern, handler in _PATTERNS:
@@ -253,6 +267,10 @@ def _copula(match: re.Match[str], context: Context) -> list[Claim] | None:
         or context.remember
         or subject_facet(subject, value) is not None
         or _RULE_WORDS.search(match.string) is not None
+        # "polars is my go-to": the value is the user's own.
+        or re.match(r"(?:my|our)\b", value, re.I) is not None
+        # A project's turn: "the forecast horizon is 28 days" is about the project.
+        or (context.in_project and subject.split()[-1].lower() not in _NOT_ABOUT_A_PROJECT)
     )
     if not worth:
         return None
@@ -345,3 +363,4 @@ _PATTERNS: list[tuple[re.Pattern[str], Handler]] = [
         _copula,
     ),
 ]
+_PATTERNS += SELF_STATEMENTS

@@ -9,7 +9,7 @@ from prometheus_client import REGISTRY
 
 from shared.llm import DialogueTurn, LLMError
 from shared.llm.accounting import worker
-from shared.llm.gemini_prompts import NOTHING_KEPT
+from shared.llm.task_prompts import NOTHING_KEPT
 from shared.tokens import estimate_tokens
 from tests.fake_gemini import error_reply, json_reply, text_reply
 

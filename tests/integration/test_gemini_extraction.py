@@ -14,6 +14,7 @@ from shared.llm import (
     ExistingMemory,
     ExtractionInput,
     Found,
+    InvalidAnswer,
     LLMError,
     Weighing,
 )
@@ -166,16 +167,17 @@ def test_a_malformed_reply_is_retried(gemini_llm, fake, task, bad):
 
 
 @pytest.mark.parametrize("task", TASKS)
-def test_a_task_that_stays_malformed_fails_once_the_retry_window_is_over(gemini_llm, fake, task):
-    short = GeminiLLM(gemini_llm.settings.model_copy(update={"llm_retry_seconds": 0.3}))
+def test_a_task_that_stays_malformed_fails_for_good_after_the_answer_retries(
+    gemini_llm, fake, task
+):
     fake.defaults["generateContent"] = lambda request: json_reply(MALFORMED[task])
     failed_before = _calls(task, "failed")
-    with pytest.raises(LLMError, match=f"^{task}: no usable reply after") as raised:
-        _run(short, task)
-    # Replies came back, just not usable ones: the event may be the cause.
+    with pytest.raises(InvalidAnswer, match=f"^{task}: 3 invalid answers from the model") as raised:
+        _run(gemini_llm, task)
+    # Replies came back, just not usable ones: the event is dead-lettered, not held.
     assert not isinstance(raised.value, LLMUnavailable)
     assert _calls(task, "failed") - failed_before == 1
-    assert len(fake.calls("generateContent")) >= 2
+    assert len(fake.calls("generateContent")) == 3
 
 
 @pytest.mark.parametrize("status", [429, 503])

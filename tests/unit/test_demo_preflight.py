@@ -7,7 +7,7 @@ from google.auth.exceptions import DefaultCredentialsError
 from google.oauth2.credentials import Credentials
 from pydantic import SecretStr
 
-from services.demo.preflight import gemini_problem
+from services.demo.preflight import gemini_problem, openai_problem
 from shared.config import load_settings
 from shared.localstack.process import free_port
 from tests.fake_gemini import error_reply
@@ -92,3 +92,23 @@ def test_the_default_project_is_no_vertex_project(monkeypatch):
     assert problem is not None
     assert problem.startswith("--embeddings gemini needs credentials")
     assert "GOOGLE_CLOUD_PROJECT are not set" in problem
+
+
+def test_an_openai_endpoint_that_answers_passes_and_one_out_of_reach_or_refusing_is_named():
+    from tests.fake_openai import FakeOpenAI
+    from tests.fake_openai import error_reply as openai_error
+
+    with FakeOpenAI() as server:
+        settings = load_settings(llm_provider="openai", openai_base_url=server.url)
+        assert openai_problem(settings) is None
+        assert server.calls("models")[0].authorization == "Bearer none"  # no key set
+        server.script("models", openai_error(401))
+        assert openai_problem(settings) == (
+            f"--llm openai: {server.url} refused the key (HTTP 401); check AM_OPENAI_API_KEY"
+        )
+    gone = f"http://127.0.0.1:{free_port()}/v1"
+    problem = openai_problem(load_settings(embedding_provider="openai", openai_base_url=gone))
+    assert problem is not None
+    assert problem.startswith(f"--embeddings openai: cannot reach {gone} (")
+    assert problem.endswith("check AM_OPENAI_BASE_URL")
+    assert openai_problem(load_settings()) is None  # offline providers ask nothing

@@ -4,7 +4,7 @@ episodes' most important sentences are added within the bound, deterministically
 from datetime import UTC, datetime, timedelta
 
 from shared.llm import DialogueTurn, RulesLLM
-from shared.llm.gemini_prompts import additions_bound, parse_compaction
+from shared.llm.task_prompts import additions_bound, parse_compaction
 from shared.tokens import estimate_tokens
 
 T0 = datetime(2025, 11, 1, tzinfo=UTC)

@@ -25,7 +25,7 @@ from shared.llm.extraction_prompts import (
     parse_decisions,
     parse_found,
 )
-from shared.llm.gemini_prompts import parse_queries
+from shared.llm.task_prompts import parse_queries
 from shared.llm.topics import Topics, topic_of
 from shared.tokens import estimate_tokens
 
@@ -122,7 +122,12 @@ def test_chatter_greetings_questions_and_requests_give_nothing():
     assert _extract("Hi there! Thanks, that helps. The weather is nice today.") == []
     assert _extract("Python is great. Could you write a function that sorts a list?") == []
     assert _extract("I'd like a summary of the meeting. Never mind.") == []
-    assert _extract("I've moved to Berlin. My last session was fun?") == []
+    assert _extract("My last session was fun?") == []
+
+
+def test_a_move_is_a_fact_not_a_preference():
+    (moved,) = _extract("I've moved to Berlin.")
+    assert (moved.kind, moved.text) == ("fact", "User moved to Berlin.")
 
 
 def test_the_assistants_text_is_not_read():
@@ -321,7 +326,7 @@ def test_a_memory_of_another_scope_or_project_is_never_a_target():
 
 def test_the_rules_tasks_count_the_tokens_gemini_would_be_sent_and_are_deterministic():
     from shared.llm import extraction_prompts
-    from shared.llm import gemini_prompts as prompts
+    from shared.llm import task_prompts as prompts
 
     llm = RulesLLM()
     inp = ExtractionInput.single(SESSION, "", "", T0, "I prefer Dark Mode UI.", "Noted.")

@@ -1,8 +1,8 @@
-"""What the `gemini` provider asks for the summary, compaction and decomposition
-tasks, and how it reads the answer (the write path's extraction and consolidation
+"""What the model providers (`gemini`, `openai`) ask for the summary, compaction and
+decomposition tasks, and how they read the answer (the write path's extraction and consolidation
 are `shared.llm.extraction_prompts`). Each task has a response schema (JSON
 mode) and a strict parser: a reply that does not fit raises `MalformedReply`,
-which `GeminiLLM.generate_json` retries.
+which `shared.llm.asking` asks the model again about.
 """
 
 from __future__ import annotations
@@ -28,6 +28,21 @@ DECOMPOSITION_SCHEMA: dict[str, Any] = {
     },
     "required": ["queries"],
 }
+
+
+SUMMARY_SCHEMA: dict[str, Any] = {
+    "type": "object",
+    "properties": {"summary": {"type": "string"}},
+    "required": ["summary"],
+}
+
+
+def parse_summary(value: Any, max_tokens: int) -> str:
+    summary = value.get("summary") if isinstance(value, dict) else None
+    if not isinstance(summary, str) or not summary.strip():
+        raise MalformedReply("no non-empty 'summary' string")
+    # The bound holds whatever the model wrote.
+    return clip_to_tokens(summary.strip(), max_tokens)
 
 
 def summary_instruction(max_tokens: int) -> str:

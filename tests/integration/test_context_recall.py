@@ -126,13 +126,12 @@ def sources(memory):
 def test_the_context_recalls_the_turns_that_answer_the_question(client, conversation):
     question = "What did I think of the pottery class?"
     found = context(client, conversation, question, token_budget=200)
-    # The class, the verdict after it, and what else the search found, as far as 200
-    # tokens go (the best hit of s3 too; one hit did not fit).
+    # The class, the verdict after it and the turn after that, as far as 200 tokens
+    # go (one hit did not fit); s3's best hit is carried by its memory.
     assert recalled(found) == [
         ("s1", "s1-t1", None),
         ("s1", "s1-t2", None),
         ("s1", "s1-t3", None),
-        ("s3", "s3-t2", None),
     ]
     first = found["recalled_turns"][0]
     assert first["created_at"] == "2024-03-04T18:02:00.000000Z"
@@ -153,20 +152,21 @@ def test_the_context_recalls_the_turns_that_answer_the_question(client, conversa
         [("s2", "s2-t1")],
     )
     assert [(m["text"], m["revision"], sources(m)) for m in found["memories"]] == [
-        ("User's new neighbour Ravi is a nurse.", 1, [("s2", "s2-t2")])
+        ("User's cousin keeps asking them to join her salsa class.", 1, [("s3", "s3-t2")]),
+        ("User's new neighbour Ravi is a nurse.", 1, [("s2", "s2-t2")]),
     ]
-    assert found["tokens"] <= 200
-    assert found["tokens_by_section"] == {"rules": 18, "memories": 24, "recalled_turns": 117}
-    assert found["tokens"] == 185  # the header's 26 tokens besides
+    assert found["tokens_by_section"] == {"rules": 18, "memories": 43, "recalled_turns": 81}
+    assert found["tokens"] == 168  # the header's 26 tokens besides
     assert found["omitted"] == {"recalled_turns": 1}
     assert found["period"] is None and found["degraded"] == []
 
 
 def test_a_turn_whose_memory_is_in_the_context_is_shown_once_as_the_memory(client, conversation):
     found = context(client, conversation, "Who is Ravi, my neighbour?")
-    assert [(m["text"], sources(m)) for m in found["memories"]] == [
-        ("User's new neighbour Ravi is a nurse.", [("s2", "s2-t2")])
-    ]
+    assert (found["memories"][0]["text"], sources(found["memories"][0])) == (
+        "User's new neighbour Ravi is a nurse.",
+        [("s2", "s2-t2")],
+    )
     turns = recalled(found)
     assert ("s2", "s2-t2", None) not in turns and ("s2", "s2-t3", None) in turns
     assert found["system_instruction"].count("Ravi is a nurse") == 1
@@ -191,9 +191,9 @@ def test_each_section_can_be_capped_or_turned_off(client, conversation):
     off = context(client, conversation, question, sections={"recalled_turns": 0})
     assert off["recalled_turns"] == [] and "earlier conversations" not in off["system_instruction"]
     assert "recalled_turns" not in off["omitted"]  # nothing was searched
-    assert [m["text"] for m in off["memories"]] == ["User's new neighbour Ravi is a nurse."]
+    assert len(off["memories"]) == 2
     capped = context(client, conversation, question, sections={"recalled_turns": 60, "memories": 0})
-    assert capped["memories"] == [] and capped["omitted"]["memories"] == 1
+    assert capped["memories"] == [] and capped["omitted"]["memories"] == 2
     assert 0 < capped["tokens_by_section"]["recalled_turns"] <= 60
     assert recalled(capped) == [("s1", "s1-t1", None)]
     no_rules = context(client, conversation, question, sections={"rules": 0})
@@ -280,6 +280,6 @@ def test_turns_next_to_a_hit_are_only_those_the_scope_may_see(
     context = client.post("/v1/context", json=asked).json()
     assert {t["turn_id"] for t in context["recalled_turns"]} == {"m-t1", "m-t3"}
     assert "Bluebird" not in context["system_instruction"]
-    # Within the project the turn is there, as a hit's neighbour or a hit.
+    # Within the project it is there (as the memory the worker made of it).
     atlas = client.post("/v1/context", json={**asked, "project_id": "atlas"}).json()
-    assert "m-t2" in {t["turn_id"] for t in atlas["recalled_turns"]}
+    assert "Bluebird" in atlas["system_instruction"]

@@ -14,24 +14,28 @@ from typing import Any
 
 from shared.db.run import Statement, Steps
 from shared.db.search import fusion_params, hybrid_parts, hybrid_sql, split_ranked
-from shared.db.search_filters import episode_filter
+from shared.db.search_filters import SCOPE_SIZES, episode_filter
 from shared.memory.search import Fusion, Ranked, Scope
 
 EPISODE_COLUMNS = "m.id::text AS id, m.turn_id, m.session_id, m.project_id, m.created_at, m.text"
-# The turns before (`sign` -1) or after (1) the episode `e` in its session that the
-# scope may see: a session can hold turns of several projects.
+# The turns before (`sign` -1) or after (1) the episode `{e}` (an alias with its
+# session, time and turn id) in its session that the scope may see: a session can
+# hold turns of several projects.
 _SIDE = """(
         SELECT {sign} * row_number() OVER (ORDER BY m.created_at {order}, m.turn_id {order})
-                   AS offset_, m.id, m.turn_id, m.created_at, m.text
+                   AS offset_, m.id, m.turn_id, m.project_id, m.created_at, m.text
         FROM episodes m
-        WHERE m.app = e.app AND m.user_id = e.user_id AND m.session_id = e.session_id
+        WHERE m.app = %(app)s AND m.user_id = %(user_id)s AND m.session_id = {e}.session_id
           AND m.project_id IN (%(project_id)s, '')
-          AND (m.created_at, m.turn_id) {cmp} (e.created_at, e.turn_id)
+          AND (m.created_at, m.turn_id) {cmp} ({e}.created_at, {e}.turn_id)
         ORDER BY m.created_at {order}, m.turn_id {order} LIMIT %(turns)s
     )"""
-_AROUND = f"""{_SIDE.format(sign=-1, order="DESC", cmp="<")}
+
+
+def _around(e: str) -> str:
+    return f"""{_SIDE.format(sign=-1, order="DESC", cmp="<", e=e)}
             UNION ALL
-            {_SIDE.format(sign=1, order="ASC", cmp=">")}"""
+            {_SIDE.format(sign=1, order="ASC", cmp=">", e=e)}"""
 
 
 def search_episodes(
@@ -85,7 +89,7 @@ def surrounding_turns(
         SELECT e.id::text AS hit, s.offset_ AS offset, s.id::text AS id, s.turn_id,
                s.created_at, s.text
         FROM episodes e CROSS JOIN LATERAL (
-            {_AROUND}
+            {_around("e")}
         ) s
         WHERE e.id = ANY(%(hits)s::uuid[]) AND e.app = %(app)s AND e.user_id = %(user_id)s
         ORDER BY e.id, s.offset_
@@ -147,14 +151,18 @@ def _recall_once(
     where, params = episode_filter(scope, before, after)
     params.update(fusion_params(fusion, [embedding], [query], k))
     params["turns"] = turns
-    fused, ranked, _exact = hybrid_parts("episodes", EPISODE_COLUMNS, where, None, None)
+    # Whether the scope's whole archive is small enough to rank exactly, as a
+    # recent search found: a period's share of it is smaller still.
+    sized = SCOPE_SIZES.archive_key(scope, fusion.exact_below)
+    exact = SCOPE_SIZES.cached(sized)
+    fused, ranked, _exact = hybrid_parts("episodes", EPISODE_COLUMNS, where, None, exact)
     neighbours = (
         f"""
 UNION ALL
-SELECT s.id::text, s.turn_id, e.session_id, e.project_id, s.created_at, s.text,
+SELECT s.id::text, s.turn_id, h.session_id, s.project_id, s.created_at, s.text,
        NULL, NULL, NULL, false, false, h.id, s.offset_
-FROM hits h JOIN episodes e ON e.id = h.id::uuid CROSS JOIN LATERAL (
-    {_AROUND}
+FROM hits h CROSS JOIN LATERAL (
+    {_around("h")}
 ) s"""
         if turns
         else ""
@@ -164,7 +172,14 @@ FROM hits h JOIN episodes e ON e.id = h.id::uuid CROSS JOIN LATERAL (
 hits AS MATERIALIZED {ranked}
 SELECT h.*, NULL::text AS hit, 0::bigint AS offset_ FROM hits h{neighbours}""",
         params,
+        # A scope known to be small is ranked exactly: its plan is the same for any
+        # user's (their rows by the user's index, the words by the text index), and
+        # planning it anew took longer than running it.
+        generic_plan=bool(exact),
     )
+    first_hit = next((row for row in rows if row["hit"] is None), None)
+    if exact is None and first_hit is not None and before is None and after is None:
+        SCOPE_SIZES.store(sized, bool(first_hit["exact"]))
     hits, around = [], {}
     for row in rows:
         hit, offset = row.pop("hit"), row.pop("offset_")

@@ -41,7 +41,9 @@ class Cited:
 
 # A memory's citation, as two more columns of a statement over `memories m`: the
 # number of the revision that made its text, and the turns its applied revisions'
-# events archived (JSON, oldest revision first).
+# events archived (JSON, oldest revision first). Each turn is found by its event
+# alone (`OFFSET 0` keeps the app and user out of that lookup): given them, a
+# planner with stale statistics walked all the user's episodes per revision.
 CITED_COLUMNS = """,
     (SELECT max(r.n) FROM (
         SELECT applied, row_number() OVER (ORDER BY id) AS n
@@ -50,9 +52,11 @@ CITED_COLUMNS = """,
     (SELECT json_agg(json_build_object(
                 'episode_id', e.id, 'turn_id', e.turn_id, 'session_id', e.session_id,
                 'created_at', e.created_at) ORDER BY r.id)
-     FROM memory_revisions r
-     JOIN episodes e ON e.event_id = r.event_id AND e.app = m.app AND e.user_id = m.user_id
-     WHERE r.memory_id = m.id AND r.applied) AS cited_sources"""
+     FROM memory_revisions r CROSS JOIN LATERAL (
+         SELECT * FROM episodes WHERE event_id = r.event_id OFFSET 0
+     ) e
+     WHERE r.memory_id = m.id AND r.applied AND e.app = m.app AND e.user_id = m.user_id
+    ) AS cited_sources"""
 
 
 def pop_cited(row: dict[str, Any]) -> Cited:

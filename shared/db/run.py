@@ -20,11 +20,19 @@ T = TypeVar("T")
 Steps = Generator["Statement", list[Any], T]
 
 
+# Connections plan every statement anew (`shared.db.pool`); a statement whose plan
+# cannot go wrong for any parameters asks for it to be planned once and kept.
+GENERIC_PLAN = "SET LOCAL plan_cache_mode = force_generic_plan"
+
+
 @dataclass(frozen=True, slots=True)
 class Statement:
     sql: str
     params: Any = None
     rows: RowFactory[Any] = dict_row
+    # Prepared, with a plan made once per connection for any parameters (in a
+    # transaction: outside one `SET LOCAL` does nothing, and it is planned as usual).
+    generic_plan: bool = False
 
 
 def run(conn: psycopg.Connection, steps: Steps[T]) -> T:
@@ -33,7 +41,9 @@ def run(conn: psycopg.Connection, steps: Steps[T]) -> T:
         statement = next(steps)
         while True:
             with conn.cursor(row_factory=statement.rows) as cur:
-                cur.execute(statement.sql, statement.params)
+                if statement.generic_plan:
+                    cur.execute(GENERIC_PLAN)
+                cur.execute(statement.sql, statement.params, prepare=statement.generic_plan or None)
                 rows = cur.fetchall() if cur.description is not None else []
             statement = steps.send(rows)
     except StopIteration as done:
@@ -46,7 +56,11 @@ async def arun(conn: psycopg.AsyncConnection, steps: Steps[T]) -> T:
         statement = next(steps)
         while True:
             async with conn.cursor(row_factory=statement.rows) as cur:
-                await cur.execute(statement.sql, statement.params)
+                if statement.generic_plan:
+                    await cur.execute(GENERIC_PLAN)
+                await cur.execute(
+                    statement.sql, statement.params, prepare=statement.generic_plan or None
+                )
                 rows = await cur.fetchall() if cur.description is not None else []
             statement = steps.send(rows)
     except StopIteration as done:

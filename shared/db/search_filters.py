@@ -25,6 +25,11 @@ class ScopeSizes(Expiring[tuple[str, str, str, str, str, int], bool]):
         count = memory_count_filter(scope)
         return (table, count, scope.app, scope.user_id, scope.project_id, exact_below)
 
+    @staticmethod
+    def archive_key(scope: Scope, exact_below: int) -> tuple[str, str, str, str, str, int]:
+        # What an archive search without a period counts: `episode_filter`'s rows.
+        return ("episodes", "", scope.app, scope.user_id, scope.project_id, exact_below)
+
 
 SCOPE_SIZES = ScopeSizes()
 

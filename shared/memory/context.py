@@ -37,7 +37,7 @@ from shared.session_buffer import AsyncSessionBuffer, BufferedTurn, SessionKey, 
 from shared.tokens import clip_to_tokens, estimate_tokens
 
 # The archive's hits a context weighs: one per this many tokens of its budget.
-TOKENS_PER_HIT = 100
+TOKENS_PER_HIT = 200
 MIN_HITS = 5
 
 
@@ -299,7 +299,7 @@ def _neighbour(row: dict, hit: RecalledTurn) -> RecalledTurn:
         row["id"],
         row["turn_id"],
         hit.session_id,
-        hit.project_id,
+        row["project_id"],
         row["created_at"],
         row["text"],
         neighbour_of=hit.turn_id,

@@ -152,7 +152,7 @@ class Settings(ServiceSettings):
     context_recent_turns: int = Field(default=4, ge=0, le=100)
     """recent turns of the session that `/v1/context` includes at most"""
     context_recalled_turns: int = Field(default=30, ge=0, le=100)
-    """archived turns `/v1/context` weighs at most (the archive search's hits; one per 100
+    """archived turns `/v1/context` weighs at most (the archive search's hits; one per 200
     tokens of the budget, at least 5); `0`: the context recalls none"""
     context_recall_neighbours: int = Field(default=1, ge=0, le=5)
     """turns before and after each recalled turn that `/v1/context` may add when the budget

@@ -1,6 +1,6 @@
-"""The way of a message through a worker: a delivery hands it to `receive`; a
+"""The way of a message through a worker: a pull hands it to `receive`; a
 handler thread decodes it, calls its handler and settles it (`settling`). Nothing
-here calls back into a delivery: a message leaves only through `ack`, `nack` or
+here calls back into a pull: a message leaves only through `ack`, `nack` or
 `extend`, all called by the settler, or by the hold for a dependency.
 
 Messages wait in one queue for `concurrency` handler threads. A thread takes one
@@ -19,7 +19,7 @@ from __future__ import annotations
 import threading
 import time
 from collections import deque
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -29,8 +29,8 @@ import structlog
 
 from shared.bus.attributes import COUNTED, REPLAYED_FOR
 from shared.bus.contract import BatchHandler, Continue, Handler, HandlerTable, Outcome
-from shared.bus.delivery import Message
 from shared.bus.dependencies import Dependencies
+from shared.bus.message import Message
 from shared.bus.settling import Pending, Settler
 from shared.config import Settings
 from shared.errors import PermanentError
@@ -92,8 +92,8 @@ class Dispatcher:
             thread.start()
             self._threads.append(thread)
 
-    def receive(self, messages: list[Message]) -> None:
-        """Queue `messages` for the handler threads (a delivery's sink)."""
+    def receive(self, messages: Sequence[Message]) -> None:
+        """Queue `messages` for the handler threads (a pull's sink)."""
         now = datetime.now(UTC)
         for message in messages:
             if message.publish_time is not None:

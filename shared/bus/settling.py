@@ -36,8 +36,8 @@ from shared.bus.contract import (
     Delivery,
     Outcome,
 )
-from shared.bus.delivery import Message
 from shared.bus.dependencies import Dependencies
+from shared.bus.message import Message
 from shared.bus.publisher import EventPublisher
 from shared.config import Settings
 from shared.embeddings.base import EmbeddingRateLimited

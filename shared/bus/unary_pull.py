@@ -1,4 +1,4 @@
-"""Delivery by unary (synchronous) Pull with our own leases and batched acks.
+"""Unary (synchronous) pull with our own leases and batched acks.
 
 Why this exists: on the Pub/Sub emulator (v0.8.20, measured here), a streaming-pull
 stream that closes — a worker stopped by SIGTERM as much as one killed — is never
@@ -7,7 +7,7 @@ messages to the dead stream, and on an ordered subscription whole ordering keys
 stay blocked (more than four minutes observed; a fresh subscriber receives
 nothing for them). Unary pulls hold no stream; a message pulled by a worker that
 dies comes back when its lease ends, as Pub/Sub promises. The runtime therefore
-uses this delivery against the emulator and streaming pull against Pub/Sub.
+uses this pull against the emulator and streaming pull against Pub/Sub.
 
 Flow control is explicit: at most `max_outstanding` messages are leased (a pull
 asks only for the free room). A lease thread extends the deadline of every
@@ -31,7 +31,8 @@ import structlog
 from google.api_core import exceptions as gexc
 from google.cloud import pubsub_v1
 
-from shared.bus.delivery import DelayedNacks, Message, Sink
+from shared.bus.delayed_nacks import DelayedNacks
+from shared.bus.message import Message, Sink
 
 log = structlog.get_logger("agent_memory.worker")
 
@@ -52,7 +53,7 @@ class PulledMessage:
     """One received message. Built from the raw protobuf: proto-plus wrappers cost
     more CPU per message than the summary handler itself."""
 
-    def __init__(self, received: Any, delivery: UnaryPull) -> None:
+    def __init__(self, received: Any, pull: UnaryPull) -> None:
         message = received.message
         self.ack_id: str = received.ack_id
         self.delivery_attempt: int = received.delivery_attempt or 1
@@ -61,16 +62,16 @@ class PulledMessage:
         self.ordering_key: str = message.ordering_key
         self.message_id: str = message.message_id
         self.publish_time: datetime | None = message.publish_time.ToDatetime(tzinfo=UTC)
-        self._delivery = delivery
+        self._pull = pull
         self._decided = False
 
     def ack(self) -> None:
         if self._decide():
-            self._delivery.settle(self, ack=True)
+            self._pull.settle(self, ack=True)
 
     def nack(self, delay: float = 0.0) -> None:
         if self._decide():
-            self._delivery.nack(self, delay)
+            self._pull.nack(self, delay)
 
     def _decide(self) -> bool:
         """The first ack or nack counts: a second must not release its key again."""
@@ -78,7 +79,7 @@ class PulledMessage:
         return first
 
     def extend(self) -> None:
-        self._delivery.keep_leased(self.ack_id)
+        self._pull.keep_leased(self.ack_id)
 
 
 class UnaryPull:

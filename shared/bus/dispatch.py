@@ -1,7 +1,8 @@
-"""The way of a message through a worker: a pull hands it to `receive`; a
-handler thread decodes it, calls its handler and settles it (`settling`). Nothing
-here calls back into a pull: a message leaves only through `ack`, `nack` or
-`extend`, all called by the settler, or by the hold for a dependency.
+"""The way of a message through a worker: a pull hands it to `receive`, from a
+thread of the pull's own; a handler thread decodes it, calls its handler and
+settles it (`settling`). Nothing here calls back into a pull: a message leaves
+only through `ack`, `nack` or `extend`, all called by the settler, or by the
+hold for a dependency.
 
 Messages wait in one queue for `concurrency` handler threads. A thread takes one
 message, or, where the table's handlers are `BatchHandler`s, every message
@@ -93,7 +94,8 @@ class Dispatcher:
             self._threads.append(thread)
 
     def receive(self, messages: Sequence[Message]) -> None:
-        """Queue `messages` for the handler threads (a pull's sink)."""
+        """Queue `messages` for the handler threads (a pull's sink, called from the
+        pull's own threads)."""
         now = datetime.now(UTC)
         for message in messages:
             if message.publish_time is not None:

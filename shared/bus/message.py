@@ -3,8 +3,8 @@
 A pull brings a subscription's messages to a worker: streaming pull on Pub/Sub
 (`streaming_pull.StreamingPull`), unary pull with leases of its own on the
 emulator (`unary_pull.UnaryPull`). It hands them to a sink (the dispatcher's
-`receive`), messages of one ordering key one at a time: the next once the one
-before is settled.
+`receive`) from threads of its own, never from a handler thread, and messages
+of one ordering key one at a time: the next once the one before is settled.
 A message leaves the runtime through one of its three methods.
 """
 
@@ -52,7 +52,8 @@ class Pull(Protocol):
     def start(self) -> None: ...
 
     def request_stop(self) -> None:
-        """Pull nothing more (returns at once)."""
+        """Pull nothing more and hand nothing more on (returns at once). What was
+        pulled and never handed to the sink goes back to Pub/Sub unopened."""
 
     def stop(self, timeout: float) -> bool:
         """Wait up to `timeout` for every message handed on to be settled; True if

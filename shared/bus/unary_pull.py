@@ -11,18 +11,15 @@ uses this pull against the emulator and streaming pull against Pub/Sub.
 
 Flow control is explicit: at most `max_outstanding` messages are leased (a pull
 asks only for the free room). A lease thread extends the deadline of every
-message not yet settled; acks and nacks are sent in batches. With `in_key_order`
-a message reaches the sink only once the one of its ordering key before it is
-settled, as the streaming-pull client holds them back: turns of one session would
-otherwise take handler slots only to wait on each other (the extraction worker's
-per-user lock).
+message not yet settled; acks and nacks are sent in batches. What
+is pulled reaches the sink through a `Handoff`, in ordering-key order with
+`in_key_order`, from a thread of its own.
 """
 
 from __future__ import annotations
 
 import threading
 import time
-from collections import deque
 from collections.abc import Callable, Iterator
 from datetime import UTC, datetime
 from typing import Any
@@ -32,7 +29,8 @@ from google.api_core import exceptions as gexc
 from google.cloud import pubsub_v1
 
 from shared.bus.delayed_nacks import DelayedNacks
-from shared.bus.message import Message, Sink
+from shared.bus.handoff import Handoff
+from shared.bus.message import Sink
 
 log = structlog.get_logger("agent_memory.worker")
 
@@ -66,15 +64,15 @@ class PulledMessage:
         self._decided = False
 
     def ack(self) -> None:
-        if self._decide():
+        if self.take_decision():
             self._pull.settle(self, ack=True)
 
     def nack(self, delay: float = 0.0) -> None:
-        if self._decide():
+        if self.take_decision():
             self._pull.nack(self, delay)
 
-    def _decide(self) -> bool:
-        """The first ack or nack counts: a second must not release its key again."""
+    def take_decision(self) -> bool:
+        """True for the first ack or nack only: a second must not release its key again."""
         first, self._decided = not self._decided, True
         return first
 
@@ -100,10 +98,8 @@ class UnaryPull:
     ) -> None:
         self.subscriber = subscriber
         self.path = subscription_path
-        self.sink = sink
         self.max_outstanding = max_outstanding
         self.lease_seconds = lease_seconds
-        self.in_key_order = in_key_order
         self.delayed = DelayedNacks() if backoff_emulated else None
         # False while a dependency is down: nothing new is pulled meanwhile.
         self.may_pull = may_pull or (lambda: True)
@@ -122,11 +118,13 @@ class UnaryPull:
         self._to_nack: list[str] = []
         self._to_extend: list[str] = []  # first leases of fresh pulls
         self._threads: list[threading.Thread] = []
-        # Ordering key -> its messages pulled while one of it is at the sink, in order.
-        self._on_hold: dict[str, deque[PulledMessage]] = {}
+        self._handoff: Handoff[PulledMessage] = Handoff(
+            sink, in_key_order=in_key_order, name=f"handoff-{subscription_path}"
+        )
 
     # -- lifecycle -----------------------------------------------------------------
     def start(self) -> None:
+        self._handoff.start()
         for target, name in (
             (self._pull_loop, "pull"),
             (self._lease_loop, "lease"),
@@ -137,18 +135,20 @@ class UnaryPull:
             self._threads.append(thread)
 
     def request_stop(self) -> None:
-        """Stop pulling (returns at once). What waits for its backoff is nacked now,
-        and what waits behind its ordering key goes to the sink, which hands it back."""
+        """Stop pulling and handing on (returns at once). What waits for its backoff
+        is nacked now; what waits behind its ordering key, never handed on, is
+        given back unopened. Whatever the dispatcher is doing meanwhile."""
         self._stopping.set()
         if self.delayed is not None:
             self.delayed.flush()
-        with self._cond:
-            held = [m for queue in self._on_hold.values() for m in queue]
-            for queue in self._on_hold.values():
-                queue.clear()
-            self._cond.notify_all()
-        if held:
-            self.sink(list(held))
+        left = self._handoff.stop()
+        if left:
+            self._give_back(left)
+            log.info(
+                "worker stopped with messages waiting behind their ordering key; given back",
+                subscription=self.path,
+                messages=len(left),
+            )
 
     def stop(self, timeout: float) -> bool:
         """Stop pulling; wait up to `timeout` for every leased message to be settled.
@@ -168,17 +168,18 @@ class UnaryPull:
             drained = not self._leased
         if self.delayed is not None:
             self.delayed.close()
+        self._handoff.join(max(0.0, deadline - time.monotonic()))
         self._done.set()
         self._flush()
         return drained
 
     @property
     def running(self) -> bool:
-        return not self._done.is_set() and self._error is None
+        return not self._done.is_set() and self.error is None
 
     @property
     def error(self) -> BaseException | None:
-        return self._error
+        return self._error or self._handoff.error
 
     def in_flight(self) -> int:
         with self._cond:
@@ -208,18 +209,17 @@ class UnaryPull:
                 self._leased[ack_id] = time.monotonic()
 
     def _release_key(self, message: PulledMessage) -> None:
-        """Hand on the next message of `message`'s ordering key, if one waits."""
-        if not (self.in_key_order and message.ordering_key):
-            return
+        """Its key's next message is handed on, by the hand-off's thread, not this one."""
+        self._handoff.release(message)
+
+    def _give_back(self, messages: list[PulledMessage]) -> None:
+        """Nack messages that never reached the sink (nothing releases their key)."""
         with self._cond:
-            queue = self._on_hold.get(message.ordering_key)
-            if queue is None:
-                return
-            if not queue:
-                del self._on_hold[message.ordering_key]
-                return
-            following = queue.popleft()
-        self.sink([following])
+            for message in messages:
+                if message.take_decision():
+                    self._leased.pop(message.ack_id, None)
+                    self._to_nack.append(message.ack_id)
+            self._cond.notify_all()
 
     def _flush(self) -> None:
         with self._cond:
@@ -249,21 +249,20 @@ class UnaryPull:
             # A lost ack only means a redelivery, which the ledger makes harmless.
             log.warning("ack or lease request failed", error=repr(exc), ids=len(request["ack_ids"]))
 
-    def _in_turn(self, pulled: list[PulledMessage]) -> list[PulledMessage]:
-        """The messages whose ordering key is free (each takes it); the others wait."""
-        if not self.in_key_order:
-            return pulled
-        ready = []
+    def _take_in(self, received: list[Any]) -> None:
+        """Lease what a pull brought and offer it to the hand-off."""
+        if not received:
+            return
+        now = time.monotonic()
         with self._cond:
-            for message in pulled:
-                key = message.ordering_key
-                if key and key in self._on_hold:
-                    self._on_hold[key].append(message)
-                    continue
-                if key:
-                    self._on_hold[key] = deque()
-                ready.append(message)
-        return ready
+            self._leased.update((r.ack_id, now) for r in received)
+            # Shorten the first lease from the subscription's ack deadline to
+            # ours (sent with the next settle flush, before any nack), so a
+            # worker killed now has its messages back within seconds.
+            self._to_extend.extend(r.ack_id for r in received)
+        refused = self._handoff.offer(PulledMessage(r, self) for r in received)
+        if refused:  # pulled as the worker stopped: given back unopened
+            self._give_back(refused)
 
     # -- threads ---------------------------------------------------------------------
     def _settle_loop(self) -> None:
@@ -310,17 +309,7 @@ class UnaryPull:
                     # Pulled as we were stopping: returned unopened, never received.
                     self._modack([r.ack_id for r in received], 0)
                     received = []
-                now = time.monotonic()
-                with self._cond:
-                    self._leased.update((r.ack_id, now) for r in received)
-                    # Shorten the first lease from the subscription's ack deadline to
-                    # ours (sent with the next settle flush, before any nack), so a
-                    # worker killed now has its messages back within seconds.
-                    self._to_extend.extend(r.ack_id for r in received)
-                pulled = [PulledMessage(r, self) for r in received]
-                ready: list[Message] = list(self._in_turn(pulled))
-                if ready:
-                    self.sink(ready)
+                self._take_in(received)
         except BaseException as exc:
             self._error = exc
             log.error("pull loop failed", subscription=self.path, error=repr(exc))

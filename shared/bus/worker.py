@@ -1,7 +1,7 @@
 """The subscriber runtime every worker uses: one subscription, three parts.
 
     pull (unary_pull.UnaryPull on the emulator, streaming_pull.StreamingPull on Pub/Sub)
-      │  hands each message to
+      │  hands each message, from threads of its own, to
       ▼
     dispatch.Dispatcher: a queue and `concurrency` handler threads; decodes the
       │  message and calls its handler (a batch handler takes the waiting ones)
@@ -151,10 +151,10 @@ class SubscriberRuntime:
 
     def request_stop(self) -> None:
         """Stop taking new messages (returns at once; `stop` waits for the drain).
-        The dispatcher first: what the pull hands on as it stops (a key's
-        waiting messages) is then handed back, never started."""
-        self.dispatcher.request_stop()
+        The two parts stop in either order: the pull gives back what it never
+        handed on, the dispatcher hands back what no handler took."""
         self.pull.request_stop()
+        self.dispatcher.request_stop()
 
     def stop(self, timeout: float | None = None) -> bool:
         """Stop pulling, let in-flight handlers finish for at most `timeout` seconds.

@@ -13,19 +13,19 @@ import pytest
 from shared.bus.attributes import REPLAYED_FOR
 from shared.bus.contract import BatchHandler, Continue, Outcome
 from shared.bus.dependencies import Dependencies
-from shared.bus.dispatch import Dispatcher
 from shared.errors import DependencyError
 from shared.events import CompactionRequested, ExtractionRequested, TurnRecorded
 from tests.bus_helpers import make_turn
-from tests.runtime_fakes import SETTINGS, SUBSCRIPTION, FakeMessage, FakePublisher, settler_of
+from tests.runtime_fakes import (
+    SETTINGS,
+    SUBSCRIPTION,
+    FakeMessage,
+    FakePublisher,
+    dispatcher_of,
+    settler_of,
+)
 
 IDS = {"app": "app-1", "user_id": "user-1", "session_id": "sess-1"}
-
-
-def dispatcher_of(table, dependencies=None, publisher=None, concurrency=2) -> Dispatcher:
-    dependencies = dependencies or Dependencies(retry_min=60, retry_max=60)
-    settler = settler_of(publisher, dependencies)
-    return Dispatcher(SETTINGS, SUBSCRIPTION, table, settler, dependencies, concurrency)
 
 
 def settled(*messages: FakeMessage) -> None:

@@ -12,7 +12,8 @@ with `Continue` goes back to the front of the queue for another thread to run it
 
 While a dependency is down every message taken here waits, leased, until the
 dependency answers; then it is handled again from the start. Its delivery
-attempts are not spent on it.
+attempts are not spent on it. What waits in the queue meanwhile, behind the
+held ones, is extended with them.
 """
 
 from __future__ import annotations
@@ -43,7 +44,7 @@ from shared.tracing import current, start_consumer_span
 log = structlog.get_logger("agent_memory.worker")
 
 MAX_BATCH = 1000  # messages one call of a batch handler's `first` takes at most
-HOLD_CHECK_SECONDS = 60.0  # how often a held message's lease is renewed
+HOLD_CHECK_SECONDS = 60.0  # how often the leases of held and queued messages are renewed
 
 
 @dataclass
@@ -77,6 +78,7 @@ class Dispatcher:
         self.batch_size = MAX_BATCH if batch and all(batch) else 1
         self.limits = Limits(settings.max_message_bytes, settings.max_tool_events_bytes)
         self.max_delivery_attempts = settings.max_delivery_attempts
+        self.hold_check_seconds = HOLD_CHECK_SECONDS
         self._queue: deque[Message | _Then] = deque()
         self._cond = threading.Condition()
         self._stopping = threading.Event()
@@ -191,11 +193,13 @@ class Dispatcher:
             return True
         self._held.inc(len(held))
         try:
-            while not self.dependencies.wait_until_ready(self._stopping, HOLD_CHECK_SECONDS):
+            while not self.dependencies.wait_until_ready(self._stopping, self.hold_check_seconds):
                 if self._stopping.is_set():
                     break
-                for p in held:  # however long the outage, they stay ours
-                    p.message.extend()
+                # However long the outage, they stay ours: the held ones, and what
+                # waits in the queue for a thread that holds.
+                for message in [p.message for p in held] + self._queued():
+                    message.extend()
             else:
                 return True
         finally:
@@ -204,6 +208,10 @@ class Dispatcher:
         for p in held:
             self._hand_back(p, f"while {down} was down")
         return False
+
+    def _queued(self) -> list[Message]:
+        with self._cond:
+            return [i.pending.message if isinstance(i, _Then) else i for i in self._queue]
 
     def _dispatch(self, pending: list[Pending]) -> list[Pending]:
         """Route and handle `pending`; the ones held for a dependency are returned."""

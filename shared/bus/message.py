@@ -39,7 +39,8 @@ class Message(Protocol):
         """Give it back for redelivery, after `delay` seconds (the retry backoff)."""
 
     def extend(self) -> None:
-        """Held for a dependency, not stuck: keep its lease however long that takes."""
+        """Held for a dependency, not stuck: keep its lease however long that takes
+        (and the leases of the messages of its ordering key waiting behind it)."""
 
 
 # Where a pull hands its messages: the dispatcher's `receive`.

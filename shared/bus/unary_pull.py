@@ -11,7 +11,8 @@ uses this pull against the emulator and streaming pull against Pub/Sub.
 
 Flow control is explicit: at most `max_outstanding` messages are leased (a pull
 asks only for the free room). A lease thread extends the deadline of every
-message not yet settled; acks and nacks are sent in batches. What
+message not yet settled, for at most MAX_LEASE_SECONDS after its handling
+began or was last extended on purpose; acks and nacks are sent in batches. What
 is pulled reaches the sink through a `Handoff`, in ordering-key order with
 `in_key_order`, from a thread of its own.
 """
@@ -38,7 +39,10 @@ PULL_TIMEOUT_SECONDS = 2.5  # the emulator answers an empty pull about 1 s befor
 PULL_ERROR_PAUSE_SECONDS = 1.0
 ACK_FLUSH_SECONDS = 0.05  # acks wait at most this long, to go in batches
 MAX_IDS_PER_REQUEST = 1000
-MAX_LEASE_SECONDS = 3600  # a handler stuck longer loses its lease: the message is redelivered
+# A handler stuck longer loses its lease: the message is redelivered. The clock
+# starts when a message is handed on, and again at each `extend()`; the messages
+# waiting behind its ordering key keep theirs in step with it.
+MAX_LEASE_SECONDS = 3600
 
 
 def ack_id_chunks(ack_ids: list[str]) -> Iterator[list[str]]:
@@ -77,7 +81,7 @@ class PulledMessage:
         return first
 
     def extend(self) -> None:
-        self._pull.keep_leased(self.ack_id)
+        self._pull.keep_leased(self)
 
 
 class UnaryPull:
@@ -108,7 +112,8 @@ class UnaryPull:
         self._done = threading.Event()
         self._error: BaseException | None = None
         self._cond = threading.Condition()
-        # ack id -> when it was pulled (or last held on purpose), for every message not settled
+        # ack id -> when its lease clock started (pulled, handed on, or held on
+        # purpose), for every message not settled
         self._leased: dict[str, float] = {}
         # Lease extensions and nacks go out in the order they were decided, so an
         # extension can never overtake (and undo) a nack. (Acks need no order: an
@@ -203,14 +208,24 @@ class UnaryPull:
         self.delayed.add(lambda: self.settle(message, ack=False, release=False), delay)
         self._release_key(message)
 
-    def keep_leased(self, ack_id: str) -> None:
-        with self._cond:
-            if ack_id in self._leased:
-                self._leased[ack_id] = time.monotonic()
+    def keep_leased(self, message: PulledMessage) -> None:
+        """`message` is held on purpose: its lease, and those of the messages
+        waiting behind it, are kept for another MAX_LEASE_SECONDS."""
+        self._restart_lease_clock([message, *self._handoff.behind(message)])
 
     def _release_key(self, message: PulledMessage) -> None:
-        """Its key's next message is handed on, by the hand-off's thread, not this one."""
-        self._handoff.release(message)
+        """Its key's next message is handed on (by the hand-off's thread, not this
+        one); the key moves, so the lease clocks of its messages start again."""
+        self._restart_lease_clock(self._handoff.release(message))
+
+    def _restart_lease_clock(self, messages: list[PulledMessage]) -> None:
+        if not messages:
+            return
+        now = time.monotonic()
+        with self._cond:
+            for message in messages:
+                if message.ack_id in self._leased:
+                    self._leased[message.ack_id] = now
 
     def _give_back(self, messages: list[PulledMessage]) -> None:
         """Nack messages that never reached the sink (nothing releases their key)."""
@@ -274,11 +289,14 @@ class UnaryPull:
         # Extend every lease well before it ends, up to MAX_LEASE_SECONDS.
         interval = max(1.0, self.lease_seconds / 3)
         while not self._done.wait(interval):
-            oldest = time.monotonic() - MAX_LEASE_SECONDS
             with self._nack_lock:
-                with self._cond:
-                    leased = [a for a, pulled in self._leased.items() if pulled > oldest]
-                self._modack(leased, self.lease_seconds)
+                self._modack(self._to_renew(), self.lease_seconds)
+
+    def _to_renew(self) -> list[str]:
+        """The ack ids whose lease is kept: those whose clock has not run out."""
+        oldest = time.monotonic() - MAX_LEASE_SECONDS
+        with self._cond:
+            return [a for a, since in self._leased.items() if since > oldest]
 
     def _pull_loop(self) -> None:
         try:

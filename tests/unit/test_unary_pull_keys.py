@@ -1,13 +1,15 @@
 """Unary pull's ordering keys and leases, without Pub/Sub (`offline_pull`): a key's
 next message reaches the sink only once the one before it is settled, and from
 the hand-off's thread, not the settling one; a second ack or nack releases
-nothing more; a stop gives back what waits behind a key."""
+nothing more; a stop gives back what waits behind a key; what waits behind a
+held message keeps its lease as long as that one does."""
 
 from __future__ import annotations
 
 import threading
+import time
 
-from shared.bus.unary_pull import PulledMessage, UnaryPull
+from shared.bus.unary_pull import MAX_LEASE_SECONDS, PulledMessage, UnaryPull
 from tests.runtime_fakes import offline_pull, received
 from tests.support import wait_for
 
@@ -76,3 +78,25 @@ def test_a_stop_gives_back_what_waits_behind_its_key_and_a_later_settle_hands_on
     assert sink.ids() == ["1", "4"]
     assert pull._to_ack == ["ack-1"] and sorted(pull._to_nack) == ["ack-2", "ack-3", "ack-5"]
     assert set(pull._leased) == {"ack-4"}  # at the sink: its handler settles it
+
+
+def test_what_waits_behind_a_held_message_keeps_its_lease_as_long_as_that_one():
+    pull, sink = pull_of("a", "a", "b")
+    held, _other = sink.reaches("1", "3")
+    # Pulled longer ago than any lease is kept: the outage has lasted that long.
+    long_ago = time.monotonic() - MAX_LEASE_SECONDS - 1
+    pull._leased = dict.fromkeys(pull._leased, long_ago)
+    assert pull._to_renew() == []
+    held.extend()  # what the dispatcher does while a dependency is down
+    assert sorted(pull._to_renew()) == ["ack-1", "ack-2"]  # not 3: another key
+    pull.request_stop()
+
+
+def test_a_key_that_moves_on_restarts_the_lease_clock_of_what_waits_behind_it():
+    pull, sink = pull_of("a", "a", "a")
+    (one,) = sink.reaches("1")
+    pull._leased = dict.fromkeys(pull._leased, time.monotonic() - MAX_LEASE_SECONDS - 1)
+    one.ack()
+    sink.reaches("1", "2")
+    assert sorted(pull._to_renew()) == ["ack-2", "ack-3"]
+    pull.request_stop()

@@ -140,8 +140,11 @@ class Dispatcher:
                 if not self._queue:
                     return
                 taken = self._take()
-            then = taken if isinstance(taken, _Then) else None
-            pending = [then.pending] if then else [Pending.of(m) for m in taken]  # type: ignore[union-attr]
+            if isinstance(taken, _Then):
+                then: _Then | None = taken
+                pending = [taken.pending]
+            else:
+                then, pending = None, [Pending.of(m) for m in taken]
             try:
                 if then is not None:
                     self._run_then(then)
@@ -173,9 +176,11 @@ class Dispatcher:
             return first
         taken = [first]
         while len(taken) < self.batch_size and self._queue:
-            if isinstance(self._queue[0], _Then):
+            following = self._queue[0]
+            if isinstance(following, _Then):
                 break
-            taken.append(self._queue.popleft())  # type: ignore[arg-type]
+            self._queue.popleft()
+            taken.append(following)
         return taken
 
     def _handle(self, pending: list[Pending]) -> None:
@@ -254,19 +259,19 @@ class Dispatcher:
     def _call(self, p: Pending, handler: Handler) -> list[Pending]:
         """Run `handler` on `p` with its log context bound for the handler's own log
         lines and its app for the model calls it makes (their metrics and limit)."""
-        assert p.event is not None
         result: object
         with _bound(p, self.subscription):
             try:
-                result = handler(p.event, p.delivery(self.subscription))
+                result = handler(p.decoded, p.delivery(self.subscription))
             except Exception as exc:
                 result = exc
         return self._settled(p, result)
 
     def _run_batch(self, handler: BatchHandler, batch: list[Pending]) -> list[Pending]:
-        items = [(p.event, p.delivery(self.subscription)) for p in batch]
+        items = [(p.decoded, p.delivery(self.subscription)) for p in batch]
+        results: list[object]
         try:
-            results = list(handler.first(items))  # type: ignore[arg-type]
+            results = list(handler.first(items))
             if len(results) != len(batch):
                 raise RuntimeError(f"{len(results)} results for {len(batch)} events")
         except Exception as exc:
@@ -297,7 +302,7 @@ class Dispatcher:
         result: object
         with _bound(p, self.subscription):
             try:
-                result = handler.then(p.event, p.delivery(self.subscription), then.value)
+                result = handler.then(p.decoded, p.delivery(self.subscription), then.value)
             except Exception as exc:
                 result = exc
         if self._settled(p, result):  # handled again from the start once its dependency answers
@@ -308,7 +313,7 @@ class Dispatcher:
         if isinstance(result, Exception):
             outcome = self.settler.settle(p, error=result)
         else:
-            outcome = self.settler.settle(p, result)  # type: ignore[arg-type]
+            outcome = self.settler.settle(p, result)
         return [p] if outcome is Outcome.HELD else []
 
     def _hand_back(self, p: Pending, when: str) -> None:

@@ -154,7 +154,7 @@ class _Run:
         """Decide each letter of one pull; publish the chosen, then acknowledge
         those whose publish was confirmed."""
         now = datetime.now(UTC)
-        chosen = []
+        chosen: list[DeadLetter] = []
         for letter in letters:
             if letter.attributes.get(REPLAY_RUN) == self.run_id or (
                 letter.dead_lettered_at >= self.started

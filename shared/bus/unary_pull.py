@@ -11,10 +11,9 @@ uses this pull against the emulator and streaming pull against Pub/Sub.
 
 Flow control is explicit: at most `max_outstanding` messages are leased (a pull
 asks only for the free room). A lease thread extends the deadline of every
-message not yet settled, for at most MAX_LEASE_SECONDS after its handling
-began or was last extended on purpose; acks and nacks are sent in batches. What
-is pulled reaches the sink through a `Handoff`, in ordering-key order with
-`in_key_order`, from a thread of its own.
+message not yet settled until its lease clock has run MAX_LEASE_SECONDS; acks
+and nacks are sent in batches. What is pulled reaches the sink through a
+`Handoff`, in ordering-key order with `in_key_order`, from a thread of its own.
 """
 
 from __future__ import annotations
@@ -39,9 +38,10 @@ PULL_TIMEOUT_SECONDS = 2.5  # the emulator answers an empty pull about 1 s befor
 PULL_ERROR_PAUSE_SECONDS = 1.0
 ACK_FLUSH_SECONDS = 0.05  # acks wait at most this long, to go in batches
 MAX_IDS_PER_REQUEST = 1000
-# A handler stuck longer loses its lease: the message is redelivered. The clock
-# starts when a message is handed on, and again at each `extend()`; the messages
-# waiting behind its ordering key keep theirs in step with it.
+# A handler stuck longer loses its lease: the message is redelivered. A message's
+# clock starts when it is pulled and again when it is held on purpose
+# (`extend()`); the messages waiting behind its ordering key restart theirs with
+# it, and whenever their key moves on.
 MAX_LEASE_SECONDS = 3600
 
 

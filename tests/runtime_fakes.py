@@ -1,20 +1,28 @@
 """Fakes of what the worker runtime talks to, for unit tests of its decisions:
 a message that records what was done to it, a publisher whose dead-letter publish
-succeeds or fails, and Pub/Sub-free settings. tests/integration proves the same
-runtime against the real emulator."""
+succeeds or fails (or waits), Pub/Sub-free settings, and a unary pull that never
+calls Pub/Sub. tests/integration proves the same runtime against the real
+emulator."""
 
 from __future__ import annotations
 
 import threading
 import uuid
+from collections.abc import Callable
 from concurrent.futures import Future
 from datetime import UTC, datetime
 from typing import Any
 
+from google.pubsub_v1.types import ReceivedMessage
+
+from shared.bus.contract import HandlerTable
 from shared.bus.dependencies import Dependencies
+from shared.bus.dispatch import Dispatcher
+from shared.bus.message import Sink
 from shared.bus.settling import Settler
+from shared.bus.unary_pull import UnaryPull
 from shared.config import load_settings
-from shared.events import encode
+from shared.events import Event, encode
 
 SETTINGS = load_settings(
     max_delivery_attempts=5, retry_min_backoff_seconds=1, retry_max_backoff_seconds=60
@@ -54,13 +62,17 @@ class FakeMessage:
 
 
 class FakePublisher:
-    """Takes dead-letter publishes (or refuses them, with `fail`)."""
+    """Takes dead-letter publishes (or refuses them, with `fail`); `before` runs
+    first, on the settling thread (to hold a settle mid-flight)."""
 
-    def __init__(self, fail: bool = False) -> None:
+    def __init__(self, fail: bool = False, before: Callable[[], object] | None = None) -> None:
         self.fail = fail
+        self.before = before
         self.published: list[tuple[str, bytes, dict[str, str]]] = []
 
     def publish_raw(self, topic: str, data: bytes, attributes: Any, ordering_key: str = ""):
+        if self.before is not None:
+            self.before()
         future: Future = Future()
         if self.fail:
             future.set_exception(RuntimeError("the dead-letter topic refused"))
@@ -83,3 +95,42 @@ def settler_of(
         dependencies or Dependencies(retry_min=60, retry_max=60),
         hook,
     )
+
+
+def dispatcher_of(
+    table: HandlerTable,
+    dependencies: Dependencies | None = None,
+    publisher: FakePublisher | None = None,
+    concurrency: int = 2,
+) -> Dispatcher:
+    dependencies = dependencies or Dependencies(retry_min=60, retry_max=60)
+    settler = settler_of(publisher, dependencies)
+    return Dispatcher(SETTINGS, SUBSCRIPTION, table, settler, dependencies, concurrency)
+
+
+def received(n: int, event: Event | None = None, key: str = "") -> Any:
+    """The raw protobuf of a pulled message (as a unary pull's response holds it):
+    `event` encoded, or an empty body; ack id `ack-N`, message id `N`."""
+    data, attributes = b"{}", {}
+    if event is not None:
+        out = encode(event)
+        data, attributes, key = out.data, out.attributes, out.ordering_key
+    message = {"data": data, "attributes": attributes, "ordering_key": key, "message_id": str(n)}
+    return ReceivedMessage.pb(ReceivedMessage(ack_id=f"ack-{n}", message=message))
+
+
+def offline_pull(sink: Sink, in_key_order: bool = True) -> UnaryPull:
+    """A unary pull that never calls Pub/Sub: its pull, lease and settle threads are
+    not started, so its acks and nacks stay in its lists (`_to_ack`, `_to_nack`),
+    and what it pulled is given with `_take_in`. Its hand-off thread runs."""
+    pull = UnaryPull(
+        None,  # type: ignore[arg-type]  # no thread that calls Pub/Sub is started
+        "projects/p/subscriptions/s",
+        sink,
+        max_outstanding=100,
+        lease_seconds=30,
+        in_key_order=in_key_order,
+        backoff_emulated=False,
+    )
+    pull._handoff.start()
+    return pull

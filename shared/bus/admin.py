@@ -138,8 +138,9 @@ class TopologyAdmin:
         for spec in TOPICS:
             states.append(self._schema(spec.event_type, write))
             states.append(self._topic(self.topic_path(spec.name), spec.event_type, write))
-        for spec in SUBSCRIPTIONS:
-            states.append(self._topic(self.topic_path(dead_letter_name(spec.name)), None, write))
+        for subscription in SUBSCRIPTIONS:
+            dead_letters = self.topic_path(dead_letter_name(subscription.name))
+            states.append(self._topic(dead_letters, None, write))
         for desired in self.desired_subscriptions():
             states.append(self._subscription(desired, write))
         return states
@@ -259,7 +260,7 @@ def _subscription_message(want: DesiredSubscription) -> Subscription:
             dead_letter_topic=want.dead_letter_topic,
             max_delivery_attempts=want.max_delivery_attempts,
         )
-    if want.retry_min is not None:
+    if want.retry_min is not None and want.retry_max is not None:  # set together
         sub.retry_policy = RetryPolicy(
             minimum_backoff=_duration(want.retry_min), maximum_backoff=_duration(want.retry_max)
         )

@@ -12,6 +12,8 @@ DEAD_LETTER_ORDERING_KEY = "dead_letter_ordering_key"
 # other subscription of its topic acknowledges it without handling it (a filter on
 # the subscription would do the same on Pub/Sub, but the emulator ignores filters).
 REPLAYED_FOR = "replayed_for"
+# Set by `dlq replay` on what it publishes: the run's id (see shared.bus.replay).
+REPLAY_RUN = "replay_run"
 # Set by a publisher whose process reports what it publishes to the figures
 # (shared.bus.reporting): the message is in a topic's published count already. A
 # worker counts a message without it when it first receives it (a script's, a

@@ -1,7 +1,8 @@
-"""The way of a message through a worker: a delivery hands it to `receive`; a
-handler thread decodes it, calls its handler and settles it (`settling`). Nothing
-here calls back into a delivery: a message leaves only through `ack`, `nack` or
-`extend`, all called by the settler, or by the hold for a dependency.
+"""The way of a message through a worker: a pull hands it to `receive`, from a
+thread of the pull's own; a handler thread decodes it, calls its handler and
+settles it (`settling`). Nothing here calls back into a pull: a message leaves
+only through `ack`, `nack` or `extend`, all called by the settler, or by the
+hold for a dependency.
 
 Messages wait in one queue for `concurrency` handler threads. A thread takes one
 message, or, where the table's handlers are `BatchHandler`s, every message
@@ -11,7 +12,8 @@ with `Continue` goes back to the front of the queue for another thread to run it
 
 While a dependency is down every message taken here waits, leased, until the
 dependency answers; then it is handled again from the start. Its delivery
-attempts are not spent on it.
+attempts are not spent on it. What waits in the queue meanwhile, behind the
+held ones, is extended with them.
 """
 
 from __future__ import annotations
@@ -19,7 +21,7 @@ from __future__ import annotations
 import threading
 import time
 from collections import deque
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -29,8 +31,8 @@ import structlog
 
 from shared.bus.attributes import COUNTED, REPLAYED_FOR
 from shared.bus.contract import BatchHandler, Continue, Handler, HandlerTable, Outcome
-from shared.bus.delivery import Message
 from shared.bus.dependencies import Dependencies
+from shared.bus.message import Message
 from shared.bus.settling import Pending, Settler
 from shared.config import Settings
 from shared.errors import PermanentError
@@ -42,7 +44,7 @@ from shared.tracing import current, start_consumer_span
 log = structlog.get_logger("agent_memory.worker")
 
 MAX_BATCH = 1000  # messages one call of a batch handler's `first` takes at most
-HOLD_CHECK_SECONDS = 60.0  # how often a held message's lease is renewed
+HOLD_CHECK_SECONDS = 60.0  # how often the leases of held and queued messages are renewed
 
 
 @dataclass
@@ -76,6 +78,7 @@ class Dispatcher:
         self.batch_size = MAX_BATCH if batch and all(batch) else 1
         self.limits = Limits(settings.max_message_bytes, settings.max_tool_events_bytes)
         self.max_delivery_attempts = settings.max_delivery_attempts
+        self.hold_check_seconds = HOLD_CHECK_SECONDS
         self._queue: deque[Message | _Then] = deque()
         self._cond = threading.Condition()
         self._stopping = threading.Event()
@@ -92,8 +95,9 @@ class Dispatcher:
             thread.start()
             self._threads.append(thread)
 
-    def receive(self, messages: list[Message]) -> None:
-        """Queue `messages` for the handler threads (a delivery's sink)."""
+    def receive(self, messages: Sequence[Message]) -> None:
+        """Queue `messages` for the handler threads (a pull's sink, called from the
+        pull's own threads)."""
         now = datetime.now(UTC)
         for message in messages:
             if message.publish_time is not None:
@@ -136,8 +140,11 @@ class Dispatcher:
                 if not self._queue:
                     return
                 taken = self._take()
-            then = taken if isinstance(taken, _Then) else None
-            pending = [then.pending] if then else [Pending.of(m) for m in taken]  # type: ignore[union-attr]
+            if isinstance(taken, _Then):
+                then: _Then | None = taken
+                pending = [taken.pending]
+            else:
+                then, pending = None, [Pending.of(m) for m in taken]
             try:
                 if then is not None:
                     self._run_then(then)
@@ -169,9 +176,11 @@ class Dispatcher:
             return first
         taken = [first]
         while len(taken) < self.batch_size and self._queue:
-            if isinstance(self._queue[0], _Then):
+            following = self._queue[0]
+            if isinstance(following, _Then):
                 break
-            taken.append(self._queue.popleft())  # type: ignore[arg-type]
+            self._queue.popleft()
+            taken.append(following)
         return taken
 
     def _handle(self, pending: list[Pending]) -> None:
@@ -189,11 +198,13 @@ class Dispatcher:
             return True
         self._held.inc(len(held))
         try:
-            while not self.dependencies.wait_until_ready(self._stopping, HOLD_CHECK_SECONDS):
+            while not self.dependencies.wait_until_ready(self._stopping, self.hold_check_seconds):
                 if self._stopping.is_set():
                     break
-                for p in held:  # however long the outage, they stay ours
-                    p.message.extend()
+                # However long the outage, they stay ours: the held ones, and what
+                # waits in the queue for a thread that holds.
+                for message in [p.message for p in held] + self._queued():
+                    message.extend()
             else:
                 return True
         finally:
@@ -202,6 +213,10 @@ class Dispatcher:
         for p in held:
             self._hand_back(p, f"while {down} was down")
         return False
+
+    def _queued(self) -> list[Message]:
+        with self._cond:
+            return [i.pending.message if isinstance(i, _Then) else i for i in self._queue]
 
     def _dispatch(self, pending: list[Pending]) -> list[Pending]:
         """Route and handle `pending`; the ones held for a dependency are returned."""
@@ -244,19 +259,19 @@ class Dispatcher:
     def _call(self, p: Pending, handler: Handler) -> list[Pending]:
         """Run `handler` on `p` with its log context bound for the handler's own log
         lines and its app for the model calls it makes (their metrics and limit)."""
-        assert p.event is not None
         result: object
         with _bound(p, self.subscription):
             try:
-                result = handler(p.event, p.delivery(self.subscription))
+                result = handler(p.decoded, p.delivery(self.subscription))
             except Exception as exc:
                 result = exc
         return self._settled(p, result)
 
     def _run_batch(self, handler: BatchHandler, batch: list[Pending]) -> list[Pending]:
-        items = [(p.event, p.delivery(self.subscription)) for p in batch]
+        items = [(p.decoded, p.delivery(self.subscription)) for p in batch]
+        results: list[object]
         try:
-            results = list(handler.first(items))  # type: ignore[arg-type]
+            results = list(handler.first(items))
             if len(results) != len(batch):
                 raise RuntimeError(f"{len(results)} results for {len(batch)} events")
         except Exception as exc:
@@ -287,7 +302,7 @@ class Dispatcher:
         result: object
         with _bound(p, self.subscription):
             try:
-                result = handler.then(p.event, p.delivery(self.subscription), then.value)
+                result = handler.then(p.decoded, p.delivery(self.subscription), then.value)
             except Exception as exc:
                 result = exc
         if self._settled(p, result):  # handled again from the start once its dependency answers
@@ -298,7 +313,7 @@ class Dispatcher:
         if isinstance(result, Exception):
             outcome = self.settler.settle(p, error=result)
         else:
-            outcome = self.settler.settle(p, result)  # type: ignore[arg-type]
+            outcome = self.settler.settle(p, result)
         return [p] if outcome is Outcome.HELD else []
 
     def _hand_back(self, p: Pending, when: str) -> None:

@@ -1,4 +1,5 @@
-"""Dead letters: count, inspect and purge (`agent-memory dlq list|show|purge`);
+"""The dead-letter subscriptions: count, inspect and purge their letters
+(`agent-memory dlq list|show|purge`); a letter itself is `dead_letter.DeadLetter`,
 replay is in `shared.bus.replay`.
 
 Reading is done with synchronous pulls on the dead-letter subscription, whose
@@ -21,7 +22,7 @@ import threading
 from collections.abc import Callable, Collection, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 from types import TracebackType
 
 import structlog
@@ -29,15 +30,10 @@ from google.api_core import exceptions as gexc
 from google.api_core import retry as retries
 from google.cloud import pubsub_v1
 
-from shared.bus.attributes import (
-    DEAD_LETTER_ATTEMPT,
-    DEAD_LETTER_ORDERING_KEY,
-    DEAD_LETTER_REASON,
-    DEAD_LETTER_SUBSCRIPTION,
-    REPLAYED_FOR,
-)
+from shared.bus.attributes import REPLAY_RUN
 from shared.bus.clients import subscriber_client
-from shared.bus.publisher import EventPublisher, counted_publishes, publishable
+from shared.bus.dead_letter import DeadLetter
+from shared.bus.publisher import EventPublisher, counted_publishes
 from shared.bus.topology import (
     SUBSCRIPTIONS,
     SubscriptionSpec,
@@ -47,8 +43,20 @@ from shared.bus.topology import (
 )
 from shared.bus.unary_pull import ack_id_chunks
 from shared.config import Settings
-from shared.errors import InvalidEvent
-from shared.events import decode
+
+# DeadLetter and REPLAY_RUN too: the commands' callers read letters and runs.
+__all__ = [
+    "COUNT_CAP",
+    "PULL_BATCH",
+    "REPLAY_RUN",
+    "DeadLetter",
+    "DeadLetterQueues",
+    "Lease",
+    "Listing",
+    "MissingEvents",
+    "Progress",
+    "parse_age",
+]
 
 log = structlog.get_logger(__name__)
 
@@ -67,18 +75,6 @@ _RETRY = retries.Retry(
     ),
     timeout=CALL_SECONDS,
 )
-# Set by `dlq replay` on what it publishes: the run's id (see shared.bus.replay).
-REPLAY_RUN = "replay_run"
-_PUBSUB_PREFIX = "CloudPubSubDeadLetterSource"
-# Added on the way into the dead letters or by a replay: never part of the original.
-_ADDED_ATTRIBUTES = {
-    DEAD_LETTER_REASON,
-    DEAD_LETTER_SUBSCRIPTION,
-    DEAD_LETTER_ATTEMPT,
-    DEAD_LETTER_ORDERING_KEY,
-    REPLAYED_FOR,
-    REPLAY_RUN,
-}
 
 
 def parse_age(text: str) -> timedelta:
@@ -92,74 +88,6 @@ def parse_age(text: str) -> timedelta:
 
 class MissingEvents(ValueError):
     """Event ids asked for that are not in the dead-letter subscription."""
-
-
-@dataclass
-class DeadLetter:
-    ack_id: str
-    message_id: str
-    data: bytes
-    attributes: dict[str, str]
-    dead_lettered_at: datetime
-
-    @property
-    def event_id(self) -> str:
-        return self.attributes.get("event_id", "")
-
-    @property
-    def event_type(self) -> str:
-        return self.attributes.get("event_type", "")
-
-    @property
-    def app(self) -> str:
-        return self.attributes.get("app", "")
-
-    @property
-    def label(self) -> str:
-        return f"{self.event_id or self.message_id} ({self.event_type or '?'})"
-
-    @property
-    def attempts(self) -> int:
-        raw = self.attributes.get(DEAD_LETTER_ATTEMPT) or self.attributes.get(
-            f"{_PUBSUB_PREFIX}DeliveryCount", "0"
-        )
-        return int(raw) if raw.isdigit() else 0
-
-    @property
-    def reason(self) -> str:
-        if DEAD_LETTER_REASON in self.attributes:
-            return self.attributes[DEAD_LETTER_REASON]
-        if f"{_PUBSUB_PREFIX}DeliveryCount" in self.attributes:
-            return "Pub/Sub: maximum delivery attempts reached"
-        return "unknown"
-
-    def age(self, now: datetime | None = None) -> timedelta:
-        return (now or datetime.now(UTC)) - self.dead_lettered_at
-
-    def line(self) -> str:
-        """One line for `dlq show` and `dlq purge`."""
-        return (
-            f"{self.event_id or self.message_id}  {self.event_type or '?'}  "
-            f"app={self.app or '?'}  attempts={self.attempts}  "
-            f"age={int(self.age().total_seconds())}s  reason={self.reason}"
-        )
-
-    def original_attributes(self) -> dict[str, str]:
-        """The attributes the message had when it was first published."""
-        return {
-            k: v
-            for k, v in publishable(self.attributes).items()
-            if k not in _ADDED_ATTRIBUTES and not k.startswith(_PUBSUB_PREFIX)
-        }
-
-    def ordering_key(self) -> str:
-        """The original ordering key: recorded when we dead-lettered it, else from the event."""
-        if DEAD_LETTER_ORDERING_KEY in self.attributes:
-            return self.attributes[DEAD_LETTER_ORDERING_KEY]
-        try:
-            return decode(self.data, self.original_attributes()).ordering_key
-        except InvalidEvent:
-            return ""
 
 
 @dataclass(frozen=True)

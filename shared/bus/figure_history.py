@@ -97,7 +97,11 @@ class Recorder:
             s.subscription: [s.backlog, s.oldest_unacked_seconds, round(s.events_per_second, 3)]
             for s in overview.subscriptions
         }
-        args = [int(self.step), HISTORY_SECONDS, json.dumps(sample, separators=(",", ":"))]
+        args: list[int | str] = [
+            int(self.step),
+            HISTORY_SECONDS,
+            json.dumps(sample, separators=(",", ":")),
+        ]
         return bool(self._script(keys=[self.key], args=args))
 
 

@@ -32,15 +32,9 @@ from datetime import UTC, datetime, timedelta
 
 from google.api_core import exceptions as gexc
 
-from shared.bus.attributes import REPLAYED_FOR
-from shared.bus.dlq import (
-    PULL_BATCH,
-    REPLAY_RUN,
-    DeadLetter,
-    DeadLetterQueues,
-    Lease,
-    Progress,
-)
+from shared.bus.attributes import REPLAY_RUN, REPLAYED_FOR
+from shared.bus.dead_letter import DeadLetter
+from shared.bus.dlq import PULL_BATCH, DeadLetterQueues, Lease, Progress
 
 
 @dataclass(frozen=True)
@@ -154,7 +148,7 @@ class _Run:
         """Decide each letter of one pull; publish the chosen, then acknowledge
         those whose publish was confirmed."""
         now = datetime.now(UTC)
-        chosen = []
+        chosen: list[DeadLetter] = []
         for letter in letters:
             if letter.attributes.get(REPLAY_RUN) == self.run_id or (
                 letter.dead_lettered_at >= self.started

@@ -32,6 +32,7 @@ from dataclasses import dataclass, replace
 
 import structlog
 import valkey
+from prometheus_client.metrics import MetricWrapperBase
 
 from shared.bootstrap import make_valkey
 from shared.bus.contract import SETTLED as SETTLED_OUTCOMES
@@ -264,7 +265,13 @@ class Reporter:
         keys = [k.published, k.settled, k.applied(self._id), k.replicas, k.replica(self.member)]
         keys += [k.arrived, *(k.published_at(t) for t in topics)]
         ttl_ms = int(self.interval * HEARTBEAT_INTERVALS * 1000)
-        args: list[object] = [batch.seq, self._id, APPLIED_SECONDS, batch.heartbeat, ttl_ms]
+        args: list[int | float | str] = [
+            batch.seq,
+            self._id,
+            APPLIED_SECONDS,
+            batch.heartbeat,
+            ttl_ms,
+        ]
         args += [self.member, PUBLISHED_AT_SECONDS, PUBLISHED_AT_ENTRIES, len(topics)]
         for topic in topics:
             args += [topic, batch.counts.published[topic], self._subscribers[topic]]
@@ -353,15 +360,15 @@ def _reporter(
     )
 
 
-def _samples(metric: object) -> Iterator[tuple[dict[str, str], int]]:
+def _samples(metric: MetricWrapperBase) -> Iterator[tuple[dict[str, str], int]]:
     """A counter's totals or a gauge's values, with their labels."""
-    for family in metric.collect():  # type: ignore[attr-defined]
+    for family in metric.collect():
         for sample in family.samples:
             if not sample.name.endswith("_created"):
                 yield sample.labels, int(sample.value)
 
 
-def _gauge_sum(gauge: object, subscriptions: tuple[str, ...]) -> int:
+def _gauge_sum(gauge: MetricWrapperBase, subscriptions: tuple[str, ...]) -> int:
     return sum(n for labels, n in _samples(gauge) if labels["subscription"] in subscriptions)
 
 

@@ -36,8 +36,8 @@ from shared.bus.contract import (
     Delivery,
     Outcome,
 )
-from shared.bus.delivery import Message
 from shared.bus.dependencies import Dependencies
+from shared.bus.message import Message
 from shared.bus.publisher import EventPublisher
 from shared.config import Settings
 from shared.embeddings.base import EmbeddingRateLimited
@@ -76,6 +76,13 @@ class Pending:
         return cls(
             message, dict(message.attributes), message.delivery_attempt or 1, time.perf_counter()
         )
+
+    @property
+    def decoded(self) -> Event:
+        """Its event, once the dispatcher has decoded it (handlers run only then)."""
+        if self.event is None:
+            raise RuntimeError(f"message {self.message.message_id} was not decoded")
+        return self.event
 
     def delivery(self, subscription: str) -> Delivery:
         m = self.message
@@ -134,21 +141,21 @@ class Settler:
         self._duration = HANDLER_SECONDS.labels(subscription)
 
     def settle(
-        self, pending: Pending, outcome: Outcome | None = None, error: Exception | None = None
+        self, pending: Pending, outcome: object = None, error: Exception | None = None
     ) -> Outcome:
-        """Settle `pending` after its handler returned `outcome` or raised `error`;
-        what became of it (HELD: not settled, it runs again once its dependency answers)."""
+        """Settle `pending` after its handler returned `outcome` (anything but a
+        handler's Outcome is the event's error) or raised `error`; what became of it
+        (HELD: not settled, it runs again once its dependency answers)."""
         if pending.settled:  # never twice: a second ack or nack would release its key again
             log.error("settled twice", **pending.context(self.subscription))
             return Outcome.RETRIED
         pending.settled = True
-        if error is None and not (isinstance(outcome, Outcome) and outcome in HANDLER_OUTCOMES):
-            error = TypeError(f"a handler returned {type(outcome).__name__}, not an Outcome")
-        if error is None:
-            assert outcome is not None
+        if error is None and isinstance(outcome, Outcome) and outcome in HANDLER_OUTCOMES:
             pending.message.ack()
             self._forget(pending.message.message_id)
             return self._record(pending, outcome, _why(outcome, pending))
+        if error is None:
+            error = TypeError(f"a handler returned {type(outcome).__name__}, not an Outcome")
         settled, reason = self._after(pending, error)
         if settled is Outcome.HELD:
             pending.settled = False

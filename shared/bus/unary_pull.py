@@ -1,4 +1,4 @@
-"""Delivery by unary (synchronous) Pull with our own leases and batched acks.
+"""Unary (synchronous) pull with our own leases and batched acks.
 
 Why this exists: on the Pub/Sub emulator (v0.8.20, measured here), a streaming-pull
 stream that closes — a worker stopped by SIGTERM as much as one killed — is never
@@ -7,22 +7,19 @@ messages to the dead stream, and on an ordered subscription whole ordering keys
 stay blocked (more than four minutes observed; a fresh subscriber receives
 nothing for them). Unary pulls hold no stream; a message pulled by a worker that
 dies comes back when its lease ends, as Pub/Sub promises. The runtime therefore
-uses this delivery against the emulator and streaming pull against Pub/Sub.
+uses this pull against the emulator and streaming pull against Pub/Sub.
 
 Flow control is explicit: at most `max_outstanding` messages are leased (a pull
 asks only for the free room). A lease thread extends the deadline of every
-message not yet settled; acks and nacks are sent in batches. With `in_key_order`
-a message reaches the sink only once the one of its ordering key before it is
-settled, as the streaming-pull client holds them back: turns of one session would
-otherwise take handler slots only to wait on each other (the extraction worker's
-per-user lock).
+message not yet settled until its lease clock has run MAX_LEASE_SECONDS; acks
+and nacks are sent in batches. What is pulled reaches the sink through a
+`Handoff`, in ordering-key order with `in_key_order`, from a thread of its own.
 """
 
 from __future__ import annotations
 
 import threading
 import time
-from collections import deque
 from collections.abc import Callable, Iterator
 from datetime import UTC, datetime
 from typing import Any
@@ -31,7 +28,9 @@ import structlog
 from google.api_core import exceptions as gexc
 from google.cloud import pubsub_v1
 
-from shared.bus.delivery import DelayedNacks, Message, Sink
+from shared.bus.delayed_nacks import DelayedNacks
+from shared.bus.handoff import Handoff
+from shared.bus.message import Sink
 
 log = structlog.get_logger("agent_memory.worker")
 
@@ -39,7 +38,11 @@ PULL_TIMEOUT_SECONDS = 2.5  # the emulator answers an empty pull about 1 s befor
 PULL_ERROR_PAUSE_SECONDS = 1.0
 ACK_FLUSH_SECONDS = 0.05  # acks wait at most this long, to go in batches
 MAX_IDS_PER_REQUEST = 1000
-MAX_LEASE_SECONDS = 3600  # a handler stuck longer loses its lease: the message is redelivered
+# A handler stuck longer loses its lease: the message is redelivered. A message's
+# clock starts when it is pulled and again when it is held on purpose
+# (`extend()`); the messages waiting behind its ordering key restart theirs with
+# it, and whenever their key moves on.
+MAX_LEASE_SECONDS = 3600
 
 
 def ack_id_chunks(ack_ids: list[str]) -> Iterator[list[str]]:
@@ -52,7 +55,7 @@ class PulledMessage:
     """One received message. Built from the raw protobuf: proto-plus wrappers cost
     more CPU per message than the summary handler itself."""
 
-    def __init__(self, received: Any, delivery: UnaryPull) -> None:
+    def __init__(self, received: Any, pull: UnaryPull) -> None:
         message = received.message
         self.ack_id: str = received.ack_id
         self.delivery_attempt: int = received.delivery_attempt or 1
@@ -61,24 +64,24 @@ class PulledMessage:
         self.ordering_key: str = message.ordering_key
         self.message_id: str = message.message_id
         self.publish_time: datetime | None = message.publish_time.ToDatetime(tzinfo=UTC)
-        self._delivery = delivery
+        self._pull = pull
         self._decided = False
 
     def ack(self) -> None:
-        if self._decide():
-            self._delivery.settle(self, ack=True)
+        if self.take_decision():
+            self._pull.settle(self, ack=True)
 
     def nack(self, delay: float = 0.0) -> None:
-        if self._decide():
-            self._delivery.nack(self, delay)
+        if self.take_decision():
+            self._pull.nack(self, delay)
 
-    def _decide(self) -> bool:
-        """The first ack or nack counts: a second must not release its key again."""
+    def take_decision(self) -> bool:
+        """True for the first ack or nack only: a second must not release its key again."""
         first, self._decided = not self._decided, True
         return first
 
     def extend(self) -> None:
-        self._delivery.keep_leased(self.ack_id)
+        self._pull.keep_leased(self)
 
 
 class UnaryPull:
@@ -99,10 +102,8 @@ class UnaryPull:
     ) -> None:
         self.subscriber = subscriber
         self.path = subscription_path
-        self.sink = sink
         self.max_outstanding = max_outstanding
         self.lease_seconds = lease_seconds
-        self.in_key_order = in_key_order
         self.delayed = DelayedNacks() if backoff_emulated else None
         # False while a dependency is down: nothing new is pulled meanwhile.
         self.may_pull = may_pull or (lambda: True)
@@ -111,7 +112,8 @@ class UnaryPull:
         self._done = threading.Event()
         self._error: BaseException | None = None
         self._cond = threading.Condition()
-        # ack id -> when it was pulled (or last held on purpose), for every message not settled
+        # ack id -> when its lease clock started (pulled, handed on, or held on
+        # purpose), for every message not settled
         self._leased: dict[str, float] = {}
         # Lease extensions and nacks go out in the order they were decided, so an
         # extension can never overtake (and undo) a nack. (Acks need no order: an
@@ -121,11 +123,13 @@ class UnaryPull:
         self._to_nack: list[str] = []
         self._to_extend: list[str] = []  # first leases of fresh pulls
         self._threads: list[threading.Thread] = []
-        # Ordering key -> its messages pulled while one of it is at the sink, in order.
-        self._on_hold: dict[str, deque[PulledMessage]] = {}
+        self._handoff: Handoff[PulledMessage] = Handoff(
+            sink, in_key_order=in_key_order, name=f"handoff-{subscription_path}"
+        )
 
     # -- lifecycle -----------------------------------------------------------------
     def start(self) -> None:
+        self._handoff.start()
         for target, name in (
             (self._pull_loop, "pull"),
             (self._lease_loop, "lease"),
@@ -136,18 +140,20 @@ class UnaryPull:
             self._threads.append(thread)
 
     def request_stop(self) -> None:
-        """Stop pulling (returns at once). What waits for its backoff is nacked now,
-        and what waits behind its ordering key goes to the sink, which hands it back."""
+        """Stop pulling and handing on (returns at once). What waits for its backoff
+        is nacked now; what waits behind its ordering key, never handed on, is
+        given back unopened. Whatever the dispatcher is doing meanwhile."""
         self._stopping.set()
         if self.delayed is not None:
             self.delayed.flush()
-        with self._cond:
-            held = [m for queue in self._on_hold.values() for m in queue]
-            for queue in self._on_hold.values():
-                queue.clear()
-            self._cond.notify_all()
-        if held:
-            self.sink(list(held))
+        left = self._handoff.stop()
+        if left:
+            self._give_back(left)
+            log.info(
+                "worker stopped with messages waiting behind their ordering key; given back",
+                subscription=self.path,
+                messages=len(left),
+            )
 
     def stop(self, timeout: float) -> bool:
         """Stop pulling; wait up to `timeout` for every leased message to be settled.
@@ -167,17 +173,18 @@ class UnaryPull:
             drained = not self._leased
         if self.delayed is not None:
             self.delayed.close()
+        self._handoff.join(max(0.0, deadline - time.monotonic()))
         self._done.set()
         self._flush()
         return drained
 
     @property
     def running(self) -> bool:
-        return not self._done.is_set() and self._error is None
+        return not self._done.is_set() and self.error is None
 
     @property
     def error(self) -> BaseException | None:
-        return self._error
+        return self._error or self._handoff.error
 
     def in_flight(self) -> int:
         with self._cond:
@@ -201,24 +208,33 @@ class UnaryPull:
         self.delayed.add(lambda: self.settle(message, ack=False, release=False), delay)
         self._release_key(message)
 
-    def keep_leased(self, ack_id: str) -> None:
-        with self._cond:
-            if ack_id in self._leased:
-                self._leased[ack_id] = time.monotonic()
+    def keep_leased(self, message: PulledMessage) -> None:
+        """`message` is held on purpose: its lease, and those of the messages
+        waiting behind it, are kept for another MAX_LEASE_SECONDS."""
+        self._restart_lease_clock([message, *self._handoff.behind(message)])
 
     def _release_key(self, message: PulledMessage) -> None:
-        """Hand on the next message of `message`'s ordering key, if one waits."""
-        if not (self.in_key_order and message.ordering_key):
+        """Its key's next message is handed on (by the hand-off's thread, not this
+        one); the key moves, so the lease clocks of its messages start again."""
+        self._restart_lease_clock(self._handoff.release(message))
+
+    def _restart_lease_clock(self, messages: list[PulledMessage]) -> None:
+        if not messages:
             return
+        now = time.monotonic()
         with self._cond:
-            queue = self._on_hold.get(message.ordering_key)
-            if queue is None:
-                return
-            if not queue:
-                del self._on_hold[message.ordering_key]
-                return
-            following = queue.popleft()
-        self.sink([following])
+            for message in messages:
+                if message.ack_id in self._leased:
+                    self._leased[message.ack_id] = now
+
+    def _give_back(self, messages: list[PulledMessage]) -> None:
+        """Nack messages that never reached the sink (nothing releases their key)."""
+        with self._cond:
+            for message in messages:
+                if message.take_decision():
+                    self._leased.pop(message.ack_id, None)
+                    self._to_nack.append(message.ack_id)
+            self._cond.notify_all()
 
     def _flush(self) -> None:
         with self._cond:
@@ -248,21 +264,20 @@ class UnaryPull:
             # A lost ack only means a redelivery, which the ledger makes harmless.
             log.warning("ack or lease request failed", error=repr(exc), ids=len(request["ack_ids"]))
 
-    def _in_turn(self, pulled: list[PulledMessage]) -> list[PulledMessage]:
-        """The messages whose ordering key is free (each takes it); the others wait."""
-        if not self.in_key_order:
-            return pulled
-        ready = []
+    def _take_in(self, received: list[Any]) -> None:
+        """Lease what a pull brought and offer it to the hand-off."""
+        if not received:
+            return
+        now = time.monotonic()
         with self._cond:
-            for message in pulled:
-                key = message.ordering_key
-                if key and key in self._on_hold:
-                    self._on_hold[key].append(message)
-                    continue
-                if key:
-                    self._on_hold[key] = deque()
-                ready.append(message)
-        return ready
+            self._leased.update((r.ack_id, now) for r in received)
+            # Shorten the first lease from the subscription's ack deadline to
+            # ours (sent with the next settle flush, before any nack), so a
+            # worker killed now has its messages back within seconds.
+            self._to_extend.extend(r.ack_id for r in received)
+        refused = self._handoff.offer(PulledMessage(r, self) for r in received)
+        if refused:  # pulled as the worker stopped: given back unopened
+            self._give_back(refused)
 
     # -- threads ---------------------------------------------------------------------
     def _settle_loop(self) -> None:
@@ -274,11 +289,14 @@ class UnaryPull:
         # Extend every lease well before it ends, up to MAX_LEASE_SECONDS.
         interval = max(1.0, self.lease_seconds / 3)
         while not self._done.wait(interval):
-            oldest = time.monotonic() - MAX_LEASE_SECONDS
             with self._nack_lock:
-                with self._cond:
-                    leased = [a for a, pulled in self._leased.items() if pulled > oldest]
-                self._modack(leased, self.lease_seconds)
+                self._modack(self._to_renew(), self.lease_seconds)
+
+    def _to_renew(self) -> list[str]:
+        """The ack ids whose lease is kept: those whose clock has not run out."""
+        oldest = time.monotonic() - MAX_LEASE_SECONDS
+        with self._cond:
+            return [a for a, since in self._leased.items() if since > oldest]
 
     def _pull_loop(self) -> None:
         try:
@@ -309,17 +327,7 @@ class UnaryPull:
                     # Pulled as we were stopping: returned unopened, never received.
                     self._modack([r.ack_id for r in received], 0)
                     received = []
-                now = time.monotonic()
-                with self._cond:
-                    self._leased.update((r.ack_id, now) for r in received)
-                    # Shorten the first lease from the subscription's ack deadline to
-                    # ours (sent with the next settle flush, before any nack), so a
-                    # worker killed now has its messages back within seconds.
-                    self._to_extend.extend(r.ack_id for r in received)
-                pulled = [PulledMessage(r, self) for r in received]
-                ready: list[Message] = list(self._in_turn(pulled))
-                if ready:
-                    self.sink(ready)
+                self._take_in(received)
         except BaseException as exc:
             self._error = exc
             log.error("pull loop failed", subscription=self.path, error=repr(exc))

@@ -1,7 +1,7 @@
 """The subscriber runtime every worker uses: one subscription, three parts.
 
-    delivery (unary_pull.UnaryPull on the emulator, delivery.StreamingPull on Pub/Sub)
-      │  hands each message to
+    pull (unary_pull.UnaryPull on the emulator, streaming_pull.StreamingPull on Pub/Sub)
+      │  hands each message, from threads of its own, to
       ▼
     dispatch.Dispatcher: a queue and `concurrency` handler threads; decodes the
       │  message and calls its handler (a batch handler takes the waiting ones)
@@ -32,11 +32,12 @@ from shared.bus.contract import (
     HandlerTable,
     Outcome,
 )
-from shared.bus.delivery import StreamingPull
 from shared.bus.dependencies import Dependencies
 from shared.bus.dispatch import Dispatcher
+from shared.bus.message import Pull
 from shared.bus.publisher import EventPublisher
 from shared.bus.settling import Settler
+from shared.bus.streaming_pull import StreamingPull
 from shared.bus.topology import dead_letter_name, full_name
 from shared.bus.unary_pull import UnaryPull
 from shared.config import Settings
@@ -105,32 +106,34 @@ class SubscriberRuntime:
             settings, subscription, handlers, settler, self.dependencies, concurrency
         )
         self.mode = resolve_pull_mode(settings)
-        common = {
-            "max_outstanding": concurrency * PREFETCH_FACTOR,
-            "lease_seconds": settings.lease_extension_seconds,
-            # Pub/Sub honours the retry policy; the emulator does not.
-            "backoff_emulated": bool(settings.pubsub_emulator_host),
-        }
-        self.delivery: UnaryPull | StreamingPull
+        max_outstanding = concurrency * PREFETCH_FACTOR
+        lease_seconds = settings.lease_extension_seconds
+        # Pub/Sub honours the retry policy; the emulator does not.
+        backoff_emulated = bool(settings.pubsub_emulator_host)
+        self.pull: Pull
         if self.mode == "unary":
-            self.delivery = UnaryPull(
+            self.pull = UnaryPull(
                 self.subscriber,
                 path,
                 self.dispatcher.receive,
+                max_outstanding=max_outstanding,
+                lease_seconds=lease_seconds,
                 # A batch handler orders its events itself (the summary worker's
                 # buffer by `created_at`): all of a pull can be one batch.
                 in_key_order=self.dispatcher.batch_size == 1,
+                backoff_emulated=backoff_emulated,
                 may_pull=lambda: self.dependencies.ready,
                 on_error=lambda exc: self.dependencies.report("pubsub", exc),
-                **common,
             )
         else:
-            self.delivery = StreamingPull(
+            self.pull = StreamingPull(
                 self.subscriber,
                 path,
                 self.dispatcher.receive,
+                max_outstanding=max_outstanding,
+                lease_seconds=lease_seconds,
+                backoff_emulated=backoff_emulated,
                 thread_name=f"stream-{subscription}",
-                **common,
             )
         WORKER_CONCURRENCY.labels(subscription).set(concurrency)
         MESSAGES_IN_FLIGHT.labels(subscription).set_function(self.in_flight)
@@ -138,7 +141,7 @@ class SubscriberRuntime:
     def start(self) -> None:
         self.dependencies.start()  # shared by the process's runtimes: once is enough
         self.dispatcher.start()
-        self.delivery.start()
+        self.pull.start()
         log.info(
             "worker started",
             subscription=self.subscription,
@@ -148,10 +151,10 @@ class SubscriberRuntime:
 
     def request_stop(self) -> None:
         """Stop taking new messages (returns at once; `stop` waits for the drain).
-        The dispatcher first: what the delivery hands on as it stops (a key's
-        waiting messages) is then handed back, never started."""
+        The two parts stop in either order: the pull gives back what it never
+        handed on, the dispatcher hands back what no handler took."""
+        self.pull.request_stop()
         self.dispatcher.request_stop()
-        self.delivery.request_stop()
 
     def stop(self, timeout: float | None = None) -> bool:
         """Stop pulling, let in-flight handlers finish for at most `timeout` seconds.
@@ -165,7 +168,7 @@ class SubscriberRuntime:
         deadline = time.monotonic() + timeout
         self.request_stop()
         drained = self.dispatcher.stop(timeout)
-        drained &= self.delivery.stop(max(0.0, deadline - time.monotonic()))
+        drained &= self.pull.stop(max(0.0, deadline - time.monotonic()))
         if self._own_dependencies:
             self.dependencies.close()
         if not drained:
@@ -179,14 +182,14 @@ class SubscriberRuntime:
         return drained
 
     def wait(self) -> None:
-        """Raise the delivery's error if it failed."""
-        if self.delivery.error is not None:
-            raise self.delivery.error
+        """Raise the pull's error if it failed."""
+        if self.pull.error is not None:
+            raise self.pull.error
 
     @property
     def running(self) -> bool:
-        return self.delivery.running
+        return self.pull.running
 
     def in_flight(self) -> int:
-        """Messages received and not yet settled."""
-        return self.delivery.in_flight()
+        """Messages pulled and not yet settled."""
+        return self.pull.in_flight()

@@ -3,6 +3,8 @@ import threading
 import time
 from collections import Counter, defaultdict
 
+import pytest
+
 from shared.bus.contract import Outcome
 from shared.errors import PermanentError
 from shared.events import TurnRecorded
@@ -104,3 +106,49 @@ def test_a_sessions_turns_run_one_at_a_time_beside_other_sessions(
         s["session_id"]: (1, turns) for s in sessions
     }
     assert most["all"] > 1  # sessions did run beside each other
+
+
+@pytest.mark.parametrize("order", ["pull first", "dispatcher first"])
+def test_a_worker_stopped_in_either_order_gives_its_keys_waiting_turns_to_the_next(
+    settings, topology, publisher, ids, order
+):
+    """Unary pull against the emulator: turn 1 of a session is in its handler when
+    the worker stops, turns 2-5 wait behind it (given back by the pull, or handed
+    back by the dispatcher when it stopped first and the key moved on). Turn 1 is
+    acknowledged; the next worker gets 2-5 and never turn 1 again (in whatever
+    order the emulator redelivers what was nacked together)."""
+    unary = settings.model_copy(update={"pull_mode": "unary", "worker_concurrency": 2})
+    started, release = threading.Event(), threading.Event()
+    first: list[str] = []
+    second: list[str] = []
+
+    def held_up(event, delivery):
+        first.append(event.turn_id)
+        started.set()
+        assert release.wait(30)
+        return Outcome.APPLIED
+
+    def recorded(event, delivery):
+        second.append(event.turn_id)
+        return Outcome.APPLIED
+
+    for n in range(1, 6):
+        publisher.publish(make_turn(ids, n)).result(timeout=10)
+    with running(unary, "turns-extraction", {TurnRecorded: held_up}, publisher) as runtime:
+        assert started.wait(30)
+        wait_for(lambda: runtime.in_flight() == 5, 30, "all five turns pulled")
+        if order == "pull first":
+            runtime.pull.request_stop()
+            runtime.dispatcher.request_stop()
+            release.set()
+        else:
+            runtime.dispatcher.request_stop()
+            release.set()
+            wait_for(lambda: runtime.in_flight() == 0, 30, "the key handed back turn by turn")
+            runtime.pull.request_stop()
+        assert runtime.stop(10)
+    assert first == ["turn-0001"]
+
+    with running(unary, "turns-extraction", {TurnRecorded: recorded}, publisher):
+        wait_for(lambda: len(set(second)) == 4, 30, "turns 2-5 at the next worker")
+    assert sorted(set(second)) == [f"turn-{n:04d}" for n in range(2, 6)]

@@ -13,19 +13,20 @@ import pytest
 from shared.bus.attributes import REPLAYED_FOR
 from shared.bus.contract import BatchHandler, Continue, Outcome
 from shared.bus.dependencies import Dependencies
-from shared.bus.dispatch import Dispatcher
 from shared.errors import DependencyError
 from shared.events import CompactionRequested, ExtractionRequested, TurnRecorded
 from tests.bus_helpers import make_turn
-from tests.runtime_fakes import SETTINGS, SUBSCRIPTION, FakeMessage, FakePublisher, settler_of
+from tests.runtime_fakes import (
+    SETTINGS,
+    SUBSCRIPTION,
+    FakeMessage,
+    FakePublisher,
+    dispatcher_of,
+    settler_of,
+)
+from tests.support import wait_for
 
 IDS = {"app": "app-1", "user_id": "user-1", "session_id": "sess-1"}
-
-
-def dispatcher_of(table, dependencies=None, publisher=None, concurrency=2) -> Dispatcher:
-    dependencies = dependencies or Dependencies(retry_min=60, retry_max=60)
-    settler = settler_of(publisher, dependencies)
-    return Dispatcher(SETTINGS, SUBSCRIPTION, table, settler, dependencies, concurrency)
 
 
 def settled(*messages: FakeMessage) -> None:
@@ -160,6 +161,34 @@ def test_a_message_held_for_a_dependency_is_handled_again_once_it_answers_on_the
         dependencies.close()
     assert attempts == [1, 1]  # not a delivery attempt spent
     assert message.done == [("ack", 0.0)]
+
+
+def test_what_waits_in_the_queue_behind_a_held_message_is_extended_with_it():
+    calls = []
+
+    def handle(event, delivery):
+        calls.append(event.turn_id)
+        raise DependencyError("valkey", "connection refused")
+
+    # No probe and a long backoff: the dependency stays down for the whole test.
+    dependencies = Dependencies(retry_min=60, retry_max=60)
+    held, queued = turns(2)
+    dispatcher = dispatcher_of({TurnRecorded: handle}, dependencies, concurrency=1)
+    dispatcher.hold_check_seconds = 0.05
+    dispatcher.receive([held, queued])  # one thread: the second waits in the queue
+    dispatcher.start()
+    try:
+        wait_for(
+            lambda: all(m.done.count(("extend", 0.0)) >= 2 for m in (held, queued)),
+            10,
+            "both leases renewed twice",
+        )
+    finally:
+        assert dispatcher.stop(5)
+        dependencies.close()
+    assert calls == ["turn-0001"]
+    assert [m.done[-1] for m in (held, queued)] == [("nack", 0.0)] * 2  # handed back
+    assert {op for m in (held, queued) for op, _delay in m.done} == {"extend", "nack"}
 
 
 def test_a_stop_hands_back_what_waits_and_nothing_new_is_handled():

@@ -1,26 +1,18 @@
-"""How messages reach a worker, and the three things the runtime can do with one:
-acknowledge it, nack it (after a delay), or extend its lease.
+"""Streaming pull, the pull the runtime uses on Pub/Sub (`unary_pull` is the
+emulator's, whose streams do not survive a worker that stops).
 
-Two deliveries hand messages to the same sink (the `Dispatcher`): streaming pull
-(`StreamingPull`, here) on Pub/Sub, and unary pull with leases of our own
-(`unary_pull.UnaryPull`) on the emulator, whose streams do not survive a worker
-that stops. Either way messages of one ordering key reach the sink one at a
-time: the next once the one before is acknowledged or nacked.
-
-A delay on a nack is Pub/Sub's retry backoff kept by the worker: Pub/Sub waits
-it itself, the emulator redelivers a nacked message at once. With
-`backoff_emulated` the message stays leased for the delay, then is nacked.
+The client library leases, extends and orders: it calls back with a message of
+an ordering key only once the one before it is settled, on a thread of its own
+executor, never on a handler thread. With `backoff_emulated` (a streaming pull
+against the emulator, `AM_PULL_MODE=streaming`) a nack's delay is kept here.
 """
 
 from __future__ import annotations
 
-import heapq
 import threading
-import time
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from concurrent.futures import ThreadPoolExecutor
 from datetime import datetime
-from typing import Protocol
 
 import structlog
 from google.cloud import pubsub_v1
@@ -28,83 +20,14 @@ from google.cloud.pubsub_v1.subscriber.message import Message as StreamMessage
 from google.cloud.pubsub_v1.subscriber.scheduler import ThreadScheduler
 from google.cloud.pubsub_v1.types import FlowControl
 
+from shared.bus.delayed_nacks import DelayedNacks
+from shared.bus.message import Sink
+
 log = structlog.get_logger("agent_memory.worker")
 
 # Streaming pull: how long the library keeps extending a held message's lease. A
 # message held through a longer outage comes back as a new delivery attempt.
 MAX_STREAMING_LEASE_SECONDS = 7 * 24 * 3600
-
-
-class Message(Protocol):
-    """One delivered message, as the runtime sees it."""
-
-    data: bytes
-    attributes: Mapping[str, str]
-    ordering_key: str
-    message_id: str
-    delivery_attempt: int
-    publish_time: datetime | None
-
-    def ack(self) -> None: ...
-
-    def nack(self, delay: float = 0.0) -> None: ...
-
-    def extend(self) -> None:
-        """Held for a dependency, not stuck: keep its lease however long that takes."""
-
-
-Sink = Callable[[list[Message]], None]
-
-
-class DelayedNacks:
-    """Runs nacks once their delay has passed: one thread, a heap of due times."""
-
-    def __init__(self) -> None:
-        self._heap: list[tuple[float, int, Callable[[], None]]] = []
-        self._count = 0
-        self._cond = threading.Condition()
-        self._closed = False
-        self._thread: threading.Thread | None = None
-
-    def add(self, nack: Callable[[], None], delay: float) -> None:
-        with self._cond:
-            if self._closed:
-                nack()
-                return
-            self._count += 1
-            heapq.heappush(self._heap, (time.monotonic() + delay, self._count, nack))
-            if self._thread is None:
-                self._thread = threading.Thread(target=self._run, name="nack-later", daemon=True)
-                self._thread.start()
-            self._cond.notify_all()
-
-    def __len__(self) -> int:
-        with self._cond:
-            return len(self._heap)
-
-    def flush(self) -> None:
-        """Nack now whatever waits (the worker is stopping)."""
-        with self._cond:
-            due, self._heap = self._heap, []
-        for _at, _n, nack in due:
-            nack()
-
-    def close(self) -> None:
-        with self._cond:
-            self._closed = True
-            self._cond.notify_all()
-        self.flush()
-
-    def _run(self) -> None:
-        while True:
-            with self._cond:
-                while not self._closed and (not self._heap or self._heap[0][0] > time.monotonic()):
-                    wait = self._heap[0][0] - time.monotonic() if self._heap else None
-                    self._cond.wait(timeout=wait)
-                if self._closed:
-                    return
-                _at, _n, nack = heapq.heappop(self._heap)
-            nack()
 
 
 class StreamedMessage:

@@ -19,9 +19,12 @@ from dataclasses import dataclass
 from typing import Annotated, TypeVar
 
 import valkey.asyncio
-from fastapi import Depends, FastAPI, Request
+from fastapi import Depends, FastAPI, Request, params
+from fastapi.dependencies.utils import get_flat_params
+from fastapi.routing import APIRoute
 from psycopg_pool import AsyncConnectionPool, ConnectionPool
 
+from services.api.errors import ApiError
 from services.api.tenant import app_of, is_admin
 from shared.bootstrap import Resources
 from shared.bus.publisher import EventPublisher
@@ -100,10 +103,28 @@ async def get_api(request: Request) -> Api:
 async def get_app_id(request: Request) -> str:
     """The request's tenant, from its API key (services.api.auth); also the app of
     the model calls the request makes (their metrics). Set in the request's own
-    task, which the route runs in, and gone with it."""
+    task, which the route runs in, and gone with it. Every `/v1` route takes it,
+    so it also refuses a query parameter the route does not declare."""
+    unknown = sorted(set(request.query_params) - _declared(request.scope["route"]))
+    if unknown:
+        name = unknown[0]
+        raise ApiError(
+            422, "invalid_request", f"{name}: is not a known query parameter", field=name
+        )
     app = app_of(request)
     set_app(app)
     return app
+
+
+def _declared(route: APIRoute) -> frozenset[str]:
+    """The query parameters a route takes, by the names a client sends (kept on the
+    route: its dependencies never change)."""
+    declared = getattr(route, "_declared_query", None)
+    if declared is None:
+        fields = get_flat_params(route.dependant)
+        declared = frozenset(f.alias for f in fields if isinstance(f.field_info, params.Query))
+        route._declared_query = declared  # type: ignore[attr-defined]  # our own cache
+    return declared
 
 
 async def get_is_admin(request: Request) -> bool:

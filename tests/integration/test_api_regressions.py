@@ -88,3 +88,24 @@ def test_each_class_of_bad_input_is_a_422_naming_the_field(client, ids, method, 
     assert (error["code"], [f["field"] for f in error["fields"]]) == ("invalid_request", [field])
     listed = client.get("/v1/memories", params={"user_id": user})
     assert listed.json()["memories"] == []  # nothing was written
+
+
+@pytest.mark.parametrize(
+    ("method", "path"),
+    [
+        ("GET", "/v1/sessions/s1"),
+        ("DELETE", "/v1/sessions/s1"),
+        ("GET", "/v1/memories"),
+        ("POST", "/v1/context"),
+        ("GET", "/v1/config/ttl"),
+    ],
+)
+def test_a_query_parameter_a_route_does_not_take_is_a_422_naming_it(client, ids, method, path):
+    """As a body field the route does not declare: what the document calls invalid
+    is refused (the fuzzer sends such parameters), not silently ignored."""
+    params = {"user_id": ids["user_id"], "limt": "5"}
+    body = {"user_id": ids["user_id"], "session_id": "s1", "query": "tea"}
+    answer = client.request(method, path, params=params, json=body if method == "POST" else None)
+    assert answer.status_code == 422, answer.text
+    error = answer.json()["error"]
+    assert error["fields"] == [{"field": "limt", "message": "limt: is not a known query parameter"}]

@@ -23,15 +23,12 @@ from pgvector.psycopg import register_vector
 from tqdm import tqdm
 
 from shared.config import Settings
-from shared.db.episodes import Episodes
-from shared.db.memories import user_lock
+from shared.db.episodes import Episodes, KeyPlan
 from shared.db.migrate import MigrationError, check_embedding_dimension
+from shared.db.planned_write import StalePlan, user_transaction_on, write_planned
 from shared.db.pool import connect_kwargs
 
 Embed = Callable[[list[str]], Sequence[Any]]
-# Times a session's keys are computed again when its turns change meanwhile;
-# a session still changing is left for the next run.
-_KEY_ATTEMPTS = 3
 
 NOT_MIGRATED = (
     "the database has no episode keys yet: run `agent-memory migrate` first "
@@ -113,15 +110,27 @@ class Backfill:
     def _key(self, episodes: Episodes, app: str, user_id: str, session_id: str) -> int:
         """One session, whole or not at all, between the worker's turns."""
         window, dated = self.settings.episode_key_window, self.settings.episode_key_dated
-        for _ in range(_KEY_ATTEMPTS):
-            plan = episodes.plan_session(app, user_id, session_id, window, dated)
-            vectors = self.embed(plan.texts) if plan.keys else []
-            with episodes.conn.transaction():
-                user_lock(episodes.conn, app, user_id)
-                keyed = episodes.key_session(app, user_id, session_id, plan, vectors)
-            if keyed is not None:
-                return keyed
-        return 0
+
+        def plan() -> tuple[KeyPlan, Sequence[Any]]:
+            keys = episodes.plan_session(app, user_id, session_id, window, dated)
+            return keys, self.embed(keys.texts) if keys.keys else []
+
+        def write(_tx: None, planned: tuple[KeyPlan, Sequence[Any]]) -> int:
+            keyed = episodes.key_session(app, user_id, session_id, *planned)
+            if keyed is None:
+                raise StalePlan("its turns changed")
+            return keyed
+
+        try:
+            return write_planned(
+                lambda: user_transaction_on(episodes.conn, app, user_id),
+                plan,
+                write,
+                attempts=self.settings.write_attempts,
+                what=f"session {session_id}",
+            )
+        except StalePlan:
+            return 0  # still changing: left for the next run
 
 
 def _episodes(n: int) -> str:

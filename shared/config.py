@@ -147,6 +147,14 @@ class Settings(ServiceSettings):
     (`agent_memory_extraction_skipped_total{reason}`)"""
     consolidation_neighbours: int = Field(default=5, ge=1, le=50)
     """live memories a new candidate is compared with"""
+    # Windows of one user's sessions decided at once each see the others' new memories
+    # as changed neighbours: with four at once, three plans lost all three about four
+    # times in ten. Each plan after the first is a model call more, under contention only.
+    write_attempts: int = Field(default=6, ge=1, le=20)
+    """times a write is planned with no lock held (a window's memories, a turn's search keys, a
+    compaction's fold, a client's memory or rollback) when what it was planned on changed before
+    its transaction took the user's lock; then the event is retried after the subscription's
+    backoff, and the API answers `409`"""
     context_token_budget: int = Field(default=2000, ge=100, le=100_000)
     """default token budget of `/v1/context`'s `system_instruction`"""
     context_recent_turns: int = Field(default=4, ge=0, le=100)

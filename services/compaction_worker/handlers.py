@@ -11,7 +11,7 @@ LLM, outside any transaction. Then in ONE transaction holding the user's advisor
 lock: the ledger row, each summary (a CREATED or UPDATED revision with the event's
 id), and the deletion of exactly the episodes folded. If, under the lock, the batch
 or a previous summary is no longer what was folded (a concurrent writer), nothing
-is written and the fold is done again.
+is written and the fold is done again (`shared.db.planned_write`).
 
 More old episodes left: a continuation request is published after the commit,
 with the same cut-off and an event_id derived from this one's, so publishing it
@@ -38,9 +38,10 @@ from shared.bus.contract import Delivery, Handler, Outcome
 from shared.bus.publisher import EventPublisher
 from shared.config import Settings
 from shared.db.episodes import Episodes, OldEpisode
-from shared.db.ledger import Claim
+from shared.db.ledger import claimed, peeked
 from shared.db.memories import COMPACTED_ENTITY, MemoryRow, NewMemory
-from shared.db.unit_of_work import UnitOfWork, UnitsOfWork, locked
+from shared.db.planned_write import StalePlan, write_for_user
+from shared.db.unit_of_work import UnitOfWork, UnitsOfWork
 from shared.embeddings.base import Embedder
 from shared.errors import PermanentError
 from shared.events import CompactionRequested, derived_event_id, format_time
@@ -51,13 +52,7 @@ log = structlog.get_logger("agent_memory.compaction")
 
 CONSUMER = "compaction"
 SUMMARY_ENTITY = COMPACTED_ENTITY
-# Folds redone when a concurrent writer changed the batch; then the message is retried.
-_FOLD_ATTEMPTS = 3
 _EARLIEST = datetime.min.replace(tzinfo=UTC)
-
-
-class BatchChanged(RuntimeError):
-    """The batch kept changing under the fold (transient: the message is retried)."""
 
 
 def as_turn(episode: OldEpisode) -> DialogueTurn:
@@ -159,17 +154,24 @@ class Compaction:
         if not event.user_id:
             return self._sweep(event, delivery)
         old_before = cutoff_of(event)
-        if self._seen(event) is Claim.DUPLICATE:
+        with self.units() as uow:
+            # Saves the model calls of a redelivery (the claim in the transaction decides).
+            seen = peeked(uow.ledger, CONSUMER, event)
+        if seen is Outcome.DUPLICATE:
             self._continue(event, old_before)
             return Outcome.DUPLICATE
-        for _ in range(_FOLD_ATTEMPTS):
-            folds = self._fold(event, old_before)
-            outcome = self._apply(event, old_before, folds)
-            if outcome is not None:
-                break
+        outcome = write_for_user(
+            self.units,
+            event.app,
+            event.user_id,
+            self.settings.write_attempts,
+            "the batch of old episodes",
+            lambda: self._fold(event, old_before),
+            lambda uow, folds: self._apply(uow, event, old_before, folds),
+        )
+        if outcome is Outcome.DROPPED:
+            log.info("compaction dropped: the user was deleted", user_id=event.user_id)
         else:
-            raise BatchChanged(f"the batch changed under {_FOLD_ATTEMPTS} folds in a row")
-        if outcome is not Outcome.DROPPED:
             self._continue(event, old_before)
         return outcome
 
@@ -205,18 +207,6 @@ class Compaction:
         return Outcome.APPLIED
 
     # -- the steps ------------------------------------------------------------
-    def _seen(self, event: CompactionRequested) -> Claim:
-        """Already applied, or its user deleted since? Saves the LLM calls of a
-        redelivery (the claim in the transaction decides)."""
-        with self.units() as uow:
-            return uow.ledger.peek(
-                CONSUMER,
-                event.event_id,
-                app=event.app,
-                user_id=event.user_id,
-                created_at=event.created_at,
-            )
-
     def _fold(self, event: CompactionRequested, old_before: datetime) -> list[Fold] | None:
         """Each scope's new summary, from a snapshot read outside the transaction.
         None for a deleted user."""
@@ -250,33 +240,26 @@ class Compaction:
         ]
 
     def _apply(
-        self, event: CompactionRequested, old_before: datetime, folds: list[Fold] | None
-    ) -> Outcome | None:
-        """One transaction; None when the batch or a summary is not what was folded
-        (fold again)."""
-        with locked(self.units, event.app, event.user_id) as uow:
-            claim = uow.ledger.claim_or_skip(
-                CONSUMER,
-                event.event_id,
-                app=event.app,
-                user_id=event.user_id,
-                created_at=event.created_at,
-            )
-            if claim is Claim.DUPLICATE:
-                return Outcome.DUPLICATE
-            if claim is Claim.DELETED:
-                uow.commit()
-                log.info("compaction dropped: the user was deleted", user_id=event.user_id)
-                return Outcome.DROPPED
-            if folds is None:  # the tombstone seen before the fold is gone
-                return None
-            folded = [e.id for f in folds for e in f.episodes]
-            now = [e.id for e in _old_episodes(uow.episodes, event, old_before, event.batch_limit)]
-            if sorted(now) != sorted(folded) or not self._write(uow, event, folds):
-                return None
-            if uow.episodes.delete(event.app, event.user_id, folded) != len(folded):
-                return None
-            uow.commit()
+        self,
+        uow: UnitOfWork,
+        event: CompactionRequested,
+        old_before: datetime,
+        folds: list[Fold] | None,
+    ) -> Outcome:
+        """The transaction under the user's lock; StalePlan when the batch or a summary
+        is not what was folded (fold again)."""
+        stop = claimed(uow.ledger, CONSUMER, event)
+        if stop is not None:
+            return stop
+        if folds is None:
+            raise StalePlan("the user's tombstone seen before the fold is gone")
+        folded = [e.id for f in folds for e in f.episodes]
+        now = [e.id for e in _old_episodes(uow.episodes, event, old_before, event.batch_limit)]
+        if sorted(now) != sorted(folded):
+            raise StalePlan("the batch of old episodes changed")
+        self._write(uow, event, folds)
+        if uow.episodes.delete(event.app, event.user_id, folded) != len(folded):
+            raise StalePlan("episodes of the batch were deleted meanwhile")
         log.info(
             "episodes compacted",
             user_id=event.user_id,
@@ -287,13 +270,13 @@ class Compaction:
         return Outcome.APPLIED
 
     @staticmethod
-    def _write(uow: UnitOfWork, event: CompactionRequested, folds: list[Fold]) -> bool:
-        """Each fold's summary; False (stop, roll back) when a summary is no longer
-        the one that was folded."""
+    def _write(uow: UnitOfWork, event: CompactionRequested, folds: list[Fold]) -> None:
+        """Each fold's summary; StalePlan when a summary is no longer the one that was
+        folded."""
         for fold in folds:
             current = uow.memories.live_of_entity(fold.key)
             if _identity(current) != _identity(fold.previous):
-                return False
+                raise StalePlan("a previous summary changed")
             if not fold.key.text:
                 continue  # episodes with no text at all: nothing to keep
             if current is None:
@@ -307,7 +290,6 @@ class Compaction:
                     fold.key.observed_at,
                     event.event_id,
                 )
-        return True
 
     def _continue(self, event: CompactionRequested, old_before: datetime) -> None:
         """Publish the continuation while old episodes remain (and the user exists)."""

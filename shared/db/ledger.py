@@ -4,15 +4,20 @@ transaction as the event's effects, so that each consumer applies an event once.
 `claim_or_skip` is the first step of every handler's transaction: it takes the
 user's lock, records the event, and says whether to go on. `peek` answers the
 same question without writing, before a handler spends LLM or embedding calls.
+Handlers ask through `claimed` and `peeked`, which answer in the handlers' own
+words: the `Outcome` of an event not to apply (a duplicate, or dropped because
+its user was deleted), or None to apply it.
 """
 
 from __future__ import annotations
 
 import enum
 from datetime import datetime
+from typing import Protocol
 
 import psycopg
 
+from shared.bus.contract import Outcome
 from shared.db.memories import user_lock
 from shared.db.tombstones import DELETED_AT_SQL, Tombstones, covers
 
@@ -23,6 +28,19 @@ class Claim(enum.Enum):
     NEW = "new"  # this transaction applies the event
     DUPLICATE = "duplicate"  # this consumer applied it already
     DELETED = "deleted"  # its user was deleted after it was created: drop it
+
+
+# A claim that stops a handler, as the handler's outcome.
+_STOPS = {Claim.DUPLICATE: Outcome.DUPLICATE, Claim.DELETED: Outcome.DROPPED}
+
+
+class Owned(Protocol):
+    """What the ledger reads of an event: its id, its owner and when it was made."""
+
+    event_id: str
+    app: str
+    user_id: str
+    created_at: datetime
 
 
 class Ledger:
@@ -74,3 +92,37 @@ class Ledger:
         if covers(deleted_at, created_at):
             return Claim.DELETED
         return Claim.NEW
+
+
+def claimed(ledger: Ledger, consumer: str, event: Owned, *, record: bool = True) -> Outcome | None:
+    """The ledger check of a handler's transaction (which holds the user's lock):
+    DUPLICATE (write nothing), DROPPED (its user was deleted since: the ledger row,
+    written now, is all it leaves; commit), or None: apply the event. With `record`
+    false the row of an event to apply is not written here (it comes with the
+    effects, later: a turn's, when its window is extracted)."""
+    if record:
+        return _STOPS.get(
+            ledger.claim_or_skip(
+                consumer,
+                event.event_id,
+                app=event.app,
+                user_id=event.user_id,
+                created_at=event.created_at,
+            )
+        )
+    claim = _peek(ledger, consumer, event)
+    if claim is Claim.DELETED:
+        ledger.record(consumer, event.event_id)
+    return _STOPS.get(claim)
+
+
+def peeked(ledger: Ledger, consumer: str, event: Owned) -> Outcome | None:
+    """What `claimed` would answer now, writing nothing and taking no lock: a hint
+    that saves a done event's model calls, or keeps a deleted user's text from them."""
+    return _STOPS.get(_peek(ledger, consumer, event))
+
+
+def _peek(ledger: Ledger, consumer: str, event: Owned) -> Claim:
+    return ledger.peek(
+        consumer, event.event_id, app=event.app, user_id=event.user_id, created_at=event.created_at
+    )

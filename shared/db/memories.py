@@ -340,3 +340,21 @@ class Memories:
             (memory_id,),
         )
         return [Revision(**row) for row in rows]
+
+    def expired(self, app: str, limit: int) -> list[tuple[str, str]]:
+        """Up to `limit` of the app's live memories past their `expire_at`, soonest
+        expired first: (user_id, memory id)."""
+        rows = self.conn.execute(
+            "SELECT user_id, id::text FROM memories WHERE app = %s AND valid_to IS NULL "
+            "AND expire_at <= now() ORDER BY expire_at, id LIMIT %s",
+            (app, limit),
+        ).fetchall()
+        return [(user_id, memory_id) for user_id, memory_id in rows]
+
+    def delete_expired_revisions(self, app: str, limit: int) -> int:
+        """Delete up to `limit` of the app's revisions past their `expire_at`; how many."""
+        return self.conn.execute(
+            "DELETE FROM memory_revisions WHERE id IN (SELECT id FROM memory_revisions "
+            "WHERE app = %s AND expire_at <= now() LIMIT %s)",
+            (app, limit),
+        ).rowcount

@@ -16,7 +16,8 @@ from collections import defaultdict
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from shared.db.unit_of_work import UnitOfWork, locked
+from shared.db.planned_write import user_transaction
+from shared.db.unit_of_work import UnitOfWork
 from shared.events import utcnow
 from shared.metrics import EXPIRED
 
@@ -34,11 +35,7 @@ def sweep(units: Callable[[], UnitOfWork], app: str) -> Swept:
     memories = 0
     while True:
         with units() as uow:
-            rows = uow.conn.execute(
-                "SELECT user_id, id::text FROM memories WHERE app = %s AND valid_to IS NULL "
-                "AND expire_at <= now() ORDER BY expire_at, id LIMIT %s",
-                (app, BATCH),
-            ).fetchall()
+            rows = uow.memories.expired(app, BATCH)
         by_user: dict[str, list[str]] = defaultdict(list)
         for user_id, memory_id in rows:
             by_user[user_id].append(memory_id)
@@ -49,11 +46,7 @@ def sweep(units: Callable[[], UnitOfWork], app: str) -> Swept:
     revisions = 0
     while True:
         with units() as uow:
-            deleted = uow.conn.execute(
-                "DELETE FROM memory_revisions WHERE id IN (SELECT id FROM memory_revisions "
-                "WHERE app = %s AND expire_at <= now() LIMIT %s)",
-                (app, BATCH * 10),
-            ).rowcount
+            deleted = uow.memories.delete_expired_revisions(app, BATCH * 10)
             uow.commit()
         revisions += deleted
         if deleted < BATCH * 10:
@@ -66,7 +59,7 @@ def sweep(units: Callable[[], UnitOfWork], app: str) -> Swept:
 def _retire(units: Callable[[], UnitOfWork], app: str, user_id: str, ids: list[str]) -> int:
     now = utcnow()
     retired = 0
-    with locked(units, app, user_id) as uow:
+    with user_transaction(units, app, user_id) as uow:
         for memory_id in ids:
             memory = uow.memories.get(app, user_id, memory_id)
             if memory is None or memory.valid_to is not None:
@@ -75,5 +68,4 @@ def _retire(units: Callable[[], UnitOfWork], app: str, user_id: str, ids: list[s
                 continue  # updated meanwhile: its expiry moved
             uow.memories.retire(memory, now, None, change=EXPIRED_CHANGE)
             retired += 1
-        uow.commit()
     return retired

@@ -32,7 +32,7 @@ from uuid import UUID
 
 import psycopg
 
-from shared.db.memories import user_lock
+from shared.db.planned_write import user_transaction_on
 from shared.db.tombstones import Tombstones
 from shared.db.user_import import Written, write_episode, write_memory
 from shared.portability.records import (
@@ -193,8 +193,7 @@ class _Importer:
 
     def write(self, batch: list[tuple[int, MemoryRecord | EpisodeRecord]]) -> None:
         """One transaction under the user's lock; each record in a savepoint."""
-        with self.conn.transaction():
-            user_lock(self.conn, self.app, self.user_id)
+        with user_transaction_on(self.conn, self.app, self.user_id):
             self.check_tombstone()  # a deletion may have committed since the last batch
             for number, record in batch:
                 try:

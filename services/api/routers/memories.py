@@ -38,6 +38,7 @@ from services.api.models import json_response, query_count
 from services.api.routers.views import found_fields, memory_detail, memory_view
 from services.api.write_models import RollbackRequest, WriteMemoryRequest, WriteMemoryResponse
 from shared.db.memories import MemoryRow, PageFilter, Revision
+from shared.db.planned_write import StalePlan
 from shared.db.unit_of_work import UnitOfWork, UnitsOfWork, in_thread
 from shared.events import utcnow
 from shared.llm.base import Candidate
@@ -123,7 +124,7 @@ async def write_memory(
                 body.expiry(),
             )
         )
-    except decisions.MemoriesChanged as exc:
+    except StalePlan as exc:
         raise ApiError(409, "conflict", f"{exc}") from None
     # The rows come from the statements that wrote them (RETURNING): current.
     memory = memory_view(applied.memory) if applied.memory is not None else None
@@ -164,13 +165,14 @@ async def rollback_memory(
                 memory_id,
                 body.revision,
                 utcnow(),
+                api.settings.write_attempts,
             )
         )
     except rollback.RollbackRefused as exc:
         code = {404: "not_found", 409: "conflict", 422: "invalid_request"}[exc.status]
         message = f"{exc.field}: {exc}" if exc.field else f"{exc}"
         raise ApiError(exc.status, code, message, field=exc.field) from None
-    except decisions.MemoriesChanged as exc:
+    except StalePlan as exc:
         raise ApiError(409, "conflict", f"{exc}") from None
     return memory_detail(done.memory, done.revisions)
 

@@ -4,7 +4,7 @@ process of its own (its CPU must not count as the workers').
 generateContent answers after `--generate-ms`, the embedding methods after
 `--embed-ms`, each +-`--jitter` (a fraction, uniform). generateContent is
 `tests.fake_gemini_model.rules_model`: it answers a window's extraction and the
-batched consolidation as the offline `rules` provider would, and reports
+batched consolidation as the `offline` provider would, and reports
 Gemini-style usage (prompt and output tokens counted from the request and the
 reply). It prints `listening on <url>` once it answers; SIGTERM stops it.
 

@@ -322,8 +322,9 @@ def _add_demo(sub: _Subparsers) -> None:
     demo.add_argument("--keep", action="store_true", help="keep the stack's data folder")
     demo.add_argument(
         "--llm",
-        choices=["rules", "gemini", "openai"],
-        help="LLM provider (default AM_LLM_PROVIDER, rules; openai: AM_OPENAI_BASE_URL's model)",
+        choices=["offline", "gemini", "openai", "rules"],
+        help="LLM provider (default AM_LLM_PROVIDER, offline; openai: AM_OPENAI_BASE_URL's model; "
+        "rules: offline's former name)",
     )
     demo.add_argument(
         "--embeddings",

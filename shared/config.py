@@ -29,8 +29,9 @@ class Settings(ServiceSettings):
     (`agent-memory config reference --write`)."""
 
     # LLM.
-    llm_provider: Literal["rules", "gemini", "openai"] = "rules"
-    """`rules` (deterministic, offline, extractive), `gemini` (google-genai: with
+    llm_provider: Literal["offline", "gemini", "openai"] = "offline"
+    """`offline` (deterministic code, no model: extractive summaries, explicit statements;
+    `rules`, its former name, is still accepted), `gemini` (google-genai: with
     `AM_GEMINI_API_KEY` when set, else Vertex AI with Application Default Credentials) or
     `openai` (any OpenAI-compatible endpoint at `AM_OPENAI_BASE_URL`: OpenAI, vLLM, Ollama,
     llama.cpp's server, LiteLLM)"""
@@ -248,6 +249,7 @@ class Settings(ServiceSettings):
     log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = "INFO"
     """the lowest level logged"""
 
+    _offline_alias = field_validator("llm_provider", mode="before")(checks.offline_alias)
     _e5_dimension = field_validator("embedding_dim")(checks.e5_dimension)
     _one_turn_fits = field_validator("llm_max_input_tokens")(checks.one_turn_fits)
     _key_file_readable = field_validator("openai_api_key_file")(checks.readable_file)

@@ -14,7 +14,7 @@ from prometheus_client.exposition import ThreadingWSGIServer
 # Counted through shared.llm.accounting, which knows the app and the worker.
 LLM_CALLS = Counter(
     "agent_memory_llm_calls",
-    "Model requests (each HTTP attempt; one per task of the offline rules provider), by "
+    "Model requests (each HTTP attempt; one per task of the offline provider), by "
     "app, worker, purpose and result (ok, retried, failed; and rate_limited besides: a "
     "request refused with 429, or a call that waited for AM_LLM_MAX_CALLS_PER_MINUTE).",
     ["app", "worker", "purpose", "result"],

@@ -25,7 +25,7 @@ from shared.bus.worker import (
 )
 from shared.config import Settings
 from shared.events import Event, ExtractionRequested, TurnRecorded
-from shared.llm import LLM, RulesLLM
+from shared.llm import LLM, OfflineLLM
 from shared.session_buffer import SessionBuffer
 
 
@@ -182,8 +182,8 @@ def summary_handler(
     settings: Settings, buffer: SessionBuffer, llm: LLM | None = None
 ) -> BatchHandler:
     """The summary worker's handler, from the table its process runs (`handlers`),
-    with the offline `rules` LLM by default."""
-    resources = Resources(settings=settings, buffer=buffer, llm=llm or RulesLLM())
+    with the `offline` LLM by default."""
+    resources = Resources(settings=settings, buffer=buffer, llm=llm or OfflineLLM())
     return handlers(resources)[TurnRecorded]  # type: ignore[return-value]
 
 

@@ -28,7 +28,7 @@ from shared.bus.publisher import EventPublisher
 from shared.config import Settings, load_settings
 from shared.db.migrate import migrate
 from shared.embeddings import make_embedder
-from shared.llm import RulesLLM
+from shared.llm import OfflineLLM
 from shared.llm.gemini import GeminiLLM
 from shared.localstack.components import (
     LocalPostgres,
@@ -187,8 +187,8 @@ def client(app_settings: Settings, topology: TopologyAdmin) -> Iterator[TestClie
 
 @pytest.fixture
 def extraction(app_settings: Settings, pool: ConnectionPool) -> Extraction:
-    """The extraction worker's handlers with the offline `rules` LLM."""
-    return inline_extraction(pool, RulesLLM(), make_embedder(app_settings), app_settings)
+    """The extraction worker's handlers with the `offline` LLM."""
+    return inline_extraction(pool, OfflineLLM(), make_embedder(app_settings), app_settings)
 
 
 @pytest.fixture

@@ -1,5 +1,5 @@
 """Consolidation: each candidate against the most similar live memories of its
-user and scope, decided by the LLM (or the `rules` provider; `shared.memory.
+user and scope, decided by the LLM (or the `offline` provider; `shared.memory.
 decisions` asks, outside any transaction), applied here with the late-event
 rule: an observation older than the last one that changed the memory (a late or
 replayed event) changes nothing and is written to history only (a revision with

@@ -1,6 +1,6 @@
 """The reference scenario of long-term memory, end to end: turns recorded through
 the API, the extraction worker as a user runs it (`agent-memory worker extraction`,
-`rules` LLM, `hash` embeddings), contexts read through the API."""
+`offline` LLM, `hash` embeddings), contexts read through the API."""
 
 from datetime import UTC, datetime, timedelta
 

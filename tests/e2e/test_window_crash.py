@@ -15,7 +15,7 @@ from services.extraction_worker.handlers import REQUESTS, TURNS_CONSUMER
 from shared.bus.dlq import DeadLetterQueues
 from tests.bus_helpers import make_turn
 from tests.fake_gemini import FakeGemini, Request
-from tests.fake_gemini_model import rules_model
+from tests.fake_gemini_model import offline_model
 from tests.support import WorkerProcess, wait_for
 
 SESSIONS = 6
@@ -25,7 +25,7 @@ KILLS = 3
 
 def _slow_model(request: Request):
     time.sleep(1.0)  # noqa: sleep-ok - the model's latency, as the fake plays it
-    return rules_model(request)
+    return offline_model(request)
 
 
 def _state(pool, ids, event_ids):

@@ -13,7 +13,7 @@ from services.compaction_worker.handlers import Compaction
 from shared.db.unit_of_work import UnitsOfWork
 from shared.embeddings import make_embedder
 from shared.events import CompactionRequested, format_time, utcnow
-from shared.llm import RulesLLM
+from shared.llm import OfflineLLM
 from shared.memory.sweep import sweep
 from shared.metrics import EXPIRED
 from tests.support import wait_for
@@ -113,7 +113,7 @@ def test_an_expired_memory_leaves_every_read_at_once_and_the_sweep_retires_it(
     assert detail.json()["deleted_at"] is None
     counted = EXPIRED.labels("memories")._value.get()
     compaction = Compaction(
-        UnitsOfWork(pool, "compaction"), RulesLLM(), make_embedder(settings), settings, publisher
+        UnitsOfWork(pool, "compaction"), OfflineLLM(), make_embedder(settings), settings, publisher
     )
     sweep = CompactionRequested(
         event_id=str(uuid.uuid4()),

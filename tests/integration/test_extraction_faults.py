@@ -15,7 +15,7 @@ from shared.embeddings import make_embedder
 from shared.llm.gemini import GeminiLLM
 from tests.bus_helpers import Recorder, extraction_worker, make_turn
 from tests.fake_gemini import json_reply
-from tests.fake_gemini_model import rules_model
+from tests.fake_gemini_model import offline_model
 from tests.support import run_cli, wait_for
 from tests.window_helpers import (
     STATEMENTS,
@@ -34,7 +34,7 @@ from tests.window_helpers import (
 
 @pytest.fixture
 def fake():
-    """The fake Gemini endpoint answering as the `rules` provider would."""
+    """The fake Gemini endpoint answering as the `offline` provider would."""
     with rules_fake() as server:
         yield server
 
@@ -87,7 +87,7 @@ def test_a_window_that_never_gets_a_valid_reply_dead_letters_each_turn_to_replay
     assert ledgered(pool, turns) == []
 
     # Replayed one by one, with a model that answers: each turn is extracted once.
-    fake.defaults["generateContent"] = rules_model
+    fake.defaults["generateContent"] = offline_model
     with extraction_worker(local, pool, llm, embedder, publisher):
         for n, turn in enumerate(turns, start=1):
             replay = run_cli(local, "dlq", "replay", TURNS_CONSUMER, "--event-id", turn.event_id)
@@ -182,7 +182,7 @@ def test_no_transaction_or_lock_is_open_while_the_model_answers(
                 ).fetchone()
             )
         time.sleep(0.5)  # noqa: sleep-ok - the model's latency, as the fake plays it
-        return rules_model(request)
+        return offline_model(request)
 
     def transactions(bound):
         labels = {"worker": "extraction"}
@@ -229,7 +229,9 @@ def test_an_llm_outage_holds_the_window_without_spending_its_attempts(
     from tests.fake_gemini import error_reply
 
     down = {"on": True}
-    fake.defaults["generateContent"] = lambda r: error_reply(503) if down["on"] else rules_model(r)
+    fake.defaults["generateContent"] = lambda r: (
+        error_reply(503) if down["on"] else offline_model(r)
+    )
     local = gemini(
         settings,
         fake,

@@ -30,7 +30,7 @@ from tests.window_helpers import (
 
 @pytest.fixture
 def fake():
-    """The fake Gemini endpoint answering as the `rules` provider would."""
+    """The fake Gemini endpoint answering as the `offline` provider would."""
     with rules_fake() as server:
         yield server
 

@@ -1,5 +1,5 @@
 """Long-term memory through the API and the extraction handlers, on the real
-Postgres/pgvector, Valkey and Pub/Sub emulator (`rules` LLM, `hash` embeddings)."""
+Postgres/pgvector, Valkey and Pub/Sub emulator (`offline` LLM, `hash` embeddings)."""
 
 from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime, timedelta
@@ -11,7 +11,7 @@ from services.api.app import create_app
 from services.extraction_worker.handlers import TURNS_CONSUMER
 from shared.embeddings import make_embedder
 from shared.events import MemoriesGenerate, TurnRecorded
-from shared.llm import RulesLLM
+from shared.llm import OfflineLLM
 from shared.localstack.components import LocalValkey
 from shared.localstack.process import free_port
 from tests.bus_helpers import Recorder, inline_extraction, make_turn, running
@@ -266,7 +266,7 @@ def test_the_extraction_transaction_is_all_or_nothing(settings, topology, publis
         )
         conn.commit()
     try:
-        extraction = inline_extraction(pool, RulesLLM(), make_embedder(settings), settings)
+        extraction = inline_extraction(pool, OfflineLLM(), make_embedder(settings), settings)
         recorder = Recorder()
         turn = make_turn(ids, 1, user="Remember that the staging database is called orchid.")
         table = {TurnRecorded: recorder.wrap(extraction.handle_turn)}

@@ -15,9 +15,9 @@ import pytest
 from services.extraction_worker.handlers import REQUESTS, TURNS_CONSUMER
 from shared.bus.dlq import DeadLetterQueues
 from shared.embeddings import make_embedder
-from shared.llm import RulesLLM
+from shared.llm import OfflineLLM
 from tests.bus_helpers import Recorder, extraction_worker, inline_extraction, make_turn
-from tests.fake_gemini_model import rules_chat, rules_model
+from tests.fake_gemini_model import offline_chat, offline_model
 from tests.model_endpoints import PROVIDERS, model_endpoint
 from tests.support import wait_for
 from tests.window_helpers import ledgered, query, waiting
@@ -56,8 +56,8 @@ def _prompt(request) -> str:
 
 def _answering(endpoint, bad_for: str, bad):
     """The fake's default: `bad` for requests of the task whose answer field is
-    `bad_for` (memories, decisions), the `rules` provider's answer for the rest."""
-    rules = rules_model if endpoint.provider == "gemini" else rules_chat
+    `bad_for` (memories, decisions), the `offline` provider's answer for the rest."""
+    rules = offline_model if endpoint.provider == "gemini" else offline_chat
 
     def answer(request):
         if f'Answer with JSON: {{"{bad_for}"' in _prompt(request):
@@ -80,7 +80,7 @@ def _memories(pool, ids):
 
 def _seed(settings, pool, ids):
     """Two memories of the user, written by the offline provider."""
-    extraction = inline_extraction(pool, RulesLLM(), make_embedder(settings), settings)
+    extraction = inline_extraction(pool, OfflineLLM(), make_embedder(settings), settings)
     for n, text in enumerate(SEEDED, start=1):
         extraction.handle_turn(make_turn(ids, n, user=text, session_id="sess-seed"), None)
     return wait_for(lambda: len(found := _memories(pool, ids)) == 2 and found, 30, "the seed")
@@ -149,7 +149,7 @@ def test_a_model_that_cannot_answer_for_a_while_holds_the_window_without_spendin
         dependency_retry_min_seconds=0.2,
         dependency_retry_max_seconds=0.5,
     )
-    rules = rules_model if endpoint.provider == "gemini" else rules_chat
+    rules = offline_model if endpoint.provider == "gemini" else offline_chat
     down = threading.Event()
     down.set()
 

@@ -26,7 +26,7 @@ from shared.llm.extraction_prompts import (
     extraction_schema,
 )
 from shared.llm.openai_compatible import OpenAILLM
-from tests.fake_gemini_model import rules_chat
+from tests.fake_gemini_model import offline_chat
 from tests.fake_openai import FakeOpenAI, Reply, error_reply, json_reply
 
 INP = ExtractionInput.single(
@@ -37,7 +37,7 @@ INP = ExtractionInput.single(
 @pytest.fixture
 def fake():
     with FakeOpenAI() as server:
-        server.defaults["chat"] = rules_chat
+        server.defaults["chat"] = offline_chat
         yield server
 
 

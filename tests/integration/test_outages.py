@@ -27,7 +27,7 @@ from shared.db.pool import make_pool
 from shared.embeddings import make_embedder
 from shared.events import TurnRecorded
 from shared.health import check_postgres, check_valkey, drop_broken_connections
-from shared.llm import RulesLLM
+from shared.llm import OfflineLLM
 from shared.localstack.components import LocalPostgres, LocalValkey
 from shared.localstack.process import free_port
 from shared.metrics import serve_metrics
@@ -168,7 +168,7 @@ def test_extraction_waits_out_postgres_stopped_and_killed_and_archives_each_turn
 ):
     settings = settings.model_copy(update={"database_url": own_postgres.url})
     pool = make_pool(settings, max_size=4, name="outage-test")
-    extraction = inline_extraction(pool, RulesLLM(), make_embedder(settings), settings)
+    extraction = inline_extraction(pool, OfflineLLM(), make_embedder(settings), settings)
     dependencies = Dependencies(
         {
             "postgres": Probe(

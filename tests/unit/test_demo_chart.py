@@ -31,7 +31,7 @@ def _result() -> SessionResult:
 def _write(out):
     result = _result()
     numbers = report.figures(result)
-    providers = {"llm": "rules", "embeddings": "hash"}
+    providers = {"llm": "offline", "embeddings": "hash"}
     return report.write(out, providers, result, numbers, report.target_checks(numbers))
 
 

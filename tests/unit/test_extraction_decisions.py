@@ -12,9 +12,9 @@ import pytest
 
 from services.extraction_worker.windows import WindowExtraction, dead_letter_window
 from shared.bus.contract import Delivery, Outcome
+from shared.db.planned_write import StalePlan
 from shared.events import ExtractionRequested
 from shared.memory.consolidate import Source
-from shared.db.planned_write import StalePlan
 from tests.extraction_fakes import (
     SESSION,
     SETTINGS,

@@ -158,3 +158,8 @@ def test_what_counts_as_permanent():
     assert is_permanent(psycopg.DataError("cannot store NUL"))
     assert not is_permanent(psycopg.OperationalError("server closed the connection"))
     assert not is_permanent(ConnectionError("valkey down"))
+
+
+def test_the_offline_providers_former_name_is_still_accepted(monkeypatch):
+    monkeypatch.setenv("AM_LLM_PROVIDER", "rules")
+    assert load_settings().llm_provider == "offline"

@@ -1,10 +1,10 @@
-"""Compaction by the `rules` provider: old episodes folded into a user's long-term
+"""Compaction by the `offline` provider: old episodes folded into a user's long-term
 summary, extractively and deterministically.
 
 The previous summary comes first and is kept whole, verbatim: its facts have
 priority and nothing it holds is ever dropped (docs/design.md, "Compaction").
 From the episodes, the sentences that state a constraint, a choice or a goal (the
-classes of `shared.llm.rules.importance`) are added, prefixed with who said them, the most
+classes of `shared.llm.offline.summary.importance`) are added, prefixed with who said them, the most
 important first and the oldest first within a class, as long as the summary stays
 within `max_tokens` by the one estimator (but the episodes always get at least a
 quarter of it); they appear in the order they were said.
@@ -21,7 +21,7 @@ are deleted once folded).
 from __future__ import annotations
 
 from shared.llm.base import DialogueTurn
-from shared.llm.rules import new_lines, normalised, sentences
+from shared.llm.offline.summary import new_lines, normalised, sentences
 
 
 def compact_episodes(previous: str, episodes: list[DialogueTurn], max_tokens: int) -> str:

@@ -1,4 +1,4 @@
-"""Query decomposition for the `rules` provider: a search query split into at most
+"""Query decomposition for the `offline` provider: a search query split into at most
 `MAX_QUERIES` single-topic sub-queries.
 
 The query splits after each "?", at ";", and at "and"/"but" (with or without a
@@ -8,7 +8,7 @@ database do I use?" → "What is my UI theme?", "Which database do I use?"; "the
 difference between TCP and UDP" stays whole. Past the bound, the remaining
 pieces join the last sub-query. Each sub-query gets the query's "?" when it was
 a question and a capital letter, and its references to a session made explicit
-(`shared.llm.session_refs`): "in my previous session" → "in session <prev>".
+(`shared.llm.offline.session_refs`): "in my previous session" → "in session <prev>".
 A query that does not split is its own only sub-query (with its references to a
 session made explicit too).
 """
@@ -17,8 +17,8 @@ from __future__ import annotations
 
 import re
 
-from shared.llm.phrasing import capitalise, word_set
-from shared.llm.session_refs import rewrite_session_refs
+from shared.llm.offline.phrasing import capitalise, word_set
+from shared.llm.offline.session_refs import rewrite_session_refs
 
 MAX_QUERIES = 4
 

@@ -1,5 +1,5 @@
-"""Statements about the user and their work that `shared.llm.statement_rules`'
-patterns of preferences and rules do not read, for the `rules` provider's
+"""Statements about the user and their work that `shared.llm.offline.statements`'
+patterns of preferences and rules do not read, for the `offline` provider's
 extraction; tried after those, in this order (case-insensitive):
 
 | pattern | kind | memory |
@@ -27,13 +27,10 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable
-from typing import TYPE_CHECKING
 
-from shared.llm.facets import noun_phrase, subject_entity, value_entity
-from shared.llm.phrasing import subject_text, third, verb3, word_set
-
-if TYPE_CHECKING:
-    from shared.llm.statement_rules import Claim, Context
+from shared.llm.offline.facets import noun_phrase, subject_entity, value_entity
+from shared.llm.offline.phrasing import subject_text, third, verb3, word_set
+from shared.llm.offline.stated import Reading, Stated
 
 _PRONOUN_OBJECTS = word_set("it this that them these those one so there here")
 _TRAITS = {
@@ -74,13 +71,12 @@ def _object(text: str) -> str | None:
     return text
 
 
-def _claim(entity: str, kind: str, text: str) -> list[Claim]:
-    from shared.llm.statement_rules import Claim  # the patterns' module imports this one
+def _claim(entity: str, kind: str, text: str) -> list[Stated]:
 
-    return [Claim(entity, kind, text)]
+    return [Stated(entity, kind, text)]
 
 
-def _i_am(match: re.Match[str], context: Context) -> list[Claim] | None:
+def _i_am(match: re.Match[str], context: Reading) -> list[Stated] | None:
     rest = _object(match["rest"])
     if rest is None:
         return None
@@ -100,14 +96,14 @@ def _i_am(match: re.Match[str], context: Context) -> list[Claim] | None:
     return None
 
 
-def _we_are(match: re.Match[str], context: Context) -> list[Claim] | None:
+def _we_are(match: re.Match[str], context: Reading) -> list[Stated] | None:
     rest = _object(match["rest"])
     if rest is None or rest.split()[0].lower() not in _PLANS:
         return None
     return _claim(value_entity(rest.split(" ", 1)[-1]), "fact", f"User is {third(rest)}")
 
 
-def _lasting(match: re.Match[str], context: Context) -> list[Claim] | None:
+def _lasting(match: re.Match[str], context: Reading) -> list[Stated] | None:
     obj = _object(match["obj"])
     if obj is None:
         return None
@@ -117,7 +113,7 @@ def _lasting(match: re.Match[str], context: Context) -> list[Claim] | None:
     return _claim(value_entity(obj), "fact", f"User {verb3(verb)} {third(obj)}")
 
 
-def _started(match: re.Match[str], context: Context) -> list[Claim] | None:
+def _started(match: re.Match[str], context: Reading) -> list[Stated] | None:
     rest = _object(match["rest"])
     if rest is None:
         return None
@@ -125,7 +121,7 @@ def _started(match: re.Match[str], context: Context) -> list[Claim] | None:
     return _claim(value_entity(rest.split(" ", 1)[-1]), "fact", text)
 
 
-def _will(match: re.Match[str], context: Context) -> list[Claim] | None:
+def _will(match: re.Match[str], context: Reading) -> list[Stated] | None:
     rest = _object(match["rest"])
     if rest is None:
         return None
@@ -133,7 +129,7 @@ def _will(match: re.Match[str], context: Context) -> list[Claim] | None:
     return _claim(value_entity(rest), "fact", text)
 
 
-def _chose(match: re.Match[str], context: Context) -> list[Claim] | None:
+def _chose(match: re.Match[str], context: Reading) -> list[Stated] | None:
     verb, prep = match["verb"].lower(), (match["prep"] or "").lower()
     if verb in ("go", "went", "going", "gone") and prep != "with":
         return None  # "we went to the gym" is no choice
@@ -147,7 +143,7 @@ def _chose(match: re.Match[str], context: Context) -> list[Claim] | None:
     return _claim(value_entity(obj), "fact", f"User chose {third(obj)}")
 
 
-def _changed(match: re.Match[str], context: Context) -> list[Claim] | None:
+def _changed(match: re.Match[str], context: Reading) -> list[Stated] | None:
     subject, verb = re.sub(r"'ve$", "", match["subj"], flags=re.I), match["verb"].lower()
     if subject.split()[0].lower() in _PRONOUN_OBJECTS | word_set("you he she they"):
         return None
@@ -160,7 +156,7 @@ def _changed(match: re.Match[str], context: Context) -> list[Claim] | None:
     return _claim(entity, "fact", f"{subject_text(subject)} {moved} {third(new)}")
 
 
-def _my_verb(match: re.Match[str], context: Context) -> list[Claim] | None:
+def _my_verb(match: re.Match[str], context: Reading) -> list[Stated] | None:
     subject, verb, rest = match["subj"], match["verb"], match["rest"]
     if verb.lower() in ("is", "was", "has been") or rest.lower().startswith(("to ", "that ")):
         return None
@@ -168,7 +164,7 @@ def _my_verb(match: re.Match[str], context: Context) -> list[Claim] | None:
     return _claim(subject_entity(subject, rest), "fact", text)
 
 
-def _runs_on(match: re.Match[str], context: Context) -> list[Claim] | None:
+def _runs_on(match: re.Match[str], context: Reading) -> list[Stated] | None:
     subject = match["subj"]
     if subject.split()[0].lower() in _PRONOUN_OBJECTS | word_set("i we you he she they"):
         return None
@@ -176,13 +172,13 @@ def _runs_on(match: re.Match[str], context: Context) -> list[Claim] | None:
     return _claim(subject_entity(subject, match["val"]), "fact", text[:1].upper() + text[1:])
 
 
-def _do_not_do(match: re.Match[str], context: Context) -> list[Claim] | None:
+def _do_not_do(match: re.Match[str], context: Reading) -> list[Stated] | None:
     rest = match["rest"]
     text = f"User wants the assistant to never {third(rest)}"
     return _claim(noun_phrase(rest.split(" ", 1)[-1]), "rule", text)
 
 
-def _please(match: re.Match[str], context: Context) -> list[Claim] | None:
+def _please(match: re.Match[str], context: Reading) -> list[Stated] | None:
     verb, rest = match["verb"].lower(), match["rest"]
     if verb not in _PLEASE:
         return None
@@ -191,7 +187,7 @@ def _please(match: re.Match[str], context: Context) -> list[Claim] | None:
 
 
 _WE = r"^(?:i|we)"
-PATTERNS: list[tuple[re.Pattern[str], Callable[[re.Match[str], Context], list[Claim] | None]]] = [
+PATTERNS: list[tuple[re.Pattern[str], Callable[[re.Match[str], Reading], list[Stated] | None]]] = [
     (re.compile(r"^(?:i'm|i\s+am)\s+(?:also\s+|now\s+|still\s+)?(?P<rest>\S.*)$", re.I), _i_am),
     (
         re.compile(r"^(?:we're|we\s+are)\s+(?:also\s+|now\s+|still\s+)?(?P<rest>\S.*)$", re.I),

@@ -1,4 +1,4 @@
-"""The words `shared.llm.clauses` reads a statement with: the verb phrases of each
+"""The words `shared.llm.offline.clauses` reads a statement with: the verb phrases of each
 predicate (synonyms share one), the change verbs, the predicates a subject has one
 value of at a time, and the words that name a time. All lowercase."""
 
@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import re
 
-from shared.llm.phrasing import word_set
+from shared.llm.offline.phrasing import word_set
 
 # predicate → the verb phrases that state it. A copula ("is", "are") is read
 # further by its value (`BY_VALUE`).

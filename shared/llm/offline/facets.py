@@ -1,4 +1,4 @@
-"""Entity names for the `rules` provider: a small facet lexicon, so that two
+"""Entity names for the `offline` provider: a small facet lexicon, so that two
 statements about the same thing get the same `entity_name` ("I prefer Dark Mode
 UI", later "I've switched to Light Mode": both "ui theme").
 
@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import re
 
-from shared.llm.phrasing import word_set
+from shared.llm.offline.phrasing import word_set
 
 # facet → the words and phrases (lowercase) that name one of its values.
 VALUE_LEXICON: dict[str, tuple[str, ...]] = {

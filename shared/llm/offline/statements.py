@@ -1,6 +1,6 @@
-"""Statements for the `rules` provider's extraction: one clause of the user's text,
+"""Statements for the `offline` provider's extraction: one clause of the user's text,
 matched against these patterns in this order (case-insensitive), gives the
-memories it states (`Claim`s: entity, kind, third-person text, no period).
+memories it states (`Stated`: entity, kind, third-person text, no period).
 
 | pattern | kind | memory |
 |---|---|---|
@@ -27,11 +27,11 @@ is no preference). A clause longer than `MAX_CLAUSE_CHARS` states nothing.
 Kind: a rule word anywhere in the clause (must, never, always, cap, capped,
 limit, at most, at least, no more than, maximum, minimum, cannot, not allowed,
 forbidden, required) makes it a rule; a fact that says "prefer", "favourite" or
-"rather" is a preference. The rules provider never writes an "event".
+"rather" is a preference. The offline provider never writes an "event".
 
 A preference about several things ("I prefer Dark Mode UI and standardizing on
 Python 3.11 with PostgreSQL") gives one memory per item when every item names a
-different facet of `shared.llm.facets`, else one memory; entity names come from
+different facet of `shared.llm.offline.facets`, else one memory; entity names come from
 that module.
 """
 
@@ -39,9 +39,9 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable
-from dataclasses import dataclass, replace
+from dataclasses import replace
 
-from shared.llm.facets import (
+from shared.llm.offline.facets import (
     noun_phrase,
     subject_entity,
     subject_facet,
@@ -49,8 +49,9 @@ from shared.llm.facets import (
     value_entity,
     value_facet,
 )
-from shared.llm.phrasing import first_person, negate, subject_text, third, verb3, word_set
-from shared.llm.self_statements import PATTERNS as SELF_STATEMENTS
+from shared.llm.offline.phrasing import first_person, negate, subject_text, third, verb3, word_set
+from shared.llm.offline.self_statements import PATTERNS as SELF_STATEMENTS
+from shared.llm.offline.stated import Reading, Stated
 
 _RULE_WORDS = re.compile(
     r"\b(?:must|mustn't|never|always|caps?|capped|limits?|limited|maximum|minimum|cannot|"
@@ -93,22 +94,7 @@ _VP_SKIPPED = _GENERIC_VERBS | word_set("never always ever not only also")
 FROM_NOW_ON = re.compile(r"\bfrom\s+now\s+on\b,?", re.I)
 
 
-@dataclass(frozen=True)
-class Context:
-    project_stated: bool  # the sentence names a project: any "the S is X" counts
-    from_now_on: bool = False  # "from now on": "I V X" and "V X" state a preference
-    remember: bool = False  # inside "remember that ...": any "S is X" counts
-    in_project: bool = False  # the turn is of a project: "the S is X" is of it
-
-
-@dataclass(frozen=True)
-class Claim:
-    entity: str
-    kind: str
-    text: str  # third person, no final period
-
-
-def claims(clause: str, context: Context) -> list[Claim]:
+def claims(clause: str, context: Reading) -> list[Stated]:
     """What `clause` states (see the module docstring); nothing for chatter."""
     clause = LEAD.sub("", clause).strip(" ,;:")
     if not _KEEPS_ITS_LEAD.match(clause):
@@ -126,18 +112,18 @@ def claims(clause: str, context: Context) -> list[Claim]:
     return []
 
 
-def _from_now_on(clause: str) -> list[Claim]:
+def _from_now_on(clause: str) -> list[Stated]:
     """A lasting change with no pattern of its own: "from now on, I use tabs" →
     "User uses tabs"; "from now on, use tabs" → "User wants the assistant to use
     tabs"."""
     match = re.match(r"^(?:i|we)(?:'ll|\s+will)?\s+(?P<verb>[a-z]+)\s+(?P<obj>.+)$", clause, re.I)
     if match:
         text = f"User {verb3(match['verb'])} {third(match['obj'])}"
-        return [Claim(value_entity(match["obj"]), _kind(clause, "preference"), text)]
+        return [Stated(value_entity(match["obj"]), _kind(clause, "preference"), text)]
     match = re.match(r"^(?:please\s+)?(?P<verb>[a-z]+)\s+(?P<obj>.+)$", clause, re.I)
     if match and match["verb"].lower() in _GENERIC_VERBS:
         text = f"User wants the assistant to {third(clause[:1].lower() + clause[1:])}"
-        return [Claim(_vp_entity(clause), _kind(clause, "preference"), text)]
+        return [Stated(_vp_entity(clause), _kind(clause, "preference"), text)]
     return []
 
 
@@ -163,50 +149,50 @@ def _items(value: str) -> list[str]:
 
 
 # -- the patterns -------------------------------------------------------------
-Handler = Callable[[re.Match[str], Context], list[Claim] | None]
+Handler = Callable[[re.Match[str], Reading], list[Stated] | None]
 
 
-def _remember(match: re.Match[str], context: Context) -> list[Claim] | None:
+def _remember(match: re.Match[str], context: Reading) -> list[Stated] | None:
     rest = match["rest"]
     inner = claims(rest, replace(context, remember=True))
     if inner:
         return inner
-    return [Claim(_vp_entity(_without_subject(rest)), _kind(rest, "fact"), first_person(rest))]
+    return [Stated(_vp_entity(_without_subject(rest)), _kind(rest, "fact"), first_person(rest))]
 
 
-def _forget(match: re.Match[str], context: Context) -> list[Claim] | None:
+def _forget(match: re.Match[str], context: Reading) -> list[Stated] | None:
     rest = match["rest"]
     inner = claims(rest, replace(context, remember=True)) or [
-        Claim(_vp_entity(_without_subject(rest)), _kind(rest, "fact"), first_person(rest))
+        Stated(_vp_entity(_without_subject(rest)), _kind(rest, "fact"), first_person(rest))
     ]
     return [replace(claim, text=negate(claim.text)) for claim in inner]
 
 
-def _no_longer(match: re.Match[str], context: Context) -> list[Claim] | None:
+def _no_longer(match: re.Match[str], context: Reading) -> list[Stated] | None:
     verb, obj = match["verb"].lower(), match["obj"]
     kind = "preference" if verb in _PREFERENCE_VERBS else _kind(obj, "fact")
-    return [Claim(value_entity(obj), kind, f"User no longer {verb3(verb)} {third(obj)}")]
+    return [Stated(value_entity(obj), kind, f"User no longer {verb3(verb)} {third(obj)}")]
 
 
-def _do_not(match: re.Match[str], context: Context) -> list[Claim] | None:
+def _do_not(match: re.Match[str], context: Reading) -> list[Stated] | None:
     verb, obj = match["verb"].lower(), match["obj"]
-    return [Claim(value_entity(obj), "preference", f"User does not {verb} {third(obj)}")]
+    return [Stated(value_entity(obj), "preference", f"User does not {verb} {third(obj)}")]
 
 
-def _switched(match: re.Match[str], context: Context) -> list[Claim] | None:
+def _switched(match: re.Match[str], context: Reading) -> list[Stated] | None:
     obj = match["obj"]
     if match["verb"].lower().startswith(("mov", "migrat")) and value_facet(obj) is None:
         return None  # "I've moved to Berlin" is no choice of tool
-    return [Claim(value_entity(obj), _kind(obj, "preference"), f"User prefers {third(obj)}")]
+    return [Stated(value_entity(obj), _kind(obj, "preference"), f"User prefers {third(obj)}")]
 
 
-def _now_uses(match: re.Match[str], context: Context) -> list[Claim] | None:
+def _now_uses(match: re.Match[str], context: Reading) -> list[Stated] | None:
     obj = match["obj"]
     text = f"User now {verb3(match['verb'])} {third(obj)}"
-    return [Claim(value_entity(obj), _kind(obj, "preference"), text)]
+    return [Stated(value_entity(obj), _kind(obj, "preference"), text)]
 
 
-def _prefers(match: re.Match[str], context: Context) -> list[Claim] | None:
+def _prefers(match: re.Match[str], context: Reading) -> list[Stated] | None:
     verb, would, obj = match["verb"].lower(), match["would"], match["obj"]
     if verb == "rather" and not would:
         return None
@@ -218,29 +204,29 @@ def _prefers(match: re.Match[str], context: Context) -> list[Claim] | None:
     facets = [value_facet(item) for item in items]
     if len(items) > 1 and all(facets) and len(set(facets)) == len(items):
         return [
-            Claim(facet, kind, f"User {phrase} {third(item)}")
+            Stated(facet, kind, f"User {phrase} {third(item)}")
             for item, facet in zip(items, facets, strict=True)
             if facet is not None
         ]
-    return [Claim(value_entity(obj), kind, f"User {phrase} {third(obj)}")]
+    return [Stated(value_entity(obj), kind, f"User {phrase} {third(obj)}")]
 
 
-def _always(match: re.Match[str], context: Context) -> list[Claim] | None:
+def _always(match: re.Match[str], context: Reading) -> list[Stated] | None:
     adverb, verb, rest = match["adv"].lower(), match["verb"], match["rest"]
     kind = "rule" if adverb in ("always", "never") else _kind(rest, "preference")
     text = f"User {adverb} {verb3(verb)} {third(rest)}"
-    return [Claim(_vp_entity(f"{verb} {rest}"), kind, text)]
+    return [Stated(_vp_entity(f"{verb} {rest}"), kind, text)]
 
 
-def _imperative(match: re.Match[str], context: Context) -> list[Claim] | None:
+def _imperative(match: re.Match[str], context: Reading) -> list[Stated] | None:
     adverb, rest = match["adv"].lower(), match["rest"]
     if rest.lower().startswith("mind"):
         return None  # "never mind"
     text = f"User wants the assistant to {adverb} {third(rest)}"
-    return [Claim(_vp_entity(rest), "rule", text)]
+    return [Stated(_vp_entity(rest), "rule", text)]
 
 
-def _must(match: re.Match[str], context: Context) -> list[Claim] | None:
+def _must(match: re.Match[str], context: Reading) -> list[Stated] | None:
     subject, modal, rest = match["subj"], match["modal"].lower(), match["rest"]
     low = subject.lower()
     if low in ("i", "we", "you"):
@@ -249,16 +235,16 @@ def _must(match: re.Match[str], context: Context) -> list[Claim] | None:
         return None
     else:
         entity = subject_entity(subject, rest)
-    return [Claim(entity, "rule", f"{subject_text(subject)} {modal} {third(rest)}")]
+    return [Stated(entity, "rule", f"{subject_text(subject)} {modal} {third(rest)}")]
 
 
-def _my(match: re.Match[str], context: Context) -> list[Claim] | None:
+def _my(match: re.Match[str], context: Reading) -> list[Stated] | None:
     subject, copula, value = match["subj"], match["cop"].lower(), match["val"]
     text = f"User's {third(subject)} {copula} {third(value)}"
-    return [Claim(subject_entity(subject, value), _kind(match.string, "fact"), text)]
+    return [Stated(subject_entity(subject, value), _kind(match.string, "fact"), text)]
 
 
-def _copula(match: re.Match[str], context: Context) -> list[Claim] | None:
+def _copula(match: re.Match[str], context: Reading) -> list[Stated] | None:
     subject, copula, value = match["subj"], match["cop"].lower(), match["val"]
     if subject.split()[0].lower() in _PRONOUN_SUBJECTS:
         return None
@@ -275,7 +261,7 @@ def _copula(match: re.Match[str], context: Context) -> list[Claim] | None:
     if not worth:
         return None
     text = f"{third(subject)} {copula} {third(value)}"
-    return [Claim(subject_entity(subject, value), _kind(match.string, "fact"), text)]
+    return [Stated(subject_entity(subject, value), _kind(match.string, "fact"), text)]
 
 
 def _without_subject(clause: str) -> str:

@@ -1,4 +1,4 @@
-"""Temporal coreference for the `rules` provider: relative references to a session
+"""Temporal coreference for the `offline` provider: relative references to a session
 become explicit session IDs, as the reference's extraction prompt asks of the model.
 
 - "now", "right now", "for now", "currently", "today", "this session", "the

@@ -1,4 +1,4 @@
-"""First person to third person, for the memories the `rules` provider writes:
+"""First person to third person, for the memories the `offline` provider writes:
 "I prefer my editor dark" → "User prefers their editor dark".
 
 Plain rules, enough for the statements it extracts: the verb after "I"/"we" gets

@@ -1,4 +1,4 @@
-"""Consolidation for the `rules` provider: a candidate against the most similar
+"""Consolidation for the `offline` provider: a candidate against the most similar
 live memories of its user and scope.
 
 Only memories of the candidate's scope and project can be targets. Among them
@@ -6,7 +6,7 @@ the candidate's memory is, in this order:
 1. the one with the same non-empty entity name (case-insensitive; the most
    similar text if several);
 2. the one stating the same fact: both texts read as clauses
-   (`shared.llm.clauses`) with the same subject and predicate, and either the
+   (`shared.llm.offline.clauses`) with the same subject and predicate, and either the
    predicate has one value at a time ("lives in", a date, "the cache is"), or the
    values are the same thing (`same_thing`: "gcc 12" and "gcc 14", "vim" and
    "neovim"), or the candidate names the value it replaces ("instead of
@@ -21,7 +21,7 @@ the candidate's memory is, in this order:
 Similarity is the Jaccard index of the two texts' word sets, without function
 words, "user", "no longer", "project" and "session".
 
-- a revocation (the candidate says "no longer", as `shared.llm.extraction_rules`
+- a revocation (the candidate says "no longer", as `shared.llm.offline.extraction`
   writes "I no longer ...", "I don't ... anymore" and "forget that ..."; its
   memory by clause only when the value is the same thing) → DELETED of its
   memory, NONE if it has none; "no longer X but Y" is a change, not a revocation;
@@ -38,8 +38,8 @@ from __future__ import annotations
 import re
 
 from shared.llm.base import Action, Candidate, Decision, ExistingMemory
-from shared.llm.clauses import Clause, parse, same_thing
-from shared.llm.phrasing import word_set
+from shared.llm.offline.clauses import Clause, parse, same_thing
+from shared.llm.offline.phrasing import word_set
 
 DUPLICATE = 0.9
 SAME_THING = 0.6

@@ -1,7 +1,7 @@
 """A memory's statement read as one clause (subject, predicate, value), for the
-`rules` consolidator: "The Heron build now uses gcc 14." → subject "heron build",
+`offline` consolidator: "The Heron build now uses gcc 14." → subject "heron build",
 predicate "use", value "gcc 14". Plain rules over a small lexicon
-(`shared.llm.clause_lexicon`), no model.
+(`shared.llm.offline.clause_lexicon`), no model.
 
 - Markers come out first. "now", "from now on" and "nowadays" say the value
   holds now (which older value it replaces, if any, the values tell:
@@ -34,8 +34,8 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from shared.llm import clause_lexicon as lexicon
-from shared.llm.facets import value_facet
+from shared.llm.offline import clause_lexicon as lexicon
+from shared.llm.offline.facets import value_facet
 
 MAX_SUBJECT_WORDS = 6
 
@@ -229,7 +229,7 @@ def _lemma(verb: str) -> str:
 
 def same_thing(a: str, b: str) -> bool:
     """Are two values (normalised) the same thing, perhaps in another version or
-    number: the same `head`, or the same facet of `shared.llm.facets` ("vim",
+    number: the same `head`, or the same facet of `shared.llm.offline.facets` ("vim",
     "neovim": editors)?"""
     facet = value_facet(a)
     return head(a) == head(b) or (facet is not None and facet == value_facet(b))

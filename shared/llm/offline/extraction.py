@@ -1,4 +1,4 @@
-"""Extraction for the `rules` provider: explicit statements only, sentence by
+"""Extraction for the `offline` provider: explicit statements only, sentence by
 sentence from the USER's text. The assistant's text is not read: what it says is
 either its own suggestion (not the user's choice) or a restatement of what the
 user said, which the user's text already holds. Questions (a sentence ending in
@@ -8,14 +8,14 @@ give nothing.
 A sentence is split into clauses at ",", ";", "and", "but" when the next piece
 reads as a clause of its own (it starts with "I"/"we"/"my"/... or holds "is",
 "are", "must", ...); otherwise the piece stays with the clause before it. Each
-clause is matched against the patterns of `shared.llm.statement_rules`.
+clause is matched against the patterns of `shared.llm.offline.statements`.
 
 Scope, per sentence: "in/for this session" → session; a stated project ("for
 project X, ...", "For X, ...", "in project X", "the X project") → project X;
 "across all my projects", "universal", "in general", "globally", "everywhere" →
 global; else the turn's project → project; else global. A project memory reads
 "For project X, ...". Temporal references become session IDs
-(`shared.llm.session_refs`) at the end of the memory.
+(`shared.llm.offline.session_refs`) at the end of the memory.
 """
 
 from __future__ import annotations
@@ -23,9 +23,10 @@ from __future__ import annotations
 import re
 
 from shared.llm.base import Candidate, ExtractionInput, ExtractionTurn, Found
-from shared.llm.phrasing import capitalise, lower_first, word_set
-from shared.llm.session_refs import strip_session_refs
-from shared.llm.statement_rules import FROM_NOW_ON, LEAD, Context, claims
+from shared.llm.offline.phrasing import capitalise, lower_first, word_set
+from shared.llm.offline.session_refs import strip_session_refs
+from shared.llm.offline.stated import Reading
+from shared.llm.offline.statements import FROM_NOW_ON, LEAD, claims
 from shared.llm.topics import topic_of
 
 _SENTENCE_END = re.compile(r"(?<=[.!?])\s+|\n+")
@@ -103,7 +104,7 @@ def _from_sentence(sentence: str, turn: ExtractionTurn, inp: ExtractionInput) ->
     else:
         scope, project_id = "global", ""
     from_now_on = FROM_NOW_ON.search(body) is not None
-    context = Context(bool(project), from_now_on, in_project=bool(project or turn.project_id))
+    context = Reading(bool(project), from_now_on, in_project=bool(project or turn.project_id))
     candidates = []
     for clause in clauses(body):
         for claim in claims(clause, context):

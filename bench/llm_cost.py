@@ -78,9 +78,9 @@ from bench.llm_cost_metrics import (  # noqa: E402
 from bench.llm_cost_report import DRAIN_CONCURRENCY, last_line, report, transactions  # noqa: E402
 from bench.pipeline import publish_all  # noqa: E402
 from bench.scaling import start_gemini  # noqa: E402
+from services.dev.localstack.stack import LocalStack  # noqa: E402
 from shared.bus.publisher import EventPublisher  # noqa: E402
 from shared.config import Settings  # noqa: E402
-from shared.localstack.stack import LocalStack  # noqa: E402
 from shared.waiting import poll  # noqa: E402
 
 WORKER = "extraction"

@@ -64,11 +64,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from bench.common import AppliedLog, bench_stack  # noqa: E402
 from bench.drain_watch import DrainWatch, drain_figures  # noqa: E402
 from bench.pipeline import backlog_drain, publish_all, warm_up  # noqa: E402
+from services.dev.localstack.process import ManagedProcess  # noqa: E402
+from services.dev.localstack.stack import LocalStack, replica_name  # noqa: E402
 from shared.bus.publisher import EventPublisher  # noqa: E402
 from shared.config import load_settings  # noqa: E402
 from shared.events import TurnRecorded, derived_event_id  # noqa: E402
-from shared.localstack.process import ManagedProcess  # noqa: E402
-from shared.localstack.stack import LocalStack, replica_name  # noqa: E402
 from shared.waiting import poll  # noqa: E402
 
 APP = "default"

@@ -34,9 +34,9 @@ from shared.bus.topology import WORKER_KINDS, full_name, subscriptions_of
 from shared.bus.worker import SubscriberRuntime
 from shared.config import Settings
 from shared.db.unit_of_work import UnitsOfWork
-from shared.health import worker_probes
 from shared.llm.accounting import set_worker
 from shared.metrics import serve_metrics
+from shared.probes import worker_probes
 from shared.tracing import configure as configure_tracing
 
 log = structlog.get_logger("agent_memory.worker")

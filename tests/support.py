@@ -113,7 +113,7 @@ def serve_api(settings: Settings, app: object | None = None) -> Iterator[str]:
     import uvicorn
 
     from services.api.app import create_app
-    from shared.localstack.process import free_port
+    from services.dev.localstack.process import free_port
 
     port = free_port()
     config = uvicorn.Config(

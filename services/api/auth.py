@@ -29,6 +29,7 @@ from fastapi.responses import JSONResponse
 from psycopg import Error as PostgresError
 
 from services.api.errors import error_body, request_id_of
+from services.console import pages
 from services.console import session as console
 from shared.api_keys import key_hash
 from shared.db.api_keys import lookup
@@ -58,7 +59,7 @@ class Authentication:
         if not on_console and not _protected(path):
             await self.app(scope, receive, send)
             return
-        deny = console.deny if on_console else _deny
+        deny = pages.deny if on_console else _deny
         api = scope["app"]
         settings = api.state.resources.settings
         state = scope.setdefault("state", {})

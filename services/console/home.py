@@ -19,8 +19,8 @@ from fastapi.responses import HTMLResponse, RedirectResponse, Response
 
 from services.api.auth import lookup_key, within
 from services.console import session
-from services.console.app import Viewer, page, require_admin
 from services.console.chart import chart
+from services.console.pages import Viewer, page, require_admin
 from services.console.sources import sources
 from shared.api_keys import key_hash
 from shared.bus.figure_history import read_history

@@ -6,7 +6,7 @@ rolling summary, and the archive search.
 
 The lists (users, a user's memories and sessions) are read from Postgres a page
 at a time, with how many there are (shared.db.console_reads); everything else
-goes through the API itself (services.console.app.client), as the signed-in key.
+goes through the API itself (services.console.pages.client), as the signed-in key.
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from fastapi import APIRouter, Request
 from fastapi.responses import HTMLResponse, RedirectResponse, Response
 
 from services.console import inputs, queries, session
-from services.console.app import Viewer, client, page
+from services.console.pages import Viewer, client, page
 from shared.db import console_reads as reads
 from shared.db.memories import MemoryRow
 

@@ -17,7 +17,7 @@ from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import HTMLResponse
 
 from services.console import inputs, queries, session
-from services.console.app import Viewer, page, require_admin
+from services.console.pages import Viewer, page, require_admin
 from services.console.sources import sources
 from shared.bus.dlq import COUNT_CAP, DeadLetter, MissingEvents
 from shared.bus.replay import ReplayFilter, replay

@@ -11,7 +11,7 @@ from fastapi import APIRouter, Request
 from fastapi.responses import HTMLResponse, RedirectResponse, Response
 
 from services.console import inputs, queries, session
-from services.console.app import client, page
+from services.console.pages import client, page
 from shared.client import models as m
 from shared.permissions import MAX_PATTERN_LENGTH
 

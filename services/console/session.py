@@ -25,11 +25,10 @@ import hashlib
 import hmac
 import secrets
 from base64 import urlsafe_b64encode
-from typing import Any
 from urllib.parse import quote, urlsplit
 
 from fastapi import Request
-from fastapi.responses import RedirectResponse, Response
+from fastapi.responses import Response
 from starlette.datastructures import FormData, Headers, UploadFile
 from starlette.requests import cookie_parser
 
@@ -211,39 +210,3 @@ def local_target(target: str) -> str:
     if ours and len(target) <= 4000 and not any(c == "\\" or ord(c) < 32 for c in target):
         return target
     return PREFIX
-
-
-async def deny(scope: dict, receive: Any, send: Any, status: int, message: str) -> None:
-    """What the API's authentication answers on a console path: a page asking for
-    a key (after a 401), or the console's error page (a cookie twice, or keys that
-    cannot be checked now)."""
-    if status == 401 and _from_htmx(scope):
-        # A refresh of the overview: the whole page goes to the sign-in, and back to
-        # the page after it (not to the fragment the refresh asked for).
-        response: Response = Response(
-            status_code=204, headers={"HX-Redirect": _sign_in_from_page(scope)}
-        )
-    elif status == 401:
-        response = RedirectResponse(sign_in_url(scope), status_code=303)
-        try:
-            stale = key_of(scope) is not None
-        except Refused:
-            stale = False
-        if stale:
-            sign_out(response, scope)
-    else:
-        from services.console.app import error_page  # the pages import this module
-
-        response = error_page(Request(scope, receive), status, message)
-    await response(scope, receive, send)
-
-
-def _from_htmx(scope: dict) -> bool:
-    return any(header == b"hx-request" for header, _value in scope["headers"])
-
-
-def _sign_in_from_page(scope: dict) -> str:
-    """The sign-in page, going back to the page whose script asked (HX-Current-URL)."""
-    parts = urlsplit(Headers(scope=scope).get("hx-current-url", ""))
-    here = local_target(parts.path + (f"?{parts.query}" if parts.query else ""))
-    return f"{SIGN_IN}?next={quote(here, safe='/')}"

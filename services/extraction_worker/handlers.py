@@ -43,7 +43,7 @@ from shared.events import ExtractionRequested, MemoriesGenerate, TurnRecorded
 from shared.llm.base import LLM, Action, ExtractionInput
 from shared.memory.consolidate import Applied, Source
 from shared.memory.decisions import Planned, apply, verify
-from shared.memory.search import Fusion
+from shared.memory.ranking import Fusion
 
 log = structlog.get_logger("agent_memory.extraction")
 

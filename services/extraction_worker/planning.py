@@ -20,7 +20,7 @@ from shared.llm.topics import EXTRACTION_SETTING, of_setting
 from shared.memory import expiry
 from shared.memory.consolidate import Source, correct, new_memory
 from shared.memory.decisions import Planned, weigh
-from shared.memory.search import Fusion
+from shared.memory.ranking import Fusion
 from shared.tokens import estimate_tokens
 
 Units = Callable[[], UnitOfWork]

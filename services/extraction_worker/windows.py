@@ -37,7 +37,7 @@ from shared.events.models import ordering_key
 from shared.llm.base import ExtractionInput, ExtractionTurn
 from shared.memory.consolidate import Applied, Source
 from shared.memory.decisions import Planned, apply, verify
-from shared.memory.search import Fusion
+from shared.memory.ranking import Fusion
 
 log = structlog.get_logger("agent_memory.extraction")
 

@@ -15,7 +15,7 @@ from typing import Any
 from shared.db.run import Statement, Steps
 from shared.db.search import fusion_params, hybrid_parts, hybrid_sql, split_ranked
 from shared.db.search_filters import SCOPE_SIZES, episode_filter
-from shared.memory.search import Fusion, Ranked, Scope
+from shared.memory.ranking import Fusion, Ranked, Scope
 
 EPISODE_COLUMNS = "m.id::text AS id, m.turn_id, m.session_id, m.project_id, m.created_at, m.text"
 # The turns before (`sign` -1) or after (1) the episode `{e}` (an alias with its

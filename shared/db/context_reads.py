@@ -18,7 +18,7 @@ from typing import Any
 from shared.db.memories import COMPACTED_ENTITY, MEMORY_COLUMNS, MemoryRow
 from shared.db.run import Statement, Steps
 from shared.db.search_filters import memory_filter
-from shared.memory.search import Scope
+from shared.memory.ranking import Scope
 
 
 @dataclass(frozen=True, slots=True)

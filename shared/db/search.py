@@ -56,7 +56,7 @@ from shared.db.search_filters import (
     memory_count_filter,
     memory_filter,
 )
-from shared.memory.search import Fusion, Ranked, Scope
+from shared.memory.ranking import Fusion, Ranked, Scope
 
 # The context's pinned rules: at most this many, newest first.
 PINNED_LIMIT = 50

@@ -8,7 +8,8 @@ from datetime import datetime
 from typing import Any
 
 from shared.db.memories import LIVE
-from shared.memory.search import Expiring, Scope
+from shared.expiring import Expiring
+from shared.memory.ranking import Scope
 
 
 class ScopeSizes(Expiring[tuple[str, str, str, str, str, int], bool]):

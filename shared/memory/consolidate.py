@@ -21,7 +21,7 @@ from shared.db.search import similar_memories
 from shared.db.unit_of_work import UnitOfWork
 from shared.events import utcnow
 from shared.llm.base import KINDS, SCOPES, Action, Candidate, Decision, ExistingMemory
-from shared.memory.search import Fusion
+from shared.memory.ranking import Fusion
 
 
 @dataclass(frozen=True)

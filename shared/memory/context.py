@@ -31,8 +31,8 @@ from shared.memory.context_text import (
 from shared.memory.episode_keys import when_in_words
 from shared.memory.long_term import Fold, LongTerm, LongTermQuery, read_long_term
 from shared.memory.periods import Period
-from shared.memory.retrieval import Found, FoundEpisode, MemorySearch
-from shared.memory.search import Scope
+from shared.memory.ranking import Scope
+from shared.memory.search import Found, FoundEpisode, MemorySearch
 from shared.session_buffer import AsyncSessionBuffer, BufferedTurn, SessionKey, SessionView, Summary
 from shared.tokens import clip_to_tokens, estimate_tokens
 

@@ -34,7 +34,7 @@ from shared.memory.consolidate import (
     neighbours,
     new_memory,
 )
-from shared.memory.search import Fusion
+from shared.memory.ranking import Fusion
 from shared.tokens import estimate_tokens
 
 Units = Callable[[], UnitOfWork]

@@ -23,8 +23,8 @@ from shared.db.context_reads import Cited, long_term_summaries
 from shared.db.memories import COMPACTED_ENTITY, MemoryRow
 from shared.db.run import Steps
 from shared.memory.periods import Period, find_period
-from shared.memory.retrieval import Found, FoundEpisode, MemorySearch
-from shared.memory.search import Ranked, Scope
+from shared.memory.ranking import Ranked, Scope
+from shared.memory.search import Found, FoundEpisode, MemorySearch
 
 
 @dataclass(frozen=True)

@@ -11,7 +11,7 @@ import time
 
 import pytest
 
-from shared.localstack.process import free_port
+from services.dev.localstack.process import free_port
 from tests.e2e.test_up import _clean_env
 from tests.support import REPO
 

@@ -23,6 +23,7 @@ from google.adk.sessions import InMemorySessionService, Session
 from google.genai import Client, types
 from prometheus_client import REGISTRY
 
+from services.dev.localstack.process import free_port
 from shared.adk import (
     AgentMemoryService,
     TurnLimits,
@@ -36,7 +37,6 @@ from shared.adk.limits import TRUNCATED
 from shared.api_keys import create_key
 from shared.client import AsyncMemoryClient, MemoryClient
 from shared.events import TurnRecorded
-from shared.localstack.process import free_port
 from tests.bus_helpers import running
 from tests.fake_gemini import FakeGemini, Request
 from tests.fake_gemini_agent import (

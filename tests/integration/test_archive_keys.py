@@ -18,7 +18,7 @@ from shared.db.migrate import discover, migrate
 from shared.db.run import run
 from shared.embeddings import HashEmbedder
 from shared.memory.episode_keys import when_in_words
-from shared.memory.search import Fusion, Scope
+from shared.memory.ranking import Fusion, Scope
 from tests.support import run_cli
 
 SAID_AT = datetime(2023, 5, 9, 14, 0, tzinfo=UTC)  # a Tuesday afternoon

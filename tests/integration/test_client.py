@@ -18,6 +18,7 @@ import httpx
 import psycopg
 import pytest
 
+from services.dev.localstack.process import free_port
 from shared.api_keys import create_key
 from shared.client import (
     AsyncMemoryClient,
@@ -35,7 +36,6 @@ from shared.client import (
 from shared.embeddings import make_embedder
 from shared.events import MemoriesGenerate, TurnRecorded
 from shared.llm import OfflineLLM
-from shared.localstack.process import free_port
 from tests.bus_helpers import extraction_worker as worker_of
 from tests.bus_helpers import inline_extraction, running
 from tests.support import serve_api, wait_for

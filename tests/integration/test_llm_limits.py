@@ -17,6 +17,7 @@ import valkey
 from prometheus_client import REGISTRY
 from pydantic import SecretStr
 
+from services.dev.localstack.process import free_port
 from shared.bootstrap import bootstrap, make_valkey
 from shared.bus.dependencies import Dependencies, Probe
 from shared.bus.dlq import DeadLetterQueues
@@ -24,12 +25,11 @@ from shared.bus.settling import SETBACKS_ALLOWED
 from shared.bus.worker import SubscriberRuntime
 from shared.errors import dependency_of
 from shared.events import TurnRecorded
-from shared.health import check_gemini_generation
 from shared.llm import ExtractionInput, OfflineLLM, Usage
 from shared.llm.accounting import for_app, set_worker, worker
 from shared.llm.gemini import GeminiLLM, make_client
 from shared.llm.throttle import KEY_PREFIX, Throttle
-from shared.localstack.process import free_port
+from shared.probes import check_gemini_generation
 from shared.session_buffer import SessionBuffer, SessionKey
 from shared.tokens import estimate_tokens
 from tests.bus_helpers import Recorder, make_turn, summary_handler

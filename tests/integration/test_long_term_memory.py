@@ -8,12 +8,12 @@ import pytest
 from fastapi.testclient import TestClient
 
 from services.api.app import create_app
+from services.dev.localstack.process import free_port
+from services.dev.localstack.valkey_server import LocalValkey
 from services.extraction_worker.handlers import TURNS_CONSUMER
 from shared.embeddings import make_embedder
 from shared.events import MemoriesGenerate, TurnRecorded
 from shared.llm import OfflineLLM
-from shared.localstack.components import LocalValkey
-from shared.localstack.process import free_port
 from tests.bus_helpers import Recorder, inline_extraction, make_turn, running
 from tests.support import wait_for
 
@@ -396,8 +396,8 @@ def test_bad_input_is_a_422_naming_the_field(client, ids, path, body, field):
 def test_context_with_postgres_down_still_returns_the_session(
     app_settings, topology, tmp_path, ids
 ):
+    from services.dev.localstack.postgres import LocalPostgres
     from shared.db.migrate import migrate
-    from shared.localstack.components import LocalPostgres
     from tests.conftest import EMBEDDING_DIM
 
     own = LocalPostgres(tmp_path, free_port(), tmp_path / "logs", fast=True)

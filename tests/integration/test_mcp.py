@@ -32,11 +32,11 @@ from mcp import ClientSession, StdioServerParameters, stdio_client
 from mcp.client.streamable_http import streamable_http_client
 
 from services.api.app import create_app
+from services.dev.localstack.process import free_port
 from shared.api_keys import create_key
 from shared.client import MemoryClient
 from shared.db.episodes import Episode, Episodes
 from shared.embeddings import make_embedder
-from shared.localstack.process import free_port
 from tests.support import REPO, serve_api
 
 TOOLS = {

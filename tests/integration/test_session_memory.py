@@ -14,11 +14,11 @@ from services.api.app import create_app
 from services.api.context_models import ContextResponse
 from services.api.memory_models import SearchResponse
 from services.api.models import SessionResponse
+from services.dev.localstack.process import free_port
+from services.dev.localstack.valkey_server import LocalValkey
 from services.summary_worker.folding import Folder, FoldPolicy
 from shared.events import TurnRecorded, format_time
 from shared.llm import OfflineLLM
-from shared.localstack.components import LocalValkey
-from shared.localstack.process import free_port
 from shared.session_buffer import (
     FOLD_TURN_GONE,
     FOLD_VERSION_MOVED,

@@ -7,9 +7,9 @@ from google.auth.exceptions import DefaultCredentialsError
 from google.oauth2.credentials import Credentials
 from pydantic import SecretStr
 
-from services.demo.preflight import gemini_problem, openai_problem
+from services.dev.demo.preflight import gemini_problem, openai_problem
+from services.dev.localstack.process import free_port
 from shared.config import load_settings
-from shared.localstack.process import free_port
 from tests.fake_gemini import error_reply
 
 

@@ -135,7 +135,8 @@ def test_token_estimate():
 
 
 def test_a_missing_emulator_says_how_to_install_it(tmp_path):
-    from shared.localstack.components import ComponentError, find_emulator
+    from services.dev.localstack.components import ComponentError
+    from services.dev.localstack.emulator import find_emulator
 
     with pytest.raises(ComponentError) as caught:
         find_emulator(None, roots=[tmp_path])

@@ -44,8 +44,8 @@ from shared.events import utcnow
 from shared.llm.base import Candidate
 from shared.memory import decisions, deletion, rollback
 from shared.memory.consolidate import Source
-from shared.memory.retrieval import sub_queries
-from shared.memory.search import Scope
+from shared.memory.ranking import Scope
+from shared.memory.search import sub_queries
 
 search_router = APIRouter()
 router = APIRouter(route_class=ResourceRoute)

@@ -17,9 +17,9 @@ import psutil
 import psycopg
 import structlog
 
+from services.dev.localstack.process import ManagedProcess
 from shared.api_keys import create_key, key_hash
 from shared.db.api_keys import ApiKeys
-from shared.localstack.process import ManagedProcess
 
 log = structlog.get_logger("agent_memory.up")
 

@@ -7,9 +7,9 @@ import json
 from pathlib import Path
 from typing import Any
 
-from services.demo.api import Check, check
-from services.demo.chart import ChartUnavailable, draw
-from services.demo.session import TURN_COUNT, SessionResult
+from services.dev.demo.api import Check, check
+from services.dev.demo.chart import ChartUnavailable, draw
+from services.dev.demo.session import TURN_COUNT, SessionResult
 
 TURN_REDUCTION_TARGET = 90.0  # % at turn 45 (the reference design reports 88.9%)
 CUMULATIVE_TARGET = 80.0  # % over the session, background tokens included (reference: 72.0%)

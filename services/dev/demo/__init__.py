@@ -26,11 +26,11 @@ import sys
 import tempfile
 from pathlib import Path
 
-from services.demo import preflight, reference, report, session
-from services.demo.api import Api, Check, DemoError, llm_tokens
+from services.dev.demo import preflight, reference, report, session
+from services.dev.demo.api import Api, Check, DemoError, llm_tokens
+from services.dev.localstack.components import ComponentError
+from services.dev.localstack.stack import LocalStack, StackError
 from shared.config import Settings
-from shared.localstack.components import ComponentError
-from shared.localstack.stack import LocalStack, StackError
 from shared.logging import configure_logging
 
 

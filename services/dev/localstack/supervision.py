@@ -13,7 +13,7 @@ import httpx
 import psutil
 import structlog
 
-from shared.localstack.process import ManagedProcess, tail
+from services.dev.localstack.process import ManagedProcess, tail
 from shared.waiting import poll
 
 log = structlog.get_logger("agent_memory.up")

@@ -83,7 +83,7 @@ def run_topology(args: argparse.Namespace, settings: Settings) -> int:
 
 
 def run_dlq(args: argparse.Namespace, settings: Settings) -> int:
-    from services.dlq_command import run_dlq_command
+    from services.cli.dlq import run_dlq_command
 
     return run_dlq_command(args, settings)
 
@@ -97,32 +97,32 @@ def run_compact(args: argparse.Namespace, settings: Settings) -> int:
 
 
 def run_archive(args: argparse.Namespace, settings: Settings) -> int:
-    from services.archive_command import run_archive_command
+    from services.cli.archive import run_archive_command
 
     return run_archive_command(args, settings)
 
 
 def run_export(args: argparse.Namespace, settings: Settings) -> int:
-    from services.portability_command import run_export as export
+    from services.cli.portability import run_export as export
 
     return export(args, settings)
 
 
 def run_import(args: argparse.Namespace, settings: Settings) -> int:
-    from services.portability_command import run_import as import_
+    from services.cli.portability import run_import as import_
 
     return import_(args, settings)
 
 
 def run_keys(args: argparse.Namespace, settings: Settings) -> int:
-    from services.api.keys import run_keys_command
+    from services.cli.keys import run_keys_command
 
     return run_keys_command(args, settings)
 
 
 def run_up(args: argparse.Namespace, settings: Settings) -> int:
-    from shared.localstack.components import ComponentError
-    from shared.localstack.stack import LocalStack, StackError, describe
+    from services.dev.localstack.components import ComponentError
+    from services.dev.localstack.stack import LocalStack, StackError, describe
 
     scale = {kind: n for item in args.scale for kind, n in item.items()}
     progress = _progress("up")
@@ -150,7 +150,7 @@ def _progress(command: str) -> Callable[[str], None]:
 
 
 def run_demo(args: argparse.Namespace, settings: Settings) -> int:
-    from services.demo import run_demo as demo
+    from services.dev.demo import run_demo as demo
     from shared.logging import configure_logging
 
     # The demo prints its own story; the stack's processes log to files.

@@ -2,15 +2,31 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from pathlib import Path
+from typing import Protocol
 
-from shared.localstack.state import DEV_KEY_FILE
+from services.dev.localstack.endpoints import Endpoints
+from services.dev.localstack.process import ManagedProcess
+from services.dev.localstack.state import DEV_KEY_FILE
+from shared.config import Settings
 
-if TYPE_CHECKING:
-    from shared.localstack.stack import LocalStack
+
+class Described(Protocol):
+    """What the lines tell of a running stack (`stack.LocalStack`)."""
+
+    endpoints: Endpoints | None
+    services: tuple[str, ...]
+    data_dir: Path
+    log_dir: Path
+    service_procs: dict[str, ManagedProcess]
+    metrics_ports: dict[str, int]
+    dev_api_key: str | None
+    settings: Settings
+
+    def replicas(self, kind: str) -> int: ...
 
 
-def describe(stack: LocalStack) -> str:
+def describe(stack: Described) -> str:
     """The lines `up` prints once everything answers."""
     e = stack.endpoints
     assert e is not None

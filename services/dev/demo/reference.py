@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from services.demo.api import Api, Check, check, wait_until
+from services.dev.demo.api import Api, Check, check, wait_until
 
 USER = "user_dev_42"
 S1, S2 = "sess_2026_01", "sess_2026_02"

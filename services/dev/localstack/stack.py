@@ -23,21 +23,14 @@ from typing import IO
 import psycopg
 import structlog
 
-from shared.config import Settings
-from shared.db.migrate import MigrationError, migrate
-from shared.localstack.components import (
-    Component,
-    ComponentError,
-    LocalPostgres,
-    LocalPubSubEmulator,
-    LocalValkey,
-    find_emulator,
-)
-from shared.localstack.describe import describe
-from shared.localstack.endpoints import Endpoints
-from shared.localstack.process import ManagedProcess, free_port, port_is_open, tail
-from shared.localstack.pubsub import apply_topology
-from shared.localstack.state import (
+from services.dev.localstack.components import ComponentError
+from services.dev.localstack.describe import describe
+from services.dev.localstack.emulator import LocalPubSubEmulator, find_emulator
+from services.dev.localstack.endpoints import Endpoints
+from services.dev.localstack.postgres import LocalPostgres
+from services.dev.localstack.process import ManagedProcess, free_port, port_is_open, tail
+from services.dev.localstack.pubsub import apply_topology
+from services.dev.localstack.state import (
     DEV_KEY_FILE,
     LockHeld,
     acquire_lock,
@@ -48,7 +41,7 @@ from shared.localstack.state import (
     write_endpoints,
     write_pids,
 )
-from shared.localstack.supervision import (
+from services.dev.localstack.supervision import (
     ProcessExited,
     RestartBackoff,
     replica_name,
@@ -57,9 +50,15 @@ from shared.localstack.supervision import (
     stop_group,
     wait_answering,
 )
+from services.dev.localstack.valkey_server import LocalValkey
+from shared.config import Settings
+from shared.db.migrate import MigrationError, migrate
 from shared.scale import WORKER_KINDS, parse_scale
 
 log = structlog.get_logger("agent_memory.up")
+
+# What the stack starts again, with the same port and data, when its process exits.
+Component = LocalPostgres | LocalValkey | LocalPubSubEmulator
 
 SERVICES = ("api", *WORKER_KINDS)
 # Within 10 s: services drain, components shut down, stragglers are killed. Worst

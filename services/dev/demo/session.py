@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
-from services.demo.api import Api, Check, check, wait_until
+from services.dev.demo.api import Api, Check, check, wait_until
 from shared.tokens import estimate_tokens
 
 USER, SESSION, PROJECT = "dev_ada", "sess_orion_long", "Orion"

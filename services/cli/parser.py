@@ -1,21 +1,14 @@
-"""`agent-memory`: the one console script for every process and operation.
-
-Entry points are thin: read settings, configure logging, call the service.
-"""
+"""The command line of `agent-memory`: every command, its options, their help
+and examples (`agent-memory COMMAND --help`)."""
 
 from __future__ import annotations
 
 import argparse
-import os
-import sys
-from collections.abc import Sequence
 from datetime import timedelta
 from importlib import metadata
 from pathlib import Path
 
 from shared.bus.topology import WORKER_KINDS
-from shared.config import ConfigError, Settings, load_settings
-from shared.logging import configure_logging
 
 _SUB_HELP = "a subscription: its short name (turns-summary), full id or dead-letter name"
 
@@ -50,7 +43,7 @@ def _at_least_one(text: str) -> int:
     return value
 
 
-def _version() -> str:
+def version() -> str:
     """The installed distribution's version (the source tree's when run from it)."""
     try:
         return metadata.version("agent-memory")
@@ -58,12 +51,12 @@ def _version() -> str:
         return "unknown"
 
 
-def _parser() -> argparse.ArgumentParser:
+def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="agent-memory", description="Long-term memory for AI agents on Pub/Sub."
     )
     parser.add_argument(
-        "--version", action="version", version=f"%(prog)s {_version()}", help="print the version"
+        "--version", action="version", version=f"%(prog)s {version()}", help="print the version"
     )
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     for add in (
@@ -267,7 +260,7 @@ def _add_archive(sub: _Subparsers) -> None:
 
 
 def _add_portability(sub: _Subparsers) -> None:
-    from services.portability_command import add_commands
+    from services.cli.portability import add_commands
 
     add_commands(sub, _command)
 
@@ -343,51 +336,3 @@ def _add_mcp(sub: _Subparsers) -> None:
         "serve the memory as MCP tools over stdio (AGENT_MEMORY_URL, AGENT_MEMORY_API_KEY; "
         "see docs/mcp.md)",
     )
-
-
-def main(argv: Sequence[str] | None = None) -> int:
-    args = _parser().parse_args(argv)
-    if args.command == "mcp":
-        # A client of the API: it needs none of the server's AM_* settings.
-        from services.mcp_server import stdio
-
-        configure_logging("auto", "WARNING")
-        return stdio.main(_version())
-    try:
-        settings = load_settings()
-    except ConfigError as exc:
-        print(f"agent-memory: {exc}", file=sys.stderr)
-        return 2
-    configure_logging(settings.log_format, settings.log_level)
-    try:
-        return _dispatch(args, settings)
-    except KeyboardInterrupt:
-        return 130
-
-
-def _dispatch(args: argparse.Namespace, settings: Settings) -> int:
-    from services import commands
-    from services.config_reference import run_config_command
-
-    handlers = {
-        "api": commands.run_api,
-        "worker": commands.run_worker_command,
-        "migrate": commands.run_migrate,
-        "topology": commands.run_topology,
-        "dlq": commands.run_dlq,
-        "compact": commands.run_compact,
-        "archive": commands.run_archive,
-        "export": commands.run_export,
-        "import": commands.run_import,
-        "keys": commands.run_keys,
-        "config": run_config_command,
-        "up": commands.run_up,
-        "demo": commands.run_demo,
-    }
-    return handlers[args.command](args, settings)
-
-
-if __name__ == "__main__":
-    # `python -m services.cli` is how `up` starts its children, whatever the PATH.
-    os.environ.setdefault("PYTHONUNBUFFERED", "1")
-    sys.exit(main())

@@ -5,10 +5,10 @@ from __future__ import annotations
 
 import structlog
 
+from services.dev.localstack.endpoints import Endpoints
 from shared.bus.admin import TopologyAdmin
 from shared.bus.figure_keys import forget_counts
 from shared.config import Settings
-from shared.localstack.endpoints import Endpoints
 
 log = structlog.get_logger("agent_memory.up")
 

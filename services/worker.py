@@ -145,6 +145,8 @@ def run_worker(kind: str, settings: Settings) -> int:
         pool_size=settings.db_pool_size or min(concurrency, DEFAULT_POOL_SIZE),
     )
     handlers = spec.handlers(resources)
+    publisher = resources.publisher
+    assert publisher is not None  # every worker publishes (dead letters, continuations)
     hooks = spec.dead_letter_hooks(resources) if spec.dead_letter_hooks else {}
     subscriptions = subscriptions_of(kind)
     subscriber = subscriber_client()
@@ -160,7 +162,7 @@ def run_worker(kind: str, settings: Settings) -> int:
             settings,
             subscription.name,
             {subscription.event: handlers[subscription.event]},
-            resources.publisher,
+            publisher,
             concurrency=concurrency,
             subscriber=subscriber,
             dependencies=dependencies,

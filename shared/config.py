@@ -8,7 +8,7 @@ variable.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import Field, SecretStr, ValidationError, field_validator
 
@@ -161,7 +161,7 @@ class Settings(ServiceSettings):
     context_recent_turns: int = Field(default=4, ge=0, le=100)
     """recent turns of the session that `/v1/context` includes at most"""
     context_recalled_turns: int = Field(default=30, ge=0, le=100)
-    """archived turns `/v1/context` weighs at most (the archive search's hits; one per 100
+    """archived turns `/v1/context` weighs at most (the archive search's hits; one per 200
     tokens of the budget, at least 5); `0`: the context recalls none"""
     context_recall_neighbours: int = Field(default=1, ge=0, le=5)
     """turns before and after each recalled turn that `/v1/context` may add when the budget
@@ -270,7 +270,7 @@ def env_name(field: str) -> str:
     return _ENV_NAMES.get(field, f"AM_{field.upper()}")
 
 
-def load_settings(**overrides: object) -> Settings:
+def load_settings(**overrides: Any) -> Settings:
     """Read settings from the environment; raise `ConfigError` naming the bad variable."""
     try:
         return Settings(**overrides)

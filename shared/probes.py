@@ -58,7 +58,8 @@ def check_gemini_embedding(client: genai.Client, model: str, dim: int) -> None:
     from google.genai import types
 
     config = types.EmbedContentConfig(output_dimensionality=dim)
-    client.models.embed_content(model=model, contents=["ping"], config=config)
+    # google-genai's list of parts is invariant: a list of str is one.
+    client.models.embed_content(model=model, contents=["ping"], config=config)  # type: ignore[arg-type]
 
 
 def openai_probes(settings: Settings, *, llm: bool, embeddings: bool) -> dict[str, Probe]:

@@ -27,6 +27,7 @@ from typing import Any, TypeVar
 import structlog
 from fastapi.responses import JSONResponse
 from psycopg import Error as PostgresError
+from starlette.types import Scope
 
 from services.api.errors import error_body, request_id_of
 from services.console import pages
@@ -50,7 +51,7 @@ class Authentication:
         # sha256 of a key -> what its last lookup found
         self._known: dict[bytes, _Known] = {}
 
-    async def __call__(self, scope: dict, receive: Any, send: Any) -> None:
+    async def __call__(self, scope: Scope, receive: Any, send: Any) -> None:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
@@ -145,7 +146,7 @@ def _protected(path: str) -> bool:
     return path.startswith(PROTECTED_PREFIX) or path == MCP_PATH or path.startswith(MCP_PATH + "/")
 
 
-def _bearer(scope: dict) -> str | None:
+def _bearer(scope: Scope) -> str | None:
     for name, value in scope["headers"]:
         if name == b"authorization":
             scheme, _, token = value.decode("latin-1").partition(" ")
@@ -162,7 +163,7 @@ async def lookup_key(pool: Any, digest: bytes) -> tuple[str, bool] | None:
         return await arun(conn, lookup(digest))
 
 
-async def _deny(scope: dict, receive: Any, send: Any, status: int, message: str) -> None:
+async def _deny(scope: Scope, receive: Any, send: Any, status: int, message: str) -> None:
     code = "unauthenticated" if status == 401 else "unavailable"
     headers = {"WWW-Authenticate": "Bearer"} if status == 401 else None
     body = error_body(code, message, request_id=request_id_of(scope))

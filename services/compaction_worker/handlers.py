@@ -34,12 +34,12 @@ import psycopg
 import structlog
 
 from shared.bootstrap import Resources
-from shared.bus.contract import Delivery, Handler, Outcome
+from shared.bus.contract import Delivery, Outcome
 from shared.bus.publisher import EventPublisher
 from shared.config import Settings
 from shared.db.episodes import Episodes, OldEpisode
 from shared.db.ledger import claimed, peeked
-from shared.db.memories import COMPACTED_ENTITY, MemoryRow, NewMemory
+from shared.db.memory_rows import COMPACTED_ENTITY, MemoryRow, NewMemory
 from shared.db.planned_write import StalePlan, write_for_user
 from shared.db.unit_of_work import UnitOfWork, UnitsOfWork
 from shared.embeddings.base import Embedder
@@ -188,8 +188,8 @@ class Compaction:
         swept = sweep(self.units, event.app)  # expired memories: retired before the folds
         log.info("expiry sweep", app=event.app, memories=swept.memories, revisions=swept.revisions)
         with self.units() as uow:
-            users = users_with_old_episodes(
-                uow.conn, event.app, cutoff(at, event.retention_days), event.project_id
+            users = uow.episodes.users_with_old(
+                event.app, cutoff(at, event.retention_days), event.project_id
             )
         requests = [
             replace(
@@ -305,7 +305,7 @@ def _identity(memory: MemoryRow | None) -> tuple[str, str] | None:
     return None if memory is None else (memory.id, memory.text)
 
 
-def handlers(resources: Resources) -> dict[type, Handler]:
+def handlers(resources: Resources) -> dict[type, Callable[..., Outcome]]:
     """The handler of each event type this worker's subscriptions carry."""
     assert resources.pool is not None and resources.llm is not None
     assert resources.embedder is not None and resources.publisher is not None

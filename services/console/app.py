@@ -3,6 +3,8 @@ each page gets is `services.console.pages`)."""
 
 from __future__ import annotations
 
+from collections.abc import Awaitable
+
 from fastapi import FastAPI, Request
 from fastapi.responses import HTMLResponse, Response
 from fastapi.staticfiles import StaticFiles
@@ -38,7 +40,8 @@ def install_console(app: FastAPI) -> None:
     @app.exception_handler(StarletteHTTPException)
     async def http_error(request: Request, exc: StarletteHTTPException) -> Response:
         if not session.is_console(request.url.path):
-            return await api_http_error(request, exc)
+            answered = api_http_error(request, exc)
+            return await answered if isinstance(answered, Awaitable) else answered
         messages = {404: "no such page", 405: f"{request.method} is not a method of this page"}
         answer = error_page(request, exc.status_code, messages.get(exc.status_code, exc.detail))
         if exc.status_code == 405 and exc.headers:

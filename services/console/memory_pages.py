@@ -20,7 +20,7 @@ from fastapi.responses import HTMLResponse, RedirectResponse, Response
 from services.console import inputs, queries, session
 from services.console.pages import Viewer, client, page
 from shared.db import console_reads as reads
-from shared.db.memories import MemoryRow
+from shared.db.memory_rows import MemoryRow
 
 router = APIRouter(include_in_schema=False)
 USERS = f"{session.PREFIX}/users"

@@ -12,6 +12,8 @@ holding it.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from fastapi import APIRouter, Request
 from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import HTMLResponse
@@ -19,7 +21,7 @@ from fastapi.responses import HTMLResponse
 from services.console import inputs, queries, session
 from services.console.pages import Viewer, page, require_admin
 from services.console.sources import sources
-from shared.bus.dlq import COUNT_CAP, DeadLetter, MissingEvents
+from shared.bus.dlq import COUNT_CAP, DeadLetter, DeadLetterQueues, MissingEvents
 from shared.bus.replay import ReplayFilter, replay
 from shared.bus.topology import SUBSCRIPTIONS
 from shared.db import console_reads as reads
@@ -129,11 +131,11 @@ async def _dead_letters_page(
     )
 
 
-def _letters_of(queues: object, event_id: str) -> list[tuple[str, DeadLetter]]:
+def _letters_of(queues: DeadLetterQueues, event_id: str) -> list[tuple[str, DeadLetter]]:
     """Each dead-letter subscription's letters of `event_id`."""
-    held = []
+    held: list[tuple[str, DeadLetter]] = []
     for name in NAMES:
-        held.extend((name, letter) for letter in queues.peek(name) if letter.event_id == event_id)  # type: ignore[attr-defined]
+        held.extend((name, letter) for letter in queues.peek(name) if letter.event_id == event_id)
     return held
 
 
@@ -145,7 +147,7 @@ def _known(name: str) -> str:
     return name
 
 
-def _event_ids(values: list[object]) -> list[str]:
+def _event_ids(values: Sequence[object]) -> list[str]:
     ids = [v.strip() for v in values if isinstance(v, str) and v.strip()]
     if not ids:
         raise session.Refused(422, "event_id: tick at least one dead letter")

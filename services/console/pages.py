@@ -21,6 +21,7 @@ import jinja2
 from fastapi import Request
 from fastapi.responses import HTMLResponse, RedirectResponse, Response
 from starlette.datastructures import Headers
+from starlette.types import Scope
 
 from services.console import session
 from shared.client.aio import AsyncMemoryClient
@@ -121,7 +122,7 @@ def client(request: Request) -> AsyncMemoryClient:
     )
 
 
-async def deny(scope: dict, receive: Any, send: Any, status: int, message: str) -> None:
+async def deny(scope: Scope, receive: Any, send: Any, status: int, message: str) -> None:
     """What the API's authentication answers on a console path: a page asking for
     a key (after a 401), or the console's error page (a cookie twice, or keys that
     cannot be checked now)."""
@@ -144,11 +145,11 @@ async def deny(scope: dict, receive: Any, send: Any, status: int, message: str) 
     await response(scope, receive, send)
 
 
-def _from_htmx(scope: dict) -> bool:
+def _from_htmx(scope: Scope) -> bool:
     return any(header == b"hx-request" for header, _value in scope["headers"])
 
 
-def _sign_in_from_page(scope: dict) -> str:
+def _sign_in_from_page(scope: Scope) -> str:
     """The sign-in page, going back to the page whose script asked (HX-Current-URL)."""
     parts = urlsplit(Headers(scope=scope).get("hx-current-url", ""))
     here = session.local_target(parts.path + (f"?{parts.query}" if parts.query else ""))

@@ -31,6 +31,7 @@ from fastapi import Request
 from fastapi.responses import Response
 from starlette.datastructures import FormData, Headers, UploadFile
 from starlette.requests import cookie_parser
+from starlette.types import Scope
 
 PREFIX = "/console"
 SIGN_IN = f"{PREFIX}/sign-in"
@@ -64,15 +65,15 @@ def needs_key(path: str) -> bool:
     return is_console(path) and path != SIGN_IN and not path.startswith(STATIC)
 
 
-def https(scope: dict) -> bool:
+def https(scope: Scope) -> bool:
     return scope.get("scheme") == "https"
 
 
-def key_cookie_name(scope: dict) -> str:
+def key_cookie_name(scope: Scope) -> str:
     return SECURE_KEY_COOKIE if https(scope) else KEY_COOKIE
 
 
-def cookie(scope: dict, name: str) -> str | None:
+def cookie(scope: Scope, name: str) -> str | None:
     """Cookie `name` of the request; Refused(400) if it came more than once."""
     found: list[str] = []
     for header, value in scope["headers"]:
@@ -92,7 +93,7 @@ def cookie(scope: dict, name: str) -> str | None:
     return found[0] or None if found else None
 
 
-def key_of(scope: dict) -> str | None:
+def key_of(scope: Scope) -> str | None:
     """The signed-in key, from the cookie of the request's scheme."""
     return cookie(scope, key_cookie_name(scope))
 
@@ -109,7 +110,7 @@ def sign_in(response: Response, request: Request, key: str) -> None:
     )
 
 
-def sign_out(response: Response, scope: dict) -> None:
+def sign_out(response: Response, scope: Scope) -> None:
     secure = https(scope)
     response.delete_cookie(
         key_cookie_name(scope),
@@ -136,7 +137,7 @@ def new_secret() -> bytes:
     return secrets.token_bytes(32)
 
 
-def from_elsewhere(scope: dict) -> str | None:
+def from_elsewhere(scope: Scope) -> str | None:
     """Why the browser says this request comes from another origin, or None."""
     headers = Headers(scope=scope)
     site = headers.get("sec-fetch-site")
@@ -161,7 +162,7 @@ def _host_port(origin: str) -> tuple[str, int] | None:
     return parts.hostname, port
 
 
-def _own_host_port(scope: dict, headers: Headers) -> tuple[str, int] | None:
+def _own_host_port(scope: Scope, headers: Headers) -> tuple[str, int] | None:
     # The Host the browser sent, with the port of the scheme it used: behind a
     # TLS proxy that scheme is what the proxy forwards, not the proxy's own hop.
     host = headers.get("host")
@@ -192,7 +193,7 @@ async def checked_form(request: Request, *, token: bool = True) -> FormData:
     return form
 
 
-def sign_in_url(scope: dict) -> str:
+def sign_in_url(scope: Scope) -> str:
     """The sign-in page, going back to this request's page (with its query) after."""
     here = PREFIX
     if scope["method"] == "GET":

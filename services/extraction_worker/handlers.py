@@ -30,11 +30,10 @@ from services.extraction_worker.archiving import TURNS_CONSUMER, Archiver
 from services.extraction_worker.planning import Planner
 from services.extraction_worker.windows import WindowExtraction, dead_letter_window
 from shared.bootstrap import Resources
-from shared.bus.contract import DeadLetterHook, DeadLetterNotice, Delivery, Handler, Outcome
+from shared.bus.contract import DeadLetterHook, DeadLetterNotice, Delivery, Outcome
 from shared.bus.publisher import EventPublisher
 from shared.config import Settings
 from shared.db.ledger import claimed, peeked
-from shared.db.operations import Operations
 from shared.db.planned_write import user_transaction, write_for_user
 from shared.db.unit_of_work import UnitOfWork, UnitsOfWork
 from shared.db.windows import WindowKey
@@ -187,7 +186,7 @@ def fail_operation(units: Units, letter: DeadLetterNotice) -> None:
     if not name.startswith("operations/"):
         return
     with units() as uow:
-        Operations(uow.conn).fail_pending(name, app, f"dead-lettered: {letter.reason}")
+        uow.operations.fail_pending(name, app, f"dead-lettered: {letter.reason}")
         uow.commit()
 
 
@@ -214,7 +213,7 @@ def dead_letter_hooks(resources: Resources) -> dict[type, DeadLetterHook]:
     }
 
 
-def handlers(resources: Resources) -> dict[type, Handler]:
+def handlers(resources: Resources) -> dict[type, Callable[..., Outcome]]:
     """The handler of each event type this worker's subscriptions carry."""
     assert resources.llm is not None and resources.embedder is not None
     assert resources.publisher is not None

@@ -87,7 +87,7 @@ class WindowExtraction:
                 window_input(session, turns), sources_of(session, turns)
             )
 
-        def write(uow: UnitOfWork, planned: WindowPlan) -> tuple[int, list[Applied]]:
+        def write(uow: UnitOfWork, planned: WindowPlan) -> tuple[int, list[Applied]] | None:
             return len(planned[0]), self._write(uow, session, *planned)
 
         extracted = write_for_user(

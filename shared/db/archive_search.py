@@ -180,11 +180,13 @@ SELECT h.*, NULL::text AS hit, 0::bigint AS offset_ FROM hits h{neighbours}""",
     first_hit = next((row for row in rows if row["hit"] is None), None)
     if exact is None and first_hit is not None and before is None and after is None:
         SCOPE_SIZES.store(sized, bool(first_hit["exact"]))
-    hits, around = [], {}
+    hits: list[tuple[dict[str, Any], Ranked]] = []
+    around: dict[str, list[dict[str, Any]]] = {}
     for row in rows:
         hit, offset = row.pop("hit"), row.pop("offset_")
         if hit is None:
-            hits.append(split_ranked(row)[:2])
+            columns, row_ranked, _pinned = split_ranked(row)
+            hits.append((columns, row_ranked))
         else:
             for name in ("score", "vrank", "trank", "pinned", "exact"):
                 row.pop(name)

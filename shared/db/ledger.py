@@ -37,10 +37,17 @@ _STOPS = {Claim.DUPLICATE: Outcome.DUPLICATE, Claim.DELETED: Outcome.DROPPED}
 class Owned(Protocol):
     """What the ledger reads of an event: its id, its owner and when it was made."""
 
-    event_id: str
-    app: str
-    user_id: str
-    created_at: datetime
+    @property
+    def event_id(self) -> str: ...
+
+    @property
+    def app(self) -> str: ...
+
+    @property
+    def user_id(self) -> str: ...
+
+    @property
+    def created_at(self) -> datetime: ...
 
 
 class Ledger:
@@ -83,10 +90,12 @@ class Ledger:
         """What `claim_or_skip` would answer now, writing nothing and taking no lock
         (one statement): a hint that saves the work of an event that is done or
         whose user is gone. The claim in the handler's transaction decides."""
-        applied, deleted_at = self.conn.execute(
+        row = self.conn.execute(
             f"SELECT EXISTS ({_APPLIED_SQL}), ({DELETED_AT_SQL})",
             (consumer, event_id, app, user_id),
         ).fetchone()
+        assert row is not None  # a SELECT without FROM gives one row
+        applied, deleted_at = row
         if applied:
             return Claim.DUPLICATE
         if covers(deleted_at, created_at):

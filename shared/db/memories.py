@@ -10,13 +10,13 @@ new text, the event that caused it and when that was observed; a revision with
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
 import psycopg
 
 from shared.db import outbox
+from shared.db.memory_rows import MemoryRow, NewMemory, PageFilter, Revision
 from shared.db.pool import as_vector
 from shared.db.run import fetch
 from shared.llm.base import Action
@@ -28,91 +28,8 @@ MEMORY_COLUMNS = (
 )
 
 
-# The entity of a user's compacted summary of old episodes (one per scope and
-# project, kind `event`), written only by the compaction worker.
-COMPACTED_ENTITY = "compacted-episodes"
-
-
-@dataclass(frozen=True)
-class MemoryRow:
-    id: str
-    app: str
-    user_id: str
-    project_id: str
-    session_id: str
-    scope: str
-    kind: str
-    entity_name: str
-    text: str
-    observed_at: datetime
-    created_at: datetime
-    updated_at: datetime
-    valid_to: datetime | None = None
-    topic: str = ""
-    expire_at: datetime | None = None
-
-    @classmethod
-    def from_row(cls, row: dict[str, Any]) -> MemoryRow:
-        return cls(**{name: row[name] for name in cls.__dataclass_fields__})
-
-    def identity(self) -> dict[str, Any]:
-        """Which memory this is, as the API and operation results name it (an empty
-        project or session is null there)."""
-        return {
-            "id": self.id,
-            "scope": self.scope,
-            "kind": self.kind,
-            "project_id": self.project_id or None,
-            "session_id": self.session_id or None,
-            "entity_name": self.entity_name,
-        }
-
-
-@dataclass(frozen=True)
-class Revision:
-    memory_id: str
-    action: str
-    old_text: str | None
-    new_text: str | None
-    event_id: str | None
-    observed_at: datetime
-    applied: bool
-    created_at: datetime
-
-
-@dataclass(frozen=True)
-class NewMemory:
-    app: str
-    user_id: str
-    project_id: str
-    session_id: str
-    scope: str
-    kind: str
-    entity_name: str
-    text: str
-    embedding: Any
-    observed_at: datetime
-    expire_at: datetime | None = None  # when created: it expires then (None: never)
-    updated_expire_at: datetime | None = None  # when it updates one: its new expiry (None: kept)
-    topic: str = ""
-
-
 # A memory every read sees: not retired, not expired (the sweep retires it later).
 LIVE = "m.valid_to IS NULL AND (m.expire_at IS NULL OR m.expire_at > now())"
-
-
-@dataclass(frozen=True)
-class PageFilter:
-    """Which live memories of a user a listing returns, and where it resumes
-    (`after`: the creation time and id of the last memory of the previous page)."""
-
-    app: str
-    user_id: str
-    project_id: str | None = None
-    scope: str | None = None
-    kind: str | None = None
-    after: tuple[datetime, str] | None = None
-    topic: str | None = None
 
 
 def user_lock(conn: psycopg.Connection, app: str, user_id: str) -> None:

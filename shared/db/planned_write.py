@@ -39,6 +39,7 @@ from shared.db.unit_of_work import UnitOfWork, locked
 
 P = TypeVar("P")
 R = TypeVar("R")
+R_co = TypeVar("R_co", covariant=True)
 T = TypeVar("T")
 
 # The longest pause before the n-th plan is n times this, drawn at random: writers
@@ -58,10 +59,10 @@ class StalePlan(RuntimeError):
 
 
 @dataclass(frozen=True)
-class Done(Generic[R]):
+class Done(Generic[R_co]):
     """A plan's answer when nothing is to be written: `value` is the result."""
 
-    value: R
+    value: R_co
 
 
 @contextmanager

@@ -16,7 +16,7 @@ from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import Any
 
-from shared.db.memories import COMPACTED_ENTITY, MemoryRow, NewMemory
+from shared.db.memory_rows import COMPACTED_ENTITY, MemoryRow, NewMemory
 from shared.db.search import similar_memories
 from shared.db.unit_of_work import UnitOfWork
 from shared.events import utcnow

@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 
 from shared.db.context_reads import Cited
-from shared.db.memories import MemoryRow
+from shared.db.memory_rows import MemoryRow
 from shared.memory.context_budget import NEIGHBOUR, Candidate, Chosen, choose
 from shared.memory.context_text import (
     SUMMARY_TITLE,
@@ -243,8 +243,8 @@ def _candidates(
         )
     recalled: dict[str, RecalledTurn] = {}
     headings: dict[str, str] = {}
-    for rank, found in enumerate(long_term.hits, start=1):
-        hit = _hit(found, rank)
+    for rank, episode in enumerate(long_term.hits, start=1):
+        hit = _hit(episode, rank)
         if (hit.session_id, hit.turn_id) in shown:
             continue
         # The neighbours of a hit a memory carries wait for that memory.

@@ -17,7 +17,7 @@ from dataclasses import dataclass, replace
 from datetime import datetime
 
 from shared.config import Settings
-from shared.db.memories import MemoryRow, NewMemory
+from shared.db.memory_rows import MemoryRow, NewMemory
 from shared.db.planned_write import StalePlan, write_for_user
 from shared.db.unit_of_work import UnitOfWork
 from shared.embeddings.base import Embedder

@@ -18,7 +18,7 @@ from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 from typing import Any
 
-from shared.db.memories import NewMemory
+from shared.db.memory_rows import NewMemory
 from shared.db.unit_of_work import UnitOfWork
 
 ACTIONS = ("create", "generate_created", "generate_updated")

@@ -20,7 +20,7 @@ from typing import Any
 from shared.db import archive_search
 from shared.db import search as db_search
 from shared.db.context_reads import Cited, long_term_summaries
-from shared.db.memories import COMPACTED_ENTITY, MemoryRow
+from shared.db.memory_rows import COMPACTED_ENTITY, MemoryRow
 from shared.db.run import Steps
 from shared.memory.periods import Period, find_period
 from shared.memory.ranking import Ranked, Scope

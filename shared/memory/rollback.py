@@ -13,7 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import datetime
 
-from shared.db.memories import MemoryRow, Revision
+from shared.db.memory_rows import MemoryRow, Revision
 from shared.db.planned_write import StalePlan, write_for_user
 from shared.db.unit_of_work import UnitOfWork, UnitsOfWork
 from shared.embeddings.base import Embedder

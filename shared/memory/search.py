@@ -7,6 +7,7 @@
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, TypeVar
@@ -15,7 +16,7 @@ from psycopg_pool import AsyncConnectionPool
 
 from shared.db import archive_search
 from shared.db import search as db_search
-from shared.db.memories import MemoryRow
+from shared.db.memory_rows import MemoryRow
 from shared.db.run import Steps, arun
 from shared.embeddings.base import Embedder
 from shared.llm.base import LLM
@@ -52,7 +53,7 @@ class MemorySearch:
         scope: Scope,
         queries: list[str],
         k: int,
-        kinds: list[str] | None = None,
+        kinds: Sequence[str] | None = None,
         pinned: bool = False,
         embeddings: list[Any] | None = None,
     ) -> tuple[list[Found], list[MemoryRow]]:

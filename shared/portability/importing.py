@@ -42,6 +42,7 @@ from shared.portability.records import (
     EpisodeRecord,
     Header,
     MemoryRecord,
+    Record,
     parse_header,
     parse_record,
 )
@@ -146,7 +147,7 @@ def copy_id(original: UUID, app: str, user_id: str) -> UUID:
     return UUID(bytes=original.bytes[:8] + bytes(digest[:8]))
 
 
-def _parsed(number: int, raw: bytes | None, dim: int) -> object:
+def _parsed(number: int, raw: bytes | None, dim: int) -> Record | BadLine:
     if raw is None:
         return BadLine(number, f"over {MAX_LINE_BYTES} bytes; not read")
     return parse_record(number, raw, dim)

@@ -21,7 +21,7 @@ from shared.bus.contract import Outcome
 from shared.config import load_settings
 from shared.db.episodes import OldEpisode
 from shared.db.ledger import Claim
-from shared.db.memories import MemoryRow
+from shared.db.memory_rows import MemoryRow
 from shared.db.planned_write import StalePlan
 from shared.embeddings import make_embedder
 from shared.events import CompactionRequested

@@ -20,6 +20,7 @@ from datetime import datetime
 from typing import Annotated
 
 from fastapi import APIRouter, Query, Response
+from pydantic import BeforeValidator
 
 from services.api.custom_methods import ResourceRoute
 from services.api.deps import ApiDep, AppIdDep
@@ -34,10 +35,10 @@ from services.api.memory_models import (
     SearchRequest,
     SearchResponse,
 )
-from services.api.models import json_response, query_count
+from services.api.models import json_response, query_integer
 from services.api.routers.views import found_fields, memory_detail, memory_view
 from services.api.write_models import RollbackRequest, WriteMemoryRequest, WriteMemoryResponse
-from shared.db.memories import MemoryRow, PageFilter, Revision
+from shared.db.memory_rows import MemoryRow, PageFilter, Revision
 from shared.db.planned_write import StalePlan
 from shared.db.unit_of_work import UnitOfWork, UnitsOfWork, in_thread
 from shared.events import utcnow
@@ -68,7 +69,7 @@ async def list_memories(
     project_id: Annotated[Identifier | None, Query()] = None,
     scope: Annotated[ScopeName | None, Query()] = None,
     kind: Annotated[Kind | None, Query()] = None,
-    limit: query_count(1, 500) = 100,
+    limit: Annotated[int, Query(ge=1, le=500), BeforeValidator(query_integer)] = 100,
     cursor: Annotated[str | None, Query()] = None,
     topic: Annotated[str | None, Query(pattern="^[a-z][a-z0-9_]{0,39}$")] = None,
 ) -> MemoryPage:

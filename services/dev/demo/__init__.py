@@ -52,7 +52,10 @@ def run_demo(
         return 2
     data_dir = Path(tempfile.mkdtemp(prefix="agent-memory-demo-"))
     log_path = _log_to_file(data_dir)
-    providers = {"llm": demo_settings.llm_provider, "embeddings": demo_settings.embedding_provider}
+    providers: dict[str, str] = {
+        "llm": demo_settings.llm_provider,
+        "embeddings": demo_settings.embedding_provider,
+    }
     # The stack's processes read their providers from the environment it passes on.
     os.environ["AM_LLM_PROVIDER"] = providers["llm"]
     os.environ["AM_EMBEDDING_PROVIDER"] = providers["embeddings"]

@@ -83,7 +83,9 @@ class Api:
 
 
 def wait_until(what: str, probe: Callable[[], T | None], timeout: float = DEADLINE_SECONDS) -> T:
-    return poll(probe, timeout, what, interval=0.1)
+    found = poll(probe, timeout, what, interval=0.1)
+    assert found is not None  # poll returns a truthy value or raises
+    return found
 
 
 _SAMPLE = re.compile(r"^agent_memory_llm_tokens_total\{([^}]*)\} ([0-9.e+]+)$", re.MULTILINE)

@@ -105,7 +105,7 @@ CHANGE_VERBS: dict[str, str] = {
     "bumped": "when",
 }
 # What may stand before a change verb ("has been moved to") and after it.
-_AUXILIARIES = ("", "has", "have", "had", "has been", "have been", "had been")
+_AUXILIARIES: tuple[str, ...] = ("", "has", "have", "had", "has been", "have been", "had been")
 _AUXILIARIES += ("is", "was", "are", "were", "got", "gets")
 _PARTICLES = ("", "back", "forward", "over")
 # What follows a change verb: its new value ("to Monday"), or the old one first.

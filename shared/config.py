@@ -10,7 +10,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import Field, SecretStr, ValidationError, field_validator
+from pydantic import AliasChoices, Field, SecretStr, ValidationError, field_validator
 
 from shared import setting_checks as checks
 from shared.config_services import MAX_PUBSUB_MESSAGE_BYTES, ServiceSettings
@@ -95,7 +95,8 @@ class Settings(ServiceSettings):
     embedding_batch_size: int = Field(default=100, ge=1, le=250)
     """texts per embedding request"""
     query_cache_seconds: float = Field(default=60.0, ge=0)
-    """identical query texts within this window reuse their embedding; `0` turns the cache off"""
+    """identical query texts within this many seconds reuse their embedding; `0` turns the cache
+    off"""
     query_cache_size: int = Field(default=1024, ge=1)
     """query embeddings the cache holds (least recently used go first)"""
     # One thread by default: the API and every worker embed on their own, and an OpenMP
@@ -131,8 +132,16 @@ class Settings(ServiceSettings):
     vector distance; above, the planner orders them (through the HNSW index for a large scope);
     `0`: never exact"""
     # The archive's search keys (shared/memory/episode_keys.py).
-    episode_key_window: int = Field(default=2, ge=0, le=5)
-    """neighbouring turns of the same session, before and after, in an episode's search key"""
+    episode_key_neighbours: int = Field(
+        default=2,
+        ge=0,
+        le=5,
+        validation_alias=AliasChoices(
+            "AM_EPISODE_KEY_NEIGHBOURS", "AM_EPISODE_KEY_WINDOW", "episode_key_neighbours"
+        ),
+    )
+    """neighbouring turns of the same session, before and after, in an episode's search key
+    (`AM_EPISODE_KEY_WINDOW`, its former name, is still read)"""
     episode_key_dated: bool = True
     """an episode's search key names when it was said, in words ("Tuesday 9 May 2023,
     afternoon", UTC)"""

@@ -109,10 +109,10 @@ class Backfill:
 
     def _key(self, episodes: Episodes, app: str, user_id: str, session_id: str) -> int:
         """One session, whole or not at all, between the worker's turns."""
-        window, dated = self.settings.episode_key_window, self.settings.episode_key_dated
+        neighbours, dated = self.settings.episode_key_neighbours, self.settings.episode_key_dated
 
         def plan() -> tuple[KeyPlan, Sequence[Any]]:
-            keys = episodes.plan_session(app, user_id, session_id, window, dated)
+            keys = episodes.plan_session(app, user_id, session_id, neighbours, dated)
             return keys, self.embed(keys.texts) if keys.keys else []
 
         def write(_tx: None, planned: tuple[KeyPlan, Sequence[Any]]) -> int:

@@ -122,7 +122,7 @@ class Archiver:
         skip = None
         if self.settings.extraction_filter:
             skip = skip_reason(event.user, event.assistant, len(event.tool_events))
-        window = self.settings.episode_key_window
+        neighbours = self.settings.episode_key_neighbours
 
         def plan() -> Keying | Done[Enrolled]:
             with self.units() as uow:  # reads only: no lock is taken
@@ -134,7 +134,7 @@ class Archiver:
                 # drops the event.
                 if seen is None and not uow.episodes.archived(episode):
                     plan = uow.episodes.plan_archive(
-                        episode, window, self.settings.episode_key_dated
+                        episode, neighbours, self.settings.episode_key_dated
                     )
             vectors = self.embedder.embed(plan.texts) if plan is not None and plan.keys else []
             return plan, vectors
@@ -172,7 +172,9 @@ class Archiver:
             return Enrolled(stop)
         archived = False
         if plan is not None:
-            written = uow.episodes.archive(episode, plan, vectors, self.settings.episode_key_window)
+            written = uow.episodes.archive(
+                episode, plan, vectors, self.settings.episode_key_neighbours
+            )
             if written is None:
                 raise StalePlan("the session's turns around it changed")
             archived = written

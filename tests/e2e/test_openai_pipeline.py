@@ -57,7 +57,7 @@ def pipeline(settings, topology, ids, tmp_path, endpoint):
         embedding_provider="openai",
         openai_embedding_model="text-embedding-3-small",
         summary_trigger_turns=2,
-        summary_window_turns=1,
+        summary_kept_turns=1,
         extraction_window_turns=2,
         llm_retry_seconds=5.0,
     )

@@ -37,7 +37,7 @@ TURN_KINDS = ("summary", "extraction")
 SESSIONS = 6
 TURNS = SESSIONS * 40
 TRIGGER_TURNS = 6  # a session's buffer folds when it holds more turns than this,
-WINDOW_TURNS = 2  # all of them but the newest two
+KEPT_TURNS = 2  # all of them but the newest two
 COMPACTION_USERS = 3
 OLD_EPISODES = 40
 BATCH = 5  # episodes per compaction fold
@@ -53,7 +53,7 @@ def local(settings):
     local = settings.model_copy(
         update={
             "summary_trigger_turns": TRIGGER_TURNS,
-            "summary_window_turns": WINDOW_TURNS,
+            "summary_kept_turns": KEPT_TURNS,
             "ack_deadline_seconds": 10,
         }
     )
@@ -218,7 +218,7 @@ def _check_buffers(burst: Burst, buffer: SessionBuffer) -> None:
         placed += [t.turn_id for t in view.turns]
         assert placed == expected, session["session_id"]
         assert [t.created_at for t in view.turns] == sorted(t.created_at for t in view.turns)
-        assert WINDOW_TURNS <= len(view.turns) <= TRIGGER_TURNS
+        assert KEPT_TURNS <= len(view.turns) <= TRIGGER_TURNS
 
 
 def _check_archive(burst: Burst, pool) -> None:

@@ -160,7 +160,7 @@ def test_tool_events_are_published_as_json_text(client, topology, ids):
 
 def test_summarize_before_trim_by_turns_keeps_the_window_and_bumps_the_version(valkey_client, ids):
     buffer = SessionBuffer(valkey_client, 3600)
-    folder = Folder(buffer, OfflineLLM(), FoldPolicy(trigger_turns=10, window_turns=4))
+    folder = Folder(buffer, OfflineLLM(), FoldPolicy(trigger_turns=10, kept_turns=4))
     key = SessionKey(ids["app"], ids["user_id"], ids["session_id"])
     turns = [BufferedTurn.from_event(make_turn(ids, n)) for n in range(1, 19)]
     for turn in turns[:10]:
@@ -184,7 +184,7 @@ def test_summarize_before_trim_by_turns_keeps_the_window_and_bumps_the_version(v
 def test_summarize_before_trim_by_tokens(valkey_client, ids):
     buffer = SessionBuffer(valkey_client, 3600)
     folder = Folder(
-        buffer, OfflineLLM(), FoldPolicy(trigger_turns=100, trigger_tokens=100, window_turns=1)
+        buffer, OfflineLLM(), FoldPolicy(trigger_turns=100, trigger_tokens=100, kept_turns=1)
     )
     key = SessionKey(ids["app"], ids["user_id"], ids["session_id"])
     # Each turn is 40 tokens: 80 characters of user text, 80 of assistant text.

@@ -164,3 +164,10 @@ def test_what_counts_as_permanent():
 def test_the_offline_providers_former_name_is_still_accepted(monkeypatch):
     monkeypatch.setenv("AM_LLM_PROVIDER", "rules")
     assert load_settings().llm_provider == "offline"
+
+
+def test_the_windows_former_setting_names_are_still_read(monkeypatch):
+    monkeypatch.setenv("AM_SUMMARY_WINDOW_TURNS", "7")
+    monkeypatch.setenv("AM_EPISODE_KEY_WINDOW", "3")
+    settings = load_settings()
+    assert (settings.summary_kept_turns, settings.episode_key_neighbours) == (7, 3)

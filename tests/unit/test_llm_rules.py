@@ -76,10 +76,10 @@ def test_clip_to_tokens_cuts_at_a_sentence_end_within_the_bound():
 
 
 def test_fold_policy_triggers_and_window():
-    policy = FoldPolicy(trigger_turns=10, trigger_tokens=4000, window_turns=4)
+    policy = FoldPolicy(trigger_turns=10, trigger_tokens=4000, kept_turns=4)
     assert not policy.due(10, 3999)
     assert policy.due(11, 0)
     assert policy.due(1, 4001)
     turns = list(range(11))
     assert policy.to_fold(turns) == list(range(7))
-    assert FoldPolicy(window_turns=4).to_fold([1, 2, 3]) == []
+    assert FoldPolicy(kept_turns=4).to_fold([1, 2, 3]) == []

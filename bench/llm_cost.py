@@ -29,7 +29,7 @@ Each mode:
 2. Drain: with the worker stopped, a backlog (`--drain-sessions` later sessions
    per conversation, each a user of its own, cut to `--drain-turns` turns the
    filter keeps, a multiple of the window, so that every window closes full and
-   the drain never waits for the idle sweep) published straight to Pub/Sub; one
+   the drain never waits for the idle-window check) published straight to Pub/Sub; one
    replica at concurrency 32; turns/s from the first archived turn to the last
    ledger row.
 3. The worker's transaction p99 over the play and the drain, from the histogram

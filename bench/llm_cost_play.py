@@ -100,7 +100,7 @@ def kept(session_turns: list[dict], count: int) -> list[dict]:
     """The session's first turns up to the `count`-th one the extraction filter
     keeps (`shared.memory.worth`): with `count` a multiple of the window, every
     window of the session closes full, whether the filter is on or off, and a
-    drain never waits for the idle sweep (AM_EXTRACTION_WINDOW_SECONDS)."""
+    drain never waits for the idle-window check (AM_EXTRACTION_WINDOW_SECONDS)."""
     taken, worth = [], 0
     for turn in session_turns:
         if worth == count:

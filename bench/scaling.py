@@ -205,7 +205,8 @@ def offline_runs(args: argparse.Namespace) -> list[dict]:
         )
         c = args.concurrency
         try:
-            # Not measured: a warm-up of whole windows (a partial one waits for the idle sweep).
+            # Not measured: a warm-up of whole windows (a partial one waits for the
+            # idle-window check).
             drain(stack, publisher, None, 1, c, c, WARM_UP_TURNS * c, 0.05)
             results = []
             for _ in range(3):
@@ -295,7 +296,8 @@ def main() -> int:
     if args.turns % args.users or (args.turns // args.users) % window:
         print(
             f"note: {args.turns} turns of {args.users} users are not whole windows of {window} "
-            "turns: the last window of a session waits for the idle sweep, and the drain times it"
+            "turns: the last window of a session waits for the idle-window check, and the drain "
+            "times it"
         )
     if args.offline:
         print(f"extraction, offline providers: {args.turns} turns of {args.users} users\n{HEADER}")

@@ -22,7 +22,7 @@ from google.cloud import pubsub_v1
 
 from services.compaction_worker import handlers as compaction
 from services.extraction_worker import handlers as extraction
-from services.extraction_worker.sweeper import IdleWindows
+from services.extraction_worker.idle_windows import IdleWindows
 from services.summary_worker import handlers as summary
 from shared.bootstrap import Resources, bootstrap, throttled_llm
 from shared.bus.changes import ChangeRelay
@@ -71,7 +71,7 @@ class Background(Protocol):
 
 
 def idle_windows(resources: Resources, dependencies: Dependencies) -> IdleWindows:
-    """The extraction worker's sweep of windows with no new turn for a while."""
+    """The extraction worker's check for windows with no new turn for a while."""
     assert resources.pool is not None and resources.publisher is not None
     settings = resources.settings
     return IdleWindows(

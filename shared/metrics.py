@@ -137,7 +137,7 @@ EXTRACTION_SKIPPED = Counter(
 EXTRACTION_WINDOWS_WAITING = Gauge(
     "agent_memory_extraction_turns_waiting",
     "Turns archived and waiting in an extraction window (all sessions), as the last "
-    "idle-window sweep of this worker counted them.",
+    "idle-window check of this worker counted them.",
 )
 MEMORY_CHANGES_PUBLISHED = Counter(
     "agent_memory_memory_changes_published",
@@ -145,7 +145,7 @@ MEMORY_CHANGES_PUBLISHED = Counter(
 )
 EXPIRED = Counter(
     "agent_memory_expired",
-    "What the compaction worker's expiry sweep removed: memories past their expire_at "
+    "What the compaction sweeps retired or deleted as expired: memories past their expire_at "
     "(retired, each a memory.changed.v1 EXPIRED) and revisions past the app's revisions TTL.",
     ["what"],
 )

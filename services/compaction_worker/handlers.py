@@ -46,7 +46,7 @@ from shared.embeddings.base import Embedder
 from shared.errors import PermanentError
 from shared.events import CompactionRequested, derived_event_id, format_time
 from shared.llm.base import LLM, DialogueTurn
-from shared.memory.sweep import sweep
+from shared.memory.expiry import retire_expired
 
 log = structlog.get_logger("agent_memory.compaction")
 
@@ -181,12 +181,17 @@ class Compaction:
         the message's publish time (the same on every redelivery, new on every run),
         and each request's id is derived from the sweep's id, that time and the
         user: a redelivered sweep publishes the same requests, which the ledger
-        applies once. It first runs the app's expiry sweep (shared.memory.sweep),
+        applies once. It first retires the app's expired memories (shared.memory.expiry),
         which retires nothing twice; so the sweep needs no ledger row."""
         at = delivery.publish_time if delivery and delivery.publish_time else event.created_at
         run = format_time(at)
-        swept = sweep(self.units, event.app)  # expired memories: retired before the folds
-        log.info("expiry sweep", app=event.app, memories=swept.memories, revisions=swept.revisions)
+        retired = retire_expired(self.units, event.app)  # before the folds
+        log.info(
+            "expired memories retired",
+            app=event.app,
+            memories=retired.memories,
+            revisions=retired.revisions,
+        )
         with self.units() as uow:
             users = uow.episodes.users_with_old(
                 event.app, cutoff(at, event.retention_days), event.project_id

@@ -198,7 +198,7 @@ class Memories:
         change: str | None = None,
     ) -> MemoryRow:
         """Close the memory; returns it as it is now (with `valid_to`). `change`: what
-        the outbox calls it (DELETED by default; the expiry sweep's is EXPIRED)."""
+        the outbox calls it (DELETED by default; retire_expired's is EXPIRED)."""
         retired = self._memory(
             f"""
             UPDATE memories AS m SET valid_to = now(), updated_at = now(), observed_at = %s

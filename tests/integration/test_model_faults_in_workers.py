@@ -26,7 +26,7 @@ SEEDED = ["My editor is vim.", "I prefer tabs over spaces."]
 
 
 class AppRecorder(Recorder):
-    """Records the events of one app only: the worker's sweep of idle windows also
+    """Records the events of one app only: the worker's check of idle windows also
     closes windows other tests left in the shared database, and this worker then
     extracts them too."""
 

@@ -1,14 +1,14 @@
-"""The extraction worker's idle-window sweep: a thread that, every few seconds,
+"""The extraction worker's idle-window check: a thread that, every few seconds,
 claims the windows with no new turn for `AM_EXTRACTION_WINDOW_SECONDS` and
 publishes an extraction request for each.
 
-Every replica sweeps; closing a window marks its turns with the id of its
+Every replica checks; closing a window marks its turns with the id of its
 request in one statement, so two replicas never both close a window. A window
 still waiting `RESEND_SECONDS` after it closed (its request may have been lost: a
 worker died between the close and the publish) gets its request again, under the
 same id: a copy of a request that was not lost finds the window extracted, or
 waits behind it on the session's ordering key, and never resets its attempts.
-The sweep also ends the flush marks of sessions flushed long ago. It pauses while
+The check also ends the flush marks of sessions flushed long ago. It pauses while
 a dependency is down.
 """
 
@@ -30,11 +30,11 @@ Units = Callable[[], UnitOfWork]
 
 RESEND_SECONDS = 60.0
 FLUSH_MARK_SECONDS = 24 * 3600.0  # turns in flight at a flush arrive well within this
-CLAIM_LIMIT = 500  # windows claimed per sweep
+CLAIM_LIMIT = 500  # windows claimed per check
 
 
-def sweep_interval(idle_seconds: float) -> float:
-    """How often to sweep: a fifth of the idle time, between 0.2 and 5 seconds."""
+def check_interval(idle_seconds: float) -> float:
+    """How often to check: a fifth of the idle time, between 0.2 and 5 seconds."""
     return min(5.0, max(0.2, idle_seconds / 5))
 
 
@@ -53,8 +53,8 @@ class IdleWindows:
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
 
-    def sweep(self) -> int:
-        """One sweep: the requests published."""
+    def check(self) -> int:
+        """One check: the requests published."""
         with self.units() as uow:
             closed = uow.windows.close_idle(self.idle_seconds, CLAIM_LIMIT)
             closed += uow.windows.unfinished(RESEND_SECONDS, CLAIM_LIMIT)
@@ -76,14 +76,14 @@ class IdleWindows:
             self._thread.join(timeout=10)
 
     def _run(self) -> None:
-        interval = sweep_interval(self.idle_seconds)
+        interval = check_interval(self.idle_seconds)
         while not self._stop.wait(interval):
             if not self.ready():
                 continue
             try:
-                published = self.sweep()
-            except Exception as exc:  # the next sweep tries again
-                log.warning("idle-window sweep failed", error=repr(exc))
+                published = self.check()
+            except Exception as exc:  # the next check tries again
+                log.warning("idle-window check failed", error=repr(exc))
                 continue
             if published:
                 log.info("idle windows closed", windows=published)

@@ -7,7 +7,7 @@ one dictionary lookup per request once a key is known: verified keys are kept
 for `AM_AUTH_CACHE_SECONDS`, so a revoked key stops working within that time.
 
 The console's pages (`/console`) take the key from the cookie its sign-in sets
-(services.console.session) instead, with the same cache and refusals; a refusal
+(services.console.access) instead, with the same cache and refusals; a refusal
 there is a redirect to the sign-in page.
 
 Missing, unknown and revoked keys are all answered the same 401, and the
@@ -30,8 +30,8 @@ from psycopg import Error as PostgresError
 from starlette.types import Scope
 
 from services.api.errors import error_body, request_id_of
+from services.console import access as console
 from services.console import pages
-from services.console import session as console
 from shared.api_keys import key_hash
 from shared.db.api_keys import lookup
 from shared.db.run import arun

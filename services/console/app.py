@@ -11,11 +11,11 @@ from fastapi.staticfiles import StaticFiles
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from services.console import (
+    access,
     home,
     memory_pages,
     operator_pages,
     permission_pages,
-    session,
 )
 from services.console.pages import HERE, error_page, page
 from services.console.queries import StoreUnavailable
@@ -23,14 +23,14 @@ from shared.client.errors import MemoryApiError, MemoryClientError
 
 
 def install_console(app: FastAPI) -> None:
-    app.mount(session.STATIC.rstrip("/"), StaticFiles(directory=HERE / "static"), name="console")
+    app.mount(access.STATIC.rstrip("/"), StaticFiles(directory=HERE / "static"), name="console")
     for module in (home, memory_pages, operator_pages, permission_pages):
         app.router.routes.extend(module.router.routes)
     # Binds the forms' tokens while authentication is off (no key to bind them to).
-    app.state.console_secret = session.new_secret()
+    app.state.console_secret = access.new_secret()
 
-    @app.exception_handler(session.Refused)
-    async def refused(request: Request, exc: session.Refused) -> HTMLResponse:
+    @app.exception_handler(access.Refused)
+    async def refused(request: Request, exc: access.Refused) -> HTMLResponse:
         return error_page(request, exc.status, exc.message)
 
     # A console path that is not a page, or a method it does not take: a page too,
@@ -39,7 +39,7 @@ def install_console(app: FastAPI) -> None:
 
     @app.exception_handler(StarletteHTTPException)
     async def http_error(request: Request, exc: StarletteHTTPException) -> Response:
-        if not session.is_console(request.url.path):
+        if not access.is_console(request.url.path):
             answered = api_http_error(request, exc)
             return await answered if isinstance(answered, Awaitable) else answered
         messages = {404: "no such page", 405: f"{request.method} is not a method of this page"}

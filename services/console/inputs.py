@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Collection, Mapping
 
-from services.console.session import Refused
+from services.console.access import Refused
 from shared.identifiers import MAX_IDENTIFIER_LENGTH, identifier_problem, text_problem
 
 MAX_TEXT = 4000  # a search query's limit in the API, and any other text's here

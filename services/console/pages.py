@@ -23,7 +23,7 @@ from fastapi.responses import HTMLResponse, RedirectResponse, Response
 from starlette.datastructures import Headers
 from starlette.types import Scope
 
-from services.console import session
+from services.console import access
 from shared.client.aio import AsyncMemoryClient
 
 HERE = Path(__file__).parent
@@ -35,7 +35,7 @@ TEMPLATES = jinja2.Environment(
     lstrip_blocks=True,
 )
 HEADERS = {
-    "Content-Security-Policy": session.CSP,
+    "Content-Security-Policy": access.CSP,
     "Cache-Control": "no-store",
     "X-Content-Type-Options": "nosniff",
     "Referrer-Policy": "same-origin",
@@ -62,13 +62,13 @@ def clock(value: datetime | None) -> str:
 
 def _url(path: str, **query: str) -> str:
     # Ids go in the query, never the path: "a/b" or ".." is a user id too.
-    return f"{session.PREFIX}{path}?{urlencode(query)}"
+    return f"{access.PREFIX}{path}?{urlencode(query)}"
 
 
 def list_url(path: str, **query: object) -> str:
     """A list page's URL: its filters, and its page unless the first (empty ones left out)."""
     kept = {k: str(v) for k, v in query.items() if v not in ("", None) and (k, v) != ("page", 1)}
-    return f"{session.PREFIX}{path}" + (f"?{urlencode(kept)}" if kept else "")
+    return f"{access.PREFIX}{path}" + (f"?{urlencode(kept)}" if kept else "")
 
 
 TEMPLATES.filters["age"] = age
@@ -89,7 +89,7 @@ class Viewer:
 
 def require_admin(viewer: Viewer) -> None:
     if not viewer.admin:
-        raise session.Refused(
+        raise access.Refused(
             403, "the pipeline's figures and dead letters are an operator's: use an admin key"
         )
 
@@ -99,7 +99,7 @@ def page(request: Request, template: str, status: int = 200, **context: Any) -> 
     signed_in = hasattr(request.state, "app_id")
     body = TEMPLATES.get_template(template).render(
         viewer=Viewer(request) if signed_in else None,
-        csrf=session.csrf_token(request),
+        csrf=access.csrf_token(request),
         path=request.url.path,
         **context,
     )
@@ -116,7 +116,7 @@ def client(request: Request) -> AsyncMemoryClient:
     shows what happened."""
     return AsyncMemoryClient(
         "http://console.invalid",
-        session.key_of(request.scope),
+        access.key_of(request.scope),
         retries=0,
         transport=httpx.ASGITransport(app=request.app),
     )
@@ -133,13 +133,13 @@ async def deny(scope: Scope, receive: Any, send: Any, status: int, message: str)
             status_code=204, headers={"HX-Redirect": _sign_in_from_page(scope)}
         )
     elif status == 401:
-        response = RedirectResponse(session.sign_in_url(scope), status_code=303)
+        response = RedirectResponse(access.sign_in_url(scope), status_code=303)
         try:
-            stale = session.key_of(scope) is not None
-        except session.Refused:
+            stale = access.key_of(scope) is not None
+        except access.Refused:
             stale = False
         if stale:
-            session.sign_out(response, scope)
+            access.sign_out(response, scope)
     else:
         response = error_page(Request(scope, receive), status, message)
     await response(scope, receive, send)
@@ -152,5 +152,5 @@ def _from_htmx(scope: Scope) -> bool:
 def _sign_in_from_page(scope: Scope) -> str:
     """The sign-in page, going back to the page whose script asked (HX-Current-URL)."""
     parts = urlsplit(Headers(scope=scope).get("hx-current-url", ""))
-    here = session.local_target(parts.path + (f"?{parts.query}" if parts.query else ""))
-    return f"{session.SIGN_IN}?next={quote(here, safe='/')}"
+    here = access.local_target(parts.path + (f"?{parts.query}" if parts.query else ""))
+    return f"{access.SIGN_IN}?next={quote(here, safe='/')}"

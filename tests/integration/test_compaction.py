@@ -65,7 +65,7 @@ def _add(pool, ids, texts, age=OLD, project="", user_id=None, start=0):
                     created_at=base + timedelta(seconds=n),
                 ),
                 no_embeddings,
-                window=2,
+                neighbours=2,
                 dated=True,
             )
 

@@ -308,7 +308,7 @@ def test_the_context_carries_the_turns_of_earlier_conversations(
                 created_at=datetime(2026, 3, 2, 10, 0, tzinfo=UTC),
             ),
             make_embedder(api_settings).embed,
-            window=2,
+            neighbours=2,
             dated=True,
         )
     who = {"user_id": ids["user_id"], "session_id": ids["session_id"]}

@@ -6,7 +6,7 @@ import sys
 
 from services.dev.demo import report
 from services.dev.demo.chart import INSTALL_HINT
-from services.dev.demo.session import TURN_COUNT, SessionResult
+from services.dev.demo.long_session import TURN_COUNT, SessionResult
 
 PNG = b"\x89PNG\r\n\x1a\n"
 

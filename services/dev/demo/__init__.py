@@ -26,7 +26,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from services.dev.demo import preflight, reference, report, session
+from services.dev.demo import long_session, preflight, reference, report
 from services.dev.demo.api import Api, Check, DemoError, llm_tokens
 from services.dev.localstack.components import ComponentError
 from services.dev.localstack.stack import LocalStack, StackError
@@ -114,7 +114,7 @@ def _play(stack: LocalStack, providers: dict[str, str], out: Path) -> int:
     }
     try:
         checks, _ = reference.play(api, say)
-        result = session.play(api, say, lambda: llm_tokens(metrics))
+        result = long_session.play(api, say, lambda: llm_tokens(metrics))
     except (DemoError, TimeoutError) as exc:
         say(f"\nFAIL: {exc}")
         return 1
@@ -140,7 +140,7 @@ def _demo_settings(settings: Settings, llm: str | None, embeddings: str | None) 
 
 
 def _report(
-    out: Path, providers: dict[str, str], result: session.SessionResult, checks: list[Check]
+    out: Path, providers: dict[str, str], result: long_session.SessionResult, checks: list[Check]
 ) -> int:
     """Print and write the report; the exit status: 1 if a check failed."""
     numbers = report.figures(result)

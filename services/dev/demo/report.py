@@ -9,7 +9,7 @@ from typing import Any
 
 from services.dev.demo.api import Check, check
 from services.dev.demo.chart import ChartUnavailable, draw
-from services.dev.demo.session import TURN_COUNT, SessionResult
+from services.dev.demo.long_session import TURN_COUNT, SessionResult
 
 TURN_REDUCTION_TARGET = 90.0  # % at turn 45 (the reference design reports 88.9%)
 CUMULATIVE_TARGET = 80.0  # % over the session, background tokens included (reference: 72.0%)

@@ -9,7 +9,7 @@ from contextlib import contextmanager
 
 from pydantic import SecretStr
 
-from services.extraction_worker.handlers import TURNS_CONSUMER
+from services.extraction_worker.handlers import TURNS_SUBSCRIPTION
 from tests.fake_gemini import FakeGemini
 from tests.fake_gemini_model import offline_model
 
@@ -73,7 +73,7 @@ def ledgered(pool, events):
     rows = query(
         pool,
         "SELECT event_id::text FROM processed_events WHERE consumer = %s AND event_id = ANY(%s)",
-        TURNS_CONSUMER,
+        TURNS_SUBSCRIPTION,
         [e.event_id for e in events],
     )
     return sorted(r[0] for r in rows)

@@ -1,23 +1,23 @@
-"""Handlers of the compaction worker: a user's old episodes folded into long-term
+"""Handlers of the compaction worker: a user's old episodes compacted into long-term
 summaries (docs/design.md, "Compaction").
 
 For `compaction.requested.v1`: the user's episodes older than the event's
 `created_at` minus `retention_days` (the event's time, not the clock's, so a
 redelivery or a continuation selects against the same cut-off), oldest first, at
 most `batch_limit`, only the request's project if it names one. The episodes of
-each project (no project: the global scope) are folded, with that scope's previous
+each project (no project: the global scope) are compacted, with that scope's previous
 compacted summary, into one `event` memory of entity `compacted-episodes` — by the
 LLM, outside any transaction. Then in ONE transaction holding the user's advisory
 lock: the ledger row, each summary (a CREATED or UPDATED revision with the event's
-id), and the deletion of exactly the episodes folded. If, under the lock, the batch
-or a previous summary is no longer what was folded (a concurrent writer), nothing
-is written and the fold is done again (`shared.db.planned_write`).
+id), and the deletion of exactly the episodes compacted. If, under the lock, the batch
+or a previous summary is no longer what was compacted (a concurrent writer), nothing
+is written and the compaction is done again (`shared.db.planned_write`).
 
 More old episodes left: a continuation request is published after the commit,
 with the same cut-off and an event_id derived from this one's, so publishing it
 twice is harmless. A failed publish raises (the message is redelivered); the
 redelivery finds the ledger row and publishes the continuation again while old
-episodes remain. Every request folds at least one episode when any remain, so a
+episodes remain. Every request compactions at least one episode when any remain, so a
 chain of continuations ends.
 
 A user deleted (table `deleted_users`) after the request was made: the request is
@@ -50,7 +50,7 @@ from shared.memory.expiry import retire_expired
 
 log = structlog.get_logger("agent_memory.compaction")
 
-CONSUMER = "compaction"
+APPLIER = "compaction"
 SUMMARY_ENTITY = COMPACTED_ENTITY
 _EARLIEST = datetime.min.replace(tzinfo=UTC)
 
@@ -65,8 +65,8 @@ def as_turn(episode: OldEpisode) -> DialogueTurn:
 
 
 @dataclass(frozen=True)
-class Fold:
-    """One scope's share of a batch: its episodes and the summary they fold into."""
+class ScopeCompaction:
+    """One scope's share of a batch: its episodes and the summary they are compacted into."""
 
     key: NewMemory  # the summary memory as it will be written (text, embedding)
     episodes: list[OldEpisode]
@@ -156,7 +156,7 @@ class Compaction:
         old_before = cutoff_of(event)
         with self.units() as uow:
             # Saves the model calls of a redelivery (the claim in the transaction decides).
-            seen = peeked(uow.ledger, CONSUMER, event)
+            seen = peeked(uow.ledger, APPLIER, event)
         if seen is Outcome.DUPLICATE:
             self._continue(event, old_before)
             return Outcome.DUPLICATE
@@ -166,8 +166,8 @@ class Compaction:
             event.user_id,
             self.settings.write_attempts,
             "the batch of old episodes",
-            lambda: self._fold(event, old_before),
-            lambda uow, folds: self._apply(uow, event, old_before, folds),
+            lambda: self._compact(event, old_before),
+            lambda uow, compactions: self._apply(uow, event, old_before, compactions),
         )
         if outcome is Outcome.DROPPED:
             log.info("compaction dropped: the user was deleted", user_id=event.user_id)
@@ -185,7 +185,7 @@ class Compaction:
         which retires nothing twice; so the sweep needs no ledger row."""
         at = delivery.publish_time if delivery and delivery.publish_time else event.created_at
         run = format_time(at)
-        retired = retire_expired(self.units, event.app)  # before the folds
+        retired = retire_expired(self.units, event.app)  # before the compactions
         log.info(
             "expired memories retired",
             app=event.app,
@@ -212,7 +212,9 @@ class Compaction:
         return Outcome.APPLIED
 
     # -- the steps ------------------------------------------------------------
-    def _fold(self, event: CompactionRequested, old_before: datetime) -> list[Fold] | None:
+    def _compact(
+        self, event: CompactionRequested, old_before: datetime
+    ) -> list[ScopeCompaction] | None:
         """Each scope's new summary, from a snapshot read outside the transaction.
         None for a deleted user."""
         with self.units() as uow:
@@ -224,7 +226,7 @@ class Compaction:
                 (episodes_of, memories.live_of_entity(_summary_key(event, project)), project)
                 for project, episodes_of in _by_project(episodes).items()
             ]
-        folds = []
+        compactions = []
         for episodes_of, previous, project in planned:
             previous_text = previous.text if previous is not None else ""
             text = self.llm.compact(
@@ -236,12 +238,12 @@ class Compaction:
             if previous is not None:
                 newest = max(newest, previous.observed_at)
             key = replace(_summary_key(event, project), text=text, observed_at=newest)
-            folds.append(Fold(key, episodes_of, previous))
-        texts = [f.key.text for f in folds if f.key.text]
+            compactions.append(ScopeCompaction(key, episodes_of, previous))
+        texts = [f.key.text for f in compactions if f.key.text]
         vectors = iter(self.embedder.embed(texts) if texts else [])
         return [
             replace(f, key=replace(f.key, embedding=next(vectors))) if f.key.text else f
-            for f in folds
+            for f in compactions
         ]
 
     def _apply(
@@ -249,50 +251,52 @@ class Compaction:
         uow: UnitOfWork,
         event: CompactionRequested,
         old_before: datetime,
-        folds: list[Fold] | None,
+        compactions: list[ScopeCompaction] | None,
     ) -> Outcome:
         """The transaction under the user's lock; StalePlan when the batch or a summary
-        is not what was folded (fold again)."""
-        stop = claimed(uow.ledger, CONSUMER, event)
+        is not what was compacted (compact again)."""
+        stop = claimed(uow.ledger, APPLIER, event)
         if stop is not None:
             return stop
-        if folds is None:
-            raise StalePlan("the user's tombstone seen before the fold is gone")
-        folded = [e.id for f in folds for e in f.episodes]
+        if compactions is None:
+            raise StalePlan("the user's tombstone seen before the compaction is gone")
+        compacted = [e.id for f in compactions for e in f.episodes]
         now = [e.id for e in _old_episodes(uow.episodes, event, old_before, event.batch_limit)]
-        if sorted(now) != sorted(folded):
+        if sorted(now) != sorted(compacted):
             raise StalePlan("the batch of old episodes changed")
-        self._write(uow, event, folds)
-        if uow.episodes.delete(event.app, event.user_id, folded) != len(folded):
+        self._write(uow, event, compactions)
+        if uow.episodes.delete(event.app, event.user_id, compacted) != len(compacted):
             raise StalePlan("episodes of the batch were deleted meanwhile")
         log.info(
             "episodes compacted",
             user_id=event.user_id,
             project_id=event.project_id,
-            folded=len(folded),
-            summaries=[f.key.project_id or "(global)" for f in folds],
+            compacted=len(compacted),
+            summaries=[f.key.project_id or "(global)" for f in compactions],
         )
         return Outcome.APPLIED
 
     @staticmethod
-    def _write(uow: UnitOfWork, event: CompactionRequested, folds: list[Fold]) -> None:
-        """Each fold's summary; StalePlan when a summary is no longer the one that was
-        folded."""
-        for fold in folds:
-            current = uow.memories.live_of_entity(fold.key)
-            if _identity(current) != _identity(fold.previous):
+    def _write(
+        uow: UnitOfWork, event: CompactionRequested, compactions: list[ScopeCompaction]
+    ) -> None:
+        """Each compaction's summary; StalePlan when a summary is no longer the one that was
+        compacted."""
+        for compaction in compactions:
+            current = uow.memories.live_of_entity(compaction.key)
+            if _identity(current) != _identity(compaction.previous):
                 raise StalePlan("a previous summary changed")
-            if not fold.key.text:
+            if not compaction.key.text:
                 continue  # episodes with no text at all: nothing to keep
             if current is None:
-                uow.memories.create(fold.key, event.event_id)
+                uow.memories.create(compaction.key, event.event_id)
             else:
                 uow.memories.update(
                     current,
-                    fold.key.text,
-                    fold.key.kind,
-                    fold.key.embedding,
-                    fold.key.observed_at,
+                    compaction.key.text,
+                    compaction.key.kind,
+                    compaction.key.embedding,
+                    compaction.key.observed_at,
                     event.event_id,
                 )
 

@@ -46,7 +46,7 @@ from shared.metrics import EXTRACTION_SKIPPED
 
 log = structlog.get_logger("agent_memory.extraction")
 
-TURNS_CONSUMER = "turns-extraction"
+TURNS_SUBSCRIPTION = "turns-extraction"
 
 Units = Callable[[], UnitOfWork]
 # The search keys to write (None: the turn is archived already, or its user deleted)
@@ -126,7 +126,7 @@ class Archiver:
 
         def plan() -> Keying | Done[Enrolled]:
             with self.units() as uow:  # reads only: no lock is taken
-                seen = peeked(uow.ledger, TURNS_CONSUMER, event)
+                seen = peeked(uow.ledger, TURNS_SUBSCRIPTION, event)
                 if seen is Outcome.DUPLICATE:
                     return Done(Enrolled(Outcome.DUPLICATE))
                 plan = None
@@ -167,7 +167,7 @@ class Archiver:
     ) -> Enrolled:
         """One transaction under the user's lock; StalePlan when the snapshot is stale."""
         # The turn's own ledger row comes with its window's memories.
-        stop = claimed(uow.ledger, TURNS_CONSUMER, event, record=False)
+        stop = claimed(uow.ledger, TURNS_SUBSCRIPTION, event, record=False)
         if stop is not None:
             return Enrolled(stop)
         archived = False
@@ -182,7 +182,7 @@ class Archiver:
         if skip is not None:
             # Never extracted, but it may still close its window (a session's last turn
             # after its flush) or the previous session's (a new session's first turn).
-            uow.ledger.record(TURNS_CONSUMER, event.event_id)
+            uow.ledger.record(TURNS_SUBSCRIPTION, event.event_id)
             requests = self._closes(uow, session, event, published_at, None)
             return Enrolled(Outcome.APPLIED, requests, skipped=skip)
         limits = Limits(self.settings.max_message_bytes, self.settings.max_tool_events_bytes)

@@ -26,7 +26,7 @@ from typing import Any
 
 import structlog
 
-from services.extraction_worker.archiving import TURNS_CONSUMER, Archiver
+from services.extraction_worker.archiving import TURNS_SUBSCRIPTION, Archiver
 from services.extraction_worker.planning import Planner
 from services.extraction_worker.windows import WindowExtraction, dead_letter_window
 from shared.bootstrap import Resources
@@ -46,7 +46,7 @@ from shared.memory.ranking import Fusion
 
 log = structlog.get_logger("agent_memory.extraction")
 
-GENERATE_CONSUMER = "memory-generate-extraction"
+GENERATE_SUBSCRIPTION = "memory-generate-extraction"
 REQUESTS = "extraction-requests"
 # Requests that close the session's open window themselves (the others extract a
 # window the turns' own transaction closed under the request's id).
@@ -55,7 +55,7 @@ Units = Callable[[], UnitOfWork]
 # What becomes of an extraction request: published (the worker) or handled at once.
 Request = Callable[[ExtractionRequested], None]
 
-__all__ = ["GENERATE_CONSUMER", "REQUESTS", "TURNS_CONSUMER", "Extraction", "handlers"]
+__all__ = ["GENERATE_SUBSCRIPTION", "REQUESTS", "TURNS_SUBSCRIPTION", "Extraction", "handlers"]
 
 
 @dataclass
@@ -123,7 +123,7 @@ class Extraction:
             event.event_id,
         )
         with self.units() as uow:
-            seen = peeked(uow.ledger, GENERATE_CONSUMER, event)
+            seen = peeked(uow.ledger, GENERATE_SUBSCRIPTION, event)
         if seen is Outcome.DUPLICATE:
             return Outcome.DUPLICATE
         user = "\n".join(e.text for e in event.events if e.role == "user")
@@ -137,7 +137,7 @@ class Extraction:
             return [] if seen is Outcome.DROPPED else self.planner.plan(inp, {"turn": source})
 
         def write(uow: UnitOfWork, planned: list[Planned]) -> tuple[Outcome, list[Applied]]:
-            stop = claimed(uow.ledger, GENERATE_CONSUMER, event)
+            stop = claimed(uow.ledger, GENERATE_SUBSCRIPTION, event)
             if stop is not None:
                 return stop, []
             fusion = Fusion.from_settings(self.settings)

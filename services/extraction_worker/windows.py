@@ -22,7 +22,7 @@ from dataclasses import dataclass
 
 import structlog
 
-from services.extraction_worker.archiving import TURNS_CONSUMER
+from services.extraction_worker.archiving import TURNS_SUBSCRIPTION
 from services.extraction_worker.planning import Planner
 from shared.bus.attributes import dead_letter_attributes
 from shared.bus.contract import DeadLetterNotice, Outcome
@@ -121,7 +121,7 @@ class WindowExtraction:
         fusion = Fusion.from_settings(self.settings)
         verify(uow, planned, fusion, self.settings.consolidation_neighbours)
         # A turn already in the ledger (a dead letter replayed twice) adds nothing again.
-        new = {event_id for event_id in ids if uow.ledger.record(TURNS_CONSUMER, event_id)}
+        new = {event_id for event_id in ids if uow.ledger.record(TURNS_SUBSCRIPTION, event_id)}
         applied = apply(uow, [p for p in planned if p.source.event_id in new])
         uow.windows.remove(session, ids)
         return applied
@@ -145,7 +145,7 @@ def dead_letter_window(
         return
     project = settings.google_cloud_project
     topic = publisher.client.topic_path(
-        project, full_name(settings.topic_prefix, dead_letter_name(TURNS_CONSUMER))
+        project, full_name(settings.topic_prefix, dead_letter_name(TURNS_SUBSCRIPTION))
     )
     reason = f"its extraction window ({len(turns)} turns) failed: {letter.reason}"
     key = ordering_key(session.app, session.user_id, session.session_id)
@@ -158,7 +158,7 @@ def dead_letter_window(
             "app": session.app,
         }
         attempts = settings.max_delivery_attempts  # the window's, spent by its request
-        dead = dead_letter_attributes(attributes, reason, TURNS_CONSUMER, attempts, key)
+        dead = dead_letter_attributes(attributes, reason, TURNS_SUBSCRIPTION, attempts, key)
         futures.append(publisher.publish_raw(topic, data, dead))
     for future in futures:
         future.result(timeout=settings.publish_timeout_seconds)

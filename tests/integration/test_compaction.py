@@ -13,7 +13,7 @@ from datetime import timedelta
 import pytest
 
 from services.compaction_worker.handlers import (
-    CONSUMER,
+    APPLIER,
     SUMMARY_ENTITY,
     Compaction,
     continuation_of,
@@ -125,7 +125,7 @@ def _ledgered(pool, event_id):
     with pool.connection() as conn:
         return conn.execute(
             "SELECT count(*) FROM processed_events WHERE consumer = %s AND event_id = %s",
-            (CONSUMER, event_id),
+            (APPLIER, event_id),
         ).fetchone()[0]
 
 

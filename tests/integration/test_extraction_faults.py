@@ -9,7 +9,7 @@ import uuid
 
 import pytest
 
-from services.extraction_worker.handlers import REQUESTS, TURNS_CONSUMER
+from services.extraction_worker.handlers import REQUESTS, TURNS_SUBSCRIPTION
 from shared.bus.dlq import DeadLetterQueues
 from shared.embeddings import make_embedder
 from shared.llm.gemini import GeminiLLM
@@ -64,7 +64,7 @@ def test_a_window_that_never_gets_a_valid_reply_dead_letters_each_turn_to_replay
         for turn in turns:
             publisher.publish(turn).result(timeout=10)
         letters = wait_for(
-            lambda: (found := queues.peek(TURNS_CONSUMER)) and len(found) == 2 and found,
+            lambda: (found := queues.peek(TURNS_SUBSCRIPTION)) and len(found) == 2 and found,
             120,
             "both turns' dead letters",
         )
@@ -90,7 +90,9 @@ def test_a_window_that_never_gets_a_valid_reply_dead_letters_each_turn_to_replay
     fake.defaults["generateContent"] = offline_model
     with extraction_worker(local, pool, llm, embedder, publisher):
         for n, turn in enumerate(turns, start=1):
-            replay = run_cli(local, "dlq", "replay", TURNS_CONSUMER, "--event-id", turn.event_id)
+            replay = run_cli(
+                local, "dlq", "replay", TURNS_SUBSCRIPTION, "--event-id", turn.event_id
+            )
             assert replay.returncode == 0, replay.stderr
             # Alone in its window, it closes when no other turn comes.
             wait_for(lambda n=n: len(live_texts(pool, ids)) == n, 60, f"turn {n}'s memory")

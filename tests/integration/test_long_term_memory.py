@@ -10,7 +10,7 @@ from fastapi.testclient import TestClient
 from services.api.app import create_app
 from services.dev.localstack.process import free_port
 from services.dev.localstack.valkey_server import LocalValkey
-from services.extraction_worker.handlers import TURNS_CONSUMER
+from services.extraction_worker.handlers import TURNS_SUBSCRIPTION
 from shared.embeddings import make_embedder
 from shared.events import MemoriesGenerate, TurnRecorded
 from shared.llm import OfflineLLM
@@ -288,7 +288,7 @@ def test_the_extraction_transaction_is_all_or_nothing(settings, topology, publis
                 "(SELECT count(*) FROM memory_revisions WHERE user_id = %(u)s), "
                 "(SELECT count(*) FROM processed_events WHERE consumer = %(c)s "
                 " AND event_id = %(e)s)",
-                {"u": ids["user_id"], "c": TURNS_CONSUMER, "e": turn.event_id},
+                {"u": ids["user_id"], "c": TURNS_SUBSCRIPTION, "e": turn.event_id},
             ).fetchone()
         assert counts == (1, 1, 1)
     finally:

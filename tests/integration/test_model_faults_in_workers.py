@@ -12,7 +12,7 @@ import threading
 
 import pytest
 
-from services.extraction_worker.handlers import REQUESTS, TURNS_CONSUMER
+from services.extraction_worker.handlers import REQUESTS, TURNS_SUBSCRIPTION
 from shared.bus.dlq import DeadLetterQueues
 from shared.embeddings import make_embedder
 from shared.llm import OfflineLLM
@@ -113,7 +113,7 @@ def test_answers_that_stay_invalid_dead_letter_the_window_at_once_and_write_noth
     with extraction_worker(local, pool, llm, embedder, publisher, recorder):
         publisher.publish(turn).result(timeout=10)
         (letter,) = wait_for(
-            lambda: _letters(queues, TURNS_CONSUMER, ids["app"]), 60, "the turn's dead letter"
+            lambda: _letters(queues, TURNS_SUBSCRIPTION, ids["app"]), 60, "the turn's dead letter"
         )
         (request,) = wait_for(
             lambda: _letters(queues, REQUESTS, ids["app"]), 30, "the request's own dead letter"
@@ -180,7 +180,7 @@ def test_a_model_that_cannot_answer_for_a_while_holds_the_window_without_spendin
         )
         down.clear()
         wait_for(lambda: ledgered(pool, [turn]) == [turn.event_id], 60, "the turn extracted")
-        assert _letters(DeadLetterQueues(local), TURNS_CONSUMER, ids["app"]) == []
+        assert _letters(DeadLetterQueues(local), TURNS_SUBSCRIPTION, ids["app"]) == []
     requests = [(a, o) for label, a, o in recorder.calls if not label.startswith("turn-")]
     assert {a for a, _o in requests} == {1}  # no delivery attempt was spent
     outcomes = [o for _a, o in requests]

@@ -22,7 +22,7 @@ from datetime import datetime
 import pytest
 
 from services.compaction_worker.handlers import continuation_of
-from services.extraction_worker.handlers import TURNS_CONSUMER
+from services.extraction_worker.handlers import TURNS_SUBSCRIPTION
 from shared.bus.admin import TopologyAdmin
 from shared.bus.dlq import DeadLetterQueues
 from shared.bus.topology import SUBSCRIPTIONS
@@ -191,7 +191,7 @@ def _progress(burst: Burst, pool, buffer: SessionBuffer) -> dict[str, int]:
             "SELECT (SELECT count(*) FROM processed_events WHERE consumer = %(t)s "
             "AND event_id = ANY(%(e)s::uuid[])), "
             "(SELECT count(*) FROM memory_revisions WHERE app = %(a)s AND user_id = ANY(%(c)s))",
-            {"t": TURNS_CONSUMER, "e": [t.event_id for t in burst.turns]}
+            {"t": TURNS_SUBSCRIPTION, "e": [t.event_id for t in burst.turns]}
             | {"a": burst.ids["app"], "c": list(burst.statements)},
         ).fetchone()
     buffered = sum(buffer.read(burst.key(s)).turns_total for s in burst.sessions)
@@ -230,7 +230,7 @@ def _check_archive(burst: Burst, pool) -> None:
         ).fetchall()
         ledgered = conn.execute(
             "SELECT count(*) FROM processed_events WHERE consumer = %s AND event_id = ANY(%s)",
-            (TURNS_CONSUMER, [t.event_id for t in burst.turns]),
+            (TURNS_SUBSCRIPTION, [t.event_id for t in burst.turns]),
         ).fetchone()[0]
     assert archived == [(t.session_id, t.turn_id, t.event_id) for t in burst.turns]
     assert ledgered == len(burst.turns)
@@ -324,7 +324,7 @@ def test_two_replicas_of_each_kind_apply_every_event_exactly_once(
     # duplicates): nothing died, so every effect was logged.
     assert replicas.outcomes("summary", "turns-summary")["applied"] == TURNS
     # (The extraction worker's other acks are its windows' extraction requests.)
-    assert replicas.outcomes("extraction", TURNS_CONSUMER)["applied"] == TURNS
+    assert replicas.outcomes("extraction", TURNS_SUBSCRIPTION)["applied"] == TURNS
     # Each summary version stored by one replica, as Valkey recorded it.
     logged = Counter(
         (r["session"], r["version"], r["turns"])

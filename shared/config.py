@@ -162,7 +162,7 @@ class Settings(ServiceSettings):
     # times in ten. Each plan after the first is a model call more, under contention only.
     write_attempts: int = Field(default=6, ge=1, le=20)
     """times a write is planned with no lock held (a window's memories, a turn's search keys, a
-    compaction's fold, a client's memory or rollback) when what it was planned on changed before
+    compaction, a client's memory or rollback) when what it was planned on changed before
     its transaction took the user's lock; then the event is retried after the subscription's
     backoff, and the API answers `409`"""
     context_token_budget: int = Field(default=2000, ge=100, le=100_000)
@@ -189,10 +189,10 @@ class Settings(ServiceSettings):
 
     # Compaction (the compaction worker and `agent-memory compact`).
     compaction_retention_days: int = Field(default=30, ge=1)
-    """episodes older than this are folded into the long-term summary (`agent-memory compact`
+    """episodes older than this are compacted into the long-term summary (`agent-memory compact`
     default)"""
     compaction_batch_limit: int = Field(default=50, ge=1, le=1000)
-    """episodes one compaction request folds at most; more continue in a new request"""
+    """episodes one compaction request compacts at most; more continue in a new request"""
     compaction_max_tokens: int = Field(default=1500, ge=100)
     """bound on a compacted summary's length"""
 
@@ -228,7 +228,7 @@ class Settings(ServiceSettings):
     """serve this process's Prometheus metrics on this port (unset: not served; `up` gives each
     service a free port and prints it): messages by subscription and outcome, handler durations,
     dead-letter publishes, Valkey/Postgres errors, API request latency by route and status, LLM
-    calls and tokens by provider and task, folds
+    calls and tokens by provider and task, summary folds
     ([operations.md](operations.md#what-each-process-reports))"""
     metrics_host: str = "127.0.0.1"
     """the metrics listen address"""

@@ -65,7 +65,8 @@ from bench.common import AppliedLog, bench_stack  # noqa: E402
 from bench.drain_watch import DrainWatch, drain_figures  # noqa: E402
 from bench.pipeline import backlog_drain, publish_all, warm_up  # noqa: E402
 from services.dev.localstack.process import ManagedProcess  # noqa: E402
-from services.dev.localstack.stack import LocalStack, replica_name  # noqa: E402
+from services.dev.localstack.stack import LocalStack  # noqa: E402
+from services.dev.localstack.supervision import replica_name  # noqa: E402
 from shared.bus.publisher import EventPublisher  # noqa: E402
 from shared.config import load_settings  # noqa: E402
 from shared.events import TurnRecorded, derived_event_id  # noqa: E402

@@ -6,7 +6,8 @@ import sys
 
 import pytest
 
-from services.dev.localstack.stack import LocalStack, replica_name, service_kind
+from services.dev.localstack.stack import LocalStack
+from services.dev.localstack.supervision import replica_name, service_kind
 from shared.config import Settings
 from shared.scale import parse_scale
 from tests.support import REPO

@@ -18,6 +18,10 @@ log = structlog.get_logger("agent_memory.up")
 STARTUP_TIMEOUT_SECONDS = 60.0
 
 
+class StackError(RuntimeError):
+    """The stack could not start; the message says why."""
+
+
 class ComponentError(RuntimeError):
     """A component could not be started; the message says why and where its log is."""
 

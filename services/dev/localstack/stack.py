@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import os
 import signal
-import sys
 import threading
 import time
 from collections.abc import Callable, Iterator, Mapping
@@ -23,13 +22,14 @@ from typing import IO
 import psycopg
 import structlog
 
-from services.dev.localstack.components import ComponentError
+from services.dev.localstack.components import ComponentError, StackError
 from services.dev.localstack.describe import describe
 from services.dev.localstack.emulator import LocalPubSubEmulator, find_emulator
 from services.dev.localstack.endpoints import Endpoints
 from services.dev.localstack.postgres import LocalPostgres
 from services.dev.localstack.process import ManagedProcess, free_port, port_is_open, tail
 from services.dev.localstack.pubsub import apply_topology
+from services.dev.localstack.service_processes import STOP_SERVICES_SECONDS, ServiceProcesses
 from services.dev.localstack.state import (
     DEV_KEY_FILE,
     LockHeld,
@@ -42,13 +42,9 @@ from services.dev.localstack.state import (
     write_pids,
 )
 from services.dev.localstack.supervision import (
-    ProcessExited,
     RestartBackoff,
-    replica_name,
     restart_component,
-    service_kind,
     stop_group,
-    wait_answering,
 )
 from services.dev.localstack.valkey_server import LocalValkey
 from shared.config import Settings
@@ -63,20 +59,14 @@ Component = LocalPostgres | LocalValkey | LocalPubSubEmulator
 SERVICES = ("api", *WORKER_KINDS)
 # Within 10 s: services drain, components shut down, stragglers are killed. Worst
 # case 5.5 + 0.5 + 2.5 + 0.5 = 9 s (a SIGKILLed process is gone at once).
-STOP_SERVICES_SECONDS = 5.5
 STOP_COMPONENTS_SECONDS = 2.5
-SERVICE_SHUTDOWN_SECONDS = 5.0  # what a worker child gets to drain, inside STOP_SERVICES_SECONDS
-
-
-class StackError(RuntimeError):
-    pass
 
 
 class AlreadyRunning(StackError):
     pass
 
 
-class LocalStack:
+class LocalStack(ServiceProcesses):
     """Starts, watches and stops the components and the services of one data dir."""
 
     def __init__(
@@ -243,66 +233,6 @@ class LocalStack:
         assert self.endpoints is not None
         own = any(isinstance(c, LocalPubSubEmulator) for c in self._restartable.values())
         return apply_topology(self.settings, self.endpoints, own_emulator=own)
-
-    def child_environment(self) -> dict[str, str]:
-        assert self.endpoints is not None
-        env = dict(os.environ)
-        env.update(self.endpoints.environment())
-        env["AM_API_PORT"] = str(self.settings.api_port)
-        env["AM_API_HOST"] = self.settings.api_host
-        env["AM_LOG_FORMAT"] = "json"
-        env["AM_WORKER_SHUTDOWN_SECONDS"] = str(
-            min(self.settings.worker_shutdown_seconds, SERVICE_SHUTDOWN_SECONDS)
-        )
-        if self.settings.worker_concurrency:
-            env["AM_WORKER_CONCURRENCY"] = str(self.settings.worker_concurrency)
-        return env
-
-    def _service_argv(self, name: str) -> list[str]:
-        kind = service_kind(name)
-        command = ["api"] if kind == "api" else ["worker", kind]
-        return [sys.executable, "-m", "services.cli", *command]
-
-    def replicas(self, kind: str) -> int:
-        """How many processes of `kind` this stack runs (the API: one)."""
-        return 1 if kind == "api" else self.scale.get(kind, 1)
-
-    def start_replicas(self, kind: str, count: int) -> list[str]:
-        """Start the replicas of `kind` up to `count` that are not running; their
-        process names (`kind`, `kind-2`, ...), all on the same subscriptions."""
-        names = [replica_name(kind, n) for n in range(1, count + 1)]
-        for name in names:
-            proc = self.service_procs.get(name)
-            if proc is None or not proc.running:
-                self.start_service(name)
-        return names
-
-    def stop_services(self, names: list[str], timeout: float = STOP_SERVICES_SECONDS) -> None:
-        """Stop these service processes (they drain) and forget them."""
-        procs = [self.service_procs.pop(name) for name in names if name in self.service_procs]
-        stop_group(procs, timeout)
-        self._write_pids()
-
-    def start_service(self, name: str) -> None:
-        """Start (or start again) one service process, its metrics on a port of its own."""
-        env = self.child_environment()
-        if name not in self.metrics_ports:
-            self.metrics_ports[name] = self._free_port()
-        port = self.metrics_ports[name]
-        env["AM_METRICS_PORT"], env["AM_METRICS_HOST"] = str(port), "127.0.0.1"
-        env["AM_REPLICA_NAME"] = name  # the figures' name of the replica
-        proc = ManagedProcess(name, self._service_argv(name), self.log_dir / f"{name}.log", env=env)
-        proc.start()
-        self.service_procs[name] = proc
-        self._write_pids()
-
-    def _wait_api(self, timeout: float = 60.0) -> None:
-        assert self.endpoints is not None
-        health = f"{self.endpoints.api_url}/healthz"
-        try:
-            wait_answering(self.service_procs["api"], "the API", health, timeout)
-        except (ProcessExited, TimeoutError) as exc:
-            raise StackError(str(exc)) from None
 
     def _recorded(self, start: Callable[[], str], proc: ManagedProcess) -> str:
         """Run a component's start with its pid recorded the moment the process exists,

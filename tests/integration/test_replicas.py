@@ -42,7 +42,7 @@ COMPACTION_USERS = 3
 OLD_EPISODES = 40
 BATCH = 5  # episodes per compaction fold
 WAVE = SESSIONS * 10  # more turns, for a victim that has had none
-FOLDS = OLD_EPISODES // BATCH  # compaction folds per user, whoever makes them
+COMPACTIONS = OLD_EPISODES // BATCH  # compactions per user, whoever makes them
 
 
 @pytest.fixture
@@ -108,10 +108,10 @@ class Burst:
 
     def chain(self, user: str) -> set[str]:
         """Every event id the requests of `user` and their continuations can have (a
-        chain folds at most FOLDS batches, then one more link may find nothing)."""
+        chain compacts at most COMPACTIONS batches, then one more link may find nothing)."""
         ids = set()
         for request in (r for r in self.requests if r.user_id == user):
-            for _ in range(FOLDS + 1):
+            for _ in range(COMPACTIONS + 1):
                 ids.add(request.event_id)
                 request = continuation_of(request)
         return ids
@@ -120,7 +120,7 @@ class Burst:
         return {
             "summary": len(self.turns),
             "extraction": len(self.turns),
-            "compaction": COMPACTION_USERS * FOLDS,
+            "compaction": COMPACTION_USERS * COMPACTIONS,
         }
 
 
@@ -281,10 +281,10 @@ def _check_compaction(burst: Burst, pool) -> None:
         # Each old episode folded once, oldest first.
         assert text == " ".join(f"User: {s}" for s in statements)
         revisions = _revisions(pool, memory_id)
-        assert [r[0] for r in revisions] == ["CREATED"] + ["UPDATED"] * (FOLDS - 1)
+        assert [r[0] for r in revisions] == ["CREATED"] + ["UPDATED"] * (COMPACTIONS - 1)
         # Each fold built on the summary the one before it stored, each by its own request.
         assert [r[1] for r in revisions] == [None] + [r[2] for r in revisions[:-1]]
-        assert len({r[3] for r in revisions}) == FOLDS
+        assert len({r[3] for r in revisions}) == COMPACTIONS
         assert {r[3] for r in revisions} <= burst.chain(user)
 
 
@@ -340,11 +340,11 @@ def test_two_replicas_of_each_kind_apply_every_event_exactly_once(
     # Each compaction batch committed once: per user 8 batches of 5 (a last request
     # of a chain that finds nothing left commits 0 episodes).
     compacted = Counter(
-        (r["user_id"], r["folded"])
+        (r["user_id"], r["compacted"])
         for r in replicas.logged("compaction", "episodes compacted")
-        if r["user_id"] in burst.statements and r["folded"]
+        if r["user_id"] in burst.statements and r["compacted"]
     )
-    assert compacted == {(user, BATCH): FOLDS for user in burst.statements}
+    assert compacted == {(user, BATCH): COMPACTIONS for user in burst.statements}
 
 
 @pytest.mark.slow

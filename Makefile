@@ -6,7 +6,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: venv test browser demo up lint format client bench chaos clean
+.PHONY: venv test browser demo up lint typecheck format client bench chaos clean
 
 venv: $(STAMP)
 
@@ -26,7 +26,9 @@ $(STAMP): pyproject.toml
 # wait on processes and the network as much as they compute.
 TEST_WORKERS ?= 2
 
-test: $(STAMP) browser
+# The linters and the type checker first: a lint or type error fails the run (and
+# so CI, whose .ci/run is `make test`) before the suite starts.
+test: $(STAMP) browser lint typecheck
 	$(BIN)/python -m pytest -n $(TEST_WORKERS) --dist worksteal
 
 # The console's browser test drives Debian's Chromium (tests/e2e/test_console.py).
@@ -53,6 +55,10 @@ lint: $(STAMP)
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 
+# mypy over services/ and shared/ ([tool.mypy] in pyproject.toml), with pydantic's plugin.
+typecheck: $(STAMP)
+	$(BIN)/mypy
+
 format: $(STAMP)
 	$(BIN)/ruff format .
 	$(BIN)/ruff check --fix .
@@ -72,4 +78,4 @@ chaos: $(STAMP)
 	$(BIN)/python bench/chaos.py $(ARGS)
 
 clean:
-	rm -rf $(VENV) .pytest_cache .ruff_cache
+	rm -rf $(VENV) .pytest_cache .ruff_cache .mypy_cache

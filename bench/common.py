@@ -16,9 +16,9 @@ from pathlib import Path
 
 import psutil
 
+from services.dev.localstack.process import ManagedProcess
+from services.dev.localstack.stack import Endpoints, LocalStack
 from shared.config import Settings, load_settings
-from shared.localstack.process import ManagedProcess
-from shared.localstack.stack import Endpoints, LocalStack
 from shared.logging import configure_logging
 from shared.waiting import poll
 

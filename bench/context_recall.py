@@ -8,7 +8,7 @@ up` starts them) with the provider, and the conversations of
 `bench/context_recall_data.py` recorded through the API as an agent records them
 (each conversation one user, its sessions one after another, each naming the one
 before and flushed at its end), archived and extracted by the worker with the
-offline `rules` model. Then, for every question, in a new session of its user and
+`offline` model. Then, for every question, in a new session of its user and
 with the question's `asked_at`:
 
 - `POST /v1/context` at each budget (500, 1,000, 2,000 and 4,000 tokens);

@@ -19,8 +19,8 @@ from pathlib import Path
 import psycopg
 
 from bench.common import HandledLines, MachineTime, cpu_seconds, log_time, percentile
-from shared.localstack.process import ManagedProcess
-from shared.localstack.stack import LocalStack
+from services.dev.localstack.process import ManagedProcess
+from services.dev.localstack.stack import LocalStack
 
 SUBSCRIPTION = "turns-extraction"  # a turn archived and put in its window
 REQUESTS = "extraction-requests"  # a window extracted

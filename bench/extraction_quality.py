@@ -6,7 +6,7 @@ of 20 sessions of five users, each turn labelled with the memories it states and
 the category it is of: preferences, facts, rules, changed facts, facts stated
 across two turns, revocations, restatements of what a memory holds, and turns
 that must give nothing: small talk, questions, statements by the assistant. The
-`rules` provider was improved against the dev part only; the held-out part (two
+`offline` provider was improved against the dev part only; the held-out part (two
 users of their own) is reported apart and is what its target is measured on.
 
 How a provider is run, as the extraction worker runs it: each session's turns in
@@ -28,15 +28,15 @@ accuracy, over the labels that were matched: the decision's action is the
 label's (CREATED unless it says UPDATED or NONE), and an UPDATED targets the
 memory of the label it `replaces`. Memories per turn: extracted memories over
 turns; model tokens per turn: the extraction and consolidation calls' input and
-output tokens over turns (the `rules` provider counts what a model's prompt and
+output tokens over turns (the `offline` provider counts what a model's prompt and
 answer of the same task would hold).
 
-Providers: `rules` always; `gemini` when `AM_GEMINI_API_KEY` or a Vertex AI
+Providers: `offline` always; `gemini` when `AM_GEMINI_API_KEY` or a Vertex AI
 project (`GOOGLE_CLOUD_PROJECT`) is set, `openai` when `AM_OPENAI_BASE_URL` is
-set; `--providers` names others. Target: `rules` recall >= 0.6 at precision >=
+set; `--providers` names others. Target: `offline` recall >= 0.6 at precision >=
 0.8 on the held-out part (printed PASS or FAIL; exit 1 on FAIL).
 
-    .venv/bin/python bench/extraction_quality.py [--providers rules,openai] [--window 5]
+    .venv/bin/python bench/extraction_quality.py [--providers offline,openai] [--window 5]
 """
 
 from __future__ import annotations
@@ -62,7 +62,7 @@ from shared.llm import (  # noqa: E402
     ExtractionInput,
     ExtractionTurn,
     Found,
-    RulesLLM,
+    OfflineLLM,
     Usage,
     Weighing,
     make_llm,
@@ -265,7 +265,7 @@ def _apply(store: list[Stored], item: Found, decision, label: dict[str, Any] | N
 def providers(asked: str | None) -> list[str]:
     if asked:
         return [p.strip() for p in asked.split(",") if p.strip()]
-    found = ["rules"]
+    found = ["offline"]
     if os.environ.get("AM_GEMINI_API_KEY") or os.environ.get("GOOGLE_CLOUD_PROJECT"):
         found.append("gemini")
     if os.environ.get("AM_OPENAI_BASE_URL"):
@@ -274,8 +274,8 @@ def providers(asked: str | None) -> list[str]:
 
 
 def make_provider(name: str, settings: Settings) -> LLM:
-    if name == "rules":
-        return RulesLLM()
+    if name == "offline":
+        return OfflineLLM()
     return make_llm(replace_provider(settings, name))
 
 
@@ -303,9 +303,9 @@ def report(results: dict[str, dict[str, Tally]]) -> list[str]:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--providers", help="comma-separated (default: rules and the configured)")
+    parser.add_argument("--providers", help="comma-separated (default: offline and the configured)")
     parser.add_argument("--window", type=int, default=5, help="turns per extraction window")
-    parser.add_argument("--misses", action="store_true", help="list what rules missed or added")
+    parser.add_argument("--misses", action="store_true", help="list what offline missed or added")
     args = parser.parse_args(argv)
     settings = load_settings()
     sessions = load_set()
@@ -318,11 +318,11 @@ def main(argv: list[str] | None = None) -> int:
     for line in report(results):
         print(line)
     code = 0
-    if "rules" in results:
-        held = results["rules"]["held_out"].row()
+    if "offline" in results:
+        held = results["offline"]["held_out"].row()
         ok = held["recall"] >= TARGET_RECALL and held["precision"] >= TARGET_PRECISION
         print(
-            f"\nrules on the held-out part: recall {held['recall']:.2f} "
+            f"\noffline on the held-out part: recall {held['recall']:.2f} "
             f"(target >= {TARGET_RECALL}) at precision {held['precision']:.2f} "
             f"(target >= {TARGET_PRECISION}): "
             f"{'PASS' if ok else 'FAIL'}"
@@ -330,7 +330,7 @@ def main(argv: list[str] | None = None) -> int:
         code = 0 if ok else 1
         if args.misses:
             for part in PARTS:
-                t = results["rules"][part]
+                t = results["offline"][part]
                 print(f"\n{part}: missed by category {dict(t.missed)}")
                 for text in t.extra:
                     print(f"  extra: {text}")

@@ -29,7 +29,7 @@ Each mode:
 2. Drain: with the worker stopped, a backlog (`--drain-sessions` later sessions
    per conversation, each a user of its own, cut to `--drain-turns` turns the
    filter keeps, a multiple of the window, so that every window closes full and
-   the drain never waits for the idle sweep) published straight to Pub/Sub; one
+   the drain never waits for the idle-window check) published straight to Pub/Sub; one
    replica at concurrency 32; turns/s from the first archived turn to the last
    ledger row.
 3. The worker's transaction p99 over the play and the drain, from the histogram
@@ -78,9 +78,9 @@ from bench.llm_cost_metrics import (  # noqa: E402
 from bench.llm_cost_report import DRAIN_CONCURRENCY, last_line, report, transactions  # noqa: E402
 from bench.pipeline import publish_all  # noqa: E402
 from bench.scaling import start_gemini  # noqa: E402
+from services.dev.localstack.stack import LocalStack  # noqa: E402
 from shared.bus.publisher import EventPublisher  # noqa: E402
 from shared.config import Settings  # noqa: E402
-from shared.localstack.stack import LocalStack  # noqa: E402
 from shared.waiting import poll  # noqa: E402
 
 WORKER = "extraction"

@@ -18,7 +18,7 @@ from shared.events import TurnRecorded, derived_event_id
 from shared.memory.worth import skip_reason
 
 APP = "default"
-TURNS_CONSUMER = "turns-extraction"
+TURNS_SUBSCRIPTION = "turns-extraction"
 PER_SEED = 10  # conversations taken from each seed of the generator (it has at most 12)
 
 
@@ -100,7 +100,7 @@ def kept(session_turns: list[dict], count: int) -> list[dict]:
     """The session's first turns up to the `count`-th one the extraction filter
     keeps (`shared.memory.worth`): with `count` a multiple of the window, every
     window of the session closes full, whether the filter is on or off, and a
-    drain never waits for the idle sweep (AM_EXTRACTION_WINDOW_SECONDS)."""
+    drain never waits for the idle-window check (AM_EXTRACTION_WINDOW_SECONDS)."""
     taken, worth = [], 0
     for turn in session_turns:
         if worth == count:
@@ -150,7 +150,7 @@ def extracted(db: psycopg.Connection, event_ids: list[str]) -> int:
     """How many of these turns have their ledger row: extracted (or skipped)."""
     row = db.execute(
         "SELECT count(*) FROM processed_events WHERE consumer = %s AND event_id = ANY(%s::uuid[])",
-        (TURNS_CONSUMER, event_ids),
+        (TURNS_SUBSCRIPTION, event_ids),
     ).fetchone()
     return int(row[0]) if row else 0
 
@@ -162,7 +162,7 @@ def drain_window(db: psycopg.Connection, prefix: str, event_ids: list[str]) -> t
         "        WHERE app = %s AND user_id LIKE %s), "
         "(SELECT extract(epoch FROM max(processed_at)) FROM processed_events "
         "        WHERE consumer = %s AND event_id = ANY(%s::uuid[]))",
-        (APP, f"{prefix}-%", TURNS_CONSUMER, event_ids),
+        (APP, f"{prefix}-%", TURNS_SUBSCRIPTION, event_ids),
     ).fetchone()
     assert row is not None and row[0] is not None and row[1] is not None
     return float(row[0]), float(row[1])

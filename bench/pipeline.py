@@ -51,10 +51,10 @@ from bench.common import (  # noqa: E402
     percentile,
     wait_applied,
 )
+from services.dev.localstack.stack import Endpoints, LocalStack  # noqa: E402
 from shared.bus.publisher import EventPublisher  # noqa: E402
 from shared.config import Settings  # noqa: E402
 from shared.events import TurnRecorded, derived_event_id  # noqa: E402
-from shared.localstack.stack import Endpoints, LocalStack  # noqa: E402
 
 APP = "default"  # the API's tenant until API keys exist
 SESSIONS = 100

@@ -53,17 +53,17 @@ from pgvector import Vector  # noqa: E402
 from pgvector.psycopg import register_vector  # noqa: E402
 
 from bench.recall_data import KINDS, generate  # noqa: E402
+from services.dev.localstack.postgres import LocalPostgres  # noqa: E402
+from services.dev.localstack.process import free_port  # noqa: E402
 from shared.config import load_settings  # noqa: E402
 from shared.db.archive_search import search_episodes, search_episodes_within  # noqa: E402
 from shared.db.episodes import Episode, Episodes  # noqa: E402
 from shared.db.migrate import migrate  # noqa: E402
 from shared.db.run import run  # noqa: E402
 from shared.embeddings import make_embedder  # noqa: E402
-from shared.localstack.components import LocalPostgres  # noqa: E402
-from shared.localstack.process import free_port  # noqa: E402
 from shared.logging import configure_logging  # noqa: E402
 from shared.memory.periods import find_period  # noqa: E402
-from shared.memory.search import Fusion, Scope  # noqa: E402
+from shared.memory.ranking import Fusion, Scope  # noqa: E402
 
 KS = (5, 10, 25)
 DIMENSIONS = {"hash": 768, "e5": 384}

@@ -4,7 +4,7 @@ against an LLM with a realistic latency.
 Starts a local stack (PostgreSQL, Valkey, the Pub/Sub emulator; no API) in a
 temporary folder and the fake Gemini endpoint in a process of its own
 (bench/slow_gemini.py: generateContent 800 ms, embeddings 150 ms, +-25%; its
-model answers as the offline `rules` provider), and points the workers' `gemini`
+model answers as the `offline` provider), and points the workers' `gemini`
 LLM and embedding providers at it. Each run queues a fresh backlog (`--turns`
 turns of `--users` new users, one session each, published straight to Pub/Sub,
 interleaved as users who talk at once) BEFORE it starts the extraction replicas,
@@ -34,13 +34,13 @@ the workers' Postgres backends sampled every 0.2 s: waiting on a lock (the
 user's advisory lock) and idle in a transaction.
 
 First it measures the summary worker's drain rate in a stack of its own with
-bench/pipeline.py's `backlog_drain` (the `rules` provider, as there).
+bench/pipeline.py's `backlog_drain` (the `offline` provider, as there).
 
     .venv/bin/python bench/scaling.py [--turns 2000] [--users 250] [--concurrency 16]
         [--generate-ms 800] [--embed-ms 150] [--jitter 0.25] [--quick] [--offline]
 
 `--offline` measures only the extraction worker's own cost: one replica with the
-`rules` LLM and `hash` embeddings (no LLM latency), three drains of a fresh
+`offline` LLM and `hash` embeddings (no LLM latency), three drains of a fresh
 backlog each, and prints `extraction offline: <turns/s> · <turns/s> · <turns/s>`.
 
 The last line is `scaling: 2 replicas x<ratio>, 4 replicas x<ratio>` (drain rate
@@ -64,11 +64,12 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from bench.common import AppliedLog, bench_stack  # noqa: E402
 from bench.drain_watch import DrainWatch, drain_figures  # noqa: E402
 from bench.pipeline import backlog_drain, publish_all, warm_up  # noqa: E402
+from services.dev.localstack.process import ManagedProcess  # noqa: E402
+from services.dev.localstack.stack import LocalStack  # noqa: E402
+from services.dev.localstack.supervision import replica_name  # noqa: E402
 from shared.bus.publisher import EventPublisher  # noqa: E402
 from shared.config import load_settings  # noqa: E402
 from shared.events import TurnRecorded, derived_event_id  # noqa: E402
-from shared.localstack.process import ManagedProcess  # noqa: E402
-from shared.localstack.stack import LocalStack, replica_name  # noqa: E402
 from shared.waiting import poll  # noqa: E402
 
 APP = "default"
@@ -196,16 +197,17 @@ def summary_drain(burst: int) -> dict:
 
 
 def offline_runs(args: argparse.Namespace) -> list[dict]:
-    """One extraction replica with the offline providers (`rules`, `hash`): what the
+    """One extraction replica with the offline providers (`offline`, `hash`): what the
     worker's own work costs, with no LLM latency to hide it. Three drains."""
     with bench_stack(services=()) as (stack, endpoints, settings):
-        os.environ.update(AM_LLM_PROVIDER="rules", AM_EMBEDDING_PROVIDER="hash")
+        os.environ.update(AM_LLM_PROVIDER="offline", AM_EMBEDDING_PROVIDER="hash")
         publisher = EventPublisher(
             settings.model_copy(update={"pubsub_emulator_host": endpoints.pubsub_emulator_host})
         )
         c = args.concurrency
         try:
-            # Not measured: a warm-up of whole windows (a partial one waits for the idle sweep).
+            # Not measured: a warm-up of whole windows (a partial one waits for the
+            # idle-window check).
             drain(stack, publisher, None, 1, c, c, WARM_UP_TURNS * c, 0.05)
             results = []
             for _ in range(3):
@@ -286,7 +288,7 @@ def main() -> int:
     parser.add_argument(
         "--offline",
         action="store_true",
-        help="only one extraction replica with the rules LLM and hash embeddings, three drains",
+        help="only one extraction replica with the offline LLM and hash embeddings, three drains",
     )
     args = parser.parse_args()
     if args.quick:
@@ -295,7 +297,8 @@ def main() -> int:
     if args.turns % args.users or (args.turns // args.users) % window:
         print(
             f"note: {args.turns} turns of {args.users} users are not whole windows of {window} "
-            "turns: the last window of a session waits for the idle sweep, and the drain times it"
+            "turns: the last window of a session waits for the idle-window check, and the drain "
+            "times it"
         )
     if args.offline:
         print(f"extraction, offline providers: {args.turns} turns of {args.users} users\n{HEADER}")

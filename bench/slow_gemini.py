@@ -3,8 +3,8 @@ process of its own (its CPU must not count as the workers').
 
 generateContent answers after `--generate-ms`, the embedding methods after
 `--embed-ms`, each +-`--jitter` (a fraction, uniform). generateContent is
-`tests.fake_gemini_model.rules_model`: it answers a window's extraction and the
-batched consolidation as the offline `rules` provider would, and reports
+`tests.fake_gemini_model.offline_model`: it answers a window's extraction and the
+batched consolidation as the `offline` provider would, and reports
 Gemini-style usage (prompt and output tokens counted from the request and the
 reply). It prints `listening on <url>` once it answers; SIGTERM stops it.
 
@@ -25,7 +25,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from tests.fake_gemini import FakeGemini, Reply, Request  # noqa: E402
-from tests.fake_gemini_model import rules_model  # noqa: E402
+from tests.fake_gemini_model import offline_model  # noqa: E402
 
 # The stdlib's listen backlog is 5: a burst of new connections (httpx keeps only 20
 # idle ones per client, so 64 handlers open some per call) would wait on SYN retries.
@@ -55,7 +55,7 @@ def main() -> int:
     parser.add_argument("--jitter", type=float, default=0.25, help="e.g. 0.25 for +-25%%")
     args = parser.parse_args()
     fake = QuietGemini()
-    fake.defaults["generateContent"] = rules_model
+    fake.defaults["generateContent"] = offline_model
     for method, ms in (
         ("generateContent", args.generate_ms),
         ("embedContent", args.embed_ms),

@@ -22,7 +22,7 @@ from google.cloud import pubsub_v1
 
 from services.compaction_worker import handlers as compaction
 from services.extraction_worker import handlers as extraction
-from services.extraction_worker.sweeper import IdleWindows
+from services.extraction_worker.idle_windows import IdleWindows
 from services.summary_worker import handlers as summary
 from shared.bootstrap import Resources, bootstrap, throttled_llm
 from shared.bus.changes import ChangeRelay
@@ -34,9 +34,9 @@ from shared.bus.topology import WORKER_KINDS, full_name, subscriptions_of
 from shared.bus.worker import SubscriberRuntime
 from shared.config import Settings
 from shared.db.unit_of_work import UnitsOfWork
-from shared.health import worker_probes
 from shared.llm.accounting import set_worker
 from shared.metrics import serve_metrics
+from shared.probes import worker_probes
 from shared.tracing import configure as configure_tracing
 
 log = structlog.get_logger("agent_memory.worker")
@@ -71,7 +71,7 @@ class Background(Protocol):
 
 
 def idle_windows(resources: Resources, dependencies: Dependencies) -> IdleWindows:
-    """The extraction worker's sweep of windows with no new turn for a while."""
+    """The extraction worker's check for windows with no new turn for a while."""
     assert resources.pool is not None and resources.publisher is not None
     settings = resources.settings
     return IdleWindows(
@@ -145,6 +145,8 @@ def run_worker(kind: str, settings: Settings) -> int:
         pool_size=settings.db_pool_size or min(concurrency, DEFAULT_POOL_SIZE),
     )
     handlers = spec.handlers(resources)
+    publisher = resources.publisher
+    assert publisher is not None  # every worker publishes (dead letters, continuations)
     hooks = spec.dead_letter_hooks(resources) if spec.dead_letter_hooks else {}
     subscriptions = subscriptions_of(kind)
     subscriber = subscriber_client()
@@ -160,7 +162,7 @@ def run_worker(kind: str, settings: Settings) -> int:
             settings,
             subscription.name,
             {subscription.event: handlers[subscription.event]},
-            resources.publisher,
+            publisher,
             concurrency=concurrency,
             subscriber=subscriber,
             dependencies=dependencies,

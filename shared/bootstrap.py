@@ -59,6 +59,7 @@ def _valkey_options(settings: Settings, retry: object) -> dict[str, Any]:
 
 
 def make_valkey(settings: Settings) -> valkey.Valkey:
+    assert settings.valkey_url is not None  # a process without Valkey asks for no client
     options = _valkey_options(settings, Retry(NoBackoff(), 1))
     return valkey.Valkey.from_url(settings.valkey_url, **options)
 
@@ -67,6 +68,7 @@ def make_async_valkey(settings: Settings) -> valkey.asyncio.Valkey:
     """The asyncio client of the API, with the same timeouts and retry."""
     from valkey.asyncio.retry import Retry as AsyncRetry
 
+    assert settings.valkey_url is not None  # the API needs Valkey
     options = _valkey_options(settings, AsyncRetry(NoBackoff(), 1))
     return valkey.asyncio.Valkey.from_url(settings.valkey_url, **options)
 

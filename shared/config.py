@@ -8,9 +8,9 @@ variable.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
-from pydantic import Field, SecretStr, ValidationError, field_validator
+from pydantic import AliasChoices, Field, SecretStr, ValidationError, field_validator
 
 from shared import setting_checks as checks
 from shared.config_services import MAX_PUBSUB_MESSAGE_BYTES, ServiceSettings
@@ -29,8 +29,9 @@ class Settings(ServiceSettings):
     (`agent-memory config reference --write`)."""
 
     # LLM.
-    llm_provider: Literal["rules", "gemini", "openai"] = "rules"
-    """`rules` (deterministic, offline, extractive), `gemini` (google-genai: with
+    llm_provider: Literal["offline", "gemini", "openai"] = "offline"
+    """`offline` (deterministic code, no model: extractive summaries, explicit statements;
+    `rules`, its former name, is still accepted), `gemini` (google-genai: with
     `AM_GEMINI_API_KEY` when set, else Vertex AI with Application Default Credentials) or
     `openai` (any OpenAI-compatible endpoint at `AM_OPENAI_BASE_URL`: OpenAI, vLLM, Ollama,
     llama.cpp's server, LiteLLM)"""
@@ -94,7 +95,8 @@ class Settings(ServiceSettings):
     embedding_batch_size: int = Field(default=100, ge=1, le=250)
     """texts per embedding request"""
     query_cache_seconds: float = Field(default=60.0, ge=0)
-    """identical query texts within this window reuse their embedding; `0` turns the cache off"""
+    """identical query texts within this many seconds reuse their embedding; `0` turns the cache
+    off"""
     query_cache_size: int = Field(default=1024, ge=1)
     """query embeddings the cache holds (least recently used go first)"""
     # One thread by default: the API and every worker embed on their own, and an OpenMP
@@ -130,8 +132,16 @@ class Settings(ServiceSettings):
     vector distance; above, the planner orders them (through the HNSW index for a large scope);
     `0`: never exact"""
     # The archive's search keys (shared/memory/episode_keys.py).
-    episode_key_window: int = Field(default=2, ge=0, le=5)
-    """neighbouring turns of the same session, before and after, in an episode's search key"""
+    episode_key_neighbours: int = Field(
+        default=2,
+        ge=0,
+        le=5,
+        validation_alias=AliasChoices(
+            "AM_EPISODE_KEY_NEIGHBOURS", "AM_EPISODE_KEY_WINDOW", "episode_key_neighbours"
+        ),
+    )
+    """neighbouring turns of the same session, before and after, in an episode's search key
+    (`AM_EPISODE_KEY_WINDOW`, its former name, is still read)"""
     episode_key_dated: bool = True
     """an episode's search key names when it was said, in words ("Tuesday 9 May 2023,
     afternoon", UTC)"""
@@ -147,6 +157,14 @@ class Settings(ServiceSettings):
     (`agent_memory_extraction_skipped_total{reason}`)"""
     consolidation_neighbours: int = Field(default=5, ge=1, le=50)
     """live memories a new candidate is compared with"""
+    # Windows of one user's sessions decided at once each see the others' new memories
+    # as changed neighbours: with four at once, three plans lost all three about four
+    # times in ten. Each plan after the first is a model call more, under contention only.
+    write_attempts: int = Field(default=6, ge=1, le=20)
+    """times a write is planned with no lock held (a window's memories, a turn's search keys, a
+    compaction, a client's memory or rollback) when what it was planned on changed before
+    its transaction took the user's lock; then the event is retried after the subscription's
+    backoff, and the API answers `409`"""
     context_token_budget: int = Field(default=2000, ge=100, le=100_000)
     """default token budget of `/v1/context`'s `system_instruction`"""
     context_recent_turns: int = Field(default=4, ge=0, le=100)
@@ -171,10 +189,10 @@ class Settings(ServiceSettings):
 
     # Compaction (the compaction worker and `agent-memory compact`).
     compaction_retention_days: int = Field(default=30, ge=1)
-    """episodes older than this are folded into the long-term summary (`agent-memory compact`
+    """episodes older than this are compacted into the long-term summary (`agent-memory compact`
     default)"""
     compaction_batch_limit: int = Field(default=50, ge=1, le=1000)
-    """episodes one compaction request folds at most; more continue in a new request"""
+    """episodes one compaction request compacts at most; more continue in a new request"""
     compaction_max_tokens: int = Field(default=1500, ge=100)
     """bound on a compacted summary's length"""
 
@@ -210,7 +228,7 @@ class Settings(ServiceSettings):
     """serve this process's Prometheus metrics on this port (unset: not served; `up` gives each
     service a free port and prints it): messages by subscription and outcome, handler durations,
     dead-letter publishes, Valkey/Postgres errors, API request latency by route and status, LLM
-    calls and tokens by provider and task, folds
+    calls and tokens by provider and task, summary folds
     ([operations.md](operations.md#what-each-process-reports))"""
     metrics_host: str = "127.0.0.1"
     """the metrics listen address"""
@@ -240,6 +258,7 @@ class Settings(ServiceSettings):
     log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = "INFO"
     """the lowest level logged"""
 
+    _offline_alias = field_validator("llm_provider", mode="before")(checks.offline_alias)
     _e5_dimension = field_validator("embedding_dim")(checks.e5_dimension)
     _one_turn_fits = field_validator("llm_max_input_tokens")(checks.one_turn_fits)
     _key_file_readable = field_validator("openai_api_key_file")(checks.readable_file)
@@ -260,7 +279,7 @@ def env_name(field: str) -> str:
     return _ENV_NAMES.get(field, f"AM_{field.upper()}")
 
 
-def load_settings(**overrides: object) -> Settings:
+def load_settings(**overrides: Any) -> Settings:
     """Read settings from the environment; raise `ConfigError` naming the bad variable."""
     try:
         return Settings(**overrides)

@@ -139,8 +139,15 @@ class ServiceSettings(BaseSettings):
     """the summary worker folds when the buffer holds more turns than this …"""
     summary_trigger_tokens: int = Field(default=4000, ge=1)
     """… or more tokens than this"""
-    summary_window_turns: int = Field(default=4, ge=0)
-    """newest turns a fold leaves in the buffer"""
+    summary_kept_turns: int = Field(
+        default=4,
+        ge=0,
+        validation_alias=AliasChoices(
+            "AM_SUMMARY_KEPT_TURNS", "AM_SUMMARY_WINDOW_TURNS", "summary_kept_turns"
+        ),
+    )
+    """newest turns a fold leaves in the buffer (`AM_SUMMARY_WINDOW_TURNS`, its former name, is
+    still read)"""
     summary_max_tokens: int = Field(default=600, ge=20)
     """bound on the rolling summary's length"""
     summary_max_conflicts: int = Field(default=20, ge=1)

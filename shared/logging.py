@@ -11,7 +11,8 @@ from __future__ import annotations
 
 import logging
 import sys
-from typing import TextIO
+from collections.abc import Callable
+from typing import Any, TextIO
 
 import orjson
 import structlog
@@ -32,7 +33,7 @@ def _rename_event_to_message(_logger: object, _name: str, event_dict: dict) -> d
     return event_dict
 
 
-def _dumps(value: object, default: object = None, **_options: object) -> str:
+def _dumps(value: object, default: Callable[[Any], Any] | None = None, **_options: object) -> str:
     # orjson renders a line several times faster than the json module; anything
     # it cannot render goes through structlog's fallback (repr), as before.
     return orjson.dumps(value, default=default, option=orjson.OPT_NON_STR_KEYS).decode()

@@ -14,7 +14,7 @@ from prometheus_client.exposition import ThreadingWSGIServer
 # Counted through shared.llm.accounting, which knows the app and the worker.
 LLM_CALLS = Counter(
     "agent_memory_llm_calls",
-    "Model requests (each HTTP attempt; one per task of the offline rules provider), by "
+    "Model requests (each HTTP attempt; one per task of the offline provider), by "
     "app, worker, purpose and result (ok, retried, failed; and rate_limited besides: a "
     "request refused with 429, or a call that waited for AM_LLM_MAX_CALLS_PER_MINUTE).",
     ["app", "worker", "purpose", "result"],
@@ -137,7 +137,7 @@ EXTRACTION_SKIPPED = Counter(
 EXTRACTION_WINDOWS_WAITING = Gauge(
     "agent_memory_extraction_turns_waiting",
     "Turns archived and waiting in an extraction window (all sessions), as the last "
-    "idle-window sweep of this worker counted them.",
+    "idle-window check of this worker counted them.",
 )
 MEMORY_CHANGES_PUBLISHED = Counter(
     "agent_memory_memory_changes_published",
@@ -145,7 +145,7 @@ MEMORY_CHANGES_PUBLISHED = Counter(
 )
 EXPIRED = Counter(
     "agent_memory_expired",
-    "What the compaction worker's expiry sweep removed: memories past their expire_at "
+    "What the compaction sweeps retired or deleted as expired: memories past their expire_at "
     "(retired, each a memory.changed.v1 EXPIRED) and revisions past the app's revisions TTL.",
     ["what"],
 )

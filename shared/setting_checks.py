@@ -66,3 +66,8 @@ def resource_prefix(value: str) -> str:
     if set(value) - _RESOURCE_CHARACTERS:
         raise ValueError("may hold only letters, digits and - _ . ~ + %")
     return value
+
+
+def offline_alias(value: object) -> object:
+    """`rules`, the offline LLM provider's former name, is `offline` (deprecated)."""
+    return "offline" if value == "rules" else value

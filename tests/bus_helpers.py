@@ -25,7 +25,7 @@ from shared.bus.worker import (
 )
 from shared.config import Settings
 from shared.events import Event, ExtractionRequested, TurnRecorded
-from shared.llm import LLM, RulesLLM
+from shared.llm import LLM, OfflineLLM
 from shared.session_buffer import SessionBuffer
 
 
@@ -182,8 +182,8 @@ def summary_handler(
     settings: Settings, buffer: SessionBuffer, llm: LLM | None = None
 ) -> BatchHandler:
     """The summary worker's handler, from the table its process runs (`handlers`),
-    with the offline `rules` LLM by default."""
-    resources = Resources(settings=settings, buffer=buffer, llm=llm or RulesLLM())
+    with the `offline` LLM by default."""
+    resources = Resources(settings=settings, buffer=buffer, llm=llm or OfflineLLM())
     return handlers(resources)[TurnRecorded]  # type: ignore[return-value]
 
 
@@ -217,10 +217,10 @@ def extraction_worker(
 ) -> Iterator[dict[str, SubscriberRuntime]]:
     """The extraction worker's subscriptions as `agent-memory worker extraction`
     runs them (its handlers, publishing its extraction requests, and its dead-letter
-    hooks, and its sweep of idle windows), in this process; every handler wrapped by
+    hooks, and its check of idle windows), in this process; every handler wrapped by
     `recorder` when given; `only` these subscriptions when given."""
     from services.extraction_worker import handlers as extraction
-    from services.extraction_worker.sweeper import IdleWindows
+    from services.extraction_worker.idle_windows import IdleWindows
     from shared.db.unit_of_work import UnitsOfWork
 
     resources = Resources(
@@ -243,18 +243,18 @@ def extraction_worker(
             concurrency=settings.worker_concurrency or 8,
             on_dead_letter=hooks.get(subscription.event),
         )
-    sweep = IdleWindows(
+    idle = IdleWindows(
         UnitsOfWork(pool, "extraction"),
         extraction.publishing(publisher, settings),
         settings.extraction_window_seconds,
     )
     for runtime in runtimes.values():
         runtime.start()
-    sweep.start()
+    idle.start()
     try:
         yield runtimes
     finally:
-        sweep.stop()
+        idle.stop()
         for runtime in runtimes.values():
             runtime.request_stop()
         for runtime in runtimes.values():

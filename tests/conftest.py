@@ -22,21 +22,18 @@ from psycopg_pool import ConnectionPool
 from pydantic import SecretStr
 
 from services.api.app import create_app
+from services.dev.localstack.emulator import LocalPubSubEmulator, find_emulator
+from services.dev.localstack.postgres import LocalPostgres
+from services.dev.localstack.process import ManagedProcess, free_port
+from services.dev.localstack.valkey_server import LocalValkey
 from services.extraction_worker.handlers import Extraction
 from shared.bus.admin import TopologyAdmin
 from shared.bus.publisher import EventPublisher
 from shared.config import Settings, load_settings
 from shared.db.migrate import migrate
 from shared.embeddings import make_embedder
-from shared.llm import RulesLLM
+from shared.llm import OfflineLLM
 from shared.llm.gemini import GeminiLLM
-from shared.localstack.components import (
-    LocalPostgres,
-    LocalPubSubEmulator,
-    LocalValkey,
-    find_emulator,
-)
-from shared.localstack.process import ManagedProcess, free_port
 from shared.logging import configure_logging
 from tests.bus_helpers import inline_extraction
 from tests.fake_gemini import FakeGemini
@@ -187,8 +184,8 @@ def client(app_settings: Settings, topology: TopologyAdmin) -> Iterator[TestClie
 
 @pytest.fixture
 def extraction(app_settings: Settings, pool: ConnectionPool) -> Extraction:
-    """The extraction worker's handlers with the offline `rules` LLM."""
-    return inline_extraction(pool, RulesLLM(), make_embedder(app_settings), app_settings)
+    """The extraction worker's handlers with the `offline` LLM."""
+    return inline_extraction(pool, OfflineLLM(), make_embedder(app_settings), app_settings)
 
 
 @pytest.fixture

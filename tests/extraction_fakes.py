@@ -17,7 +17,7 @@ from shared.bus.contract import DeadLetterNotice
 from shared.config import load_settings
 from shared.db.episodes import KeyPlan
 from shared.db.ledger import Claim
-from shared.db.memories import MemoryRow, NewMemory
+from shared.db.memory_rows import MemoryRow, NewMemory
 from shared.db.windows import PendingTurn, WindowKey
 from shared.memory.consolidate import Source
 from shared.memory.decisions import Planned

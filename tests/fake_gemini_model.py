@@ -1,15 +1,15 @@
 """A model for the fake endpoints (`tests.fake_gemini`, `tests.fake_openai`) that
-answers every memory task from the request alone, as the offline `rules` provider
+answers every memory task from the request alone, as the `offline` provider
 would: the
 request's prompt is read back into the task's input (the turns of a window, the
-candidates and memories to weigh, the turns to summarise), the `rules` code
+candidates and memories to weigh, the turns to summarise), the `offline` code
 decides, and the answer goes back as the JSON the prompt asks for (its last line
 names the answer's field). Its usage is counted as the endpoint counts it: every
 token of the system instruction and the messages in, every token of the reply
 out. Install it as the fake's default for generation:
 
-    fake.defaults["generateContent"] = rules_model  # FakeGemini
-    fake.defaults["chat"] = rules_chat  # FakeOpenAI
+    fake.defaults["generateContent"] = offline_model  # FakeGemini
+    fake.defaults["chat"] = offline_chat  # FakeOpenAI
 """
 
 from __future__ import annotations
@@ -20,9 +20,9 @@ from datetime import datetime
 from typing import Any
 
 from shared.llm.base import Candidate, ExistingMemory, ExtractionInput, ExtractionTurn
-from shared.llm.consolidation_rules import decide
-from shared.llm.decomposition_rules import decompose_query
-from shared.llm.extraction_rules import extract_window
+from shared.llm.offline.consolidation import decide
+from shared.llm.offline.decomposition import decompose_query
+from shared.llm.offline.extraction import extract_window
 from shared.tokens import estimate_tokens
 from tests import fake_openai
 from tests.fake_gemini import Reply, Request, generate_body, text_reply
@@ -50,7 +50,7 @@ _ANSWER = re.compile(r'Answer with JSON: \{"(?P<field>\w+)"')
 
 
 def rules_value(prompt: str) -> Any:
-    """The answer to the task `prompt` asks for, as the `rules` provider decides it;
+    """The answer to the task `prompt` asks for, as the `offline` provider decides it;
     None for a prompt of no task (the workers' probe)."""
     found = _ANSWER.search(prompt)
     field = found["field"] if found else ""
@@ -68,7 +68,7 @@ def rules_value(prompt: str) -> Any:
     return None
 
 
-def rules_model(request: Request) -> Reply:
+def offline_model(request: Request) -> Reply:
     """A structured reply of the fake Gemini for whichever task the request's prompt
     (its first message) is."""
     messages = request.messages()
@@ -78,8 +78,8 @@ def rules_model(request: Request) -> Reply:
     return counted(request, json.dumps(value))
 
 
-def rules_chat(request: fake_openai.Request) -> Reply:
-    """`rules_model` for the fake OpenAI-compatible endpoint."""
+def offline_chat(request: fake_openai.Request) -> Reply:
+    """`offline_model` for the fake OpenAI-compatible endpoint."""
     value = rules_value(request.prompt_text())
     if value is None:
         return fake_openai.text_reply("pong")  # the workers' probe
@@ -135,7 +135,7 @@ def _consolidate(prompt: str) -> list[dict[str, Any]]:
 
 
 def _summarize(prompt: str) -> str:
-    """The first user line of the new turns, as the `rules` summariser notes a gist."""
+    """The first user line of the new turns, as the `offline` summariser notes a gist."""
     for line in prompt.split("\n"):
         if line.startswith("[") and "] User: " in line:
             return "User asked: " + line.split("] User: ", 1)[1]

@@ -23,7 +23,7 @@ from shared.config import Settings, load_settings
 from shared.llm import LLM, make_llm
 from tests import fake_gemini, fake_openai
 from tests.fake_endpoint import Reply
-from tests.fake_gemini_model import rules_chat, rules_model
+from tests.fake_gemini_model import offline_chat, offline_model
 
 PROVIDERS = ("gemini", "openai")
 
@@ -61,8 +61,10 @@ class ModelEndpoint:
         return make_llm(settings)
 
     def answer_as_rules(self) -> None:
-        """Every request not scripted is answered as the `rules` provider would."""
-        self.fake.defaults[self.method] = rules_model if self.provider == "gemini" else rules_chat
+        """Every request not scripted is answered as the `offline` provider would."""
+        self.fake.defaults[self.method] = (
+            offline_model if self.provider == "gemini" else offline_chat
+        )
 
     def answer_always(self, reply: Reply) -> None:
         self.fake.defaults[self.method] = lambda request: reply

@@ -34,7 +34,7 @@ def stays(condition: Callable[[], object], seconds: float, what: str) -> None:
     while time.monotonic() < deadline:
         assert condition(), f"{what} stopped holding"
         # The observation window of an absence check, not a wait for a condition.
-        time.sleep(0.2)  # noqa: sleep-ok
+        time.sleep(0.2)  # sleep-ok
 
 
 def settings_env(settings: Settings, **extra: str) -> dict[str, str]:
@@ -113,7 +113,7 @@ def serve_api(settings: Settings, app: object | None = None) -> Iterator[str]:
     import uvicorn
 
     from services.api.app import create_app
-    from shared.localstack.process import free_port
+    from services.dev.localstack.process import free_port
 
     port = free_port()
     config = uvicorn.Config(

@@ -1,5 +1,5 @@
 """What the tests of extraction windows share: the fake Gemini endpoint answering
-as the `rules` provider would (`tests.fake_gemini_model`), settings that point
+as the `offline` provider would (`tests.fake_gemini_model`), settings that point
 the worker at it, and reads of what the worker wrote."""
 
 from __future__ import annotations
@@ -9,9 +9,9 @@ from contextlib import contextmanager
 
 from pydantic import SecretStr
 
-from services.extraction_worker.handlers import TURNS_CONSUMER
+from services.extraction_worker.handlers import TURNS_SUBSCRIPTION
 from tests.fake_gemini import FakeGemini
-from tests.fake_gemini_model import rules_model
+from tests.fake_gemini_model import offline_model
 
 STATEMENTS = [
     "My editor is vim.",
@@ -24,9 +24,9 @@ STATEMENTS = [
 
 @contextmanager
 def rules_fake() -> Iterator[FakeGemini]:
-    """The fake Gemini endpoint, its model answering as the `rules` provider would."""
+    """The fake Gemini endpoint, its model answering as the `offline` provider would."""
     with FakeGemini() as server:
-        server.defaults["generateContent"] = rules_model
+        server.defaults["generateContent"] = offline_model
         yield server
 
 
@@ -73,7 +73,7 @@ def ledgered(pool, events):
     rows = query(
         pool,
         "SELECT event_id::text FROM processed_events WHERE consumer = %s AND event_id = ANY(%s)",
-        TURNS_CONSUMER,
+        TURNS_SUBSCRIPTION,
         [e.event_id for e in events],
     )
     return sorted(r[0] for r in rows)

@@ -11,7 +11,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 import httpx
 import psutil
@@ -20,15 +20,19 @@ import valkey
 
 from bench.chaos_suite.budgets import STACK_STOP_BUDGET, START_BUDGET, wait_until
 from bench.common import AppliedLog
+from services.dev.localstack.process import free_port, port_is_open
+from services.dev.localstack.stack import SERVICES
 from shared.bus.dlq import DeadLetterQueues
 from shared.bus.publisher import EventPublisher
 from shared.client import MemoryClient
 from shared.config import Settings, load_settings
-from shared.localstack.process import free_port, port_is_open
-from shared.localstack.stack import SERVICES
 
-if TYPE_CHECKING:
-    from bench.chaos_suite.faults import Pause
+
+class Paused(Protocol):
+    """A fault that stopped a process (`faults.Pause`): resumed before the stack stops."""
+
+    def resume(self) -> None: ...
+
 
 COMPONENTS = ("postgres", "valkey", "pubsub-emulator")
 # What `up` must not inherit, or it would use another stack's stores.
@@ -54,7 +58,7 @@ class Stack:
         # lead a session of their own: a kill of the postmaster's group misses them.
         self.known: set[tuple[int, float]] = set()
         self.members: set[tuple[int, float]] = set()
-        self.paused: list[Pause] = []  # SIGSTOPped by us: SIGCONT before stopping
+        self.paused: list[Paused] = []  # SIGSTOPped by us: SIGCONT before stopping
         self._valkey: valkey.Valkey | None = None
         self._queues: DeadLetterQueues | None = None
         self._publisher: EventPublisher | None = None

@@ -94,13 +94,13 @@ variable "api_key_readers" {
 
 # -- Providers (LLM and embeddings) ---------------------------------------------
 variable "llm_provider" {
-  description = "AM_LLM_PROVIDER: rules (offline) or gemini."
+  description = "AM_LLM_PROVIDER: offline (no model) or gemini; rules is offline's former name."
   type        = string
   default     = "gemini"
 
   validation {
-    condition     = contains(["rules", "gemini"], var.llm_provider)
-    error_message = "llm_provider must be rules or gemini."
+    condition     = contains(["offline", "rules", "gemini"], var.llm_provider)
+    error_message = "llm_provider must be offline or gemini."
   }
 }
 

@@ -16,6 +16,7 @@ from typing import Any
 import structlog
 from fastapi import FastAPI
 from starlette.routing import Match
+from starlette.types import Scope
 
 from services.api import deps
 from services.api.auth import Authentication
@@ -161,7 +162,7 @@ class RequestLog:
     def __init__(self, app: Any) -> None:
         self.app = app
 
-    async def __call__(self, scope: dict, receive: Any, send: Any) -> None:
+    async def __call__(self, scope: Scope, receive: Any, send: Any) -> None:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
@@ -212,7 +213,7 @@ def _with_timing(headers: Iterable[tuple[bytes, bytes]], entry: bytes) -> list:
 _METHODS = frozenset({"GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"})
 
 
-def _route_template(scope: dict) -> str:
+def _route_template(scope: Scope) -> str:
     """The request's route as its template (`/v1/sessions/{session_id}`), never the
     raw path: one metric series per route, whatever the identifiers. A request
     refused before routing (a 401) is matched here; `unmatched` if none fits."""

@@ -7,7 +7,7 @@ one dictionary lookup per request once a key is known: verified keys are kept
 for `AM_AUTH_CACHE_SECONDS`, so a revoked key stops working within that time.
 
 The console's pages (`/console`) take the key from the cookie its sign-in sets
-(services.console.session) instead, with the same cache and refusals; a refusal
+(services.console.access) instead, with the same cache and refusals; a refusal
 there is a redirect to the sign-in page.
 
 Missing, unknown and revoked keys are all answered the same 401, and the
@@ -27,9 +27,11 @@ from typing import Any, TypeVar
 import structlog
 from fastapi.responses import JSONResponse
 from psycopg import Error as PostgresError
+from starlette.types import Scope
 
 from services.api.errors import error_body, request_id_of
-from services.console import session as console
+from services.console import access as console
+from services.console import pages
 from shared.api_keys import key_hash
 from shared.db.api_keys import lookup
 from shared.db.run import arun
@@ -49,7 +51,7 @@ class Authentication:
         # sha256 of a key -> what its last lookup found
         self._known: dict[bytes, _Known] = {}
 
-    async def __call__(self, scope: dict, receive: Any, send: Any) -> None:
+    async def __call__(self, scope: Scope, receive: Any, send: Any) -> None:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
@@ -58,7 +60,7 @@ class Authentication:
         if not on_console and not _protected(path):
             await self.app(scope, receive, send)
             return
-        deny = console.deny if on_console else _deny
+        deny = pages.deny if on_console else _deny
         api = scope["app"]
         settings = api.state.resources.settings
         state = scope.setdefault("state", {})
@@ -144,7 +146,7 @@ def _protected(path: str) -> bool:
     return path.startswith(PROTECTED_PREFIX) or path == MCP_PATH or path.startswith(MCP_PATH + "/")
 
 
-def _bearer(scope: dict) -> str | None:
+def _bearer(scope: Scope) -> str | None:
     for name, value in scope["headers"]:
         if name == b"authorization":
             scheme, _, token = value.decode("latin-1").partition(" ")
@@ -161,7 +163,7 @@ async def lookup_key(pool: Any, digest: bytes) -> tuple[str, bool] | None:
         return await arun(conn, lookup(digest))
 
 
-async def _deny(scope: dict, receive: Any, send: Any, status: int, message: str) -> None:
+async def _deny(scope: Scope, receive: Any, send: Any, status: int, message: str) -> None:
     code = "unauthenticated" if status == 401 else "unavailable"
     headers = {"WWW-Authenticate": "Bearer"} if status == 401 else None
     body = error_body(code, message, request_id=request_id_of(scope))

@@ -2,17 +2,20 @@
 
 from __future__ import annotations
 
-from typing import Annotated, Literal
+from typing import Annotated, Literal, cast
 
-from pydantic import ConfigDict, Field, model_validator
+from pydantic import BeforeValidator, ConfigDict, Field, model_validator
 
 from services.api.memory_models import ScopeName
-from services.api.models import RequestBody, bounded_count
+from services.api.models import RequestBody, json_integer
 from shared.llm.topics import MANAGED
 from shared.memory.expiry import MAX_SECONDS, MIN_SECONDS
 
 # Seconds, or null: not set at this level (the next one decides).
-TtlSeconds = bounded_count(MIN_SECONDS, MAX_SECONDS) | None  # type: ignore[operator]
+# The bounds go first, so that the document declares them.
+TtlSeconds = (
+    Annotated[int, Field(ge=MIN_SECONDS, le=MAX_SECONDS), BeforeValidator(json_integer)] | None
+)
 
 
 class TtlLevels(RequestBody):
@@ -91,7 +94,10 @@ class ExtractionConfig(RequestBody):
     )
 
     managed_topics: list[ManagedTopic] = Field(
-        default=list(MANAGED), max_length=len(MANAGED), json_schema_extra={"uniqueItems": True}
+        # MANAGED is keyed by the managed topics.
+        default=cast("list[ManagedTopic]", list(MANAGED)),
+        max_length=len(MANAGED),
+        json_schema_extra={"uniqueItems": True},
     )
     custom_topics: list[CustomTopicConfig] = Field(default=[], max_length=10)
 

@@ -3,7 +3,9 @@ sections, where each item comes from, and the caller's caps per section."""
 
 from __future__ import annotations
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from typing import Annotated, Any
+
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, model_validator
 
 from services.api.memory_models import (
     AwareTime,
@@ -13,9 +15,9 @@ from services.api.memory_models import (
     ScoredMemory,
     _Request,
 )
-from services.api.models import Count, Identifier, OptionalId, RequestBody, bounded_count
+from services.api.models import Count, Identifier, OptionalId, RequestBody, json_integer
 
-Cap = bounded_count(0, 100_000)
+Cap = Annotated[int, Field(ge=0, le=100_000), BeforeValidator(json_integer)]
 
 
 class SectionCaps(RequestBody):
@@ -54,7 +56,9 @@ class ContextRequest(_Request):
     prev_session_id: OptionalId = None
     query: QueryText
     k: Count = Field(default=8, ge=1, le=100, description="memories weighed at most")
-    token_budget: bounded_count(100, 100_000) | None = None
+    token_budget: (
+        Annotated[int, Field(ge=100, le=100_000), BeforeValidator(json_integer)] | None
+    ) = None
     sections: SectionCaps | None = Field(
         default=None,
         description="caps per section in tokens (0: off), each at most the budget: rules, "
@@ -104,7 +108,9 @@ class SourceTurnView(BaseModel):
 REVISION = Field(
     description="the revision that made its current text (numbered from 1, as a rollback names it)"
 )
-SOURCES = Field(default=[], description="the archived turns it was extracted from, oldest first")
+SOURCES: Any = Field(
+    default=[], description="the archived turns it was extracted from, oldest first"
+)
 
 
 class CitedRule(MemoryView):

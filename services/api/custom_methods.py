@@ -13,10 +13,10 @@ project's client sends every id, and only the plain route matches it.
 from __future__ import annotations
 
 import re
-from typing import Any
 
 from fastapi.routing import APIRoute
 from starlette.routing import Match
+from starlette.types import Scope
 
 _CUSTOM = re.compile(r"^(?P<resource>.*\})(?P<verb>:[A-Za-z]+)$")
 
@@ -24,7 +24,7 @@ _CUSTOM = re.compile(r"^(?P<resource>.*\})(?P<verb>:[A-Za-z]+)$")
 class ResourceRoute(APIRoute):
     """A route of a resource that has custom methods, or of one of those methods."""
 
-    def matches(self, scope: dict[str, Any]) -> tuple[Match, dict[str, Any]]:
+    def matches(self, scope: Scope) -> tuple[Match, Scope]:
         match, child = super().matches(scope)
         if match is Match.NONE:
             return match, child
@@ -37,7 +37,7 @@ class ResourceRoute(APIRoute):
             return Match.NONE, {}
         return match, child
 
-    def _verbs(self, scope: dict[str, Any]) -> tuple[str, ...]:
+    def _verbs(self, scope: Scope) -> tuple[str, ...]:
         """The custom methods of this route's resource (`:rollback`, …)."""
         verbs = getattr(self, "_custom_verbs", None)
         if verbs is None:
@@ -47,7 +47,7 @@ class ResourceRoute(APIRoute):
         return verbs
 
 
-def _last_segment_as_sent(scope: dict[str, Any]) -> str:
+def _last_segment_as_sent(scope: Scope) -> str:
     raw = scope.get("raw_path")
     path = raw.decode("latin-1") if raw is not None else scope["path"]
     return path.rsplit("/", 1)[-1]

@@ -32,8 +32,8 @@ from shared.config import Settings
 from shared.embeddings.base import Embedder
 from shared.llm.accounting import set_app
 from shared.llm.base import LLM
-from shared.memory.retrieval import MemorySearch
-from shared.memory.search import Fusion
+from shared.memory.ranking import Fusion
+from shared.memory.search import MemorySearch
 from shared.permissions import Guardrail
 from shared.session_buffer import AsyncSessionBuffer
 

@@ -16,6 +16,7 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.routing import Match
+from starlette.types import Scope
 
 from shared.errors import DependencyError, EventTooLarge, InvalidEvent
 from shared.events import Event, Limits, OutgoingMessage, encode
@@ -110,7 +111,7 @@ def error_body(
     return body
 
 
-def request_id_of(scope: dict) -> str | None:
+def request_id_of(scope: Scope) -> str | None:
     """The id services.api.guard gave the request."""
     return scope.get("state", {}).get("request_id")
 

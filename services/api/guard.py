@@ -22,6 +22,7 @@ from typing import Any
 
 import orjson
 import structlog
+from starlette.types import Scope
 
 from services.api.errors import error_body
 
@@ -39,7 +40,7 @@ class Guard:
     def __init__(self, app: Any) -> None:
         self.app = app
 
-    async def __call__(self, scope: dict, receive: Any, send: Any) -> None:
+    async def __call__(self, scope: Scope, receive: Any, send: Any) -> None:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
@@ -111,14 +112,14 @@ async def _answer(
     await send({"type": "http.response.body", "body": body})
 
 
-def _request_id(scope: dict) -> str:
+def _request_id(scope: Scope) -> str:
     for name, value in scope["headers"]:
         if name == REQUEST_ID_HEADER and _CLIENT_ID.fullmatch(value):
             return value.decode()
     return uuid.uuid4().hex
 
 
-def _content_length(scope: dict) -> int | None:
+def _content_length(scope: Scope) -> int | None:
     for name, value in scope["headers"]:
         if name == b"content-length":
             try:

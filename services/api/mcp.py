@@ -21,6 +21,7 @@ from fastapi import FastAPI
 from mcp.server.mcpserver import Context
 from mcp.server.transport_security import TransportSecuritySettings
 from starlette.routing import Route
+from starlette.types import Scope
 
 from services.mcp_server.tools import Defaults, build_server
 from shared.client import AsyncMemoryClient
@@ -53,13 +54,14 @@ async def run_mcp(app: FastAPI) -> AsyncIterator[None]:
 class _Endpoint:
     """ASGI app of the route: the running session manager answers."""
 
-    async def __call__(self, scope: dict, receive: Any, send: Any) -> None:
+    async def __call__(self, scope: Scope, receive: Any, send: Any) -> None:
         await scope["app"].state.mcp_manager.handle_request(scope, receive, send)
 
 
 @asynccontextmanager
 async def _in_process(ctx: Context) -> AsyncIterator[AsyncMemoryClient]:
     request = ctx.request_context.request
+    assert request is not None  # the streamable HTTP transport hands each call its request
     scheme, _, key = (request.headers.get("authorization") or "").partition(" ")
     transport = httpx.ASGITransport(app=request.app)
     # No retries: the MCP client sees the error and decides, as over `/v1`.

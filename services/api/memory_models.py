@@ -7,7 +7,7 @@ import re
 from datetime import UTC, datetime
 from typing import Annotated, Literal
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field, WithJsonSchema
+from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, WithJsonSchema
 
 from services.api.models import (
     BLANK,
@@ -17,7 +17,7 @@ from services.api.models import (
     OptionalId,
     RequestBody,
     Time,
-    bounded_count,
+    json_integer,
 )
 
 Kind = Literal["preference", "fact", "rule", "event"]
@@ -293,8 +293,10 @@ class DeletionCounts(BaseModel):
 
 class CompactionRequest(_Request):
     project_id: OptionalId = None
-    retention_days: bounded_count(1, 36500) | None = None
-    batch_limit: bounded_count(1, 1000) | None = None
+    retention_days: Annotated[int, Field(ge=1, le=36500), BeforeValidator(json_integer)] | None = (
+        None
+    )
+    batch_limit: Annotated[int, Field(ge=1, le=1000), BeforeValidator(json_integer)] | None = None
 
 
 class CompactionAccepted(BaseModel):

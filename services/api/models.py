@@ -8,13 +8,12 @@ from datetime import UTC, datetime
 from typing import Annotated, Any
 
 import orjson
-from fastapi import Query, Response
+from fastapi import Response
 from pydantic import (
     AfterValidator,
     BaseModel,
     BeforeValidator,
     ConfigDict,
-    Field,
     Strict,
     WithJsonSchema,
     field_validator,
@@ -80,7 +79,7 @@ def _time_text(value: object) -> object:
 Time = Annotated[datetime, BeforeValidator(_time_text), Strict(False)]
 
 
-def _json_integer(value: object) -> object:
+def json_integer(value: object) -> object:
     # JSON Schema's integer is a number without a fraction: 5.0 is one (strict
     # validation alone would refuse it), "5" and true are not.
     if isinstance(value, float) and value.is_integer():
@@ -88,28 +87,18 @@ def _json_integer(value: object) -> object:
     return value
 
 
-Count = Annotated[int, BeforeValidator(_json_integer)]
-
-
-def bounded_count(ge: int, le: int) -> Any:
-    """A Count within [ge, le]; the bounds go first so the document declares them."""
-    return Annotated[int, Field(ge=ge, le=le), BeforeValidator(_json_integer)]
+Count = Annotated[int, BeforeValidator(json_integer)]
 
 
 _DECIMAL = re.compile("-?[0-9]+")
 
 
-def _query_integer(value: object) -> object:
+def query_integer(value: object) -> object:
     # A query parameter is text: an integer is its decimal digits, not "5.0", " 5" or
     # "5_0", which pydantic's lax parse would take.
     if isinstance(value, str) and not _DECIMAL.fullmatch(value):
         raise ValueError("must be an integer")
     return value
-
-
-def query_count(ge: int, le: int) -> Any:
-    """A query parameter's integer within [ge, le] (the bounds first, as in `bounded_count`)."""
-    return Annotated[int, Query(ge=ge, le=le), BeforeValidator(_query_integer)]
 
 
 # What `str.strip` removes: Python's whitespace, spelled out for JSON Schema

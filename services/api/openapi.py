@@ -208,6 +208,7 @@ def install_openapi(app: FastAPI) -> None:
             )
         return app.openapi_schema
 
+    # FastAPI's documented way to customise the document: replace the method.
     app.openapi = openapi  # type: ignore[method-assign]
 
 

@@ -12,10 +12,10 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, WithJsonSchema
+from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, WithJsonSchema
 
 from services.api.memory_models import Identifier, OptionalId
-from services.api.models import RequestBody, bounded_count
+from services.api.models import RequestBody, json_integer
 from shared.permissions import (
     MAX_PATTERN_LENGTH,
     MAX_PATTERN_PROGRAM,
@@ -82,7 +82,7 @@ class EvaluateResponse(BaseModel):
 
 class GrantRequest(_ToolCall):
     # Unset: AM_PERMISSION_GRANT_TTL_SECONDS.
-    ttl_seconds: bounded_count(1, 3600) | None = None
+    ttl_seconds: Annotated[int, Field(ge=1, le=3600), BeforeValidator(json_integer)] | None = None
 
 
 class GrantResponse(BaseModel):

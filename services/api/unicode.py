@@ -14,6 +14,7 @@ import json
 from typing import Any
 
 import orjson
+from starlette.types import Scope
 
 from services.api.errors import error_body, request_id_of
 
@@ -25,7 +26,7 @@ class LoneSurrogates:
     def __init__(self, app: Any) -> None:
         self.app = app
 
-    async def __call__(self, scope: dict, receive: Any, send: Any) -> None:
+    async def __call__(self, scope: Scope, receive: Any, send: Any) -> None:
         if scope["type"] != "http" or scope["method"] not in _METHODS or not _json(scope):
             await self.app(scope, receive, send)
             return
@@ -48,7 +49,7 @@ class LoneSurrogates:
         await self.app(scope, replay, send)
 
 
-def _json(scope: dict) -> bool:
+def _json(scope: Scope) -> bool:
     for name, value in scope["headers"]:
         if name == b"content-type":
             return value.split(b";")[0].strip().lower() == b"application/json"
@@ -96,7 +97,7 @@ def _encodes(text: str) -> bool:
     return True
 
 
-async def _refuse(scope: dict, receive: Any, send: Any, field: str) -> None:
+async def _refuse(scope: Scope, receive: Any, send: Any, field: str) -> None:
     body = error_body(
         "invalid_request",
         f"{field}: {MESSAGE}",

@@ -4,9 +4,9 @@ rollback (`POST /v1/memories/{id}:rollback`)."""
 from __future__ import annotations
 
 from datetime import datetime, timedelta
-from typing import Literal
+from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, field_validator, model_validator
 
 from services.api.memory_models import (
     AwareTime,
@@ -19,8 +19,8 @@ from services.api.memory_models import (
     _only_its_scope_names,
     _Request,
 )
-from services.api.models import Count, Identifier, RequestBody, bounded_count
-from shared.db.memories import COMPACTED_ENTITY
+from services.api.models import Count, Identifier, RequestBody, json_integer
+from shared.db.memory_rows import COMPACTED_ENTITY
 from shared.events import utcnow
 from shared.memory.expiry import MAX_SECONDS, MIN_SECONDS
 
@@ -62,7 +62,9 @@ class WriteMemoryRequest(_Request):
     consolidate: bool = True
     # When it expires: a time, or seconds from now; neither: as the app's TTLs say.
     expire_at: AwareTime = None
-    ttl_seconds: bounded_count(MIN_SECONDS, MAX_SECONDS) | None = None  # type: ignore[valid-type]
+    ttl_seconds: (
+        Annotated[int, Field(ge=MIN_SECONDS, le=MAX_SECONDS), BeforeValidator(json_integer)] | None
+    ) = None
 
     @field_validator("entity_name")
     @classmethod

@@ -1,23 +1,23 @@
-"""Handlers of the compaction worker: a user's old episodes folded into long-term
+"""Handlers of the compaction worker: a user's old episodes compacted into long-term
 summaries (docs/design.md, "Compaction").
 
 For `compaction.requested.v1`: the user's episodes older than the event's
 `created_at` minus `retention_days` (the event's time, not the clock's, so a
 redelivery or a continuation selects against the same cut-off), oldest first, at
 most `batch_limit`, only the request's project if it names one. The episodes of
-each project (no project: the global scope) are folded, with that scope's previous
+each project (no project: the global scope) are compacted, with that scope's previous
 compacted summary, into one `event` memory of entity `compacted-episodes` — by the
 LLM, outside any transaction. Then in ONE transaction holding the user's advisory
 lock: the ledger row, each summary (a CREATED or UPDATED revision with the event's
-id), and the deletion of exactly the episodes folded. If, under the lock, the batch
-or a previous summary is no longer what was folded (a concurrent writer), nothing
-is written and the fold is done again.
+id), and the deletion of exactly the episodes compacted. If, under the lock, the batch
+or a previous summary is no longer what was compacted (a concurrent writer), nothing
+is written and the compaction is done again (`shared.db.planned_write`).
 
 More old episodes left: a continuation request is published after the commit,
 with the same cut-off and an event_id derived from this one's, so publishing it
 twice is harmless. A failed publish raises (the message is redelivered); the
 redelivery finds the ledger row and publishes the continuation again while old
-episodes remain. Every request folds at least one episode when any remain, so a
+episodes remain. Every request compactions at least one episode when any remain, so a
 chain of continuations ends.
 
 A user deleted (table `deleted_users`) after the request was made: the request is
@@ -34,30 +34,25 @@ import psycopg
 import structlog
 
 from shared.bootstrap import Resources
-from shared.bus.contract import Delivery, Handler, Outcome
+from shared.bus.contract import Delivery, Outcome
 from shared.bus.publisher import EventPublisher
 from shared.config import Settings
 from shared.db.episodes import Episodes, OldEpisode
-from shared.db.ledger import Claim
-from shared.db.memories import COMPACTED_ENTITY, MemoryRow, NewMemory
-from shared.db.unit_of_work import UnitOfWork, UnitsOfWork, locked
+from shared.db.ledger import claimed, peeked
+from shared.db.memory_rows import COMPACTED_ENTITY, MemoryRow, NewMemory
+from shared.db.planned_write import StalePlan, write_for_user
+from shared.db.unit_of_work import UnitOfWork, UnitsOfWork
 from shared.embeddings.base import Embedder
 from shared.errors import PermanentError
 from shared.events import CompactionRequested, derived_event_id, format_time
 from shared.llm.base import LLM, DialogueTurn
-from shared.memory.sweep import sweep
+from shared.memory.expiry import retire_expired
 
 log = structlog.get_logger("agent_memory.compaction")
 
-CONSUMER = "compaction"
+APPLIER = "compaction"
 SUMMARY_ENTITY = COMPACTED_ENTITY
-# Folds redone when a concurrent writer changed the batch; then the message is retried.
-_FOLD_ATTEMPTS = 3
 _EARLIEST = datetime.min.replace(tzinfo=UTC)
-
-
-class BatchChanged(RuntimeError):
-    """The batch kept changing under the fold (transient: the message is retried)."""
 
 
 def as_turn(episode: OldEpisode) -> DialogueTurn:
@@ -70,8 +65,8 @@ def as_turn(episode: OldEpisode) -> DialogueTurn:
 
 
 @dataclass(frozen=True)
-class Fold:
-    """One scope's share of a batch: its episodes and the summary they fold into."""
+class ScopeCompaction:
+    """One scope's share of a batch: its episodes and the summary they are compacted into."""
 
     key: NewMemory  # the summary memory as it will be written (text, embedding)
     episodes: list[OldEpisode]
@@ -159,17 +154,24 @@ class Compaction:
         if not event.user_id:
             return self._sweep(event, delivery)
         old_before = cutoff_of(event)
-        if self._seen(event) is Claim.DUPLICATE:
+        with self.units() as uow:
+            # Saves the model calls of a redelivery (the claim in the transaction decides).
+            seen = peeked(uow.ledger, APPLIER, event)
+        if seen is Outcome.DUPLICATE:
             self._continue(event, old_before)
             return Outcome.DUPLICATE
-        for _ in range(_FOLD_ATTEMPTS):
-            folds = self._fold(event, old_before)
-            outcome = self._apply(event, old_before, folds)
-            if outcome is not None:
-                break
+        outcome = write_for_user(
+            self.units,
+            event.app,
+            event.user_id,
+            self.settings.write_attempts,
+            "the batch of old episodes",
+            lambda: self._compact(event, old_before),
+            lambda uow, compactions: self._apply(uow, event, old_before, compactions),
+        )
+        if outcome is Outcome.DROPPED:
+            log.info("compaction dropped: the user was deleted", user_id=event.user_id)
         else:
-            raise BatchChanged(f"the batch changed under {_FOLD_ATTEMPTS} folds in a row")
-        if outcome is not Outcome.DROPPED:
             self._continue(event, old_before)
         return outcome
 
@@ -179,15 +181,20 @@ class Compaction:
         the message's publish time (the same on every redelivery, new on every run),
         and each request's id is derived from the sweep's id, that time and the
         user: a redelivered sweep publishes the same requests, which the ledger
-        applies once. It first runs the app's expiry sweep (shared.memory.sweep),
+        applies once. It first retires the app's expired memories (shared.memory.expiry),
         which retires nothing twice; so the sweep needs no ledger row."""
         at = delivery.publish_time if delivery and delivery.publish_time else event.created_at
         run = format_time(at)
-        swept = sweep(self.units, event.app)  # expired memories: retired before the folds
-        log.info("expiry sweep", app=event.app, memories=swept.memories, revisions=swept.revisions)
+        retired = retire_expired(self.units, event.app)  # before the compactions
+        log.info(
+            "expired memories retired",
+            app=event.app,
+            memories=retired.memories,
+            revisions=retired.revisions,
+        )
         with self.units() as uow:
-            users = users_with_old_episodes(
-                uow.conn, event.app, cutoff(at, event.retention_days), event.project_id
+            users = uow.episodes.users_with_old(
+                event.app, cutoff(at, event.retention_days), event.project_id
             )
         requests = [
             replace(
@@ -205,19 +212,9 @@ class Compaction:
         return Outcome.APPLIED
 
     # -- the steps ------------------------------------------------------------
-    def _seen(self, event: CompactionRequested) -> Claim:
-        """Already applied, or its user deleted since? Saves the LLM calls of a
-        redelivery (the claim in the transaction decides)."""
-        with self.units() as uow:
-            return uow.ledger.peek(
-                CONSUMER,
-                event.event_id,
-                app=event.app,
-                user_id=event.user_id,
-                created_at=event.created_at,
-            )
-
-    def _fold(self, event: CompactionRequested, old_before: datetime) -> list[Fold] | None:
+    def _compact(
+        self, event: CompactionRequested, old_before: datetime
+    ) -> list[ScopeCompaction] | None:
         """Each scope's new summary, from a snapshot read outside the transaction.
         None for a deleted user."""
         with self.units() as uow:
@@ -229,7 +226,7 @@ class Compaction:
                 (episodes_of, memories.live_of_entity(_summary_key(event, project)), project)
                 for project, episodes_of in _by_project(episodes).items()
             ]
-        folds = []
+        compactions = []
         for episodes_of, previous, project in planned:
             previous_text = previous.text if previous is not None else ""
             text = self.llm.compact(
@@ -241,73 +238,67 @@ class Compaction:
             if previous is not None:
                 newest = max(newest, previous.observed_at)
             key = replace(_summary_key(event, project), text=text, observed_at=newest)
-            folds.append(Fold(key, episodes_of, previous))
-        texts = [f.key.text for f in folds if f.key.text]
+            compactions.append(ScopeCompaction(key, episodes_of, previous))
+        texts = [f.key.text for f in compactions if f.key.text]
         vectors = iter(self.embedder.embed(texts) if texts else [])
         return [
             replace(f, key=replace(f.key, embedding=next(vectors))) if f.key.text else f
-            for f in folds
+            for f in compactions
         ]
 
     def _apply(
-        self, event: CompactionRequested, old_before: datetime, folds: list[Fold] | None
-    ) -> Outcome | None:
-        """One transaction; None when the batch or a summary is not what was folded
-        (fold again)."""
-        with locked(self.units, event.app, event.user_id) as uow:
-            claim = uow.ledger.claim_or_skip(
-                CONSUMER,
-                event.event_id,
-                app=event.app,
-                user_id=event.user_id,
-                created_at=event.created_at,
-            )
-            if claim is Claim.DUPLICATE:
-                return Outcome.DUPLICATE
-            if claim is Claim.DELETED:
-                uow.commit()
-                log.info("compaction dropped: the user was deleted", user_id=event.user_id)
-                return Outcome.DROPPED
-            if folds is None:  # the tombstone seen before the fold is gone
-                return None
-            folded = [e.id for f in folds for e in f.episodes]
-            now = [e.id for e in _old_episodes(uow.episodes, event, old_before, event.batch_limit)]
-            if sorted(now) != sorted(folded) or not self._write(uow, event, folds):
-                return None
-            if uow.episodes.delete(event.app, event.user_id, folded) != len(folded):
-                return None
-            uow.commit()
+        self,
+        uow: UnitOfWork,
+        event: CompactionRequested,
+        old_before: datetime,
+        compactions: list[ScopeCompaction] | None,
+    ) -> Outcome:
+        """The transaction under the user's lock; StalePlan when the batch or a summary
+        is not what was compacted (compact again)."""
+        stop = claimed(uow.ledger, APPLIER, event)
+        if stop is not None:
+            return stop
+        if compactions is None:
+            raise StalePlan("the user's tombstone seen before the compaction is gone")
+        compacted = [e.id for f in compactions for e in f.episodes]
+        now = [e.id for e in _old_episodes(uow.episodes, event, old_before, event.batch_limit)]
+        if sorted(now) != sorted(compacted):
+            raise StalePlan("the batch of old episodes changed")
+        self._write(uow, event, compactions)
+        if uow.episodes.delete(event.app, event.user_id, compacted) != len(compacted):
+            raise StalePlan("episodes of the batch were deleted meanwhile")
         log.info(
             "episodes compacted",
             user_id=event.user_id,
             project_id=event.project_id,
-            folded=len(folded),
-            summaries=[f.key.project_id or "(global)" for f in folds],
+            compacted=len(compacted),
+            summaries=[f.key.project_id or "(global)" for f in compactions],
         )
         return Outcome.APPLIED
 
     @staticmethod
-    def _write(uow: UnitOfWork, event: CompactionRequested, folds: list[Fold]) -> bool:
-        """Each fold's summary; False (stop, roll back) when a summary is no longer
-        the one that was folded."""
-        for fold in folds:
-            current = uow.memories.live_of_entity(fold.key)
-            if _identity(current) != _identity(fold.previous):
-                return False
-            if not fold.key.text:
+    def _write(
+        uow: UnitOfWork, event: CompactionRequested, compactions: list[ScopeCompaction]
+    ) -> None:
+        """Each compaction's summary; StalePlan when a summary is no longer the one that was
+        compacted."""
+        for compaction in compactions:
+            current = uow.memories.live_of_entity(compaction.key)
+            if _identity(current) != _identity(compaction.previous):
+                raise StalePlan("a previous summary changed")
+            if not compaction.key.text:
                 continue  # episodes with no text at all: nothing to keep
             if current is None:
-                uow.memories.create(fold.key, event.event_id)
+                uow.memories.create(compaction.key, event.event_id)
             else:
                 uow.memories.update(
                     current,
-                    fold.key.text,
-                    fold.key.kind,
-                    fold.key.embedding,
-                    fold.key.observed_at,
+                    compaction.key.text,
+                    compaction.key.kind,
+                    compaction.key.embedding,
+                    compaction.key.observed_at,
                     event.event_id,
                 )
-        return True
 
     def _continue(self, event: CompactionRequested, old_before: datetime) -> None:
         """Publish the continuation while old episodes remain (and the user exists)."""
@@ -323,7 +314,7 @@ def _identity(memory: MemoryRow | None) -> tuple[str, str] | None:
     return None if memory is None else (memory.id, memory.text)
 
 
-def handlers(resources: Resources) -> dict[type, Handler]:
+def handlers(resources: Resources) -> dict[type, Callable[..., Outcome]]:
     """The handler of each event type this worker's subscriptions carry."""
     assert resources.pool is not None and resources.llm is not None
     assert resources.embedder is not None and resources.publisher is not None

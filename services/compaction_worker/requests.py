@@ -107,6 +107,7 @@ def _argument_problem(app: str, args: argparse.Namespace, retention: int) -> str
 
 
 def _old_episode_users(settings: Settings, app: str, project: str, before: datetime) -> list[str]:
+    assert settings.database_url  # checked before the command goes this far
     with psycopg.connect(
         settings.database_url,
         connect_timeout=max(1, int(settings.db_connect_timeout_seconds)),

@@ -18,9 +18,9 @@ from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import HTMLResponse, RedirectResponse, Response
 
 from services.api.auth import lookup_key, within
-from services.console import session
-from services.console.app import Viewer, page, require_admin
+from services.console import access
 from services.console.chart import chart
+from services.console.pages import Viewer, page, require_admin
 from services.console.sources import sources
 from shared.api_keys import key_hash
 from shared.bus.figure_history import read_history
@@ -30,18 +30,18 @@ router = APIRouter(include_in_schema=False)
 MAX_KEY_LENGTH = 512
 
 
-@router.get(session.SIGN_IN, response_class=HTMLResponse)
+@router.get(access.SIGN_IN, response_class=HTMLResponse)
 async def sign_in_page(request: Request) -> HTMLResponse:
-    target = session.local_target(_given(request.query_params.get("next")))
+    target = access.local_target(_given(request.query_params.get("next")))
     return page(request, "sign_in.html", next=target, problem=None)
 
 
-@router.post(session.SIGN_IN, response_class=HTMLResponse)
+@router.post(access.SIGN_IN, response_class=HTMLResponse)
 async def sign_in(request: Request) -> Response:
     # No key yet to bind a token to: the browser's word on the origin is the guard.
-    form = await session.checked_form(request, token=False)
+    form = await access.checked_form(request, token=False)
     key = _given(form.get("key")).strip()
-    target = session.local_target(_given(form.get("next")))
+    target = access.local_target(_given(form.get("next")))
     api = request.app.state.api
     problem = None
     # A key is printable ASCII (shared.api_keys): nothing else goes into the cookie.
@@ -62,19 +62,19 @@ async def sign_in(request: Request) -> Response:
     if problem:
         return page(request, "sign_in.html", 401, next=target, problem=problem)
     response = RedirectResponse(target, status_code=303)
-    session.sign_in(response, request, key)
+    access.sign_in(response, request, key)
     return response
 
 
-@router.post(f"{session.PREFIX}/sign-out")
+@router.post(f"{access.PREFIX}/sign-out")
 async def sign_out(request: Request) -> Response:
-    await session.checked_form(request)
-    response = RedirectResponse(session.SIGN_IN, status_code=303)
-    session.sign_out(response, request.scope)
+    await access.checked_form(request)
+    response = RedirectResponse(access.SIGN_IN, status_code=303)
+    access.sign_out(response, request.scope)
     return response
 
 
-@router.get(session.PREFIX, response_class=HTMLResponse)
+@router.get(access.PREFIX, response_class=HTMLResponse)
 async def overview(request: Request) -> HTMLResponse:
     if not Viewer(request).admin:
         # The pipeline's figures span every app: an operator's, like the dead letters.
@@ -82,7 +82,7 @@ async def overview(request: Request) -> HTMLResponse:
     return page(request, "overview.html", **await _figures(request))
 
 
-@router.get(f"{session.PREFIX}/figures", response_class=HTMLResponse)
+@router.get(f"{access.PREFIX}/figures", response_class=HTMLResponse)
 async def figures(request: Request) -> HTMLResponse:
     """The overview's tables and chart alone: what the page fetches every few seconds."""
     require_admin(Viewer(request))

@@ -8,20 +8,17 @@ client unchecked: an id of 70,000 characters would not even make a URL.
 
 from __future__ import annotations
 
-from collections.abc import Collection
-from typing import Protocol
+from collections.abc import Collection, Mapping
 
-from services.console.session import Refused
+from services.console.access import Refused
 from shared.identifiers import MAX_IDENTIFIER_LENGTH, identifier_problem, text_problem
 
 MAX_TEXT = 4000  # a search query's limit in the API, and any other text's here
 MAX_NUMBER = 100_000
 
 
-class Source(Protocol):
-    """A query string's parameters or a posted form."""
-
-    def get(self, key: str, default: object = None) -> object: ...
+# A query string's parameters or a posted form.
+Source = Mapping[str, object]
 
 
 def _raw(source: Source, field: str) -> str:

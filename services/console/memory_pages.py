@@ -6,7 +6,7 @@ rolling summary, and the archive search.
 
 The lists (users, a user's memories and sessions) are read from Postgres a page
 at a time, with how many there are (shared.db.console_reads); everything else
-goes through the API itself (services.console.app.client), as the signed-in key.
+goes through the API itself (services.console.pages.client), as the signed-in key.
 """
 
 from __future__ import annotations
@@ -17,14 +17,14 @@ from urllib.parse import urlencode
 from fastapi import APIRouter, Request
 from fastapi.responses import HTMLResponse, RedirectResponse, Response
 
-from services.console import inputs, queries, session
-from services.console.app import Viewer, client, page
+from services.console import access, inputs, queries
+from services.console.pages import Viewer, client, page
 from shared.db import console_reads as reads
-from shared.db.memories import MemoryRow
+from shared.db.memory_rows import MemoryRow
 
 router = APIRouter(include_in_schema=False)
-USERS = f"{session.PREFIX}/users"
-USER = f"{session.PREFIX}/user"  # ids in the query: any user id is a path segment's trouble
+USERS = f"{access.PREFIX}/users"
+USER = f"{access.PREFIX}/user"  # ids in the query: any user id is a path segment's trouble
 MEMORY = f"{USER}/memory"
 KINDS = ("preference", "fact", "rule", "event")
 FOUND = 20  # search hits shown
@@ -58,7 +58,7 @@ async def user(request: Request) -> HTMLResponse:
     sessions_number = inputs.number(query, "sessions", default=1)
     pool = request.app.state.apool
     if not await queries.read(pool, reads.user_known(viewer.app, user_id)):
-        raise session.Refused(404, f"user_id: no user {user_id!r} in app {viewer.app!r}")
+        raise access.Refused(404, f"user_id: no user {user_id!r} in app {viewer.app!r}")
     project = filters["project"] or None
     found = episodes = None
     async with client(request) as api:
@@ -103,7 +103,7 @@ async def memory(request: Request) -> HTMLResponse:
 
 @router.post(MEMORY + "/rollback", response_class=HTMLResponse)
 async def rollback_memory(request: Request) -> HTMLResponse:
-    form = await session.checked_form(request)
+    form = await access.checked_form(request)
     user_id, memory_id = _memory_of(form)
     revision = inputs.number(form, "revision")
     async with client(request) as api:
@@ -115,7 +115,7 @@ async def rollback_memory(request: Request) -> HTMLResponse:
 
 @router.post(MEMORY + "/delete")
 async def delete_memory(request: Request) -> Response:
-    form = await session.checked_form(request)
+    form = await access.checked_form(request)
     user_id, memory_id = _memory_of(form)
     if form.get("confirm") != "yes":
         # Asked first, on a page of its own: it works without scripts.
@@ -145,7 +145,7 @@ def _memory_of(source: inputs.Source) -> tuple[str, str]:
     """The user and the memory a request names."""
     user_id, memory_id = inputs.identifier(source, "user"), inputs.identifier(source, "id")
     if queries.event_uuid(memory_id) is None:
-        raise session.Refused(422, "id: a memory id is a UUID")
+        raise access.Refused(422, "id: a memory id is a UUID")
     return user_id, memory_id
 
 

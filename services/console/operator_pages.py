@@ -12,21 +12,23 @@ holding it.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from fastapi import APIRouter, Request
 from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import HTMLResponse
 
-from services.console import inputs, queries, session
-from services.console.app import Viewer, page, require_admin
+from services.console import access, inputs, queries
+from services.console.pages import Viewer, page, require_admin
 from services.console.sources import sources
-from shared.bus.dlq import COUNT_CAP, DeadLetter, MissingEvents
+from shared.bus.dlq import COUNT_CAP, DeadLetter, DeadLetterQueues, MissingEvents
 from shared.bus.replay import ReplayFilter, replay
 from shared.bus.topology import SUBSCRIPTIONS
 from shared.db import console_reads as reads
 from shared.identifiers import identifier_problem
 
 router = APIRouter(include_in_schema=False)
-DEAD = f"{session.PREFIX}/dead-letters"
+DEAD = f"{access.PREFIX}/dead-letters"
 NAMES = tuple(spec.name for spec in SUBSCRIPTIONS)
 MAX_TICKED = 1000  # event ids of one replay or purge
 
@@ -42,7 +44,7 @@ async def dead_letters(request: Request) -> HTMLResponse:
 
 @router.post(DEAD + "/{subscription}/replay", response_class=HTMLResponse)
 async def replay_letters(request: Request, subscription: str) -> HTMLResponse:
-    form = await session.checked_form(request)
+    form = await access.checked_form(request)
     require_admin(Viewer(request))
     name = _known(subscription)
     ids = _event_ids(form.getlist("event_id"))
@@ -62,7 +64,7 @@ async def replay_letters(request: Request, subscription: str) -> HTMLResponse:
 
 @router.post(DEAD + "/{subscription}/purge", response_class=HTMLResponse)
 async def purge_letters(request: Request, subscription: str) -> HTMLResponse:
-    form = await session.checked_form(request)
+    form = await access.checked_form(request)
     require_admin(Viewer(request))
     name = _known(subscription)
     ids = _event_ids(form.getlist("event_id"))
@@ -79,7 +81,7 @@ async def purge_letters(request: Request, subscription: str) -> HTMLResponse:
     return await _dead_letters_page(request, name, f"purged {count}")
 
 
-@router.get(f"{session.PREFIX}/events", response_class=HTMLResponse)
+@router.get(f"{access.PREFIX}/events", response_class=HTMLResponse)
 async def event_trail(request: Request) -> HTMLResponse:
     viewer = Viewer(request)
     id = inputs.text(request.query_params, "id", limit=100).strip()
@@ -129,30 +131,30 @@ async def _dead_letters_page(
     )
 
 
-def _letters_of(queues: object, event_id: str) -> list[tuple[str, DeadLetter]]:
+def _letters_of(queues: DeadLetterQueues, event_id: str) -> list[tuple[str, DeadLetter]]:
     """Each dead-letter subscription's letters of `event_id`."""
-    held = []
+    held: list[tuple[str, DeadLetter]] = []
     for name in NAMES:
-        held.extend((name, letter) for letter in queues.peek(name) if letter.event_id == event_id)  # type: ignore[attr-defined]
+        held.extend((name, letter) for letter in queues.peek(name) if letter.event_id == event_id)
     return held
 
 
 def _known(name: str) -> str:
     if name not in NAMES:
-        raise session.Refused(
+        raise access.Refused(
             404, f"subscription: no subscription {name[:100]!r}; known: {', '.join(NAMES)}"
         )
     return name
 
 
-def _event_ids(values: list[object]) -> list[str]:
+def _event_ids(values: Sequence[object]) -> list[str]:
     ids = [v.strip() for v in values if isinstance(v, str) and v.strip()]
     if not ids:
-        raise session.Refused(422, "event_id: tick at least one dead letter")
+        raise access.Refused(422, "event_id: tick at least one dead letter")
     if len(ids) > MAX_TICKED:
-        raise session.Refused(422, f"event_id: at most {MAX_TICKED} at once")
+        raise access.Refused(422, f"event_id: at most {MAX_TICKED} at once")
     for event_id in ids:
         problem = identifier_problem(event_id)
         if problem is not None:
-            raise session.Refused(422, f"event_id: {problem}")
+            raise access.Refused(422, f"event_id: {problem}")
     return list(dict.fromkeys(ids))

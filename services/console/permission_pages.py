@@ -10,13 +10,13 @@ from urllib.parse import urlencode
 from fastapi import APIRouter, Request
 from fastapi.responses import HTMLResponse, RedirectResponse, Response
 
-from services.console import inputs, queries, session
-from services.console.app import client, page
+from services.console import access, inputs, queries
+from services.console.pages import client, page
 from shared.client import models as m
 from shared.permissions import MAX_PATTERN_LENGTH
 
 router = APIRouter(include_in_schema=False)
-PERMISSIONS = f"{session.PREFIX}/permissions"
+PERMISSIONS = f"{access.PREFIX}/permissions"
 ACTIONS = ("ALLOW", "BLOCK")
 MAX_ARGUMENTS = 64 * 1024  # characters of a would-it-run check's arguments
 
@@ -31,14 +31,14 @@ async def permissions(request: Request) -> HTMLResponse:
 
 @router.post(PERMISSIONS + "/rules")
 async def add_rule(request: Request) -> Response:
-    form = await session.checked_form(request)
+    form = await access.checked_form(request)
     user = inputs.identifier(form, "user_id")
     project = inputs.identifier(form, "project_id", required=False) or "global"
     tool = inputs.identifier(form, "tool_name")
     pattern = inputs.text(form, "pattern", required=True, limit=MAX_PATTERN_LENGTH)
     action = inputs.choice(form, "action", ACTIONS)
     if not action:
-        raise session.Refused(422, "action: is required")
+        raise access.Refused(422, "action: is required")
     async with client(request) as api:
         await api.add_rule(user, tool, pattern, action, project_id=project)
     return _back(user, project)
@@ -46,10 +46,10 @@ async def add_rule(request: Request) -> Response:
 
 @router.post(PERMISSIONS + "/rules/{rule_id}/delete")
 async def delete_rule(request: Request, rule_id: str) -> Response:
-    form = await session.checked_form(request)
+    form = await access.checked_form(request)
     user = inputs.identifier(form, "user_id")
     if queries.event_uuid(rule_id) is None:
-        raise session.Refused(422, "rule_id: a rule id is a UUID")
+        raise access.Refused(422, "rule_id: a rule id is a UUID")
     project = inputs.identifier(form, "project_id", required=False)
     async with client(request) as api:
         await api.delete_rule(rule_id, user_id=user)
@@ -59,7 +59,7 @@ async def delete_rule(request: Request, rule_id: str) -> Response:
 @router.post(PERMISSIONS + "/evaluate", response_class=HTMLResponse)
 async def evaluate(request: Request) -> HTMLResponse:
     # A POST: evaluating consumes an allow-once grant.
-    form = await session.checked_form(request)
+    form = await access.checked_form(request)
     user = inputs.identifier(form, "user_id")
     project = inputs.identifier(form, "project_id", required=False)
     session_id = inputs.identifier(form, "session_id", required=False) or "console"
@@ -103,9 +103,9 @@ def _arguments(raw: str) -> dict[str, Any]:
         args = json.loads(raw, parse_constant=_no_constant)
         json.dumps(args, allow_nan=False, ensure_ascii=False).encode()
     except (ValueError, RecursionError, UnicodeEncodeError) as exc:
-        raise session.Refused(422, f"tool_args: not JSON the API takes ({exc})") from None
+        raise access.Refused(422, f"tool_args: not JSON the API takes ({exc})") from None
     if not isinstance(args, dict):
-        raise session.Refused(422, "tool_args: a JSON object of the call's arguments")
+        raise access.Refused(422, "tool_args: a JSON object of the call's arguments")
     return args
 
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import threading
 import time
+from typing import Any
 
 import structlog
 import valkey
@@ -66,8 +67,8 @@ async def sources(request: Request) -> Sources:
     return state.console_sources
 
 
-def close_sources(state: object) -> None:
+def close_sources(state: Any) -> None:  # the app's state: its fields are set at run time
     found = getattr(state, "console_sources", None)
     if found is not None:
         found.close()
-        state.console_sources = None  # type: ignore[attr-defined]
+        state.console_sources = None

@@ -5,11 +5,12 @@ nothing worth remembering (`shared.memory.worth`), is done with no model call.
 The search keys of the turn and of its neighbours are computed from a snapshot
 read with no lock and embedded with no transaction open; then one short
 transaction takes the user's lock, checks that the session's turns around it are
-still those of the snapshot (else everything is computed again), archives the
-turn, and puts it in the window. Whether the window closes is decided in the
-same transaction (it holds `AM_EXTRACTION_WINDOW_TURNS` turns; or the turn was
-recorded before a flush of its session that came first), and so is whether the
-user's previous session is to be closed; the extraction requests that say so are
+still those of the snapshot (else everything is computed again:
+`shared.db.planned_write`), archives the turn, and puts it in the window. Whether
+the window closes is decided in the same transaction (it holds
+`AM_EXTRACTION_WINDOW_TURNS` turns; or the turn was recorded before a flush of its
+session that came first), and so is whether the user's previous session is to be
+closed; the extraction requests that say so are
 published after the commit (`Enrolled.requests`).
 
 The turn's ledger row is written when its memories are (`windows`), or here for
@@ -27,8 +28,9 @@ import structlog
 from shared.bus.contract import Outcome
 from shared.config import Settings
 from shared.db.episodes import Episode, KeyPlan
-from shared.db.ledger import Claim
-from shared.db.unit_of_work import UnitOfWork, locked
+from shared.db.ledger import claimed, peeked
+from shared.db.planned_write import Done, StalePlan, write_for_user
+from shared.db.unit_of_work import UnitOfWork
 from shared.db.windows import PendingTurn, WindowKey
 from shared.embeddings.base import Embedder
 from shared.events import (
@@ -44,16 +46,12 @@ from shared.metrics import EXTRACTION_SKIPPED
 
 log = structlog.get_logger("agent_memory.extraction")
 
-TURNS_CONSUMER = "turns-extraction"
-# Keys computed again when the session's turns changed under them; then the
-# message is retried.
-ARCHIVE_ATTEMPTS = 3
+TURNS_SUBSCRIPTION = "turns-extraction"
 
 Units = Callable[[], UnitOfWork]
-
-
-class SessionChanged(RuntimeError):
-    """The turns around a turn kept changing while it was being keyed (transient)."""
+# The search keys to write (None: the turn is archived already, or its user deleted)
+# and their embeddings.
+Keying = tuple[KeyPlan | None, list]
 
 
 @dataclass(frozen=True)
@@ -124,37 +122,38 @@ class Archiver:
         skip = None
         if self.settings.extraction_filter:
             skip = skip_reason(event.user, event.assistant, len(event.tool_events))
-        window = self.settings.episode_key_window
-        for _ in range(ARCHIVE_ATTEMPTS):
+        neighbours = self.settings.episode_key_neighbours
+
+        def plan() -> Keying | Done[Enrolled]:
             with self.units() as uow:  # reads only: no lock is taken
-                seen = uow.ledger.peek(
-                    TURNS_CONSUMER,
-                    event.event_id,
-                    app=event.app,
-                    user_id=event.user_id,
-                    created_at=event.created_at,
-                )
-                if seen is Claim.DUPLICATE:
-                    return Enrolled(Outcome.DUPLICATE)
+                seen = peeked(uow.ledger, TURNS_SUBSCRIPTION, event)
+                if seen is Outcome.DUPLICATE:
+                    return Done(Enrolled(Outcome.DUPLICATE))
                 plan = None
                 # A deleted user's text never reaches the embedder: the transaction
-                # below drops the event.
-                if seen is Claim.NEW and not uow.episodes.archived(episode):
+                # drops the event.
+                if seen is None and not uow.episodes.archived(episode):
                     plan = uow.episodes.plan_archive(
-                        episode, window, self.settings.episode_key_dated
+                        episode, neighbours, self.settings.episode_key_dated
                     )
             vectors = self.embedder.embed(plan.texts) if plan is not None and plan.keys else []
-            with locked(self.units, event.app, event.user_id) as uow:
-                enrolled = self._write(uow, event, episode, plan, vectors, skip, published_at)
-                if enrolled is None:
-                    continue
-                uow.commit()
-            if enrolled.skipped:
-                EXTRACTION_SKIPPED.labels(enrolled.skipped).inc()
-            return enrolled
-        raise SessionChanged(
-            f"the turns around {event.turn_id} changed under {ARCHIVE_ATTEMPTS} keyings in a row"
+            return plan, vectors
+
+        def write(uow: UnitOfWork, keying: Keying) -> Enrolled:
+            return self._write(uow, event, episode, *keying, skip, published_at)
+
+        enrolled = write_for_user(
+            self.units,
+            event.app,
+            event.user_id,
+            self.settings.write_attempts,
+            f"the turns around {event.turn_id}",
+            plan,
+            write,
         )
+        if enrolled.skipped:
+            EXTRACTION_SKIPPED.labels(enrolled.skipped).inc()
+        return enrolled
 
     def _write(
         self,
@@ -165,26 +164,25 @@ class Archiver:
         vectors: list,
         skip: str | None,
         published_at: datetime | None,
-    ) -> Enrolled | None:
-        """One transaction under the user's lock; None when the snapshot is stale."""
-        if uow.ledger.applied(TURNS_CONSUMER, event.event_id):
-            return Enrolled(Outcome.DUPLICATE)
-        if uow.tombstones.covers(event.app, event.user_id, event.created_at):
-            # A late, retried or replayed event of a user deleted since: the ledger row
-            # is all it leaves.
-            uow.ledger.record(TURNS_CONSUMER, event.event_id)
-            return Enrolled(Outcome.DROPPED)
+    ) -> Enrolled:
+        """One transaction under the user's lock; StalePlan when the snapshot is stale."""
+        # The turn's own ledger row comes with its window's memories.
+        stop = claimed(uow.ledger, TURNS_SUBSCRIPTION, event, record=False)
+        if stop is not None:
+            return Enrolled(stop)
         archived = False
         if plan is not None:
-            written = uow.episodes.archive(episode, plan, vectors, self.settings.episode_key_window)
+            written = uow.episodes.archive(
+                episode, plan, vectors, self.settings.episode_key_neighbours
+            )
             if written is None:
-                return None
+                raise StalePlan("the session's turns around it changed")
             archived = written
         session = WindowKey(event.app, event.user_id, event.session_id)
         if skip is not None:
             # Never extracted, but it may still close its window (a session's last turn
             # after its flush) or the previous session's (a new session's first turn).
-            uow.ledger.record(TURNS_CONSUMER, event.event_id)
+            uow.ledger.record(TURNS_SUBSCRIPTION, event.event_id)
             requests = self._closes(uow, session, event, published_at, None)
             return Enrolled(Outcome.APPLIED, requests, skipped=skip)
         limits = Limits(self.settings.max_message_bytes, self.settings.max_tool_events_bytes)

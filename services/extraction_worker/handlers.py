@@ -26,27 +26,27 @@ from typing import Any
 
 import structlog
 
-from services.extraction_worker.archiving import TURNS_CONSUMER, Archiver
+from services.extraction_worker.archiving import TURNS_SUBSCRIPTION, Archiver
 from services.extraction_worker.planning import Planner
 from services.extraction_worker.windows import WindowExtraction, dead_letter_window
 from shared.bootstrap import Resources
-from shared.bus.contract import DeadLetterHook, DeadLetterNotice, Delivery, Handler, Outcome
+from shared.bus.contract import DeadLetterHook, DeadLetterNotice, Delivery, Outcome
 from shared.bus.publisher import EventPublisher
 from shared.config import Settings
-from shared.db.ledger import Claim
-from shared.db.operations import Operations
-from shared.db.unit_of_work import UnitOfWork, UnitsOfWork, locked
+from shared.db.ledger import claimed, peeked
+from shared.db.planned_write import user_transaction, write_for_user
+from shared.db.unit_of_work import UnitOfWork, UnitsOfWork
 from shared.db.windows import WindowKey
 from shared.embeddings.base import Embedder
 from shared.events import ExtractionRequested, MemoriesGenerate, TurnRecorded
 from shared.llm.base import LLM, Action, ExtractionInput
 from shared.memory.consolidate import Applied, Source
-from shared.memory.decisions import DECIDE_ATTEMPTS, MemoriesChanged, apply, unchanged
-from shared.memory.search import Fusion
+from shared.memory.decisions import Planned, apply, verify
+from shared.memory.ranking import Fusion
 
 log = structlog.get_logger("agent_memory.extraction")
 
-GENERATE_CONSUMER = "memory-generate-extraction"
+GENERATE_SUBSCRIPTION = "memory-generate-extraction"
 REQUESTS = "extraction-requests"
 # Requests that close the session's open window themselves (the others extract a
 # window the turns' own transaction closed under the request's id).
@@ -55,7 +55,7 @@ Units = Callable[[], UnitOfWork]
 # What becomes of an extraction request: published (the worker) or handled at once.
 Request = Callable[[ExtractionRequested], None]
 
-__all__ = ["GENERATE_CONSUMER", "REQUESTS", "TURNS_CONSUMER", "Extraction", "handlers"]
+__all__ = ["GENERATE_SUBSCRIPTION", "REQUESTS", "TURNS_SUBSCRIPTION", "Extraction", "handlers"]
 
 
 @dataclass
@@ -95,21 +95,18 @@ class Extraction:
         closes now as this request's, unless turns the flush counted are still on
         their way (the agent flushed right after recording them): then the first to
         arrive closes it with all that waits. False: nothing closed now."""
-        with locked(self.units, event.app, event.user_id) as uow:
+        with user_transaction(self.units, event.app, event.user_id) as uow:
             if uow.tombstones.covers(event.app, event.user_id, event.created_at):
                 return False  # a request of a user deleted since: nothing to keep
             uow.windows.mark_flush(session, through)
             archived = uow.episodes.count_session(event.app, event.user_id, event.session_id)
-            if archived < event.turns:
-                uow.commit()
-                log.info(
-                    "flush waits for turns",
-                    session=event.session_id,
-                    missing=event.turns - archived,
-                )
-                return False
-            uow.windows.close(session, event.event_id)
-            uow.commit()
+            if archived >= event.turns:
+                uow.windows.close(session, event.event_id)
+        if archived < event.turns:
+            log.info(
+                "flush waits for turns", session=event.session_id, missing=event.turns - archived
+            )
+            return False
         return True
 
     def _deleted(self, event: ExtractionRequested) -> bool:
@@ -126,46 +123,43 @@ class Extraction:
             event.event_id,
         )
         with self.units() as uow:
-            seen = uow.ledger.peek(
-                GENERATE_CONSUMER,
-                event.event_id,
-                app=event.app,
-                user_id=event.user_id,
-                created_at=event.created_at,
-            )
-        if seen is Claim.DUPLICATE:
+            seen = peeked(uow.ledger, GENERATE_SUBSCRIPTION, event)
+        if seen is Outcome.DUPLICATE:
             return Outcome.DUPLICATE
         user = "\n".join(e.text for e in event.events if e.role == "user")
         assistant = "\n".join(e.text for e in event.events if e.role != "user")
         inp = ExtractionInput.single(
             event.session_id, event.project_id, "", event.created_at, user, assistant
         )
-        for _ in range(DECIDE_ATTEMPTS):
+
+        def plan() -> list[Planned]:
             # A deleted user's text must not reach the model: the claim drops it.
-            planned = [] if seen is Claim.DELETED else self.planner.plan(inp, {"turn": source})
-            with locked(self.units, event.app, event.user_id) as uow:
-                claim = uow.ledger.claim_or_skip(
-                    GENERATE_CONSUMER,
-                    event.event_id,
-                    app=event.app,
-                    user_id=event.user_id,
-                    created_at=event.created_at,
-                )
-                if claim is Claim.DUPLICATE:
-                    return Outcome.DUPLICATE
-                if claim is Claim.DELETED:
-                    uow.commit()
-                    return Outcome.DROPPED
-                fusion = Fusion.from_settings(self.settings)
-                if not unchanged(uow, planned, fusion, self.settings.consolidation_neighbours):
-                    continue
-                applied = apply(uow, planned)
-                result = {"generated_memories": operation_result(applied)}
-                uow.operations.complete(event.operation, result)
-                uow.commit()
+            return [] if seen is Outcome.DROPPED else self.planner.plan(inp, {"turn": source})
+
+        def write(uow: UnitOfWork, planned: list[Planned]) -> tuple[Outcome, list[Applied]]:
+            stop = claimed(uow.ledger, GENERATE_SUBSCRIPTION, event)
+            if stop is not None:
+                return stop, []
+            fusion = Fusion.from_settings(self.settings)
+            verify(uow, planned, fusion, self.settings.consolidation_neighbours)
+            applied = apply(uow, planned)
+            uow.operations.complete(
+                event.operation, {"generated_memories": operation_result(applied)}
+            )
+            return Outcome.APPLIED, applied
+
+        outcome, applied = write_for_user(
+            self.units,
+            event.app,
+            event.user_id,
+            self.settings.write_attempts,
+            "the user's memories",
+            plan,
+            write,
+        )
+        if outcome is Outcome.APPLIED:
             log.info("memories generated", actions=[a.action.value for a in applied])
-            return Outcome.APPLIED
-        raise MemoriesChanged(f"the user's memories changed under {DECIDE_ATTEMPTS} decisions")
+        return outcome
 
 
 def operation_result(applied: list[Applied]) -> list[dict[str, Any]]:
@@ -192,7 +186,7 @@ def fail_operation(units: Units, letter: DeadLetterNotice) -> None:
     if not name.startswith("operations/"):
         return
     with units() as uow:
-        Operations(uow.conn).fail_pending(name, app, f"dead-lettered: {letter.reason}")
+        uow.operations.fail_pending(name, app, f"dead-lettered: {letter.reason}")
         uow.commit()
 
 
@@ -219,7 +213,7 @@ def dead_letter_hooks(resources: Resources) -> dict[type, DeadLetterHook]:
     }
 
 
-def handlers(resources: Resources) -> dict[type, Handler]:
+def handlers(resources: Resources) -> dict[type, Callable[..., Outcome]]:
     """The handler of each event type this worker's subscriptions carry."""
     assert resources.llm is not None and resources.embedder is not None
     assert resources.publisher is not None

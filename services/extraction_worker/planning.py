@@ -20,27 +20,27 @@ from shared.llm.topics import EXTRACTION_SETTING, of_setting
 from shared.memory import expiry
 from shared.memory.consolidate import Source, correct, new_memory
 from shared.memory.decisions import Planned, weigh
-from shared.memory.search import Fusion
+from shared.memory.ranking import Fusion
 from shared.tokens import estimate_tokens
 
 Units = Callable[[], UnitOfWork]
 
 
 def split(inp: ExtractionInput, max_tokens: int) -> list[ExtractionInput]:
-    """`inp` in consecutive windows whose extraction request is at most `max_tokens`
+    """`inp` in consecutive parts whose extraction request is at most `max_tokens`
     (the instruction and the turns), a whole turn in each; no turn is ever cut.
     Settings make sure one turn alone always fits (`AM_LLM_MAX_INPUT_TOKENS`)."""
-    windows: list[ExtractionInput] = []
+    parts: list[ExtractionInput] = []
     turns: list = []
     for turn in inp.turns:
         trial = replace(inp, turns=(*turns, turn))
         if turns and _request_tokens(trial) > max_tokens:
-            windows.append(replace(inp, turns=tuple(turns)))
+            parts.append(replace(inp, turns=tuple(turns)))
             turns = []
         turns.append(turn)
     if turns:
-        windows.append(replace(inp, turns=tuple(turns)))
-    return windows
+        parts.append(replace(inp, turns=tuple(turns)))
+    return parts
 
 
 def _request_tokens(inp: ExtractionInput) -> int:

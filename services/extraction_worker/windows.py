@@ -4,8 +4,8 @@ open while the model decides; then one short transaction under the user's lock
 checks that the window still holds those turns and the memories they were
 weighed against are unchanged, writes the memories (with the late-event rule),
 records each turn in the ledger and empties the window. If anything changed in
-between, the window is decided again from fresh reads, after a short random
-pause, at most `WINDOW_ATTEMPTS` times; then the request fails as an event error
+between, the window is decided again from fresh reads (`shared.db.planned_write`,
+at most `AM_WRITE_ATTEMPTS` times); then the request fails as an event error
 and is retried after the subscription's backoff (nothing is written meanwhile,
 so nothing is lost or doubled).
 
@@ -17,44 +17,33 @@ on its own: a replayed turn joins a new window.
 
 from __future__ import annotations
 
-import random
-import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
 import structlog
 
-from services.extraction_worker.archiving import TURNS_CONSUMER
+from services.extraction_worker.archiving import TURNS_SUBSCRIPTION
 from services.extraction_worker.planning import Planner
 from shared.bus.attributes import dead_letter_attributes
 from shared.bus.contract import DeadLetterNotice, Outcome
 from shared.bus.publisher import EventPublisher
 from shared.bus.topology import dead_letter_name, full_name
 from shared.config import Settings
-from shared.db.unit_of_work import UnitOfWork, locked
+from shared.db.planned_write import Done, StalePlan, user_transaction, write_for_user
+from shared.db.unit_of_work import UnitOfWork
 from shared.db.windows import PendingTurn, WindowKey
 from shared.events import SCHEMA_VERSION, ExtractionRequested, TurnRecorded
 from shared.events.models import ordering_key
 from shared.llm.base import ExtractionInput, ExtractionTurn
 from shared.memory.consolidate import Applied, Source
-from shared.memory.decisions import (
-    MemoriesChanged,
-    Planned,
-    apply,
-    unchanged,
-)
-from shared.memory.search import Fusion
-
-# Windows of one user's sessions decided at once each see the others' new memories
-# as changed neighbours: with four at once, three tries lost all three about
-# four times in ten. Each try after the first is a model call more, under
-# contention only.
-WINDOW_ATTEMPTS = 6
-CONFLICT_PAUSE_SECONDS = 0.2
+from shared.memory.decisions import Planned, apply, verify
+from shared.memory.ranking import Fusion
 
 log = structlog.get_logger("agent_memory.extraction")
 
 Units = Callable[[], UnitOfWork]
+# A window's turns, and what the model decided they do to the memories.
+WindowPlan = tuple[list[PendingTurn], list[Planned]]
 
 
 def window_input(session: WindowKey, turns: list[PendingTurn]) -> ExtractionInput:
@@ -88,46 +77,51 @@ class WindowExtraction:
     def extract(self, session: WindowKey, window_id: str) -> Outcome:
         """Extract the session's closed window `window_id`: APPLIED, or DUPLICATE when
         none of its turns waits any more (extracted already, or dead-lettered)."""
-        for attempt in range(WINDOW_ATTEMPTS):
-            if attempt:
-                # Windows of one user's sessions that lost to each other's writes
-                # try again at different moments, no lock or transaction held.
-                time.sleep(random.uniform(0.0, CONFLICT_PAUSE_SECONDS * attempt))  # noqa: S311
+
+        def plan() -> WindowPlan | Done[None]:
             with self.units() as uow:  # a read: no lock
                 turns = uow.windows.pending(session, window_id)
             if not turns:
-                return Outcome.DUPLICATE
-            planned = self.planner.plan(window_input(session, turns), sources_of(session, turns))
-            with locked(self.units, session.app, session.user_id) as uow:
-                applied = self._write(uow, session, turns, planned)
-                if applied is None:
-                    continue
-                uow.commit()
-            log.info(
-                "window extracted",
-                session=session.session_id,
-                turns=len(turns),
-                actions=[a.action.value for a in applied],
+                return Done(None)
+            return turns, self.planner.plan(
+                window_input(session, turns), sources_of(session, turns)
             )
-            return Outcome.APPLIED
-        raise MemoriesChanged(
-            f"the window of {session.session_id} or its memories changed under "
-            f"{WINDOW_ATTEMPTS} extractions in a row"
+
+        def write(uow: UnitOfWork, planned: WindowPlan) -> tuple[int, list[Applied]] | None:
+            return len(planned[0]), self._write(uow, session, *planned)
+
+        extracted = write_for_user(
+            self.units,
+            session.app,
+            session.user_id,
+            self.settings.write_attempts,
+            f"the window of {session.session_id} or its memories",
+            plan,
+            write,
         )
+        if extracted is None:
+            return Outcome.DUPLICATE
+        turns, applied = extracted
+        log.info(
+            "window extracted",
+            session=session.session_id,
+            turns=turns,
+            actions=[a.action.value for a in applied],
+        )
+        return Outcome.APPLIED
 
     def _write(
         self, uow: UnitOfWork, session: WindowKey, turns: list[PendingTurn], planned: list[Planned]
-    ) -> list[Applied] | None:
-        """One transaction under the user's lock; None when what was decided on changed."""
+    ) -> list[Applied]:
+        """One transaction under the user's lock; StalePlan when what was decided on changed."""
         ids = [t.event_id for t in turns]
         waiting = {t.event_id for t in uow.windows.pending(session, lock=True)}
         if not waiting.issuperset(ids):
-            return None  # extracted or dead-lettered meanwhile: read the window again
+            raise StalePlan("its turns were extracted or dead-lettered meanwhile")
         fusion = Fusion.from_settings(self.settings)
-        if not unchanged(uow, planned, fusion, self.settings.consolidation_neighbours):
-            return None
+        verify(uow, planned, fusion, self.settings.consolidation_neighbours)
         # A turn already in the ledger (a dead letter replayed twice) adds nothing again.
-        new = {event_id for event_id in ids if uow.ledger.record(TURNS_CONSUMER, event_id)}
+        new = {event_id for event_id in ids if uow.ledger.record(TURNS_SUBSCRIPTION, event_id)}
         applied = apply(uow, [p for p in planned if p.source.event_id in new])
         uow.windows.remove(session, ids)
         return applied
@@ -151,7 +145,7 @@ def dead_letter_window(
         return
     project = settings.google_cloud_project
     topic = publisher.client.topic_path(
-        project, full_name(settings.topic_prefix, dead_letter_name(TURNS_CONSUMER))
+        project, full_name(settings.topic_prefix, dead_letter_name(TURNS_SUBSCRIPTION))
     )
     reason = f"its extraction window ({len(turns)} turns) failed: {letter.reason}"
     key = ordering_key(session.app, session.user_id, session.session_id)
@@ -164,11 +158,10 @@ def dead_letter_window(
             "app": session.app,
         }
         attempts = settings.max_delivery_attempts  # the window's, spent by its request
-        dead = dead_letter_attributes(attributes, reason, TURNS_CONSUMER, attempts, key)
+        dead = dead_letter_attributes(attributes, reason, TURNS_SUBSCRIPTION, attempts, key)
         futures.append(publisher.publish_raw(topic, data, dead))
     for future in futures:
         future.result(timeout=settings.publish_timeout_seconds)
-    with locked(units, session.app, session.user_id) as uow:
+    with user_transaction(units, session.app, session.user_id) as uow:
         uow.windows.remove(session, [event_id for event_id, _data in turns])
-        uow.commit()
     log.warning("window dead-lettered", session=session.session_id, turns=len(turns), reason=reason)

@@ -260,6 +260,7 @@ class MemoryTools:
             answer = await self._call(ctx, lambda c: c.delete_memory(user, memory_id))
             return {"deleted": [answer.memory_id] if answer.deleted else []}
         project = self._project(project_id)
+        assert query is not None  # exactly one of the two, checked above
         gone = await self._call(ctx, lambda c: c.delete_memories(user, query, project_id=project))
         return {"deleted": [m.id for m in gone]}
 

@@ -1,7 +1,7 @@
 """Summarize-before-trim: fold a session's oldest turns into its rolling summary.
 
 When the buffer holds more than `trigger_turns` turns or `trigger_tokens`
-tokens, every turn but the newest `window_turns` is folded, with the previous
+tokens, every turn but the newest `kept_turns` is folded, with the previous
 summary, into a new summary by the LLM. Storing it and removing exactly those
 turns is one Valkey script that first checks the summary is still at the
 version the fold started from and that every folded turn is still there; if
@@ -52,7 +52,7 @@ class FoldConflict(Exception):
 class FoldPolicy:
     trigger_turns: int = 10
     trigger_tokens: int = 4000
-    window_turns: int = 4
+    kept_turns: int = 4
     max_tokens: int = 600
     max_conflicts: int = 20
     lock_seconds: float = 10.0
@@ -62,7 +62,7 @@ class FoldPolicy:
         return cls(
             trigger_turns=settings.summary_trigger_turns,
             trigger_tokens=settings.summary_trigger_tokens,
-            window_turns=settings.summary_window_turns,
+            kept_turns=settings.summary_kept_turns,
             max_tokens=settings.summary_max_tokens,
             max_conflicts=settings.summary_max_conflicts,
         )
@@ -71,12 +71,12 @@ class FoldPolicy:
         return turn_count > self.trigger_turns or tokens > self.trigger_tokens
 
     def foldable(self, turn_count: int, tokens: int) -> bool:
-        """Over a trigger, with turns beyond the window to fold."""
-        return self.due(turn_count, tokens) and turn_count > self.window_turns
+        """Over a trigger, with turns beyond the kept ones to fold."""
+        return self.due(turn_count, tokens) and turn_count > self.kept_turns
 
     def to_fold(self, turns: list[BufferedTurn]) -> list[BufferedTurn]:
-        """The oldest turns beyond the newest `window_turns`."""
-        return turns[: max(0, len(turns) - self.window_turns)]
+        """The oldest turns beyond the newest `kept_turns`."""
+        return turns[: max(0, len(turns) - self.kept_turns)]
 
 
 class Folder:

@@ -28,7 +28,8 @@ def record_turns(
     for event, _delivery in items:
         try:
             key = _key(event)
-            appends.append((key, BufferedTurn.from_event(event), event.prev_session_id))  # type: ignore[attr-defined]
+            assert isinstance(event, TurnRecorded)  # the table routes only turns here
+            appends.append((key, BufferedTurn.from_event(event), event.prev_session_id))
         except Exception as exc:  # this event's alone: the others still go
             results.append(exc)
             continue

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 from collections import OrderedDict
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, Protocol
 
 import structlog
 from google.adk.agents.callback_context import CallbackContext
@@ -45,13 +45,20 @@ FALLBACK_QUERY = "the conversation so far"
 _CACHED_INVOCATIONS = 256
 
 
-def project_of(state: Mapping[str, Any], default: str | None) -> str | None:
+class State(Protocol):
+    """A session's state as ADK hands it (`google.adk.sessions.state.State`, not a
+    Mapping), or any mapping."""
+
+    def get(self, key: str, /) -> Any: ...
+
+
+def project_of(state: State, default: str | None) -> str | None:
     """The project of a session: its state's `project_id`, else `default`."""
     value = state.get(PROJECT_STATE_KEY)
     return str(value) if value else default
 
 
-def prev_session_of(state: Mapping[str, Any]) -> str | None:
+def prev_session_of(state: State) -> str | None:
     value = state.get(PREV_SESSION_STATE_KEY)
     return str(value) if value else None
 

@@ -99,17 +99,21 @@ def turns_from_events(events: Iterable[Event]) -> list[AdkTurn]:
 
 def _add_tools(turn: AdkTurn, event: Event, pending: dict[str, dict[str, Any]]) -> None:
     for call in event.get_function_calls():
-        tool_event = {"name": call.name or "", "arguments": dict(call.args or {}), "output": None}
+        tool_event: dict[str, Any] = {
+            "name": call.name or "",
+            "arguments": dict(call.args or {}),
+            "output": None,
+        }
         turn.tool_events.append(tool_event)
         if call.id:
             pending[call.id] = tool_event
     for response in event.get_function_responses():
-        tool_event = pending.pop(response.id or "", None)
-        if tool_event is None:
+        answered = pending.pop(response.id or "", None)
+        if answered is None:
             # A response whose call this delta does not hold: keep it all the same.
-            tool_event = {"name": response.name or "", "arguments": {}, "output": None}
-            turn.tool_events.append(tool_event)
-        tool_event["output"] = response.response
+            answered = {"name": response.name or "", "arguments": {}, "output": None}
+            turn.tool_events.append(answered)
+        answered["output"] = response.response
 
 
 def _time(event: Event) -> datetime:

@@ -48,6 +48,7 @@ class ApiKeys:
             f"RETURNING {_COLUMNS}",
             (app, name, digest, prefix, admin),
         ).fetchone()
+        assert row is not None  # an INSERT ... RETURNING gives its row
         return _record(row)
 
     def of_app(self, app: str | None = None) -> list[ApiKey]:

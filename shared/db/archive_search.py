@@ -15,7 +15,7 @@ from typing import Any
 from shared.db.run import Statement, Steps
 from shared.db.search import fusion_params, hybrid_parts, hybrid_sql, split_ranked
 from shared.db.search_filters import SCOPE_SIZES, episode_filter
-from shared.memory.search import Fusion, Ranked, Scope
+from shared.memory.ranking import Fusion, Ranked, Scope
 
 EPISODE_COLUMNS = "m.id::text AS id, m.turn_id, m.session_id, m.project_id, m.created_at, m.text"
 # The turns before (`sign` -1) or after (1) the episode `{e}` (an alias with its
@@ -180,11 +180,13 @@ SELECT h.*, NULL::text AS hit, 0::bigint AS offset_ FROM hits h{neighbours}""",
     first_hit = next((row for row in rows if row["hit"] is None), None)
     if exact is None and first_hit is not None and before is None and after is None:
         SCOPE_SIZES.store(sized, bool(first_hit["exact"]))
-    hits, around = [], {}
+    hits: list[tuple[dict[str, Any], Ranked]] = []
+    around: dict[str, list[dict[str, Any]]] = {}
     for row in rows:
         hit, offset = row.pop("hit"), row.pop("offset_")
         if hit is None:
-            hits.append(split_ranked(row)[:2])
+            columns, row_ranked, _pinned = split_ranked(row)
+            hits.append((columns, row_ranked))
         else:
             for name in ("score", "vrank", "trank", "pinned", "exact"):
                 row.pop(name)

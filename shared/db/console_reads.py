@@ -14,13 +14,14 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Generic, TypeVar
 
-from shared.db.memories import LIVE, MEMORY_COLUMNS, MemoryRow
+from shared.db.memories import LIVE, MEMORY_COLUMNS
+from shared.db.memory_rows import MemoryRow
 from shared.db.run import Statement, Steps
 
 T = TypeVar("T")
-# The ledger's consumers (services.*_worker): its key starts with the consumer, so
-# naming them all finds one event's rows through the primary key.
-CONSUMERS = ("turns-extraction", "memory-generate-extraction", "compaction")
+# The ledger's appliers (services.*_worker): its key starts with the applier (the
+# column `consumer`), so naming them all finds one event's rows through the primary key.
+APPLIERS = ("turns-extraction", "memory-generate-extraction", "compaction")
 
 
 @dataclass(frozen=True)
@@ -225,6 +226,6 @@ def trail(app: str, event_id: str, admin: bool) -> Steps[Trail]:
             SELECT consumer, processed_at FROM processed_events
             WHERE consumer = ANY(%s) AND event_id = %s ORDER BY processed_at
             """,
-            (list(CONSUMERS), event_id),
+            (list(APPLIERS), event_id),
         )
     return found

@@ -1,6 +1,6 @@
 """What the context reads besides its searches (`shared.db.search`): where each of
 its memories comes from (read with them, as two more columns of the memory
-search), and the scope's long-term summaries (the compaction worker's folds).
+search), and the scope's long-term summaries (the compaction worker's).
 
 A memory is cited by its id and the number of the revision that made its current
 text (revisions are numbered from 1 in the order written, as a rollback names
@@ -15,10 +15,11 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from shared.db.memories import COMPACTED_ENTITY, MEMORY_COLUMNS, MemoryRow
+from shared.db.memories import MEMORY_COLUMNS
+from shared.db.memory_rows import COMPACTED_ENTITY, MemoryRow
 from shared.db.run import Statement, Steps
 from shared.db.search_filters import memory_filter
-from shared.memory.search import Scope
+from shared.memory.ranking import Scope
 
 
 @dataclass(frozen=True, slots=True)
@@ -72,7 +73,7 @@ def pop_cited(row: dict[str, Any]) -> Cited:
 
 
 def long_term_summaries(scope: Scope, citations: dict[str, Cited]) -> Steps[list[MemoryRow]]:
-    """The live compaction folds `scope` may see (the user's global one and its
+    """The live long-term summaries `scope` may see (the user's global one and its
     project's), the project's first; where each comes from, into `citations`."""
     where, params = memory_filter(Scope(scope.app, scope.user_id, scope.project_id), None)
     params["entity"] = COMPACTED_ENTITY
@@ -81,8 +82,8 @@ def long_term_summaries(scope: Scope, citations: dict[str, Cited]) -> Steps[list
         WHERE {where} AND m.entity_name = %(entity)s ORDER BY m.scope = 'global', m.id""",
         params,
     )
-    folds = []
+    summaries = []
     for row in rows:
         citations[row["id"]] = pop_cited(row)
-        folds.append(MemoryRow.from_row(row))
-    return folds
+        summaries.append(MemoryRow.from_row(row))
+    return summaries

@@ -13,7 +13,7 @@ from psycopg.types.json import Jsonb
 
 from shared.db.pool import as_vector
 from shared.db.run import fetch
-from shared.memory.episode_keys import windows
+from shared.memory.episode_keys import neighbourhoods
 
 # An episode's full-text vector: its own words weigh more than its context's.
 EPISODE_TSV = (
@@ -88,12 +88,14 @@ class KeyPlan:
 
 
 def _changed_keys(
-    session: list[Keyed], among: range, window: int, dated: bool
+    session: list[Keyed], among: range, neighbours: int, dated: bool
 ) -> dict[str | None, tuple[str, str]]:
     """The keys of the turns `among` a session's (in order) whose context is not
     the stored one (a turn not yet archived has none): episode id (None for that
     turn) -> (context, the whole key's text)."""
-    keyed = windows([k.text for k in session], [k.created_at for k in session], window, dated)
+    keyed = neighbourhoods(
+        [k.text for k in session], [k.created_at for k in session], neighbours, dated
+    )
     return {
         session[j].id: (keyed[j].context(), keyed[j].key())
         for j in among
@@ -114,30 +116,30 @@ class Episodes:
         ).fetchone()
         return row is not None
 
-    def plan_archive(self, episode: Episode, window: int, dated: bool) -> KeyPlan:
+    def plan_archive(self, episode: Episode, neighbours: int, dated: bool) -> KeyPlan:
         """The keys archiving `episode` writes: its own, and those of its session's
-        turns within `window` of it, whose windows now hold it (a turn that arrives
+        turns within `neighbours` of it, whose neighbourhoods now hold it (a turn that arrives
         late goes between its neighbours). Every key is a function of the session's
         rows, so a redelivery or replay computes the same keys; only the keys that
         changed are embedded again."""
-        before = self._neighbours(episode, "<", "DESC", 2 * window)[::-1]
-        after = self._neighbours(episode, ">", "ASC", 2 * window)
+        before = self._neighbours(episode, "<", "DESC", 2 * neighbours)[::-1]
+        after = self._neighbours(episode, ">", "ASC", 2 * neighbours)
         new = Keyed(None, episode.text, episode.created_at, None)
         session = [*before, new, *after]
         at = len(before)
-        around = range(max(0, at - window), min(len(session), at + window + 1))
-        return KeyPlan((*before, *after), _changed_keys(session, around, window, dated))
+        around = range(max(0, at - neighbours), min(len(session), at + neighbours + 1))
+        return KeyPlan((*before, *after), _changed_keys(session, around, neighbours, dated))
 
     def archive(
-        self, episode: Episode, plan: KeyPlan, vectors: Sequence[Any], window: int
+        self, episode: Episode, plan: KeyPlan, vectors: Sequence[Any], neighbours: int
     ) -> bool | None:
-        """Archive the turn with the keys of `plan` (made with this `window`), embedded
+        """Archive the turn with the keys of `plan` (made with this `neighbours`), embedded
         as `vectors`; False if it is archived already, None (nothing written) if its
         session's turns around it are no longer those `plan` was computed from.
         Under the user's lock (the extraction transaction): two turns of a session
         never key each other from snapshots missing each other."""
-        before = self._neighbours(episode, "<", "DESC", 2 * window)[::-1]
-        after = self._neighbours(episode, ">", "ASC", 2 * window)
+        before = self._neighbours(episode, "<", "DESC", 2 * neighbours)[::-1]
+        after = self._neighbours(episode, ">", "ASC", 2 * neighbours)
         if (*before, *after) != plan.rows:
             return None
         keys = plan.embedded(vectors)
@@ -179,14 +181,14 @@ class Episodes:
         self,
         episode: Episode,
         embed: Callable[[list[str]], Sequence[Any]],
-        window: int,
+        neighbours: int,
         dated: bool,
     ) -> bool:
         """`plan_archive` and `archive` in the caller's transaction, for an `embed` that
         computes locally (the `hash` provider, vectors at hand), never one that calls
         a network: the tests', the benchmarks' and the migrations' archiving."""
-        plan = self.plan_archive(episode, window, dated)
-        written = self.archive(episode, plan, embed(plan.texts) if plan.keys else [], window)
+        plan = self.plan_archive(episode, neighbours, dated)
+        written = self.archive(episode, plan, embed(plan.texts) if plan.keys else [], neighbours)
         if written is None:
             raise RuntimeError("the session changed inside one transaction")
         return written
@@ -204,11 +206,13 @@ class Episodes:
             )
 
     def plan_session(
-        self, app: str, user_id: str, session_id: str, window: int, dated: bool
+        self, app: str, user_id: str, session_id: str, neighbours: int, dated: bool
     ) -> KeyPlan:
         """The keys every turn of a session needs again, from its rows (the backfill)."""
         session = self._session_rows(app, user_id, session_id)
-        return KeyPlan(tuple(session), _changed_keys(session, range(len(session)), window, dated))
+        return KeyPlan(
+            tuple(session), _changed_keys(session, range(len(session)), neighbours, dated)
+        )
 
     def key_session(
         self, app: str, user_id: str, session_id: str, plan: KeyPlan, vectors: Sequence[Any]

@@ -9,7 +9,8 @@ from __future__ import annotations
 import psycopg
 
 from shared.db import outbox
-from shared.db.memories import MEMORY_COLUMNS, MemoryRow
+from shared.db.memories import MEMORY_COLUMNS
+from shared.db.memory_rows import MemoryRow
 from shared.db.run import fetch
 
 _PROJECT_TABLES = ("memories", "episodes", "extraction_pending", "permission_rules")

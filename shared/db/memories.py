@@ -10,13 +10,13 @@ new text, the event that caused it and when that was observed; a revision with
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
 import psycopg
 
 from shared.db import outbox
+from shared.db.memory_rows import MemoryRow, NewMemory, PageFilter, Revision
 from shared.db.pool import as_vector
 from shared.db.run import fetch
 from shared.llm.base import Action
@@ -28,91 +28,8 @@ MEMORY_COLUMNS = (
 )
 
 
-# The entity of a user's compacted summary of old episodes (one per scope and
-# project, kind `event`), written only by the compaction worker.
-COMPACTED_ENTITY = "compacted-episodes"
-
-
-@dataclass(frozen=True)
-class MemoryRow:
-    id: str
-    app: str
-    user_id: str
-    project_id: str
-    session_id: str
-    scope: str
-    kind: str
-    entity_name: str
-    text: str
-    observed_at: datetime
-    created_at: datetime
-    updated_at: datetime
-    valid_to: datetime | None = None
-    topic: str = ""
-    expire_at: datetime | None = None
-
-    @classmethod
-    def from_row(cls, row: dict[str, Any]) -> MemoryRow:
-        return cls(**{name: row[name] for name in cls.__dataclass_fields__})
-
-    def identity(self) -> dict[str, Any]:
-        """Which memory this is, as the API and operation results name it (an empty
-        project or session is null there)."""
-        return {
-            "id": self.id,
-            "scope": self.scope,
-            "kind": self.kind,
-            "project_id": self.project_id or None,
-            "session_id": self.session_id or None,
-            "entity_name": self.entity_name,
-        }
-
-
-@dataclass(frozen=True)
-class Revision:
-    memory_id: str
-    action: str
-    old_text: str | None
-    new_text: str | None
-    event_id: str | None
-    observed_at: datetime
-    applied: bool
-    created_at: datetime
-
-
-@dataclass(frozen=True)
-class NewMemory:
-    app: str
-    user_id: str
-    project_id: str
-    session_id: str
-    scope: str
-    kind: str
-    entity_name: str
-    text: str
-    embedding: Any
-    observed_at: datetime
-    expire_at: datetime | None = None  # when created: it expires then (None: never)
-    updated_expire_at: datetime | None = None  # when it updates one: its new expiry (None: kept)
-    topic: str = ""
-
-
 # A memory every read sees: not retired, not expired (the sweep retires it later).
 LIVE = "m.valid_to IS NULL AND (m.expire_at IS NULL OR m.expire_at > now())"
-
-
-@dataclass(frozen=True)
-class PageFilter:
-    """Which live memories of a user a listing returns, and where it resumes
-    (`after`: the creation time and id of the last memory of the previous page)."""
-
-    app: str
-    user_id: str
-    project_id: str | None = None
-    scope: str | None = None
-    kind: str | None = None
-    after: tuple[datetime, str] | None = None
-    topic: str | None = None
 
 
 def user_lock(conn: psycopg.Connection, app: str, user_id: str) -> None:
@@ -281,7 +198,7 @@ class Memories:
         change: str | None = None,
     ) -> MemoryRow:
         """Close the memory; returns it as it is now (with `valid_to`). `change`: what
-        the outbox calls it (DELETED by default; the expiry sweep's is EXPIRED)."""
+        the outbox calls it (DELETED by default; retire_expired's is EXPIRED)."""
         retired = self._memory(
             f"""
             UPDATE memories AS m SET valid_to = now(), updated_at = now(), observed_at = %s
@@ -340,3 +257,21 @@ class Memories:
             (memory_id,),
         )
         return [Revision(**row) for row in rows]
+
+    def expired(self, app: str, limit: int) -> list[tuple[str, str]]:
+        """Up to `limit` of the app's live memories past their `expire_at`, soonest
+        expired first: (user_id, memory id)."""
+        rows = self.conn.execute(
+            "SELECT user_id, id::text FROM memories WHERE app = %s AND valid_to IS NULL "
+            "AND expire_at <= now() ORDER BY expire_at, id LIMIT %s",
+            (app, limit),
+        ).fetchall()
+        return [(user_id, memory_id) for user_id, memory_id in rows]
+
+    def delete_expired_revisions(self, app: str, limit: int) -> int:
+        """Delete up to `limit` of the app's revisions past their `expire_at`; how many."""
+        return self.conn.execute(
+            "DELETE FROM memory_revisions WHERE id IN (SELECT id FROM memory_revisions "
+            "WHERE app = %s AND expire_at <= now() LIMIT %s)",
+            (app, limit),
+        ).rowcount

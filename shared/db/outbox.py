@@ -18,11 +18,11 @@ from __future__ import annotations
 import uuid
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Protocol
 
 import psycopg
 from psycopg.types.json import Jsonb
 
+from shared.db.memory_rows import MemoryRow
 from shared.db.run import fetch
 from shared.events import MemoryChanged, format_time, utcnow
 
@@ -32,24 +32,9 @@ _CLAIM_LOCK = 0x616D5F6F7574626F  # "am_outbo": one claim at a time
 PER_USER = 100
 
 
-class _Memory(Protocol):
-    """What a change says of its memory (a `shared.db.memories.MemoryRow`)."""
-
-    id: str
-    app: str
-    user_id: str
-    scope: str
-    kind: str
-    project_id: str
-    session_id: str
-    entity_name: str
-    topic: str
-    expire_at: datetime | None
-
-
 def record(
     conn: psycopg.Connection,
-    memory: _Memory,
+    memory: MemoryRow,
     change: str,
     text: str,
     previous_text: str,

@@ -46,17 +46,19 @@ consolidation in its worker thread, through the same code.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 from shared.db.context_reads import CITED_COLUMNS, Cited, pop_cited
-from shared.db.memories import LIVE, MEMORY_COLUMNS, MemoryRow, NewMemory
+from shared.db.memories import LIVE, MEMORY_COLUMNS
+from shared.db.memory_rows import MemoryRow, NewMemory
 from shared.db.run import Statement, Steps
 from shared.db.search_filters import (
     SCOPE_SIZES,
     memory_count_filter,
     memory_filter,
 )
-from shared.memory.search import Fusion, Ranked, Scope
+from shared.memory.ranking import Fusion, Ranked, Scope
 
 # The context's pinned rules: at most this many, newest first.
 PINNED_LIMIT = 50
@@ -276,7 +278,7 @@ def search_memories(
     embeddings: list[Any],
     k: int,
     fusion: Fusion,
-    kinds: list[str] | None = None,
+    kinds: Sequence[str] | None = None,
     pinned: bool = False,
     citations: dict[str, Cited] | None = None,
 ) -> Steps[tuple[list[tuple[MemoryRow, Ranked]], list[MemoryRow]]]:

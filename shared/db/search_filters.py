@@ -4,11 +4,13 @@ size, so that the next one plans a single ranking."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from datetime import datetime
 from typing import Any
 
 from shared.db.memories import LIVE
-from shared.memory.search import Expiring, Scope
+from shared.expiring import Expiring
+from shared.memory.ranking import Scope
 
 
 class ScopeSizes(Expiring[tuple[str, str, str, str, str, int], bool]):
@@ -45,7 +47,7 @@ def _in_scope(scope: Scope, live: str, session_rows: str) -> str:
     return f"m.app = %(app)s AND m.user_id = %(user_id)s AND {live} AND ({' OR '.join(visible)})"
 
 
-def memory_filter(scope: Scope, kinds: list[str] | None) -> tuple[str, dict[str, Any]]:
+def memory_filter(scope: Scope, kinds: Sequence[str] | None) -> tuple[str, dict[str, Any]]:
     """The WHERE clause (alias `m`) of the live memories `scope` may see."""
     params: dict[str, Any] = {"app": scope.app, "user_id": scope.user_id}
     if scope.project_id:

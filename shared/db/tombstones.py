@@ -37,4 +37,4 @@ class Tombstones:
             "ON CONFLICT (app, user_id) DO UPDATE SET deleted_at = EXCLUDED.deleted_at "
             "RETURNING deleted_at",
             (app, user_id, deleted_at),
-        ).fetchone()[0]
+        ).fetchone()[0]  # type: ignore[index]  # RETURNING of an upsert: one row

@@ -19,7 +19,7 @@ import asyncio
 import random
 import time
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager
 from types import TracebackType
 from typing import TypeVar
 
@@ -54,7 +54,7 @@ class UnitOfWork:
 
     def __init__(self, pool: ConnectionPool, worker: str = "") -> None:
         self._pool = pool
-        self._cm = None
+        self._cm: AbstractContextManager[psycopg.Connection] | None = None
         self.conn: psycopg.Connection | None = None
         self._committed = False
         self._seconds = DB_TRANSACTION_SECONDS.labels(worker) if worker else None

@@ -136,7 +136,7 @@ class Windows:
 
     def close_idle(self, idle_seconds: float, limit: int) -> list[tuple[WindowKey, str]]:
         """Close the open windows no turn has joined for `idle_seconds`, at most
-        `limit`, oldest first, each under a new id (another worker's sweep cannot
+        `limit`, oldest first, each under a new id (another worker's idle-window check cannot
         close it too): (session, window id) of each."""
         rows = self.conn.execute(
             """

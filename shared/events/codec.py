@@ -11,9 +11,8 @@ import json
 import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
-from shared.config import Settings
 from shared.errors import EventTooLarge, InvalidEvent, UnknownEventType
 from shared.events.models import (
     EVENT_TYPES,
@@ -31,6 +30,15 @@ from shared.identifiers import identifier_problem, text_problem
 SCHEMA_VERSION = "1"
 
 
+class SizeSettings(Protocol):
+    """The settings `Limits` come from (`shared.config.Settings`; named by their
+    fields, so that the events need not import the configuration)."""
+
+    max_message_bytes: int
+    max_tool_events_bytes: int
+    max_event_bytes: int
+
+
 @dataclass(frozen=True)
 class Limits:
     """Size rules applied to event texts, the same ones the API applies; and, when
@@ -41,7 +49,7 @@ class Limits:
     max_event_bytes: int | None = None
 
     @classmethod
-    def from_settings(cls, settings: Settings) -> Limits:
+    def from_settings(cls, settings: SizeSettings) -> Limits:
         return cls(
             settings.max_message_bytes, settings.max_tool_events_bytes, settings.max_event_bytes
         )

@@ -57,18 +57,21 @@ class _Record:
     times as RFC 3339 strings, nested tuples of records as lists of objects."""
 
     def to_record(self) -> dict[str, Any]:
+        # A _Record is always mixed into a dataclass (mypy cannot know it is one).
         return {f.name: _to_json(getattr(self, f.name)) for f in fields(self)}  # type: ignore[arg-type]
 
     @classmethod
     def from_record(cls, record: dict[str, Any]) -> Any:
-        return cls(**{name: convert(record[name]) for name, convert in _converters(cls)})
+        # A class is hashable (the cache's key); mypy takes the instances' __hash__.
+        converters = _converters(cls)  # type: ignore[arg-type]
+        return cls(**{name: convert(record[name]) for name, convert in converters})
 
 
 @cache
 def _converters(cls: type) -> list[tuple[str, Any]]:
     """(field name, function from its JSON value) for each field, built once per class."""
     hints = get_type_hints(cls)
-    return [(f.name, _from_json_for(hints[f.name])) for f in fields(cls)]  # type: ignore[arg-type]
+    return [(f.name, _from_json_for(hints[f.name])) for f in fields(cls)]
 
 
 def _from_json_for(hint: Any) -> Any:

@@ -26,7 +26,7 @@ from shared.llm.base import (
     Usage,
     Weighing,
 )
-from shared.llm.rules import RulesLLM
+from shared.llm.offline import OfflineLLM
 
 if TYPE_CHECKING:
     from shared.llm.throttle import Throttle
@@ -49,7 +49,7 @@ __all__ = [
     "InvalidAnswer",
     "LLMError",
     "MalformedReply",
-    "RulesLLM",
+    "OfflineLLM",
     "Usage",
     "Weighing",
     "make_llm",
@@ -66,4 +66,4 @@ def make_llm(settings: Settings, throttle: Throttle | None = None) -> LLM:
         from shared.llm.openai_compatible import OpenAILLM  # openai loads only when chosen
 
         return OpenAILLM(settings, throttle=throttle)
-    return RulesLLM()
+    return OfflineLLM()

@@ -1,7 +1,7 @@
 """What every LLM provider offers, and the types it speaks in.
 
 A provider does tasks (summarize, compact, extract, consolidate, decompose), not raw
-prompts, so the offline `rules` provider can do the same tasks
+prompts, so the `offline` provider can do the same tasks
 deterministically. Every call reports the tokens it spent.
 """
 

@@ -4,7 +4,7 @@ The managed topics are Memory Bank's; an app keeps any of them and adds custom
 topics, each with a description and few-shot examples. The extraction prompt
 lists them and every memory names its topic; a memory of a topic the app does
 not keep is never created, whatever the model answered (the planner drops it).
-The offline `rules` provider knows no descriptions: it files each memory under a
+The `offline` provider knows no descriptions: it files each memory under a
 managed topic by its kind (`topic_of`) and keeps only the app's.
 """
 
@@ -75,7 +75,7 @@ def of_setting(value: dict[str, Any] | None) -> Topics:
 
 
 def topic_of(kind: str, scope: str) -> str:
-    """The managed topic the `rules` provider files a memory under, by its kind."""
+    """The managed topic the `offline` provider files a memory under, by its kind."""
     if kind == "preference":
         return "preferences"
     if kind == "rule":

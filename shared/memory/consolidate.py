@@ -1,5 +1,5 @@
 """Consolidation: each candidate against the most similar live memories of its
-user and scope, decided by the LLM (or the `rules` provider; `shared.memory.
+user and scope, decided by the LLM (or the `offline` provider; `shared.memory.
 decisions` asks, outside any transaction), applied here with the late-event
 rule: an observation older than the last one that changed the memory (a late or
 replayed event) changes nothing and is written to history only (a revision with
@@ -16,12 +16,12 @@ from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import Any
 
-from shared.db.memories import COMPACTED_ENTITY, MemoryRow, NewMemory
+from shared.db.memory_rows import COMPACTED_ENTITY, MemoryRow, NewMemory
 from shared.db.search import similar_memories
 from shared.db.unit_of_work import UnitOfWork
 from shared.events import utcnow
 from shared.llm.base import KINDS, SCOPES, Action, Candidate, Decision, ExistingMemory
-from shared.memory.search import Fusion
+from shared.memory.ranking import Fusion
 
 
 @dataclass(frozen=True)

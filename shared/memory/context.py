@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 
 from shared.db.context_reads import Cited
-from shared.db.memories import MemoryRow
+from shared.db.memory_rows import MemoryRow
 from shared.memory.context_budget import NEIGHBOUR, Candidate, Chosen, choose
 from shared.memory.context_text import (
     SUMMARY_TITLE,
@@ -29,10 +29,10 @@ from shared.memory.context_text import (
     render,
 )
 from shared.memory.episode_keys import when_in_words
-from shared.memory.long_term import Fold, LongTerm, LongTermQuery, read_long_term
+from shared.memory.long_term import LongTerm, LongTermQuery, LongTermSummary, read_long_term
 from shared.memory.periods import Period
-from shared.memory.retrieval import Found, FoundEpisode, MemorySearch
-from shared.memory.search import Scope
+from shared.memory.ranking import Scope
+from shared.memory.search import Found, FoundEpisode, MemorySearch
 from shared.session_buffer import AsyncSessionBuffer, BufferedTurn, SessionKey, SessionView, Summary
 from shared.tokens import clip_to_tokens, estimate_tokens
 
@@ -107,7 +107,7 @@ class Context:
     rules: list[MemoryRow]
     memories: list[Found]
     recalled: list[RecalledTurn]
-    summaries: list[Fold]
+    summaries: list[LongTermSummary]
     cited: dict[str, Cited]
     period: Period | None
     built: Built
@@ -209,7 +209,7 @@ def _assembled(
         rules,
         [f for f in long_term.memories if f.memory.id in taken],
         _in_order([recalled[c.key] for c in chosen.taken if c.key in recalled]),
-        [f for f in long_term.folds if f.memory.id in taken],
+        [f for f in long_term.summaries if f.memory.id in taken],
         long_term.cited,
         long_term.period,
         built,
@@ -234,17 +234,17 @@ def _candidates(
         candidates[memory.id] = Candidate("memories", memory.id, 1 / rank, line)
         for source in long_term.cited.get(memory.id, Cited(0)).sources:
             carried_by.setdefault(source.episode_id, memory.id)
-    for fold in long_term.folds:
-        relevance = 1.0 if fold.rank is None else 1 / fold.rank
+    for summary in long_term.summaries:
+        relevance = 1.0 if summary.rank is None else 1 / summary.rank
         # One summary never takes more than half of what is left.
-        text = clip_to_tokens(fold.memory.text, max(1, room // 2))
-        candidates[fold.memory.id] = Candidate(
-            "long_term_summaries", fold.memory.id, relevance, f"- {text}"
+        text = clip_to_tokens(summary.memory.text, max(1, room // 2))
+        candidates[summary.memory.id] = Candidate(
+            "long_term_summaries", summary.memory.id, relevance, f"- {text}"
         )
     recalled: dict[str, RecalledTurn] = {}
     headings: dict[str, str] = {}
-    for rank, found in enumerate(long_term.hits, start=1):
-        hit = _hit(found, rank)
+    for rank, episode in enumerate(long_term.hits, start=1):
+        hit = _hit(episode, rank)
         if (hit.session_id, hit.turn_id) in shown:
             continue
         # The neighbours of a hit a memory carries wait for that memory.

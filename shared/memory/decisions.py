@@ -4,10 +4,10 @@ while the model decides, then applying the decisions in one short transaction.
 `weigh` reads each candidate's neighbours (`consolidate.neighbours`) in a short
 read-only transaction and asks the model about every candidate in one call, with
 no transaction open and no lock held. The writer then takes the user's lock and
-checks, with `unchanged`, that every candidate still has the neighbours it was
+checks, with `verify`, that every candidate still has the neighbours it was
 decided against (the same memories, none changed since); only then does it
-`apply` the decisions. When something changed, the caller decides again from
-fresh reads (a bounded number of times).
+`apply` the decisions. When something changed, `verify` raises `StalePlan` and
+the caller decides again from fresh reads (`shared.db.planned_write`).
 """
 
 from __future__ import annotations
@@ -17,8 +17,9 @@ from dataclasses import dataclass, replace
 from datetime import datetime
 
 from shared.config import Settings
-from shared.db.memories import MemoryRow, NewMemory
-from shared.db.unit_of_work import UnitOfWork, locked
+from shared.db.memory_rows import MemoryRow, NewMemory
+from shared.db.planned_write import StalePlan, write_for_user
+from shared.db.unit_of_work import UnitOfWork
 from shared.embeddings.base import Embedder
 from shared.events import utcnow
 from shared.llm import extraction_prompts
@@ -33,17 +34,10 @@ from shared.memory.consolidate import (
     neighbours,
     new_memory,
 )
-from shared.memory.search import Fusion
+from shared.memory.ranking import Fusion
 from shared.tokens import estimate_tokens
 
 Units = Callable[[], UnitOfWork]
-# Decisions made again from fresh reads when the memories changed under them.
-DECIDE_ATTEMPTS = 3
-
-
-class MemoriesChanged(RuntimeError):
-    """A user's memories kept changing between the decisions and their transaction
-    (transient: retried)."""
 
 
 @dataclass(frozen=True)
@@ -109,16 +103,15 @@ def _request_tokens(weighings: list[Weighing]) -> int:
     )
 
 
-def unchanged(uow: UnitOfWork, planned: list[Planned], fusion: Fusion, limit: int) -> bool:
-    """Under the user's lock: does every decided memory still have the neighbours
-    it was decided against, each as it was?"""
+def verify(uow: UnitOfWork, planned: list[Planned], fusion: Fusion, limit: int) -> None:
+    """Under the user's lock: every decided memory still has the neighbours it was
+    decided against, each as it was; else `StalePlan`."""
     for plan in planned:
         if plan.decision is None:
             continue
         now = neighbours(uow, plan.new, fusion, limit)
         if {_version(m) for m in now} != {_version(m) for m in plan.seen}:
-            return False
-    return True
+            raise StalePlan(f"the memories {plan.new.entity_name!r} was weighed against changed")
 
 
 def apply(uow: UnitOfWork, planned: list[Planned]) -> list[Applied]:
@@ -150,17 +143,23 @@ def write_memory(
         new = expiry.with_expiry(new, ttl, "create", "create", utcnow())
     fusion = Fusion.from_settings(settings)
     limit = settings.consolidation_neighbours
-    for _ in range(DECIDE_ATTEMPTS):
+
+    def plan() -> list[Planned]:
         if consolidate:
-            planned = weigh(units, llm, fusion, limit, [(new, source)])
-        else:
-            planned = [Planned(new, source, (), None)]
-        with locked(units, source.app, source.user_id) as uow:
-            if not unchanged(uow, planned, fusion, limit):
-                continue
-            applied = apply(uow, planned)
-            uow.commit()
-        return applied[0] if applied else Applied(Action.NONE, None, "")
-    raise MemoriesChanged(
-        f"the user's memories changed under {DECIDE_ATTEMPTS} decisions in a row; retry"
+            return weigh(units, llm, fusion, limit, [(new, source)])
+        return [Planned(new, source, (), None)]
+
+    def write(uow: UnitOfWork, planned: list[Planned]) -> list[Applied]:
+        verify(uow, planned, fusion, limit)
+        return apply(uow, planned)
+
+    applied = write_for_user(
+        units,
+        source.app,
+        source.user_id,
+        settings.write_attempts,
+        "the user's memories",
+        plan,
+        write,
     )
+    return applied[0] if applied else Applied(Action.NONE, None, "")

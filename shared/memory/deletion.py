@@ -19,7 +19,7 @@ from datetime import datetime
 
 import valkey.asyncio
 
-from shared.db.memories import MemoryRow
+from shared.db.memory_rows import MemoryRow
 from shared.db.unit_of_work import UnitOfWork
 from shared.session_buffer import (
     meta_key_of,

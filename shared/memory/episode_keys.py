@@ -4,7 +4,7 @@ A turn of a conversation often answers a question only together with the turns
 around it ("How was it?" / "Loved it, the clay was so calming" answers "what did
 she think of the pottery class?"), and its date lives in no turn's words. So
 each episode is searched by a key: its own text, the neighbouring turns of the
-same session within a window (`AM_EPISODE_KEY_WINDOW` before and after), and
+same session around it (`AM_EPISODE_KEY_NEIGHBOURS` before and after), and
 when it was said, in words ("Tuesday 9 May 2023, afternoon", in UTC). The
 episode's own text is what the API shows; the rest is its `context`.
 
@@ -37,7 +37,7 @@ def when_in_words(at: datetime) -> str:
 
 
 @dataclass(frozen=True, slots=True)
-class Window:
+class Neighbourhood:
     """An episode among its session's neighbouring turns (their texts, in order)."""
 
     text: str
@@ -57,11 +57,13 @@ class Window:
         return [when_in_words(self.at)] if self.at is not None else []
 
 
-def windows(texts: Sequence[str], at: Sequence[datetime], width: int, dated: bool) -> list[Window]:
-    """Each of a session's turns (`texts`, in order, said at `at`) in its window of
-    `width` turns before and after."""
+def neighbourhoods(
+    texts: Sequence[str], at: Sequence[datetime], width: int, dated: bool
+) -> list[Neighbourhood]:
+    """Each of a session's turns (`texts`, in order, said at `at`) among its `width`
+    neighbouring turns before and after."""
     return [
-        Window(
+        Neighbourhood(
             text,
             at[i] if dated else None,
             texts[max(0, i - width) : i],

@@ -20,11 +20,11 @@ from typing import Any
 from shared.db import archive_search
 from shared.db import search as db_search
 from shared.db.context_reads import Cited, long_term_summaries
-from shared.db.memories import COMPACTED_ENTITY, MemoryRow
+from shared.db.memory_rows import COMPACTED_ENTITY, MemoryRow
 from shared.db.run import Steps
 from shared.memory.periods import Period, find_period
-from shared.memory.retrieval import Found, FoundEpisode, MemorySearch
-from shared.memory.search import Ranked, Scope
+from shared.memory.ranking import Ranked, Scope
+from shared.memory.search import Found, FoundEpisode, MemorySearch
 
 
 @dataclass(frozen=True)
@@ -43,7 +43,7 @@ class LongTermQuery:
 
 
 @dataclass(frozen=True, slots=True)
-class Fold:
+class LongTermSummary:
     """A long-term summary and how it came in: ranked by the memory search (`rank`
     among its results, from 1), or (`rank` None) because the query names a period
     it reaches into."""
@@ -58,7 +58,7 @@ class LongTerm:
     memories: list[Found] = field(default_factory=list)
     rules: list[MemoryRow] = field(default_factory=list)
     cited: dict[str, Cited] = field(default_factory=dict)
-    folds: list[Fold] = field(default_factory=list)
+    summaries: list[LongTermSummary] = field(default_factory=list)
     hits: list[FoundEpisode] = field(default_factory=list)
     # Hit id -> the turns around it (`shared.db.archive_search.recall`).
     around: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
@@ -68,16 +68,16 @@ class LongTerm:
 
 def _memory_part(
     q: LongTermQuery, search: MemorySearch, embedding: str, period: Period | None
-) -> Steps[tuple[list[Found], list[MemoryRow], dict[str, Cited], list[Fold]]]:
+) -> Steps[tuple[list[Found], list[MemoryRow], dict[str, Cited], list[LongTermSummary]]]:
     cited: dict[str, Cited] = {}
     found, rules = yield from db_search.search_memories(
         q.scope, [q.query], [embedding], q.k, search.fusion, pinned=True, citations=cited
     )
-    # A rule both pinned and found is in the context once, as a rule; a fold the
+    # A rule both pinned and found is in the context once, as a rule; a long-term summary the
     # search found is a long-term summary, not a memory.
     pinned = {rule.id for rule in rules}
-    folds = [
-        Fold(m, rank, r)
+    summaries = [
+        LongTermSummary(m, rank, r)
         for rank, (m, r) in enumerate(found, start=1)
         if m.entity_name == COMPACTED_ENTITY and q.summaries
     ]
@@ -85,13 +85,13 @@ def _memory_part(
         Found(m, r) for m, r in found if m.id not in pinned and m.entity_name != COMPACTED_ENTITY
     ]
     if q.summaries and period is not None:
-        ranked = {f.memory.id for f in folds}
-        for fold in (yield from long_term_summaries(q.scope, cited)):
-            # A fold holds the turns up to its `observed_at`: a period that starts
+        ranked = {f.memory.id for f in summaries}
+        for summary in (yield from long_term_summaries(q.scope, cited)):
+            # A long-term summary holds the turns up to its `observed_at`: a period that starts
             # after that is none of its business.
-            if fold.id not in ranked and period.start <= fold.observed_at:
-                folds.append(Fold(fold))
-    return memories, rules, cited, folds
+            if summary.id not in ranked and period.start <= summary.observed_at:
+                summaries.append(LongTermSummary(summary))
+    return memories, rules, cited, summaries
 
 
 def _turn_part(
@@ -124,7 +124,7 @@ async def read_long_term(q: LongTermQuery, search: MemorySearch) -> LongTerm:
     if isinstance(memories, BaseException):
         read.failures["memories"] = memories
     else:
-        read.memories, read.rules, read.cited, read.folds = memories
+        read.memories, read.rules, read.cited, read.summaries = memories
     for part in turns:
         if isinstance(part, BaseException):
             read.failures["recalled_turns"] = part

@@ -4,8 +4,8 @@ history is rewritten.
 
 Revisions are numbered from 1 in the order they were written, as the API lists
 them. The text is embedded with no transaction open; then, holding the user's
-lock, the memory is updated only if it is still as it was read (else read again,
-a few times, then MemoriesChanged).
+lock, the memory is updated only if it is still as it was read (else read again:
+`shared.db.planned_write`).
 """
 
 from __future__ import annotations
@@ -13,13 +13,15 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import datetime
 
-from shared.db.memories import MemoryRow, Revision
-from shared.db.unit_of_work import UnitsOfWork, locked
+from shared.db.memory_rows import MemoryRow, Revision
+from shared.db.planned_write import StalePlan, write_for_user
+from shared.db.unit_of_work import UnitOfWork, UnitsOfWork
 from shared.embeddings.base import Embedder
 from shared.memory.consolidate import expired
-from shared.memory.decisions import DECIDE_ATTEMPTS, MemoriesChanged
 
 ROLLED_BACK = "ROLLED_BACK"
+# The memory as it was read, the text to make current, and its embedding.
+Plan = tuple[MemoryRow, str, list[float]]
 
 
 class RollbackRefused(Exception):
@@ -45,25 +47,26 @@ def rollback(
     memory_id: str,
     revision: int,
     now: datetime,
+    attempts: int,
 ) -> RolledBack:
-    for _ in range(DECIDE_ATTEMPTS):
+    def plan() -> Plan:
         with units() as uow:
             memory = uow.memories.get(app, user_id, memory_id)
             revisions = uow.memories.revisions(memory_id) if memory is not None else []
         text = _target(memory, revisions, revision)
         assert memory is not None
-        embedding = embedder.embed([text])[0]
-        with locked(units, app, user_id) as uow:
-            current = uow.memories.get(app, user_id, memory_id)
-            if current != memory:
-                continue  # changed since it was read: decide again
-            uow.memories.update(memory, text, memory.kind, embedding, now, None, change=ROLLED_BACK)
-            updated = uow.memories.get(app, user_id, memory_id)
-            history = uow.memories.revisions(memory_id)
-            uow.commit()
+        return memory, text, embedder.embed([text])[0]
+
+    def write(uow: UnitOfWork, planned: Plan) -> RolledBack:
+        memory, text, embedding = planned
+        if uow.memories.get(app, user_id, memory_id) != memory:
+            raise StalePlan("the memory changed since it was read")
+        uow.memories.update(memory, text, memory.kind, embedding, now, None, change=ROLLED_BACK)
+        updated = uow.memories.get(app, user_id, memory_id)
         assert updated is not None
-        return RolledBack(updated, history)
-    raise MemoriesChanged(f"the memory changed under {DECIDE_ATTEMPTS} rollbacks in a row; retry")
+        return RolledBack(updated, uow.memories.revisions(memory_id))
+
+    return write_for_user(units, app, user_id, attempts, f"memory {memory_id}", plan, write)
 
 
 def _target(memory: MemoryRow | None, revisions: list[Revision], number: int) -> str:

@@ -1,131 +1,121 @@
-"""What a hybrid search needs to know, apart from its SQL (`shared.db.search`):
-whose rows it may see (`Scope`), how the two rankings are weighed and bounded
-(`Fusion`), how a row was ranked (`Ranked`), and the small in-process cache its
-statistics and counts are kept in (`Expiring`).
+"""Hybrid search on the event loop: the queries embedded, then one statement
+(`shared.db.search`) on the asyncio Postgres pool. The context and
+`memories:search` share `MemorySearch.memories`; the archive search is
+`MemorySearch.episodes`.
 """
 
 from __future__ import annotations
 
-import threading
-import time
-from collections.abc import Callable
+import asyncio
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Generic, TypeVar
+from datetime import datetime
+from typing import Any, TypeVar
 
-from shared.config import Settings
-from shared.embeddings import provider_vector_weight
+from psycopg_pool import AsyncConnectionPool
 
-K = TypeVar("K")
-V = TypeVar("V")
+from shared.db import archive_search
+from shared.db import search as db_search
+from shared.db.memory_rows import MemoryRow
+from shared.db.run import Steps, arun
+from shared.embeddings.base import Embedder
+from shared.llm.base import LLM
+from shared.memory.periods import Period
+from shared.memory.ranking import Fusion, Ranked, Scope
 
-
-@dataclass(frozen=True)
-class Scope:
-    """Whose rows a search may see."""
-
-    app: str
-    user_id: str
-    project_id: str = ""
-    session_id: str = ""  # also this session's own memories (the context path)
+T = TypeVar("T")
 
 
-@dataclass(frozen=True)
-class Fusion:
-    """How a search fuses its vector and full-text rankings: reciprocal rank fusion,
-    `weight / (k + rank)` summed over the rankings, with each ranking's weight
-    scaled per query (`shared.db.search`): by how far its 1st row stands out from
-    its `top`-th (a relative gap of their distances or text weights), and the
-    vector ranking's also by the share of its `top` rows that the full-text
-    ranking found too; never below `floor` of the weight, so that a ranking still
-    orders the rows only it found. `top` 0: the weights as given, for every query."""
+@dataclass(frozen=True, slots=True)
+class Found:
+    """A memory a search ranked, and how."""
 
-    vector_weight: float = 0.4
-    text_weight: float = 0.6
-    k: int = 20
-    top: int = 5
-    floor: float = 0.01
-    candidates: int = 30
-    # Rows the full-text side ranks at most per sub-query (bounds its cost).
-    text_scan: int = 1000
-    # A lexeme in more than this share of the user's rows selects none (a stop
-    # word, shared/db/search.py).
-    max_frequency: float = 0.02
-    # Scopes with fewer rows than this are ranked by exact distance (0: never).
-    exact_below: int = 5000
-
-    @classmethod
-    def from_settings(cls, settings: Settings) -> Fusion:
-        """The configured fusion; the vector weight is the embedding provider's unless
-        `AM_SEARCH_VECTOR_WEIGHT` is set."""
-        vector_weight = settings.search_vector_weight
-        if vector_weight is None:
-            vector_weight = provider_vector_weight(settings.embedding_provider)
-        return cls(
-            vector_weight=vector_weight,
-            text_weight=settings.search_text_weight,
-            k=settings.search_rrf_k,
-            candidates=settings.search_candidates,
-            text_scan=settings.search_text_scan_limit,
-            max_frequency=settings.search_text_max_frequency,
-            exact_below=settings.search_exact_below,
-        )
+    memory: MemoryRow
+    ranked: Ranked
 
 
-@dataclass(frozen=True)
-class Ranked:
-    """A row's fused score and its best rank in each ranking (None: not found by it)."""
+@dataclass(frozen=True, slots=True)
+class FoundEpisode:
+    """An episode a search ranked (its `shared.db.archive_search.EPISODE_COLUMNS`), and how."""
 
-    score: float
-    vector_rank: int | None
-    text_rank: int | None
-
-    @property
-    def rankers(self) -> list[str]:
-        found = []
-        if self.vector_rank is not None:
-            found.append("vector")
-        if self.text_rank is not None:
-            found.append("text")
-        return found
+    fields: dict[str, Any]
+    ranked: Ranked
 
 
-# How long search keeps the scopes' counts.
-TTL_SECONDS = 60.0
+@dataclass(frozen=True, slots=True)
+class MemorySearch:
+    pool: AsyncConnectionPool
+    embedder: Embedder
+    fusion: Fusion
 
-
-class Expiring(Generic[K, V]):
-    """Values kept `ttl` seconds in this process, shared by its threads; at most
-    `size` of them (storing one more forgets the oldest), and none past its time."""
-
-    def __init__(
+    async def memories(
         self,
-        ttl: float = TTL_SECONDS,
-        clock: Callable[[], float] = time.monotonic,
-        size: int = 10_000,
-    ) -> None:
-        self.ttl = ttl
-        self.size = size
-        self._clock = clock
-        self._lock = threading.Lock()
-        # Oldest first: a value stored again moves to the end.
-        self._found: dict[K, tuple[float, V]] = {}
+        scope: Scope,
+        queries: list[str],
+        k: int,
+        kinds: Sequence[str] | None = None,
+        pinned: bool = False,
+        embeddings: list[Any] | None = None,
+    ) -> tuple[list[Found], list[MemoryRow]]:
+        """Fused top-k memories and, if `pinned`, the scope's pinned rules: one statement.
+        `embeddings`: the queries' own, when the caller has embedded them already."""
+        if embeddings is None:
+            embeddings = await self.embedder.aembed_queries(queries)
+        steps = db_search.search_memories(scope, queries, embeddings, k, self.fusion, kinds, pinned)
+        found, rules = await self.run(steps)
+        return [Found(memory, ranked) for memory, ranked in found], rules
 
-    def cached(self, key: K) -> V | None:
-        with self._lock:
-            entry = self._found.get(key)
-        return entry[1] if entry is not None and entry[0] > self._clock() else None
+    async def episodes(
+        self,
+        scope: Scope,
+        query: str,
+        k: int,
+        before: datetime | None = None,
+        after: datetime | None = None,
+        embedding: Any | None = None,
+    ) -> list[FoundEpisode]:
+        """Fused top-k episodes of the archive, created in (`after`, `before`)."""
+        if embedding is None:
+            embedding = (await self.embedder.aembed_queries([query]))[0]
+        fusion = self.fusion
+        steps = archive_search.search_episodes(scope, query, embedding, k, fusion, before, after)
+        return [FoundEpisode(fields, ranked) for fields, ranked in await self.run(steps)]
 
-    def store(self, key: K, value: V) -> V:
-        with self._lock:
-            now = self._clock()
-            self._found.pop(key, None)
-            self._found[key] = (now + self.ttl, value)
-            while self._found:
-                oldest = next(iter(self._found))
-                if self._found[oldest][0] > now and len(self._found) <= self.size:
-                    break
-                del self._found[oldest]
-        return value
+    async def episodes_in(
+        self, scope: Scope, query: str, k: int, period: Period, embedding: Any | None = None
+    ) -> list[FoundEpisode]:
+        """The top-k episodes of `period` and, if it holds fewer than k, the best of
+        the rest of the archive after them."""
+        if embedding is None:
+            embedding = (await self.embedder.aembed_queries([query]))[0]
+        steps = archive_search.search_episodes_within(
+            scope, query, embedding, k, self.fusion, period.start, period.end
+        )
+        return [FoundEpisode(fields, ranked) for fields, ranked in await self.run(steps)]
 
-    def __len__(self) -> int:
-        return len(self._found)
+    async def surrounding(
+        self, scope: Scope, found: list[FoundEpisode], turns: int
+    ) -> list[list[dict[str, Any]]]:
+        """Per hit, in order, the turns around it in its session (`turns` before and
+        after), each listed once: none that is a hit itself or already listed
+        around a better hit (adjacent hits share their neighbours)."""
+        hits = [f.fields["id"] for f in found]
+        around = await self.run(archive_search.surrounding_turns(scope, hits, turns))
+        shown = set(hits)
+        listed = []
+        for hit in hits:
+            turns_of_hit = [t for t in around.get(hit, []) if t["id"] not in shown]
+            shown.update(t["id"] for t in turns_of_hit)
+            listed.append(turns_of_hit)
+        return listed
+
+    async def run(self, steps: Steps[T]) -> T:
+        """`steps` on one connection of the pool."""
+        async with self.pool.connection() as conn:
+            return await arun(conn, steps)
+
+
+async def sub_queries(llm: LLM, query: str) -> list[str]:
+    """The query split into single-topic sub-queries by the LLM (blocking, so on a
+    worker thread); the query itself when the LLM finds none."""
+    return (await asyncio.to_thread(llm.decompose, query, "", "")).value or [query]

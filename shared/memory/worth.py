@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import re
 
-from shared.llm.phrasing import word_set
+from shared.llm.offline.phrasing import word_set
 
 MIN_CONTENT_WORDS = 2
 

@@ -79,7 +79,7 @@ def decide(rules: Sequence[Candidate], matched: set[int], project_id: str | None
             if rule is not None:
                 verb = "blocked" if action == "BLOCK" else "allowed"
                 reason = f"{verb} by {tier} rule {rule.id} ({rule.pattern})"
-                return Verdict(action, tier, rule.id, reason)  # type: ignore[arg-type]
+                return Verdict(action, tier, rule.id, reason)
     return Verdict("PENDING", "none", None, "needs human confirmation: no rule matches")
 
 

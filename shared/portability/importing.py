@@ -32,7 +32,7 @@ from uuid import UUID
 
 import psycopg
 
-from shared.db.memories import user_lock
+from shared.db.planned_write import user_transaction_on
 from shared.db.tombstones import Tombstones
 from shared.db.user_import import Written, write_episode, write_memory
 from shared.portability.records import (
@@ -42,6 +42,7 @@ from shared.portability.records import (
     EpisodeRecord,
     Header,
     MemoryRecord,
+    Record,
     parse_header,
     parse_record,
 )
@@ -146,7 +147,7 @@ def copy_id(original: UUID, app: str, user_id: str) -> UUID:
     return UUID(bytes=original.bytes[:8] + bytes(digest[:8]))
 
 
-def _parsed(number: int, raw: bytes | None, dim: int) -> object:
+def _parsed(number: int, raw: bytes | None, dim: int) -> Record | BadLine:
     if raw is None:
         return BadLine(number, f"over {MAX_LINE_BYTES} bytes; not read")
     return parse_record(number, raw, dim)
@@ -193,8 +194,7 @@ class _Importer:
 
     def write(self, batch: list[tuple[int, MemoryRecord | EpisodeRecord]]) -> None:
         """One transaction under the user's lock; each record in a savepoint."""
-        with self.conn.transaction():
-            user_lock(self.conn, self.app, self.user_id)
+        with user_transaction_on(self.conn, self.app, self.user_id):
             self.check_tombstone()  # a deletion may have committed since the last batch
             for number, record in batch:
                 try:

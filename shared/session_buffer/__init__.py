@@ -15,8 +15,8 @@ inside exactly one summary version; `folds` records which.
 Deleted users (GDPR): the deletion sets the user's tombstone key, then removes
 every key of the user (SCAN). An append reads the tombstone in the same round
 trip, after its script (one pipeline on one connection runs in order). If the
-tombstone was not there yet, the append ran before the sweep, which removes
-it; if it was, the appender takes the turn back itself when it predates the
+tombstone was not there yet, the append ran before the deletion's scan, which
+removes it; if it was, the appender takes the turn back itself when it predates the
 deletion (and the session's keys, if nothing else is in it: a user may come
 back after a deletion, and their new turns stay). The order argument needs the
 session and tombstone keys on one primary, as with a standalone Valkey or Redis.

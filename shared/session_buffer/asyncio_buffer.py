@@ -45,7 +45,8 @@ class AsyncSessionBuffer(BufferCore):
         return unlocked_view(await self._read_script(key, with_folds))
 
     async def read_summary(self, key: SessionKey) -> Summary:
-        return summary(await self.client.hmget(key.key("meta"), SUMMARY_FIELDS))
+        # valkey types the blocking and asyncio clients' answers as one union.
+        return summary(await self.client.hmget(key.key("meta"), SUMMARY_FIELDS))  # type: ignore[misc]
 
     async def delete(self, key: SessionKey) -> int:
         """Remove the session's short-term memory: every key. Returns keys removed."""

@@ -63,7 +63,7 @@ class SessionBuffer(BufferCore):
                 break
             self.client.script_load(APPEND)  # Valkey restarted and lost its scripts
             todo = lost_script
-        return results  # type: ignore[return-value]
+        return results  # type: ignore[return-value]  # the loop filled every slot
 
     def _applied(
         self, append: tuple[SessionKey, BufferedTurn, str], reply: list, tombstone: Any
@@ -121,5 +121,6 @@ class SessionBuffer(BufferCore):
 
     def ttl(self, key: SessionKey) -> dict[str, int]:
         """Seconds to live of each existing key (for tests and operators)."""
-        ttls = {k: int(self.client.ttl(k)) for k in key.keys}
+        # valkey types the blocking and asyncio clients' answers as one union.
+        ttls = {k: int(self.client.ttl(k)) for k in key.keys}  # type: ignore[arg-type]
         return {k: ttl for k, ttl in ttls.items() if ttl != -2}

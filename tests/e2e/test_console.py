@@ -23,8 +23,8 @@ import httpx
 import pytest
 from playwright.sync_api import Browser, expect, sync_playwright
 
-from services.console.session import KEY_COOKIE, SECURE_KEY_COOKIE
-from shared.localstack.process import free_port
+from services.console.access import KEY_COOKIE, SECURE_KEY_COOKIE
+from services.dev.localstack.process import free_port
 from tests.console_support import (
     CHROMIUM,
     CHROMIUM_ARGS,

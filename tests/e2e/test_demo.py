@@ -11,7 +11,7 @@ import time
 
 import pytest
 
-from shared.localstack.process import free_port
+from services.dev.localstack.process import free_port
 from tests.e2e.test_up import _clean_env
 from tests.support import REPO
 
@@ -51,7 +51,7 @@ def test_the_demo_passes_every_check_and_writes_its_report(tmp_path):
     report = json.loads((out / "report.json").read_text())
     assert report["passed"] is True
     assert [c["name"] for c in report["checks"]] == CHECKS
-    assert report["providers"] == {"llm": "rules", "embeddings": "hash"}
+    assert report["providers"] == {"llm": "offline", "embeddings": "hash"}
     turns = report["turns"]
     assert [t["turn"] for t in turns] == list(range(1, 46))
     # Naive stuffing grows with every turn; the tiered prompt stays within the budget.

@@ -15,7 +15,7 @@ from fastapi.testclient import TestClient
 from services.api.app import create_app
 from services.compaction_worker.handlers import SUMMARY_ENTITY
 from services.compaction_worker.requests import compaction_request
-from tests.fake_gemini_model import rules_chat
+from tests.fake_gemini_model import offline_chat
 from tests.fake_openai import json_reply
 from tests.model_endpoints import model_endpoint
 from tests.support import WorkerProcess, wait_for
@@ -38,7 +38,7 @@ def endpoint():
         def answer(request):
             if 'Answer with JSON: {"additions"' in request.prompt_text():
                 return json_reply({"additions": COMPACTED})
-            return rules_chat(request)
+            return offline_chat(request)
 
         found.fake.defaults["chat"] = answer
         yield found
@@ -57,7 +57,7 @@ def pipeline(settings, topology, ids, tmp_path, endpoint):
         embedding_provider="openai",
         openai_embedding_model="text-embedding-3-small",
         summary_trigger_turns=2,
-        summary_window_turns=1,
+        summary_kept_turns=1,
         extraction_window_turns=2,
         llm_retry_seconds=5.0,
     )

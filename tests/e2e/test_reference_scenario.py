@@ -1,6 +1,6 @@
 """The reference scenario of long-term memory, end to end: turns recorded through
 the API, the extraction worker as a user runs it (`agent-memory worker extraction`,
-`rules` LLM, `hash` embeddings), contexts read through the API."""
+`offline` LLM, `hash` embeddings), contexts read through the API."""
 
 from datetime import UTC, datetime, timedelta
 
@@ -8,7 +8,7 @@ import pytest
 from fastapi.testclient import TestClient
 
 from services.api.app import create_app
-from services.extraction_worker.handlers import TURNS_CONSUMER
+from services.extraction_worker.handlers import TURNS_SUBSCRIPTION
 from shared.events import TurnRecorded
 from tests.support import WorkerProcess, wait_for
 
@@ -71,7 +71,7 @@ def applied(pool, event_ids):
         with pool.connection() as conn:
             n = conn.execute(
                 "SELECT count(*) FROM processed_events WHERE consumer = %s AND event_id = ANY(%s)",
-                (TURNS_CONSUMER, event_ids),
+                (TURNS_SUBSCRIPTION, event_ids),
             ).fetchone()[0]
         return n == len(event_ids)
 

@@ -17,7 +17,7 @@ import psycopg
 import pytest
 import valkey
 
-from shared.localstack.process import free_port
+from services.dev.localstack.process import free_port
 from tests.support import REPO, wait_for
 
 
@@ -373,7 +373,7 @@ def test_up_uses_the_services_it_is_given_instead_of_starting_its_own(stack, tmp
         assert not any(
             name in c for c in commands for name in ("bin/postgres", "valkey-server", "pubsub")
         )
-        assert sorted(c.split("services.cli ")[1] for c in commands if "services.cli" in c) == [
+        assert sorted(c.split("services.cli ")[1] for c in commands if "services.cli " in c) == [
             "api",
             "worker compaction",
             "worker extraction",

@@ -11,11 +11,11 @@ import time
 import pytest
 from pydantic import SecretStr
 
-from services.extraction_worker.handlers import REQUESTS, TURNS_CONSUMER
+from services.extraction_worker.handlers import REQUESTS, TURNS_SUBSCRIPTION
 from shared.bus.dlq import DeadLetterQueues
 from tests.bus_helpers import make_turn
 from tests.fake_gemini import FakeGemini, Request
-from tests.fake_gemini_model import rules_model
+from tests.fake_gemini_model import offline_model
 from tests.support import WorkerProcess, wait_for
 
 SESSIONS = 6
@@ -24,8 +24,8 @@ KILLS = 3
 
 
 def _slow_model(request: Request):
-    time.sleep(1.0)  # noqa: sleep-ok - the model's latency, as the fake plays it
-    return rules_model(request)
+    time.sleep(1.0)  # sleep-ok: the model's latency, as the fake plays it
+    return offline_model(request)
 
 
 def _state(pool, ids, event_ids):
@@ -34,7 +34,7 @@ def _state(pool, ids, event_ids):
             "SELECT (SELECT count(*) FROM processed_events WHERE consumer = %(c)s "
             "        AND event_id = ANY(%(e)s::uuid[])), "
             "(SELECT count(*) FROM extraction_pending WHERE app = %(a)s AND user_id = %(u)s)",
-            {"c": TURNS_CONSUMER, "e": event_ids, "a": ids["app"], "u": ids["user_id"]},
+            {"c": TURNS_SUBSCRIPTION, "e": event_ids, "a": ids["app"], "u": ids["user_id"]},
         ).fetchone()
 
 
@@ -108,7 +108,7 @@ def test_a_worker_killed_while_it_extracts_windows_extracts_each_turn_once(
     )
     assert dict(revisions) == dict.fromkeys(event_ids, 1)
     queues = DeadLetterQueues(local)
-    assert queues.peek(TURNS_CONSUMER) == [] and queues.peek(REQUESTS) == []
+    assert queues.peek(TURNS_SUBSCRIPTION) == [] and queues.peek(REQUESTS) == []
     # The kills interrupted windows: requests a killed worker had taken were redelivered
     # and extracted by its successor.
     redone = [

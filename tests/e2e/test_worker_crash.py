@@ -7,7 +7,7 @@ import time
 
 import pytest
 
-from services.extraction_worker.handlers import TURNS_CONSUMER
+from services.extraction_worker.handlers import TURNS_SUBSCRIPTION
 from shared.session_buffer import SessionBuffer, SessionKey
 from tests.bus_helpers import make_turn
 from tests.support import WorkerProcess, wait_for
@@ -38,7 +38,7 @@ def _ledger(pool, event_ids):
     with pool.connection() as conn:
         return conn.execute(
             "SELECT count(*) FROM processed_events WHERE consumer = %s AND event_id = ANY(%s)",
-            (TURNS_CONSUMER, event_ids),
+            (TURNS_SUBSCRIPTION, event_ids),
         ).fetchone()[0]
 
 
@@ -62,7 +62,7 @@ def test_a_worker_stopped_mid_burst_applies_every_event_exactly_once(
         for event in events:
             publisher.publish(event)
             # Paces the burst; it waits for nothing.
-            time.sleep(1 / RATE_PER_SECOND)  # noqa: sleep-ok
+            time.sleep(1 / RATE_PER_SECOND)  # sleep-ok
 
     publishing = threading.Thread(target=burst)
     publishing.start()

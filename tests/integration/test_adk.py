@@ -23,6 +23,7 @@ from google.adk.sessions import InMemorySessionService, Session
 from google.genai import Client, types
 from prometheus_client import REGISTRY
 
+from services.dev.localstack.process import free_port
 from shared.adk import (
     AgentMemoryService,
     TurnLimits,
@@ -36,7 +37,6 @@ from shared.adk.limits import TRUNCATED
 from shared.api_keys import create_key
 from shared.client import AsyncMemoryClient, MemoryClient
 from shared.events import TurnRecorded
-from shared.localstack.process import free_port
 from tests.bus_helpers import running
 from tests.fake_gemini import FakeGemini, Request
 from tests.fake_gemini_agent import (
@@ -618,7 +618,7 @@ def test_an_oversize_turn_is_cut_to_the_api_limits_not_lost(api, ids):
 
 def test_the_memory_service_flushes_the_session_it_adds(api, app_settings, publisher, pool, ids):
     from shared.embeddings import make_embedder
-    from shared.llm import RulesLLM
+    from shared.llm import OfflineLLM
     from tests.bus_helpers import extraction_worker
 
     # A window of ten turns with two minutes to wait: only the flush closes it now.
@@ -644,7 +644,7 @@ def test_the_memory_service_flushes_the_session_it_adds(api, app_settings, publi
         async with api.client() as client:
             await AgentMemoryService(client).add_session_to_memory(session)
 
-    with extraction_worker(local, pool, RulesLLM(), make_embedder(local), publisher):
+    with extraction_worker(local, pool, OfflineLLM(), make_embedder(local), publisher):
         asyncio.run(end_of_session())
         found = wait_for(memories_with(api, user, "tabs", "tabs", project_id=None), 20, "tabs")
     assert [m.text for m in found] == ["User prefers tabs."]

@@ -5,8 +5,8 @@ from fastapi.testclient import TestClient
 from google.api_core import exceptions as gexc
 
 from services.api.app import create_app
+from services.dev.localstack.process import free_port
 from shared.events import derived_event_id
-from shared.localstack.process import free_port
 
 
 @pytest.fixture

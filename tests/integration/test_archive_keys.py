@@ -18,7 +18,7 @@ from shared.db.migrate import discover, migrate
 from shared.db.run import run
 from shared.embeddings import HashEmbedder
 from shared.memory.episode_keys import when_in_words
-from shared.memory.search import Fusion, Scope
+from shared.memory.ranking import Fusion, Scope
 from tests.support import run_cli
 
 SAID_AT = datetime(2023, 5, 9, 14, 0, tzinfo=UTC)  # a Tuesday afternoon
@@ -70,7 +70,7 @@ def test_each_turn_is_keyed_with_its_neighbours_and_date_whatever_order_they_arr
     with pool.connection() as conn:
         for n in order:  # a late turn goes between its neighbours
             assert Episodes(conn).archive_locally(
-                _episode(ids, n), embedder.embed, window=2, dated=True
+                _episode(ids, n), embedder.embed, neighbours=2, dated=True
             )
     stored = _stored(pool.connection, ids)
     texts = [row["text"] for row in stored]
@@ -88,7 +88,7 @@ def test_each_turn_is_keyed_with_its_neighbours_and_date_whatever_order_they_arr
     # A redelivered turn is archived once and changes no key.
     with pool.connection() as conn:
         assert not Episodes(conn).archive_locally(
-            _episode(ids, 3), embedder.embed, window=2, dated=True
+            _episode(ids, 3), embedder.embed, neighbours=2, dated=True
         )
     assert _stored(pool.connection, ids) == stored
 
@@ -97,7 +97,9 @@ def test_turn_only_keys_hold_the_text_alone(pool, ids):
     embedder = HashEmbedder(768)
     with pool.connection() as conn:
         for n in range(3):
-            Episodes(conn).archive_locally(_episode(ids, n), embedder.embed, window=0, dated=False)
+            Episodes(conn).archive_locally(
+                _episode(ids, n), embedder.embed, neighbours=0, dated=False
+            )
     for row in _stored(pool.connection, ids):
         assert row["context"] == ""
         expected = embedder.embed([row["text"]])[0]
@@ -119,9 +121,11 @@ def test_the_reply_that_answers_is_found_by_the_words_of_the_turn_before(pool, i
     question = "What did I think of the pottery class?"
     with pool.connection() as conn:
         for n in range(len(DIALOGUE)):
-            Episodes(conn).archive_locally(_episode(ids, n), embedder.embed, window=2, dated=True)
+            Episodes(conn).archive_locally(
+                _episode(ids, n), embedder.embed, neighbours=2, dated=True
+            )
             other = _episode(ids, n, session_id=ids["session_id"] + "-turn-only")
-            Episodes(conn).archive_locally(other, embedder.embed, window=0, dated=False)
+            Episodes(conn).archive_locally(other, embedder.embed, neighbours=0, dated=False)
     text_only = Fusion(vector_weight=0.0, text_weight=1.0, text_scan=50)
     both = _search(pool, ids, question, embedder, text_only)
     # The reply ("Loved it, the clay was so calming") shares no word with the
@@ -148,7 +152,9 @@ def test_a_ranking_is_the_same_across_analyze_and_another_tenants_bulk_load(pool
     embedder = HashEmbedder(768)
     with pool.connection() as conn:
         for n in range(len(DIALOGUE)):
-            Episodes(conn).archive_locally(_episode(ids, n), embedder.embed, window=2, dated=True)
+            Episodes(conn).archive_locally(
+                _episode(ids, n), embedder.embed, neighbours=2, dated=True
+            )
     question = "Was the teacher patient with my sister?"
     first = _search(pool, ids, question, embedder)
     assert [turn for turn, ranked in first if ranked.text_rank == 1] == ["t3"]
@@ -248,7 +254,9 @@ def test_an_archive_search_returns_each_hit_with_the_turns_around_it_once(client
     embedder = HashEmbedder(768)
     with pool.connection() as conn:
         for n in range(len(DIALOGUE)):
-            Episodes(conn).archive_locally(_episode(ids, n), embedder.embed, window=2, dated=True)
+            Episodes(conn).archive_locally(
+                _episode(ids, n), embedder.embed, neighbours=2, dated=True
+            )
     body = {"user_id": ids["user_id"], "query": "patient teacher sister", "k": 2}
     plain = client.post("/v1/archive:search", json=body)
     assert plain.status_code == 200, plain.text
@@ -283,7 +291,7 @@ def test_a_period_the_question_names_is_searched_first(client, pool, ids):
             for n in range(2):
                 episode = _episode(ids, n, session_id=f"{ids['session_id']}-{name}")
                 episode = dataclasses.replace(episode, created_at=at + timedelta(minutes=n))
-                Episodes(conn).archive_locally(episode, embedder.embed, window=2, dated=True)
+                Episodes(conn).archive_locally(episode, embedder.embed, neighbours=2, dated=True)
     body = {"user_id": ids["user_id"], "query": "What did I do last month?", "k": 3}
     asked = {**body, "asked_at": "2023-06-10T12:00:00Z"}
     found = client.post("/v1/archive:search", json=asked)
@@ -332,7 +340,9 @@ def test_the_lexeme_counts_follow_every_write_and_go_with_the_user(client, pool,
     embedder = HashEmbedder(768)
     with pool.connection() as conn:
         for n in range(len(DIALOGUE)):  # inserts, then the neighbours' keys updated
-            Episodes(conn).archive_locally(_episode(ids, n), embedder.embed, window=2, dated=True)
+            Episodes(conn).archive_locally(
+                _episode(ids, n), embedder.embed, neighbours=2, dated=True
+            )
     kept, counted = _counts(pool, ids)
     assert kept == counted and ("episodes", "potteri", 3) in kept
     with pool.connection() as conn:

@@ -18,6 +18,7 @@ import httpx
 import psycopg
 import pytest
 
+from services.dev.localstack.process import free_port
 from shared.api_keys import create_key
 from shared.client import (
     AsyncMemoryClient,
@@ -34,8 +35,7 @@ from shared.client import (
 )
 from shared.embeddings import make_embedder
 from shared.events import MemoriesGenerate, TurnRecorded
-from shared.llm import RulesLLM
-from shared.localstack.process import free_port
+from shared.llm import OfflineLLM
 from tests.bus_helpers import extraction_worker as worker_of
 from tests.bus_helpers import inline_extraction, running
 from tests.support import serve_api, wait_for
@@ -72,8 +72,8 @@ def client(base_url, keys) -> Iterator[MemoryClient]:
 
 @pytest.fixture
 def extraction_worker(api_settings, publisher, pool) -> Iterator[None]:
-    """The extraction worker's handlers (archive and generate), `rules` LLM."""
-    extraction = inline_extraction(pool, RulesLLM(), make_embedder(api_settings), api_settings)
+    """The extraction worker's handlers (archive and generate), `offline` LLM."""
+    extraction = inline_extraction(pool, OfflineLLM(), make_embedder(api_settings), api_settings)
     turns = {TurnRecorded: extraction.handle_turn}
     generate = {MemoriesGenerate: extraction.handle_generate}
     with (
@@ -632,7 +632,7 @@ def test_flush_session_extracts_the_sessions_waiting_turns_now(
         update={"extraction_window_turns": 10, "extraction_window_seconds": 120.0}
     )
     user, session = ids["user_id"], ids["session_id"]
-    with worker_of(local, pool, RulesLLM(), make_embedder(local), publisher):
+    with worker_of(local, pool, OfflineLLM(), make_embedder(local), publisher):
         client.record_turn(session, user, "My editor is vim.", "Noted.")
         client.record_turn(session, user, "I prefer tabs over spaces.", "Noted.")
         with pool.connection() as conn:

@@ -1,4 +1,4 @@
-"""The compaction worker on the real Postgres/pgvector and Pub/Sub emulator (`rules`
+"""The compaction worker on the real Postgres/pgvector and Pub/Sub emulator (`offline`
 LLM, `hash` embeddings): old episodes folded into one summary per scope, the previous
 summary kept, continuations past the batch limit, exactly-once effects, tombstones,
 project scoping, and `agent-memory compact`."""
@@ -13,7 +13,7 @@ from datetime import timedelta
 import pytest
 
 from services.compaction_worker.handlers import (
-    CONSUMER,
+    APPLIER,
     SUMMARY_ENTITY,
     Compaction,
     continuation_of,
@@ -25,7 +25,7 @@ from shared.db.unit_of_work import UnitsOfWork
 from shared.embeddings import make_embedder
 from shared.errors import PermanentError
 from shared.events import CompactionRequested, derived_event_id, encode, format_time, utcnow
-from shared.llm import RulesLLM
+from shared.llm import OfflineLLM
 from tests.bus_helpers import Recorder, running
 from tests.support import WorkerProcess, run_cli, wait_for
 
@@ -36,7 +36,7 @@ RECENT = timedelta(days=5)
 @pytest.fixture
 def compaction(settings, topology, publisher, pool):
     return Compaction(
-        UnitsOfWork(pool, "compaction"), RulesLLM(), make_embedder(settings), settings, publisher
+        UnitsOfWork(pool, "compaction"), OfflineLLM(), make_embedder(settings), settings, publisher
     )
 
 
@@ -65,7 +65,7 @@ def _add(pool, ids, texts, age=OLD, project="", user_id=None, start=0):
                     created_at=base + timedelta(seconds=n),
                 ),
                 no_embeddings,
-                window=2,
+                neighbours=2,
                 dated=True,
             )
 
@@ -125,7 +125,7 @@ def _ledgered(pool, event_id):
     with pool.connection() as conn:
         return conn.execute(
             "SELECT count(*) FROM processed_events WHERE consumer = %s AND event_id = %s",
-            (CONSUMER, event_id),
+            (APPLIER, event_id),
         ).fetchone()[0]
 
 
@@ -312,7 +312,7 @@ def test_a_continuation_whose_publish_failed_is_published_by_the_redelivery(
     _add(pool, ids, ["I prefer tea.", "Never deploy on Fridays.", "We decided to use Go."])
     compaction = Compaction(
         UnitsOfWork(pool, "compaction"),
-        RulesLLM(),
+        OfflineLLM(),
         make_embedder(settings),
         settings,
         _FailingOnce(publisher),
@@ -349,7 +349,7 @@ def test_a_sweep_compacts_each_user_with_old_episodes_once_even_when_redelivered
     # publish time) publishes the same requests again.
     compaction = Compaction(
         UnitsOfWork(pool, "compaction"),
-        RulesLLM(),
+        OfflineLLM(),
         make_embedder(settings),
         settings,
         _FailingOnce(publisher),
@@ -439,7 +439,7 @@ def test_the_compact_command_publishes_requests_the_worker_applies(
 ):
     local = settings.model_copy(update={"default_app": ids["app"]})
     compaction = Compaction(
-        UnitsOfWork(pool, "compaction"), RulesLLM(), make_embedder(local), local, publisher
+        UnitsOfWork(pool, "compaction"), OfflineLLM(), make_embedder(local), local, publisher
     )
     users = {name: f"{ids['user_id']}-{name}" for name in ("a", "b", "c")}
     _add(pool, ids, ["I prefer tea."], user_id=users["a"])

@@ -15,7 +15,7 @@ import pytest
 from fastapi.testclient import TestClient
 
 from services.api.app import create_app
-from services.console.session import KEY_COOKIE, SECURE_KEY_COOKIE
+from services.console.access import KEY_COOKIE, SECURE_KEY_COOKIE
 from shared.api_keys import create_key
 from shared.bus.admin import TopologyAdmin
 from tests.conftest import make_settings

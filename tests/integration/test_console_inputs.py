@@ -20,7 +20,7 @@ import pytest
 from fastapi.testclient import TestClient
 
 from services.api.app import create_app
-from services.console.session import CSP
+from services.console.access import CSP
 from shared.bus.admin import TopologyAdmin
 from tests.conftest import make_settings
 

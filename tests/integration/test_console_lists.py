@@ -83,7 +83,7 @@ def test_a_user_s_memories_and_sessions_page_by_page(client, pool, ids):
                 tool_events=[],
                 created_at=datetime(2026, 1, 1, tzinfo=UTC) + timedelta(hours=n),
             )
-            Episodes(conn).archive_locally(episode, embedder.embed, window=2, dated=True)
+            Episodes(conn).archive_locally(episode, embedder.embed, neighbours=2, dated=True)
     page = client.get("/console/user", params={"id": user})
     assert _pager(page, "memories-pager") == "1–2 of 4 live memories · Next 2"
     assert _pager(page, "sessions-pager") == "1–2 of 3 archived sessions · Next 2"

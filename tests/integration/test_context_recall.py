@@ -14,7 +14,7 @@ from services.compaction_worker.handlers import Compaction
 from services.compaction_worker.requests import compaction_request
 from shared.db.unit_of_work import UnitsOfWork
 from shared.embeddings import make_embedder
-from shared.llm import RulesLLM
+from shared.llm import OfflineLLM
 from tests.bus_helpers import extraction_worker
 from tests.support import wait_for
 from tests.window_helpers import query
@@ -98,7 +98,7 @@ def archived_and_extracted(pool, ids, turns):
 def conversation(client, app_settings, pool, publisher, ids):
     """The scripted conversation, archived and extracted by the worker."""
     embedder = make_embedder(app_settings)
-    with extraction_worker(app_settings, pool, RulesLLM(), embedder, publisher):
+    with extraction_worker(app_settings, pool, OfflineLLM(), embedder, publisher):
         turns = record_conversation(client, ids)
         wait_for(lambda: archived_and_extracted(pool, ids, turns), 60, "the turns archived")
     return ids
@@ -205,7 +205,7 @@ def test_a_named_period_is_searched_first_and_brings_the_summary_of_what_was_fol
 ):
     compaction = Compaction(
         UnitsOfWork(pool, "compaction"),
-        RulesLLM(),
+        OfflineLLM(),
         make_embedder(app_settings),
         app_settings,
         publisher,
@@ -264,7 +264,7 @@ def test_turns_next_to_a_hit_are_only_those_the_scope_may_see(
         ("", "Loved the pottery, honestly so calming."),
     ]
     embedder = make_embedder(app_settings)
-    with extraction_worker(app_settings, pool, RulesLLM(), embedder, publisher):
+    with extraction_worker(app_settings, pool, OfflineLLM(), embedder, publisher):
         for n, (project, text) in enumerate(turns, start=1):
             body = {"user_id": user, "turn_id": f"m-t{n}", "user": text, "assistant": "Ok."}
             if project:

@@ -3,7 +3,7 @@ and a whole user (GDPR) whose late and replayed events then create nothing."""
 
 from datetime import UTC, datetime, timedelta
 
-from services.extraction_worker.handlers import TURNS_CONSUMER
+from services.extraction_worker.handlers import TURNS_SUBSCRIPTION
 from shared.bus.dlq import DeadLetterQueues
 from shared.events import TurnRecorded
 from shared.session_buffer import SessionBuffer, SessionKey, user_keys_pattern
@@ -215,7 +215,7 @@ def test_a_replayed_dead_letter_of_a_deleted_user_creates_nothing(
     assert count(pool, "SELECT count(*) FROM episodes WHERE app=%s AND user_id=%s", app, user) == 0
     assert count(pool, "SELECT count(*) FROM memories WHERE app=%s AND user_id=%s", app, user) == 0
     ledger = "SELECT count(*) FROM processed_events WHERE consumer = %s AND event_id = %s"
-    assert count(pool, ledger, TURNS_CONSUMER, turn.event_id) == 1
+    assert count(pool, ledger, TURNS_SUBSCRIPTION, turn.event_id) == 1
     # The summary path drops its copy too (the turns topic feeds both subscriptions);
     # the replay was for turns-extraction only, so turns-summary skips that one.
     buffer = SessionBuffer(valkey_client, 3600)

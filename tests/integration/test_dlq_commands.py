@@ -15,8 +15,8 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
+from services.dev.localstack.process import free_port
 from shared.bus.dlq import COUNT_CAP, DeadLetterQueues
-from shared.localstack.process import free_port
 from tests.bus_helpers import make_turn
 from tests.dlq_helpers import dead_letter
 from tests.support import REPO, run_cli, settings_env, wait_for

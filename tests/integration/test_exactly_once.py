@@ -1,7 +1,7 @@
-from services.extraction_worker.handlers import TURNS_CONSUMER
+from services.extraction_worker.handlers import TURNS_SUBSCRIPTION
 from shared.embeddings import make_embedder
 from shared.events import TurnRecorded
-from shared.llm import RulesLLM
+from shared.llm import OfflineLLM
 from shared.session_buffer import SessionBuffer, SessionKey
 from tests.bus_helpers import (
     Recorder,
@@ -26,7 +26,7 @@ def test_the_same_event_published_three_times_is_applied_once(
     summary_table = {TurnRecorded: summary.wrap(summary_handler(settings, buffer))}
     extraction_table = {
         TurnRecorded: extraction.wrap(
-            inline_extraction(pool, RulesLLM(), make_embedder(settings), settings).handle_turn
+            inline_extraction(pool, OfflineLLM(), make_embedder(settings), settings).handle_turn
         )
     }
     with (
@@ -47,7 +47,7 @@ def test_the_same_event_published_three_times_is_applied_once(
         ).fetchone()[0]
         ledger = conn.execute(
             "SELECT count(*) FROM processed_events WHERE consumer = %s AND event_id = %s",
-            (TURNS_CONSUMER, turn.event_id),
+            (TURNS_SUBSCRIPTION, turn.event_id),
         ).fetchone()[0]
     assert (episodes, ledger) == (1, 1)
 

@@ -13,8 +13,8 @@ from services.compaction_worker.handlers import Compaction
 from shared.db.unit_of_work import UnitsOfWork
 from shared.embeddings import make_embedder
 from shared.events import CompactionRequested, format_time, utcnow
-from shared.llm import RulesLLM
-from shared.memory.sweep import sweep
+from shared.llm import OfflineLLM
+from shared.memory.expiry import retire_expired
 from shared.metrics import EXPIRED
 from tests.support import wait_for
 
@@ -113,7 +113,7 @@ def test_an_expired_memory_leaves_every_read_at_once_and_the_sweep_retires_it(
     assert detail.json()["deleted_at"] is None
     counted = EXPIRED.labels("memories")._value.get()
     compaction = Compaction(
-        UnitsOfWork(pool, "compaction"), RulesLLM(), make_embedder(settings), settings, publisher
+        UnitsOfWork(pool, "compaction"), OfflineLLM(), make_embedder(settings), settings, publisher
     )
     sweep = CompactionRequested(
         event_id=str(uuid.uuid4()),
@@ -148,7 +148,7 @@ def test_revisions_are_kept_as_long_as_the_apps_revisions_ttl(client, ids, setti
             "UPDATE memory_revisions SET expire_at = now() - interval '1 s' WHERE memory_id = %s",
             (memory["id"],),
         )
-    swept = sweep(UnitsOfWork(pool, "compaction"), ids["app"])
+    swept = retire_expired(UnitsOfWork(pool, "compaction"), ids["app"])
     assert (swept.memories, swept.revisions) == (0, 2)
     detail = client.get(f"/v1/memories/{memory['id']}", params={"user_id": ids["user_id"]})
     assert detail.json()["text"] == "The Heron build uses gcc 14."

@@ -9,13 +9,13 @@ import uuid
 
 import pytest
 
-from services.extraction_worker.handlers import REQUESTS, TURNS_CONSUMER
+from services.extraction_worker.handlers import REQUESTS, TURNS_SUBSCRIPTION
 from shared.bus.dlq import DeadLetterQueues
 from shared.embeddings import make_embedder
 from shared.llm.gemini import GeminiLLM
 from tests.bus_helpers import Recorder, extraction_worker, make_turn
 from tests.fake_gemini import json_reply
-from tests.fake_gemini_model import rules_model
+from tests.fake_gemini_model import offline_model
 from tests.support import run_cli, wait_for
 from tests.window_helpers import (
     STATEMENTS,
@@ -34,7 +34,7 @@ from tests.window_helpers import (
 
 @pytest.fixture
 def fake():
-    """The fake Gemini endpoint answering as the `rules` provider would."""
+    """The fake Gemini endpoint answering as the `offline` provider would."""
     with rules_fake() as server:
         yield server
 
@@ -64,7 +64,7 @@ def test_a_window_that_never_gets_a_valid_reply_dead_letters_each_turn_to_replay
         for turn in turns:
             publisher.publish(turn).result(timeout=10)
         letters = wait_for(
-            lambda: (found := queues.peek(TURNS_CONSUMER)) and len(found) == 2 and found,
+            lambda: (found := queues.peek(TURNS_SUBSCRIPTION)) and len(found) == 2 and found,
             120,
             "both turns' dead letters",
         )
@@ -87,10 +87,12 @@ def test_a_window_that_never_gets_a_valid_reply_dead_letters_each_turn_to_replay
     assert ledgered(pool, turns) == []
 
     # Replayed one by one, with a model that answers: each turn is extracted once.
-    fake.defaults["generateContent"] = rules_model
+    fake.defaults["generateContent"] = offline_model
     with extraction_worker(local, pool, llm, embedder, publisher):
         for n, turn in enumerate(turns, start=1):
-            replay = run_cli(local, "dlq", "replay", TURNS_CONSUMER, "--event-id", turn.event_id)
+            replay = run_cli(
+                local, "dlq", "replay", TURNS_SUBSCRIPTION, "--event-id", turn.event_id
+            )
             assert replay.returncode == 0, replay.stderr
             # Alone in its window, it closes when no other turn comes.
             wait_for(lambda n=n: len(live_texts(pool, ids)) == n, 60, f"turn {n}'s memory")
@@ -181,8 +183,8 @@ def test_no_transaction_or_lock_is_open_while_the_model_answers(
                     "(SELECT count(*) FROM pg_locks WHERE locktype = 'advisory')"
                 ).fetchone()
             )
-        time.sleep(0.5)  # noqa: sleep-ok - the model's latency, as the fake plays it
-        return rules_model(request)
+        time.sleep(0.5)  # sleep-ok: the model's latency, as the fake plays it
+        return offline_model(request)
 
     def transactions(bound):
         labels = {"worker": "extraction"}
@@ -229,7 +231,9 @@ def test_an_llm_outage_holds_the_window_without_spending_its_attempts(
     from tests.fake_gemini import error_reply
 
     down = {"on": True}
-    fake.defaults["generateContent"] = lambda r: error_reply(503) if down["on"] else rules_model(r)
+    fake.defaults["generateContent"] = lambda r: (
+        error_reply(503) if down["on"] else offline_model(r)
+    )
     local = gemini(
         settings,
         fake,

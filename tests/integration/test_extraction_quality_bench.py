@@ -12,8 +12,8 @@ from pydantic import SecretStr
 
 from bench.extraction_quality import PARTS, load_set, matches, run_provider
 from shared.config import load_settings
-from shared.llm import RulesLLM, make_llm
-from tests.fake_gemini_model import rules_chat
+from shared.llm import OfflineLLM, make_llm
+from tests.fake_gemini_model import offline_chat
 from tests.fake_openai import FakeOpenAI
 
 
@@ -58,9 +58,9 @@ def test_the_matching_rule(text, scope, label, expected):
 
 def test_a_model_provider_runs_the_bench_as_the_offline_one_does():
     sessions = load_set()
-    offline = run_provider(RulesLLM(), sessions, 5)
+    offline = run_provider(OfflineLLM(), sessions, 5)
     with FakeOpenAI() as fake:
-        fake.defaults["chat"] = rules_chat
+        fake.defaults["chat"] = offline_chat
         settings = load_settings(
             llm_provider="openai",
             openai_base_url=fake.url,

@@ -27,7 +27,7 @@ TRAVEL = {
 
 @pytest.fixture
 def fake():
-    """The fake Gemini endpoint answering as the `rules` provider would: it knows
+    """The fake Gemini endpoint answering as the `offline` provider would: it knows
     nothing of the app's topics, so it files a preference under `preferences`."""
     with rules_fake() as server:
         yield server

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import pytest
 
-from services.extraction_worker.handlers import REQUESTS, TURNS_CONSUMER
+from services.extraction_worker.handlers import REQUESTS, TURNS_SUBSCRIPTION
 from shared.embeddings import make_embedder
 from shared.llm.gemini import GeminiLLM
 from tests.bus_helpers import extraction_worker, make_turn
@@ -30,7 +30,7 @@ from tests.window_helpers import (
 
 @pytest.fixture
 def fake():
-    """The fake Gemini endpoint answering as the `rules` provider would."""
+    """The fake Gemini endpoint answering as the `offline` provider would."""
     with rules_fake() as server:
         yield server
 
@@ -112,7 +112,7 @@ def test_a_flush_extracts_every_waiting_turn_now(
     ledgered = query(
         pool,
         "SELECT event_id::text FROM processed_events WHERE consumer = %s AND event_id = ANY(%s)",
-        TURNS_CONSUMER,
+        TURNS_SUBSCRIPTION,
         first,
     )
     assert sorted(r[0] for r in ledgered) == sorted(first)

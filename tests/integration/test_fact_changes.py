@@ -1,5 +1,5 @@
 """A changed fact through the real API and the extraction handler, with the
-offline providers (`rules` LLM, `hash` embeddings) on the real Postgres: the
+offline providers (`offline` LLM, `hash` embeddings) on the real Postgres: the
 newer statement updates the memory (one live memory, with a revision), and an
 unrelated fact is kept beside it."""
 

@@ -16,6 +16,7 @@ from urllib.parse import urlsplit
 import pytest
 import valkey
 
+from services.dev.localstack.process import free_port
 from shared.bus.attributes import COUNTED
 from shared.bus.dlq import DeadLetterQueues
 from shared.bus.figure_history import Point, Recorder, read_history
@@ -25,7 +26,6 @@ from shared.bus.reporting import Reporter
 from shared.bus.topology import SUBSCRIPTIONS
 from shared.errors import PermanentError
 from shared.events import TurnRecorded, encode
-from shared.localstack.process import free_port
 from shared.session_buffer import SessionBuffer
 from tests.bus_helpers import intercept, make_turn, running, summary_handler
 from tests.dlq_helpers import pull_all

@@ -9,7 +9,7 @@ import pytest
 
 from shared.db.run import run
 from shared.db.search import search_memories, vector_text
-from shared.memory.search import Fusion, Scope
+from shared.memory.ranking import Fusion, Scope
 from tests.conftest import EMBEDDING_DIM
 
 QUERY = "quartz zircon"

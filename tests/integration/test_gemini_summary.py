@@ -12,10 +12,10 @@ from shared.bus.dependencies import Dependencies, Probe
 from shared.bus.dlq import DeadLetterQueues
 from shared.bus.worker import SubscriberRuntime
 from shared.events import ToolEvent, TurnRecorded
-from shared.health import check_gemini_generation
 from shared.llm import DialogueTurn, LLMError
 from shared.llm.accounting import worker
 from shared.llm.gemini import GeminiLLM, make_client
+from shared.probes import check_gemini_generation
 from shared.session_buffer import SessionBuffer, SessionKey
 from tests.bus_helpers import Recorder, make_turn, running, summary_handler
 from tests.fake_gemini import Reply, error_reply, json_reply

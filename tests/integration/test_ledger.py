@@ -10,14 +10,14 @@ from shared.db.unit_of_work import UnitOfWork
 from shared.memory.deletion import delete_user
 from tests.support import wait_for
 
-CONSUMER = "ledger-test"
+APPLIER = "ledger-test"
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
 
 
 def _claim(pool, ids, event_id: str, created_at: datetime = T0) -> Claim:
     with UnitOfWork(pool) as uow:
         claim = uow.ledger.claim_or_skip(
-            CONSUMER, event_id, app=ids["app"], user_id=ids["user_id"], created_at=created_at
+            APPLIER, event_id, app=ids["app"], user_id=ids["user_id"], created_at=created_at
         )
         if claim is not Claim.DUPLICATE:
             uow.commit()
@@ -27,7 +27,7 @@ def _claim(pool, ids, event_id: str, created_at: datetime = T0) -> Claim:
 def _peek(pool, ids, event_id: str, created_at: datetime = T0) -> Claim:
     with pool.connection() as conn:
         return Ledger(conn).peek(
-            CONSUMER, event_id, app=ids["app"], user_id=ids["user_id"], created_at=created_at
+            APPLIER, event_id, app=ids["app"], user_id=ids["user_id"], created_at=created_at
         )
 
 
@@ -40,7 +40,7 @@ def test_an_event_is_claimed_once_and_a_duplicate_afterwards(pool, ids):
     with pool.connection() as conn:
         rows = conn.execute(
             "SELECT count(*) FROM processed_events WHERE consumer = %s AND event_id = %s",
-            (CONSUMER, event_id),
+            (APPLIER, event_id),
         ).fetchone()
     assert rows == (1,)
 
@@ -49,7 +49,7 @@ def test_a_claim_that_rolls_back_leaves_the_event_new(pool, ids):
     event_id = str(uuid.uuid4())
     with UnitOfWork(pool) as uow:
         claim = uow.ledger.claim_or_skip(
-            CONSUMER, event_id, app=ids["app"], user_id=ids["user_id"], created_at=T0
+            APPLIER, event_id, app=ids["app"], user_id=ids["user_id"], created_at=T0
         )
         assert claim is Claim.NEW  # and no commit: the effects failed
     assert _peek(pool, ids, event_id) is Claim.NEW
@@ -90,7 +90,7 @@ def test_two_concurrent_claims_of_one_event_apply_it_once(pool, ids):
     with UnitOfWork(pool) as uow:
         claims.append(
             uow.ledger.claim_or_skip(
-                CONSUMER, event_id, app=ids["app"], user_id=ids["user_id"], created_at=T0
+                APPLIER, event_id, app=ids["app"], user_id=ids["user_id"], created_at=T0
             )
         )
         second.start()

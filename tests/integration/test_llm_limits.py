@@ -17,6 +17,7 @@ import valkey
 from prometheus_client import REGISTRY
 from pydantic import SecretStr
 
+from services.dev.localstack.process import free_port
 from shared.bootstrap import bootstrap, make_valkey
 from shared.bus.dependencies import Dependencies, Probe
 from shared.bus.dlq import DeadLetterQueues
@@ -24,12 +25,11 @@ from shared.bus.settling import SETBACKS_ALLOWED
 from shared.bus.worker import SubscriberRuntime
 from shared.errors import dependency_of
 from shared.events import TurnRecorded
-from shared.health import check_gemini_generation
-from shared.llm import ExtractionInput, RulesLLM, Usage
+from shared.llm import ExtractionInput, OfflineLLM, Usage
 from shared.llm.accounting import for_app, set_worker, worker
 from shared.llm.gemini import GeminiLLM, make_client
 from shared.llm.throttle import KEY_PREFIX, Throttle
-from shared.localstack.process import free_port
+from shared.probes import check_gemini_generation
 from shared.session_buffer import SessionBuffer, SessionKey
 from shared.tokens import estimate_tokens
 from tests.bus_helpers import Recorder, make_turn, summary_handler
@@ -140,12 +140,12 @@ def test_a_gemini_call_counts_one_call_and_its_tokens_for_its_app_and_worker(
     assert _tokens(app, "extract", "output") - tokens_before["output"] == received
 
 
-def test_the_rules_provider_counts_one_call_per_task_like_gemini(ids, name_worker):
+def test_the_offline_provider_counts_one_call_per_task_like_gemini(ids, name_worker):
     name_worker("extraction")
     app = ids["app"]
     before = (_calls(app, "extract", "ok"), _tokens(app, "extract", "input"))
     with for_app(app):
-        completion = RulesLLM().extract(INP)
+        completion = OfflineLLM().extract(INP)
     assert _calls(app, "extract", "ok") - before[0] == 1
     assert _tokens(app, "extract", "input") - before[1] == completion.usage.input_tokens > 0
 

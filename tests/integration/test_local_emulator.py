@@ -2,7 +2,7 @@
 
 import psutil
 
-from shared.localstack.components import EMULATOR_JVM_OPTS, _java_opts
+from services.dev.localstack.emulator import EMULATOR_JVM_OPTS, _java_opts
 
 
 def test_the_emulator_jvm_runs_with_the_c1_compiler_and_the_serial_collector(stack):

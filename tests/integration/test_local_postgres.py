@@ -2,7 +2,7 @@
 
 from pathlib import Path
 
-from shared.localstack.components import POSTGRES_MALLOC
+from services.dev.localstack.postgres import POSTGRES_MALLOC
 
 # About 20 MB of sort memory, allocated and freed by each run of the statement.
 BIG_SORT = (

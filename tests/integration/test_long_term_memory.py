@@ -1,5 +1,5 @@
 """Long-term memory through the API and the extraction handlers, on the real
-Postgres/pgvector, Valkey and Pub/Sub emulator (`rules` LLM, `hash` embeddings)."""
+Postgres/pgvector, Valkey and Pub/Sub emulator (`offline` LLM, `hash` embeddings)."""
 
 from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime, timedelta
@@ -8,12 +8,12 @@ import pytest
 from fastapi.testclient import TestClient
 
 from services.api.app import create_app
-from services.extraction_worker.handlers import TURNS_CONSUMER
+from services.dev.localstack.process import free_port
+from services.dev.localstack.valkey_server import LocalValkey
+from services.extraction_worker.handlers import TURNS_SUBSCRIPTION
 from shared.embeddings import make_embedder
 from shared.events import MemoriesGenerate, TurnRecorded
-from shared.llm import RulesLLM
-from shared.localstack.components import LocalValkey
-from shared.localstack.process import free_port
+from shared.llm import OfflineLLM
 from tests.bus_helpers import Recorder, inline_extraction, make_turn, running
 from tests.support import wait_for
 
@@ -266,7 +266,7 @@ def test_the_extraction_transaction_is_all_or_nothing(settings, topology, publis
         )
         conn.commit()
     try:
-        extraction = inline_extraction(pool, RulesLLM(), make_embedder(settings), settings)
+        extraction = inline_extraction(pool, OfflineLLM(), make_embedder(settings), settings)
         recorder = Recorder()
         turn = make_turn(ids, 1, user="Remember that the staging database is called orchid.")
         table = {TurnRecorded: recorder.wrap(extraction.handle_turn)}
@@ -288,7 +288,7 @@ def test_the_extraction_transaction_is_all_or_nothing(settings, topology, publis
                 "(SELECT count(*) FROM memory_revisions WHERE user_id = %(u)s), "
                 "(SELECT count(*) FROM processed_events WHERE consumer = %(c)s "
                 " AND event_id = %(e)s)",
-                {"u": ids["user_id"], "c": TURNS_CONSUMER, "e": turn.event_id},
+                {"u": ids["user_id"], "c": TURNS_SUBSCRIPTION, "e": turn.event_id},
             ).fetchone()
         assert counts == (1, 1, 1)
     finally:
@@ -396,8 +396,8 @@ def test_bad_input_is_a_422_naming_the_field(client, ids, path, body, field):
 def test_context_with_postgres_down_still_returns_the_session(
     app_settings, topology, tmp_path, ids
 ):
+    from services.dev.localstack.postgres import LocalPostgres
     from shared.db.migrate import migrate
-    from shared.localstack.components import LocalPostgres
     from tests.conftest import EMBEDDING_DIM
 
     own = LocalPostgres(tmp_path, free_port(), tmp_path / "logs", fast=True)

@@ -32,11 +32,11 @@ from mcp import ClientSession, StdioServerParameters, stdio_client
 from mcp.client.streamable_http import streamable_http_client
 
 from services.api.app import create_app
+from services.dev.localstack.process import free_port
 from shared.api_keys import create_key
 from shared.client import MemoryClient
 from shared.db.episodes import Episode, Episodes
 from shared.embeddings import make_embedder
-from shared.localstack.process import free_port
 from tests.support import REPO, serve_api
 
 TOOLS = {
@@ -308,7 +308,7 @@ def test_the_context_carries_the_turns_of_earlier_conversations(
                 created_at=datetime(2026, 3, 2, 10, 0, tzinfo=UTC),
             ),
             make_embedder(api_settings).embed,
-            window=2,
+            neighbours=2,
             dated=True,
         )
     who = {"user_id": ids["user_id"], "session_id": ids["session_id"]}

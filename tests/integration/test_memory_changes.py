@@ -16,7 +16,7 @@ from google.cloud import pubsub_v1
 from shared.bus.changes import ChangeRelay
 from shared.bus.publisher import EventPublisher
 from shared.db import outbox
-from shared.db.memories import NewMemory
+from shared.db.memory_rows import NewMemory
 from shared.db.pool import make_pool
 from shared.db.unit_of_work import UnitsOfWork
 from shared.events import utcnow

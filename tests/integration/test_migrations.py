@@ -129,7 +129,7 @@ def test_a_row_is_stored_whole_and_uncompressed_when_it_fits_a_page(fresh_databa
                     created_at=datetime(2026, 5, 9, 14, n, tzinfo=UTC),
                 ),
                 lambda keys: [vector_text(values)] * len(keys),
-                window=2,
+                neighbours=2,
                 dated=True,
             )
         for table in ("memories", "episodes"):

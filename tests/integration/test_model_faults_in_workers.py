@@ -12,12 +12,12 @@ import threading
 
 import pytest
 
-from services.extraction_worker.handlers import REQUESTS, TURNS_CONSUMER
+from services.extraction_worker.handlers import REQUESTS, TURNS_SUBSCRIPTION
 from shared.bus.dlq import DeadLetterQueues
 from shared.embeddings import make_embedder
-from shared.llm import RulesLLM
+from shared.llm import OfflineLLM
 from tests.bus_helpers import Recorder, extraction_worker, inline_extraction, make_turn
-from tests.fake_gemini_model import rules_chat, rules_model
+from tests.fake_gemini_model import offline_chat, offline_model
 from tests.model_endpoints import PROVIDERS, model_endpoint
 from tests.support import wait_for
 from tests.window_helpers import ledgered, query, waiting
@@ -26,7 +26,7 @@ SEEDED = ["My editor is vim.", "I prefer tabs over spaces."]
 
 
 class AppRecorder(Recorder):
-    """Records the events of one app only: the worker's sweep of idle windows also
+    """Records the events of one app only: the worker's check of idle windows also
     closes windows other tests left in the shared database, and this worker then
     extracts them too."""
 
@@ -56,8 +56,8 @@ def _prompt(request) -> str:
 
 def _answering(endpoint, bad_for: str, bad):
     """The fake's default: `bad` for requests of the task whose answer field is
-    `bad_for` (memories, decisions), the `rules` provider's answer for the rest."""
-    rules = rules_model if endpoint.provider == "gemini" else rules_chat
+    `bad_for` (memories, decisions), the `offline` provider's answer for the rest."""
+    rules = offline_model if endpoint.provider == "gemini" else offline_chat
 
     def answer(request):
         if f'Answer with JSON: {{"{bad_for}"' in _prompt(request):
@@ -80,7 +80,7 @@ def _memories(pool, ids):
 
 def _seed(settings, pool, ids):
     """Two memories of the user, written by the offline provider."""
-    extraction = inline_extraction(pool, RulesLLM(), make_embedder(settings), settings)
+    extraction = inline_extraction(pool, OfflineLLM(), make_embedder(settings), settings)
     for n, text in enumerate(SEEDED, start=1):
         extraction.handle_turn(make_turn(ids, n, user=text, session_id="sess-seed"), None)
     return wait_for(lambda: len(found := _memories(pool, ids)) == 2 and found, 30, "the seed")
@@ -113,7 +113,7 @@ def test_answers_that_stay_invalid_dead_letter_the_window_at_once_and_write_noth
     with extraction_worker(local, pool, llm, embedder, publisher, recorder):
         publisher.publish(turn).result(timeout=10)
         (letter,) = wait_for(
-            lambda: _letters(queues, TURNS_CONSUMER, ids["app"]), 60, "the turn's dead letter"
+            lambda: _letters(queues, TURNS_SUBSCRIPTION, ids["app"]), 60, "the turn's dead letter"
         )
         (request,) = wait_for(
             lambda: _letters(queues, REQUESTS, ids["app"]), 30, "the request's own dead letter"
@@ -149,7 +149,7 @@ def test_a_model_that_cannot_answer_for_a_while_holds_the_window_without_spendin
         dependency_retry_min_seconds=0.2,
         dependency_retry_max_seconds=0.5,
     )
-    rules = rules_model if endpoint.provider == "gemini" else rules_chat
+    rules = offline_model if endpoint.provider == "gemini" else offline_chat
     down = threading.Event()
     down.set()
 
@@ -180,7 +180,7 @@ def test_a_model_that_cannot_answer_for_a_while_holds_the_window_without_spendin
         )
         down.clear()
         wait_for(lambda: ledgered(pool, [turn]) == [turn.event_id], 60, "the turn extracted")
-        assert _letters(DeadLetterQueues(local), TURNS_CONSUMER, ids["app"]) == []
+        assert _letters(DeadLetterQueues(local), TURNS_SUBSCRIPTION, ids["app"]) == []
     requests = [(a, o) for label, a, o in recorder.calls if not label.startswith("turn-")]
     assert {a for a, _o in requests} == {1}  # no delivery attempt was spent
     outcomes = [o for _a, o in requests]

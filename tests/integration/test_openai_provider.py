@@ -17,7 +17,6 @@ from services.api.app import create_app
 from shared.config import ConfigError, load_settings
 from shared.embeddings import make_embedder
 from shared.embeddings.base import EmbeddingError, EmbeddingRateLimited
-from shared.health import worker_probes
 from shared.llm import DialogueTurn, ExtractionInput, make_llm
 from shared.llm.accounting import worker
 from shared.llm.extraction_prompts import (
@@ -26,7 +25,8 @@ from shared.llm.extraction_prompts import (
     extraction_schema,
 )
 from shared.llm.openai_compatible import OpenAILLM
-from tests.fake_gemini_model import rules_chat
+from shared.probes import worker_probes
+from tests.fake_gemini_model import offline_chat
 from tests.fake_openai import FakeOpenAI, Reply, error_reply, json_reply
 
 INP = ExtractionInput.single(
@@ -37,7 +37,7 @@ INP = ExtractionInput.single(
 @pytest.fixture
 def fake():
     with FakeOpenAI() as server:
-        server.defaults["chat"] = rules_chat
+        server.defaults["chat"] = offline_chat
         yield server
 
 

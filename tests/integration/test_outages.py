@@ -18,6 +18,9 @@ import psycopg
 import pytest
 from prometheus_client import REGISTRY
 
+from services.dev.localstack.postgres import LocalPostgres
+from services.dev.localstack.process import free_port
+from services.dev.localstack.valkey_server import LocalValkey
 from shared.bootstrap import make_valkey
 from shared.bus.dependencies import Dependencies, Probe
 from shared.bus.dlq import DeadLetterQueues
@@ -26,11 +29,9 @@ from shared.db.migrate import migrate
 from shared.db.pool import make_pool
 from shared.embeddings import make_embedder
 from shared.events import TurnRecorded
-from shared.health import check_postgres, check_valkey, drop_broken_connections
-from shared.llm import RulesLLM
-from shared.localstack.components import LocalPostgres, LocalValkey
-from shared.localstack.process import free_port
+from shared.llm import OfflineLLM
 from shared.metrics import serve_metrics
+from shared.probes import check_postgres, check_valkey, drop_broken_connections
 from shared.session_buffer import SessionBuffer, SessionKey
 from tests.bus_helpers import inline_extraction, make_turn, summary_handler
 from tests.conftest import EMBEDDING_DIM
@@ -168,7 +169,7 @@ def test_extraction_waits_out_postgres_stopped_and_killed_and_archives_each_turn
 ):
     settings = settings.model_copy(update={"database_url": own_postgres.url})
     pool = make_pool(settings, max_size=4, name="outage-test")
-    extraction = inline_extraction(pool, RulesLLM(), make_embedder(settings), settings)
+    extraction = inline_extraction(pool, OfflineLLM(), make_embedder(settings), settings)
     dependencies = Dependencies(
         {
             "postgres": Probe(

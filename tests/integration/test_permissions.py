@@ -19,9 +19,10 @@ from fastapi.testclient import TestClient
 
 from services.api.app import create_app
 from services.api.permission_models import EvaluateResponse
+from services.dev.localstack.postgres import LocalPostgres
+from services.dev.localstack.process import free_port
+from services.dev.localstack.valkey_server import LocalValkey
 from shared.db.migrate import migrate
-from shared.localstack.components import LocalPostgres, LocalValkey
-from shared.localstack.process import free_port
 from shared.permissions import grant_key
 from tests.support import wait_for
 

@@ -86,7 +86,7 @@ def test_a_caller_that_stops_waiting_never_stops_the_sender(settings, monkeypatc
     # Pub/Sub does not answer: each batch is retried for the publish timeout, then
     # fails. A caller that gave up meanwhile cancels its future (asyncio does, on
     # its own timeout); the batch's failure must not end the sender with it.
-    from shared.localstack.process import free_port
+    from services.dev.localstack.process import free_port
 
     monkeypatch.setenv("PUBSUB_EMULATOR_HOST", f"127.0.0.1:{free_port()}")  # nothing there
     settings = settings.model_copy(update={"publish_timeout_seconds": 1.0})

@@ -22,7 +22,7 @@ from datetime import datetime
 import pytest
 
 from services.compaction_worker.handlers import continuation_of
-from services.extraction_worker.handlers import TURNS_CONSUMER
+from services.extraction_worker.handlers import TURNS_SUBSCRIPTION
 from shared.bus.admin import TopologyAdmin
 from shared.bus.dlq import DeadLetterQueues
 from shared.bus.topology import SUBSCRIPTIONS
@@ -37,12 +37,12 @@ TURN_KINDS = ("summary", "extraction")
 SESSIONS = 6
 TURNS = SESSIONS * 40
 TRIGGER_TURNS = 6  # a session's buffer folds when it holds more turns than this,
-WINDOW_TURNS = 2  # all of them but the newest two
+KEPT_TURNS = 2  # all of them but the newest two
 COMPACTION_USERS = 3
 OLD_EPISODES = 40
 BATCH = 5  # episodes per compaction fold
 WAVE = SESSIONS * 10  # more turns, for a victim that has had none
-FOLDS = OLD_EPISODES // BATCH  # compaction folds per user, whoever makes them
+COMPACTIONS = OLD_EPISODES // BATCH  # compactions per user, whoever makes them
 
 
 @pytest.fixture
@@ -53,7 +53,7 @@ def local(settings):
     local = settings.model_copy(
         update={
             "summary_trigger_turns": TRIGGER_TURNS,
-            "summary_window_turns": WINDOW_TURNS,
+            "summary_kept_turns": KEPT_TURNS,
             "ack_deadline_seconds": 10,
         }
     )
@@ -108,10 +108,10 @@ class Burst:
 
     def chain(self, user: str) -> set[str]:
         """Every event id the requests of `user` and their continuations can have (a
-        chain folds at most FOLDS batches, then one more link may find nothing)."""
+        chain compacts at most COMPACTIONS batches, then one more link may find nothing)."""
         ids = set()
         for request in (r for r in self.requests if r.user_id == user):
-            for _ in range(FOLDS + 1):
+            for _ in range(COMPACTIONS + 1):
                 ids.add(request.event_id)
                 request = continuation_of(request)
         return ids
@@ -120,7 +120,7 @@ class Burst:
         return {
             "summary": len(self.turns),
             "extraction": len(self.turns),
-            "compaction": COMPACTION_USERS * FOLDS,
+            "compaction": COMPACTION_USERS * COMPACTIONS,
         }
 
 
@@ -191,7 +191,7 @@ def _progress(burst: Burst, pool, buffer: SessionBuffer) -> dict[str, int]:
             "SELECT (SELECT count(*) FROM processed_events WHERE consumer = %(t)s "
             "AND event_id = ANY(%(e)s::uuid[])), "
             "(SELECT count(*) FROM memory_revisions WHERE app = %(a)s AND user_id = ANY(%(c)s))",
-            {"t": TURNS_CONSUMER, "e": [t.event_id for t in burst.turns]}
+            {"t": TURNS_SUBSCRIPTION, "e": [t.event_id for t in burst.turns]}
             | {"a": burst.ids["app"], "c": list(burst.statements)},
         ).fetchone()
     buffered = sum(buffer.read(burst.key(s)).turns_total for s in burst.sessions)
@@ -218,7 +218,7 @@ def _check_buffers(burst: Burst, buffer: SessionBuffer) -> None:
         placed += [t.turn_id for t in view.turns]
         assert placed == expected, session["session_id"]
         assert [t.created_at for t in view.turns] == sorted(t.created_at for t in view.turns)
-        assert WINDOW_TURNS <= len(view.turns) <= TRIGGER_TURNS
+        assert KEPT_TURNS <= len(view.turns) <= TRIGGER_TURNS
 
 
 def _check_archive(burst: Burst, pool) -> None:
@@ -230,7 +230,7 @@ def _check_archive(burst: Burst, pool) -> None:
         ).fetchall()
         ledgered = conn.execute(
             "SELECT count(*) FROM processed_events WHERE consumer = %s AND event_id = ANY(%s)",
-            (TURNS_CONSUMER, [t.event_id for t in burst.turns]),
+            (TURNS_SUBSCRIPTION, [t.event_id for t in burst.turns]),
         ).fetchone()[0]
     assert archived == [(t.session_id, t.turn_id, t.event_id) for t in burst.turns]
     assert ledgered == len(burst.turns)
@@ -281,10 +281,10 @@ def _check_compaction(burst: Burst, pool) -> None:
         # Each old episode folded once, oldest first.
         assert text == " ".join(f"User: {s}" for s in statements)
         revisions = _revisions(pool, memory_id)
-        assert [r[0] for r in revisions] == ["CREATED"] + ["UPDATED"] * (FOLDS - 1)
+        assert [r[0] for r in revisions] == ["CREATED"] + ["UPDATED"] * (COMPACTIONS - 1)
         # Each fold built on the summary the one before it stored, each by its own request.
         assert [r[1] for r in revisions] == [None] + [r[2] for r in revisions[:-1]]
-        assert len({r[3] for r in revisions}) == FOLDS
+        assert len({r[3] for r in revisions}) == COMPACTIONS
         assert {r[3] for r in revisions} <= burst.chain(user)
 
 
@@ -324,7 +324,7 @@ def test_two_replicas_of_each_kind_apply_every_event_exactly_once(
     # duplicates): nothing died, so every effect was logged.
     assert replicas.outcomes("summary", "turns-summary")["applied"] == TURNS
     # (The extraction worker's other acks are its windows' extraction requests.)
-    assert replicas.outcomes("extraction", TURNS_CONSUMER)["applied"] == TURNS
+    assert replicas.outcomes("extraction", TURNS_SUBSCRIPTION)["applied"] == TURNS
     # Each summary version stored by one replica, as Valkey recorded it.
     logged = Counter(
         (r["session"], r["version"], r["turns"])
@@ -340,11 +340,11 @@ def test_two_replicas_of_each_kind_apply_every_event_exactly_once(
     # Each compaction batch committed once: per user 8 batches of 5 (a last request
     # of a chain that finds nothing left commits 0 episodes).
     compacted = Counter(
-        (r["user_id"], r["folded"])
+        (r["user_id"], r["compacted"])
         for r in replicas.logged("compaction", "episodes compacted")
-        if r["user_id"] in burst.statements and r["folded"]
+        if r["user_id"] in burst.statements and r["compacted"]
     )
-    assert compacted == {(user, BATCH): FOLDS for user in burst.statements}
+    assert compacted == {(user, BATCH): COMPACTIONS for user in burst.statements}
 
 
 @pytest.mark.slow

@@ -13,7 +13,7 @@ from shared.db import search as db_search
 from shared.db.memories import MEMORY_COLUMNS
 from shared.db.search import fusion_params, hybrid_sql, vector_text
 from shared.db.search_filters import SCOPE_SIZES, memory_count_filter, memory_filter
-from shared.memory.search import Fusion, Scope
+from shared.memory.ranking import Fusion, Scope
 from tests.conftest import EMBEDDING_DIM
 
 ROWS = 40

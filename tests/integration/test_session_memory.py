@@ -14,11 +14,11 @@ from services.api.app import create_app
 from services.api.context_models import ContextResponse
 from services.api.memory_models import SearchResponse
 from services.api.models import SessionResponse
+from services.dev.localstack.process import free_port
+from services.dev.localstack.valkey_server import LocalValkey
 from services.summary_worker.folding import Folder, FoldPolicy
 from shared.events import TurnRecorded, format_time
-from shared.llm import RulesLLM
-from shared.localstack.components import LocalValkey
-from shared.localstack.process import free_port
+from shared.llm import OfflineLLM
 from shared.session_buffer import (
     FOLD_TURN_GONE,
     FOLD_VERSION_MOVED,
@@ -160,7 +160,7 @@ def test_tool_events_are_published_as_json_text(client, topology, ids):
 
 def test_summarize_before_trim_by_turns_keeps_the_window_and_bumps_the_version(valkey_client, ids):
     buffer = SessionBuffer(valkey_client, 3600)
-    folder = Folder(buffer, RulesLLM(), FoldPolicy(trigger_turns=10, window_turns=4))
+    folder = Folder(buffer, OfflineLLM(), FoldPolicy(trigger_turns=10, kept_turns=4))
     key = SessionKey(ids["app"], ids["user_id"], ids["session_id"])
     turns = [BufferedTurn.from_event(make_turn(ids, n)) for n in range(1, 19)]
     for turn in turns[:10]:
@@ -184,7 +184,7 @@ def test_summarize_before_trim_by_turns_keeps_the_window_and_bumps_the_version(v
 def test_summarize_before_trim_by_tokens(valkey_client, ids):
     buffer = SessionBuffer(valkey_client, 3600)
     folder = Folder(
-        buffer, RulesLLM(), FoldPolicy(trigger_turns=100, trigger_tokens=100, window_turns=1)
+        buffer, OfflineLLM(), FoldPolicy(trigger_turns=100, trigger_tokens=100, kept_turns=1)
     )
     key = SessionKey(ids["app"], ids["user_id"], ids["session_id"])
     # Each turn is 40 tokens: 80 characters of user text, 80 of assistant text.
@@ -314,7 +314,7 @@ def _record_and_fold(client, settings, valkey_client, ids):
     # Appending a turn already there only reports how full the buffer is.
     again = buffer.append(key, BufferedTurn.from_event(make_turn(ids, 1, turn_id="turn-0001")))
     assert again.added is False
-    assert Folder(buffer, RulesLLM(), FoldPolicy()).fold_if_due(key, again) == [1]
+    assert Folder(buffer, OfflineLLM(), FoldPolicy()).fold_if_due(key, again) == [1]
     return key
 
 
@@ -392,7 +392,7 @@ def test_a_turn_recorded_while_valkey_is_down_is_buffered_in_order_when_it_is_ba
 def test_a_dead_folders_lock_only_delays_the_fold_until_it_expires(valkey_client, ids):
     # No other turn arrives: the handler that found the lock taken looks again by itself.
     buffer = SessionBuffer(valkey_client, 3600)
-    folder = Folder(buffer, RulesLLM(), FoldPolicy(lock_seconds=1.0))
+    folder = Folder(buffer, OfflineLLM(), FoldPolicy(lock_seconds=1.0))
     key = SessionKey(ids["app"], ids["user_id"], ids["session_id"])
     # A worker that took the lock and was killed before releasing it.
     assert buffer.lock_and_read(key, "dead-worker", 1.0) is not None

@@ -6,7 +6,8 @@ import shlex
 
 import pytest
 
-from services.cli import EXAMPLES, _parser, main
+from services.cli.main import main
+from services.cli.parser import EXAMPLES, build_parser
 
 
 def _commands(
@@ -27,7 +28,7 @@ def _commands(
 def test_every_command_and_option_has_a_help_line():
     missing = [
         f"{' '.join(words)} {action.dest}"
-        for words, parser, _ in _commands(_parser())
+        for words, parser, _ in _commands(build_parser())
         for action in parser._actions
         if not action.help
     ]
@@ -36,7 +37,7 @@ def test_every_command_and_option_has_a_help_line():
 
 @pytest.mark.parametrize(
     "words",
-    [words for words, _, _ in _commands(_parser())],
+    [words for words, _, _ in _commands(build_parser())],
     ids=lambda words: " ".join(words),
 )
 def test_each_subcommand_help_shows_its_own_usage(capsys, words):
@@ -49,7 +50,7 @@ def test_each_subcommand_help_shows_its_own_usage(capsys, words):
 
 
 def test_worker_kinds_and_topology_actions_keep_their_names():
-    parser = _parser()
+    parser = build_parser()
     assert parser.parse_args(["worker", "extraction"]).kind == "extraction"
     assert parser.parse_args(["topology", "show"]).action == "show"
     assert vars(parser.parse_args(["config", "reference", "--write"])) == {
@@ -64,4 +65,4 @@ def test_each_example_is_a_command_the_parser_takes(words):
     argv = shlex.split(EXAMPLES[words].split(">")[0])
     argv = argv[argv.index("agent-memory") + 1 :]  # after any VAR=value prefix
     assert argv[: len(words.split())] == words.split()
-    _parser().parse_args(argv)
+    build_parser().parse_args(argv)

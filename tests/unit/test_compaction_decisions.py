@@ -13,7 +13,6 @@ from datetime import UTC, datetime, timedelta
 import pytest
 
 from services.compaction_worker.handlers import (
-    BatchChanged,
     Compaction,
     as_turn,
     continuation_of,
@@ -22,13 +21,14 @@ from shared.bus.contract import Outcome
 from shared.config import load_settings
 from shared.db.episodes import OldEpisode
 from shared.db.ledger import Claim
-from shared.db.memories import MemoryRow
+from shared.db.memory_rows import MemoryRow
+from shared.db.planned_write import StalePlan
 from shared.embeddings import make_embedder
 from shared.events import CompactionRequested
-from shared.llm import RulesLLM
+from shared.llm import OfflineLLM
 from tests.extraction_fakes import CopyingUow
 
-SETTINGS = load_settings(embedding_provider="hash", llm_provider="rules")
+SETTINGS = load_settings(embedding_provider="hash", llm_provider="offline", write_attempts=3)
 NOW = datetime(2026, 6, 1, tzinfo=UTC)
 OLD, RECENT = NOW - timedelta(days=90), NOW - timedelta(days=2)
 
@@ -98,7 +98,7 @@ class Publisher:
         return done
 
 
-class CountingLLM(RulesLLM):
+class CountingLLM(OfflineLLM):
     def __init__(self) -> None:
         super().__init__()
         self.calls = 0
@@ -111,7 +111,7 @@ class CountingLLM(RulesLLM):
 def folded(previous: str, *episodes: OldEpisode) -> str:
     """What the rules model makes of `episodes` after `previous`."""
     turns = [as_turn(e) for e in episodes]
-    return RulesLLM().compact(previous, turns, SETTINGS.compaction_max_tokens).value.strip()
+    return OfflineLLM().compact(previous, turns, SETTINGS.compaction_max_tokens).value.strip()
 
 
 def episode(name: str, at: datetime, project: str = "") -> OldEpisode:
@@ -193,6 +193,6 @@ def test_a_deleted_users_request_is_dropped_and_leaves_only_its_ledger_row():
 def test_a_batch_that_keeps_changing_under_the_fold_is_retried_as_an_error():
     store = Store([episode("vim", OLD)], churn=True)
     compaction, llm, _publisher = compaction_of(store)
-    with pytest.raises(BatchChanged, match="3 folds in a row"):
+    with pytest.raises(StalePlan, match=r"3 plans in a row \(last: the batch of old episodes"):
         compaction.handle_request(request(), None)
     assert (store.ledger, store.summaries, llm.calls) == (set(), {}, 3)  # nothing committed

@@ -7,8 +7,8 @@ import pytest
 from pydantic import Field, SecretStr
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
-from services import config_reference
-from services.config_reference import (
+from services.cli import config_reference
+from services.cli.config_reference import (
     BEGIN,
     END,
     SECTIONS,

@@ -1,12 +1,12 @@
-"""The `rules` consolidator notices a changed fact: a new statement of the same
+"""The `offline` consolidator notices a changed fact: a new statement of the same
 subject and predicate with another value updates the memory, the same value is a
-duplicate, and another fact is kept beside it (`shared.llm.consolidation_rules`,
-its clauses read by `shared.llm.clauses`)."""
+duplicate, and another fact is kept beside it (`shared.llm.offline.consolidation`,
+its clauses read by `shared.llm.offline.clauses`)."""
 
 import pytest
 
-from shared.llm import Candidate, Decision, ExistingMemory, RulesLLM, Weighing
-from shared.llm.clauses import Clause, parse
+from shared.llm import Candidate, Decision, ExistingMemory, OfflineLLM, Weighing
+from shared.llm.offline.clauses import Clause, parse
 
 UPDATE, KEEP_BOTH, DUPLICATE, RETIRE, NOTHING_TO_RETIRE = (
     "update",
@@ -40,7 +40,7 @@ PAIRS = [
         "The Heron build now targets ARM64 instead of x86-64.",
         UPDATE,
     ),
-    # Another value of the same facet (`shared.llm.facets`), as extraction names it.
+    # Another value of the same facet (`shared.llm.offline.facets`), as extraction names it.
     ("User uses vim.", "User now uses Neovim.", UPDATE),
     ("User prefers Python.", "User prefers Rust.", UPDATE),
     ("User prefers Python 3.11.", "User prefers Python 3.12.", UPDATE),
@@ -90,7 +90,7 @@ def _decide(new: str, *memories: ExistingMemory) -> Decision:
     """A direct write's decision (no entity name: the texts decide), through the
     provider's batched task."""
     candidate = Candidate("", "fact", "global", "", new)
-    (decision,) = RulesLLM().consolidate([Weighing(candidate, memories)]).value
+    (decision,) = OfflineLLM().consolidate([Weighing(candidate, memories)]).value
     return decision
 
 
@@ -147,7 +147,7 @@ def test_the_entity_name_still_comes_first():
     # Extraction names both "editor": the memory of that entity is the target.
     editor = ExistingMemory("m1", "editor", "preference", "global", "", "User uses vim.")
     neovim = Candidate("editor", "preference", "global", "", "User prefers Neovim.")
-    (decision,) = RulesLLM().consolidate([Weighing(neovim, (editor,))]).value
+    (decision,) = OfflineLLM().consolidate([Weighing(neovim, (editor,))]).value
     assert decision == Decision("UPDATED", "m1", "User prefers Neovim.")
 
 

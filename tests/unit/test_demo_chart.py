@@ -4,9 +4,9 @@ report says where the chart would have been and how to get it."""
 import json
 import sys
 
-from services.demo import report
-from services.demo.chart import INSTALL_HINT
-from services.demo.session import TURN_COUNT, SessionResult
+from services.dev.demo import report
+from services.dev.demo.chart import INSTALL_HINT
+from services.dev.demo.long_session import TURN_COUNT, SessionResult
 
 PNG = b"\x89PNG\r\n\x1a\n"
 
@@ -31,7 +31,7 @@ def _result() -> SessionResult:
 def _write(out):
     result = _result()
     numbers = report.figures(result)
-    providers = {"llm": "rules", "embeddings": "hash"}
+    providers = {"llm": "offline", "embeddings": "hash"}
     return report.write(out, providers, result, numbers, report.target_checks(numbers))
 
 

@@ -7,9 +7,9 @@ from google.auth.exceptions import DefaultCredentialsError
 from google.oauth2.credentials import Credentials
 from pydantic import SecretStr
 
-from services.demo.preflight import gemini_problem, openai_problem
+from services.dev.demo.preflight import gemini_problem, openai_problem
+from services.dev.localstack.process import free_port
 from shared.config import load_settings
-from shared.localstack.process import free_port
 from tests.fake_gemini import error_reply
 
 
@@ -35,7 +35,7 @@ def _keyed(url: str, **settings):
 def test_credentials_that_reach_the_model_or_offline_providers_pass(monkeypatch, fake):
     adc = Credentials(token="a-token")  # an access token that needs no refresh
     monkeypatch.setattr(google.auth, "default", lambda *a, **k: (adc, "my-project"))
-    assert gemini_problem(load_settings(llm_provider="rules", embedding_provider="hash")) is None
+    assert gemini_problem(load_settings(llm_provider="offline", embedding_provider="hash")) is None
     assert gemini_problem(_keyed(fake.url, embedding_provider="gemini")) is None
     vertex = load_settings(
         llm_provider="gemini",

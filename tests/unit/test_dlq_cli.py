@@ -4,7 +4,8 @@ import argparse
 
 import pytest
 
-from services.cli import _parser, main
+from services.cli.main import main
+from services.cli.parser import build_parser
 
 
 def _refused(capsys, *argv: str) -> str:
@@ -48,7 +49,7 @@ def test_purge_needs_an_event_id(capsys):
 
 
 def test_event_ids_and_ages_are_parsed():
-    args = _parser().parse_args(
+    args = build_parser().parse_args(
         ["dlq", "replay", "s", "--event-id", "a", "--event-id", "b", "--older-than", "2h"]
     )
     assert args.event_ids == ["a", "b"]
@@ -62,7 +63,7 @@ def _subparsers(parser: argparse.ArgumentParser) -> dict[str, argparse.ArgumentP
 
 
 def test_every_dlq_action_and_option_has_help():
-    dlq = _subparsers(_parser())["dlq"]
+    dlq = _subparsers(build_parser())["dlq"]
     actions = _subparsers(dlq)
     assert sorted(actions) == ["list", "purge", "replay", "show"]
     (chooser,) = [a for a in dlq._actions if isinstance(a, argparse._SubParsersAction)]

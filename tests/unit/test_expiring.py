@@ -2,7 +2,8 @@
 a cache keyed by user keeps a bounded number of them."""
 
 from shared.db.search_filters import ScopeSizes
-from shared.memory.search import Expiring, Scope
+from shared.expiring import Expiring
+from shared.memory.ranking import Scope
 
 
 def test_a_value_is_kept_for_its_ttl_and_stored_again_it_lives_longer():

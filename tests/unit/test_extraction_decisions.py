@@ -10,15 +10,11 @@ from datetime import timedelta
 
 import pytest
 
-from services.extraction_worker.windows import (
-    WINDOW_ATTEMPTS,
-    WindowExtraction,
-    dead_letter_window,
-)
+from services.extraction_worker.windows import WindowExtraction, dead_letter_window
 from shared.bus.contract import Delivery, Outcome
+from shared.db.planned_write import StalePlan
 from shared.events import ExtractionRequested
 from shared.memory.consolidate import Source
-from shared.memory.decisions import MemoriesChanged
 from tests.extraction_fakes import (
     SESSION,
     SETTINGS,
@@ -81,9 +77,9 @@ def test_a_window_that_keeps_changing_fails_after_the_bounded_attempts_writing_n
         waiting_in(db, int(extra.turn_id.split("-")[1]))
 
     planner = Planner(keeps_changing)
-    with pytest.raises(MemoriesChanged):
+    with pytest.raises(StalePlan, match="extracted or dead-lettered meanwhile"):
         WindowExtraction(units_of(db), planner, SETTINGS).extract(SESSION, "w1")
-    assert planner.calls == WINDOW_ATTEMPTS and db.memories == [] and db.ledger == set()
+    assert planner.calls == SETTINGS.write_attempts and db.memories == [] and db.ledger == set()
 
 
 def test_an_empty_window_is_a_duplicate_with_no_model_call():

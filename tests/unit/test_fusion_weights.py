@@ -5,7 +5,7 @@ import pytest
 
 from shared.config import load_settings
 from shared.embeddings import provider_vector_weight
-from shared.memory.search import Fusion
+from shared.memory.ranking import Fusion
 
 
 @pytest.fixture(autouse=True)

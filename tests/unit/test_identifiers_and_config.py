@@ -135,7 +135,8 @@ def test_token_estimate():
 
 
 def test_a_missing_emulator_says_how_to_install_it(tmp_path):
-    from shared.localstack.components import ComponentError, find_emulator
+    from services.dev.localstack.components import ComponentError
+    from services.dev.localstack.emulator import find_emulator
 
     with pytest.raises(ComponentError) as caught:
         find_emulator(None, roots=[tmp_path])
@@ -158,3 +159,15 @@ def test_what_counts_as_permanent():
     assert is_permanent(psycopg.DataError("cannot store NUL"))
     assert not is_permanent(psycopg.OperationalError("server closed the connection"))
     assert not is_permanent(ConnectionError("valkey down"))
+
+
+def test_the_offline_providers_former_name_is_still_accepted(monkeypatch):
+    monkeypatch.setenv("AM_LLM_PROVIDER", "rules")
+    assert load_settings().llm_provider == "offline"
+
+
+def test_the_windows_former_setting_names_are_still_read(monkeypatch):
+    monkeypatch.setenv("AM_SUMMARY_WINDOW_TURNS", "7")
+    monkeypatch.setenv("AM_EPISODE_KEY_WINDOW", "3")
+    settings = load_settings()
+    assert (settings.summary_kept_turns, settings.episode_key_neighbours) == (7, 3)

@@ -17,7 +17,8 @@ import hcl2
 import pytest
 from google.cloud import pubsub_v1
 
-from services.cli import _parser, main
+from services.cli.main import main
+from services.cli.parser import build_parser
 from services.worker import WORKERS
 from shared.api_keys import new_key
 from shared.bus.admin import DesiredSubscription, TopologyAdmin
@@ -372,7 +373,7 @@ def test_jobs_run_real_commands():
     commands = []
     for literal in re.findall(r'args\s*=\s*(\["[a-z][^\n]*\])\n', jobs):
         argv = json.loads(re.sub(r"(?<=[\[, ])app(?=[\],])", '"x"', literal))
-        _parser().parse_args(argv)
+        build_parser().parse_args(argv)
         commands.append(argv[0])
     assert commands == ["migrate", "compact"]
 
@@ -415,7 +416,7 @@ def test_the_scheduled_sweep_is_a_valid_compaction_request_without_a_user():
 def test_api_key_job_reads_the_cli_output():
     mint = _script("mint_api_key")
     key = new_key()
-    # The output of `agent-memory keys create` (services/api/keys.py).
+    # The output of `agent-memory keys create` (services/cli/keys.py).
     stdout = f"created key 1f0c for app default (shown once, keep it):\n{key}\n"
     assert mint.key_from_output(stdout) == (
         "created key 1f0c for app default (shown once, keep it):",
@@ -474,7 +475,7 @@ def test_compose_passes_every_setting_but_those_its_readme_names():
 
 
 def test_compose_commands_exist_in_the_cli():
-    parser = _parser()
+    parser = build_parser()
     services = _compose_services()
     app_services = {name for name, block in services.items() if "<<: *agent-memory" in block}
     assert app_services == {"init", "api", *(f"{kind}-worker" for kind in WORKERS)}

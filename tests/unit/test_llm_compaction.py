@@ -1,9 +1,9 @@
-"""The `rules` provider's compaction: the previous summary is never cut, the
+"""The `offline` provider's compaction: the previous summary is never cut, the
 episodes' most important sentences are added within the bound, deterministically."""
 
 from datetime import UTC, datetime, timedelta
 
-from shared.llm import DialogueTurn, RulesLLM
+from shared.llm import DialogueTurn, OfflineLLM
 from shared.llm.task_prompts import additions_bound, parse_compaction
 from shared.tokens import estimate_tokens
 
@@ -23,7 +23,7 @@ def test_the_first_compaction_keeps_what_matters_and_drops_chatter():
         ("I prefer Python for scripts. The weather is nice.", "Noted, Python it is."),
         ("The API timeout must be 30 seconds.", "Understood."),
     )
-    completion = RulesLLM().compact("", episodes, 600)
+    completion = OfflineLLM().compact("", episodes, 600)
     assert completion.value == (
         "User: I prefer Python for scripts. User: The API timeout must be 30 seconds."
     )
@@ -37,7 +37,7 @@ def test_every_sentence_of_the_previous_summary_is_kept_first_and_nothing_said_t
         ("The API timeout must be 30 seconds.", "Yes."),
         ("We decided to use Postgres for the backend.", "Good choice."),
     )
-    summary = RulesLLM().compact(previous, episodes, 600).value
+    summary = OfflineLLM().compact(previous, episodes, 600).value
     assert summary == previous + " User: We decided to use Postgres for the backend."
 
 
@@ -55,7 +55,7 @@ def test_the_bound_takes_the_most_important_new_sentences_in_the_order_said():
         + len(" User: I prefer tabs over spaces.")
     )
     bound = -(-room // 4)  # tokens, rounded up: still short of the third line
-    summary = RulesLLM().compact(previous, episodes, bound).value
+    summary = OfflineLLM().compact(previous, episodes, bound).value
     assert summary == (
         "User: Staging is called orchid, remember. "
         "User: I prefer tabs over spaces. User: Never deploy on Fridays."
@@ -68,27 +68,27 @@ def test_a_previous_summary_over_the_bound_is_kept_whole_and_episodes_still_add(
     episodes = _episodes(("Never use tabs.", "ok"), ("We must ship the whole catalogue.", "ok"))
     # Bound 40 tokens: the previous summary alone is far over it; the episodes get a
     # quarter of the bound (40 characters): the first line fits, the second does not.
-    summary = RulesLLM().compact(previous, episodes, 40).value
+    summary = OfflineLLM().compact(previous, episodes, 40).value
     assert summary == previous + " User: Never use tabs."
 
 
 def test_episodes_with_nothing_to_keep_leave_one_line_of_gist():
     episodes = _episodes(("What is the capital of France?", "Paris."), ("Thanks!", "Welcome."))
-    assert RulesLLM().compact("", episodes, 600).value == (
+    assert OfflineLLM().compact("", episodes, 600).value == (
         "User asked: What is the capital of France?"
     )
-    assert RulesLLM().compact("User: Never use tabs.", episodes, 600).value == (
+    assert OfflineLLM().compact("User: Never use tabs.", episodes, 600).value == (
         "User: Never use tabs. User asked: What is the capital of France?"
     )
-    assert RulesLLM().compact("", _episodes(("", "")), 600).value == ""
+    assert OfflineLLM().compact("", _episodes(("", "")), 600).value == ""
 
 
 def test_compaction_is_deterministic():
     episodes = _episodes(
         *[(f"Service {i} must answer within {i} ms. Hello.", "We will use Go.") for i in range(30)]
     )
-    first = RulesLLM().compact("User: Never deploy on Fridays.", episodes, 200)
-    second = RulesLLM().compact("User: Never deploy on Fridays.", episodes, 200)
+    first = OfflineLLM().compact("User: Never deploy on Fridays.", episodes, 200)
+    second = OfflineLLM().compact("User: Never deploy on Fridays.", episodes, 200)
     assert first == second
     assert first.value.startswith("User: Never deploy on Fridays. ")
 

@@ -1,4 +1,4 @@
-"""The memory tasks of the `rules` provider (extraction, consolidation,
+"""The memory tasks of the `offline` provider (extraction, consolidation,
 decomposition) and the strict reading of the `gemini` provider's replies."""
 
 import json
@@ -15,7 +15,7 @@ from shared.llm import (
     ExtractionTurn,
     Found,
     MalformedReply,
-    RulesLLM,
+    OfflineLLM,
     Weighing,
 )
 from shared.llm.extraction_prompts import (
@@ -35,7 +35,7 @@ SESSION = "sess_2026_01"
 
 def _extract(user, project_id="", session_id=SESSION, prev_session_id="", assistant="Noted."):
     inp = ExtractionInput.single(session_id, project_id, prev_session_id, T0, user, assistant)
-    return [found.candidate for found in RulesLLM().extract(inp).value]
+    return [found.candidate for found in OfflineLLM().extract(inp).value]
 
 
 def _decide(llm, candidate, existing):
@@ -51,7 +51,7 @@ def _existing(candidate, memory_id):
 
 # -- the reference scenario ---------------------------------------------------
 def _rules(entity: str, kind: str, scope: str, project_id: str, text: str) -> Candidate:
-    """A candidate as the `rules` provider makes it: filed under a managed topic by its
+    """A candidate as the `offline` provider makes it: filed under a managed topic by its
     kind (test_the_rules_file_each_memory_under_a_managed_topic pins the mapping)."""
     return Candidate(entity, kind, scope, project_id, text, topic_of(kind, scope))
 
@@ -102,7 +102,7 @@ def test_the_reference_scenario_extracts_exactly_these_memories():
     assert light == _rules("ui theme", "preference", "global", "", "User prefers Light Mode.")
     # Against what the first turn stored: the newer statement replaces the Dark Mode one.
     existing = [_existing(universal[1], "mem-lang"), _existing(universal[0], "mem-theme")]
-    decision = _decide(RulesLLM(), light, existing)
+    decision = _decide(OfflineLLM(), light, existing)
     assert decision == Decision("UPDATED", "mem-theme", "User prefers Light Mode.")
 
 
@@ -276,7 +276,7 @@ def test_the_same_thing_said_twice_in_a_turn_is_one_candidate():
 
 
 def test_revocations_delete_the_memory_they_revoke_and_nothing_else():
-    llm = RulesLLM()
+    llm = OfflineLLM()
     (dark,) = _extract("I prefer Dark Mode UI.")
     (editor,) = _extract("My editor is vim.")
     existing = [_existing(dark, "m-theme"), _existing(editor, "m-editor")]
@@ -299,7 +299,7 @@ def test_revocations_delete_the_memory_they_revoke_and_nothing_else():
 
 # -- consolidation ------------------------------------------------------------
 def test_consolidation_creates_skips_duplicates_and_matches_by_similar_text():
-    llm = RulesLLM()
+    llm = OfflineLLM()
     dark = ExistingMemory(
         "m1", "ui theme", "preference", "global", "", "User prefers Dark Mode UI."
     )
@@ -314,7 +314,7 @@ def test_consolidation_creates_skips_duplicates_and_matches_by_similar_text():
 
 
 def test_a_memory_of_another_scope_or_project_is_never_a_target():
-    llm = RulesLLM()
+    llm = OfflineLLM()
     theirs = ExistingMemory(
         "m1", "cache", "fact", "project", "Atlas", "For project Atlas, the cache is Redis."
     )
@@ -328,7 +328,7 @@ def test_the_rules_tasks_count_the_tokens_gemini_would_be_sent_and_are_determini
     from shared.llm import extraction_prompts
     from shared.llm import task_prompts as prompts
 
-    llm = RulesLLM()
+    llm = OfflineLLM()
     inp = ExtractionInput.single(SESSION, "", "", T0, "I prefer Dark Mode UI.", "Noted.")
     completion = llm.extract(inp)
     prompt = extraction_prompts.extraction_instruction(inp) + extraction_prompts.extraction_prompt(
@@ -354,7 +354,7 @@ def test_a_window_is_one_extraction_whose_candidates_name_their_turns():
         ExtractionTurn("b", "Orion", T0, "How are you?", "Fine."),
         ExtractionTurn("c", "Orion", T0, "The region is us-east1.", "Noted."),
     )
-    found = RulesLLM().extract(ExtractionInput(SESSION, "", turns)).value
+    found = OfflineLLM().extract(ExtractionInput(SESSION, "", turns)).value
     assert found == [
         Found("a", _rules("ui theme", "preference", "global", "", "User prefers Dark Mode UI.")),
         Found(
@@ -394,7 +394,7 @@ def test_a_window_is_one_extraction_whose_candidates_name_their_turns():
     ],
 )
 def test_decomposition_splits_into_single_topic_questions_with_session_ids(query, expected):
-    assert RulesLLM().decompose(query, SESSION, "sess_2025_12").value == expected
+    assert OfflineLLM().decompose(query, SESSION, "sess_2025_12").value == expected
 
 
 # -- reading gemini's replies ---------------------------------------------------
@@ -609,7 +609,7 @@ def test_the_extraction_prompt_holds_the_texts_and_the_session_ids():
 
 def test_memories_without_an_entity_name_match_by_text_only():
     from shared.llm.base import Candidate, ExistingMemory
-    from shared.llm.consolidation_rules import decide
+    from shared.llm.offline.consolidation import decide
 
     staging = ExistingMemory("m1", "", "fact", "global", "", "The staging database is orchid.")
     dog = Candidate("", "fact", "global", "", "The user walks a dog every morning.")
@@ -636,5 +636,5 @@ def test_the_rules_keep_only_the_managed_topics_an_app_keeps():
         ExtractionTurn("b", "", T0, "We must never deploy on Fridays.", "Noted."),
     )
     no_preferences = Topics(("rules", "personal_info"), configured=True)
-    found = RulesLLM().extract(ExtractionInput(SESSION, "", turns, no_preferences)).value
+    found = OfflineLLM().extract(ExtractionInput(SESSION, "", turns, no_preferences)).value
     assert [(f.turn_id, f.candidate.topic) for f in found] == [("b", "rules")]

@@ -1,8 +1,8 @@
 """The local stack's choice of free ports."""
 
+from services.dev.localstack import stack as stack_module
+from services.dev.localstack.stack import LocalStack
 from shared.config import load_settings
-from shared.localstack import stack as stack_module
-from shared.localstack.stack import LocalStack
 
 
 def test_a_component_never_gets_the_api_port_or_a_port_already_chosen(tmp_path, monkeypatch):

@@ -1,7 +1,7 @@
 import re
 from pathlib import Path
 
-from services.config_reference import BEGIN, COMMAND, END, reference
+from services.cli.config_reference import BEGIN, COMMAND, END, reference
 from shared.config import Settings, env_name
 
 REPO = Path(__file__).resolve().parents[2]

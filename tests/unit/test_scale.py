@@ -6,8 +6,9 @@ import sys
 
 import pytest
 
+from services.dev.localstack.stack import LocalStack
+from services.dev.localstack.supervision import replica_name, service_kind
 from shared.config import Settings
-from shared.localstack.stack import LocalStack, replica_name, service_kind
 from shared.scale import parse_scale
 from tests.support import REPO
 

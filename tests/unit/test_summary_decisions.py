@@ -12,7 +12,7 @@ from shared.session_buffer import AppendResult
 from tests.bus_helpers import make_turn
 
 IDS = {"app": "app-1", "user_id": "user-1", "session_id": "sess-1"}
-POLICY = FoldPolicy(trigger_turns=10, trigger_tokens=4000, window_turns=4)
+POLICY = FoldPolicy(trigger_turns=10, trigger_tokens=4000, kept_turns=4)
 
 
 class FakeBuffer:

@@ -11,7 +11,7 @@ from services.api.memory_models import ArchiveSearchRequest, ArchiveSearchRespon
 from services.api.routers.views import episode_view, period_view
 from shared.events import utcnow
 from shared.memory.periods import find_period
-from shared.memory.search import Scope
+from shared.memory.ranking import Scope
 
 router = APIRouter()
 

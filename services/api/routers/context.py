@@ -16,7 +16,7 @@ from services.api.models import json_response
 from services.api.routers.views import context_body
 from shared.events import utcnow
 from shared.memory.context import ContextQuery, build_context, recall_hits
-from shared.memory.search import Scope
+from shared.memory.ranking import Scope
 
 log = structlog.get_logger("agent_memory.api")
 router = APIRouter()

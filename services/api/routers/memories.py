@@ -20,6 +20,7 @@ from datetime import datetime
 from typing import Annotated
 
 from fastapi import APIRouter, Query, Response
+from pydantic import BeforeValidator
 
 from services.api.custom_methods import ResourceRoute
 from services.api.deps import ApiDep, AppIdDep
@@ -34,17 +35,18 @@ from services.api.memory_models import (
     SearchRequest,
     SearchResponse,
 )
-from services.api.models import json_response, query_count
+from services.api.models import json_response, query_integer
 from services.api.routers.views import found_fields, memory_detail, memory_view
 from services.api.write_models import RollbackRequest, WriteMemoryRequest, WriteMemoryResponse
-from shared.db.memories import MemoryRow, PageFilter, Revision
+from shared.db.memory_rows import MemoryRow, PageFilter, Revision
+from shared.db.planned_write import StalePlan
 from shared.db.unit_of_work import UnitOfWork, UnitsOfWork, in_thread
 from shared.events import utcnow
 from shared.llm.base import Candidate
 from shared.memory import decisions, deletion, rollback
 from shared.memory.consolidate import Source
-from shared.memory.retrieval import sub_queries
-from shared.memory.search import Scope
+from shared.memory.ranking import Scope
+from shared.memory.search import sub_queries
 
 search_router = APIRouter()
 router = APIRouter(route_class=ResourceRoute)
@@ -67,7 +69,7 @@ async def list_memories(
     project_id: Annotated[Identifier | None, Query()] = None,
     scope: Annotated[ScopeName | None, Query()] = None,
     kind: Annotated[Kind | None, Query()] = None,
-    limit: query_count(1, 500) = 100,
+    limit: Annotated[int, Query(ge=1, le=500), BeforeValidator(query_integer)] = 100,
     cursor: Annotated[str | None, Query()] = None,
     topic: Annotated[str | None, Query(pattern="^[a-z][a-z0-9_]{0,39}$")] = None,
 ) -> MemoryPage:
@@ -123,7 +125,7 @@ async def write_memory(
                 body.expiry(),
             )
         )
-    except decisions.MemoriesChanged as exc:
+    except StalePlan as exc:
         raise ApiError(409, "conflict", f"{exc}") from None
     # The rows come from the statements that wrote them (RETURNING): current.
     memory = memory_view(applied.memory) if applied.memory is not None else None
@@ -164,13 +166,14 @@ async def rollback_memory(
                 memory_id,
                 body.revision,
                 utcnow(),
+                api.settings.write_attempts,
             )
         )
     except rollback.RollbackRefused as exc:
         code = {404: "not_found", 409: "conflict", 422: "invalid_request"}[exc.status]
         message = f"{exc.field}: {exc}" if exc.field else f"{exc}"
         raise ApiError(exc.status, code, message, field=exc.field) from None
-    except decisions.MemoriesChanged as exc:
+    except StalePlan as exc:
         raise ApiError(409, "conflict", f"{exc}") from None
     return memory_detail(done.memory, done.revisions)
 

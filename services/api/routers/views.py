@@ -19,11 +19,11 @@ from services.api.memory_models import (
     RevisionView,
 )
 from shared.db.context_reads import Cited
-from shared.db.memories import MemoryRow, Revision
+from shared.db.memory_rows import MemoryRow, Revision
 from shared.events import format_time
 from shared.memory.context import Context, RecalledTurn, SessionSummary
 from shared.memory.periods import Period
-from shared.memory.retrieval import Found, FoundEpisode
+from shared.memory.search import Found, FoundEpisode
 
 
 def _time(value: datetime | None) -> str | None:

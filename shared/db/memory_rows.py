@@ -1,0 +1,91 @@
+"""What the memories repository reads and writes, as values: a memory's row
+(`MemoryRow`), one of its revisions, a memory to write (`NewMemory`) and a
+listing's filter. The outbox and the callers use them without the SQL."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+# The entity of a user's compacted summary of old episodes (one per scope and
+# project, kind `event`), written only by the compaction worker.
+COMPACTED_ENTITY = "compacted-episodes"
+
+
+@dataclass(frozen=True)
+class MemoryRow:
+    id: str
+    app: str
+    user_id: str
+    project_id: str
+    session_id: str
+    scope: str
+    kind: str
+    entity_name: str
+    text: str
+    observed_at: datetime
+    created_at: datetime
+    updated_at: datetime
+    valid_to: datetime | None = None
+    topic: str = ""
+    expire_at: datetime | None = None
+
+    @classmethod
+    def from_row(cls, row: dict[str, Any]) -> MemoryRow:
+        return cls(**{name: row[name] for name in cls.__dataclass_fields__})
+
+    def identity(self) -> dict[str, Any]:
+        """Which memory this is, as the API and operation results name it (an empty
+        project or session is null there)."""
+        return {
+            "id": self.id,
+            "scope": self.scope,
+            "kind": self.kind,
+            "project_id": self.project_id or None,
+            "session_id": self.session_id or None,
+            "entity_name": self.entity_name,
+        }
+
+
+@dataclass(frozen=True)
+class Revision:
+    memory_id: str
+    action: str
+    old_text: str | None
+    new_text: str | None
+    event_id: str | None
+    observed_at: datetime
+    applied: bool
+    created_at: datetime
+
+
+@dataclass(frozen=True)
+class NewMemory:
+    app: str
+    user_id: str
+    project_id: str
+    session_id: str
+    scope: str
+    kind: str
+    entity_name: str
+    text: str
+    embedding: Any
+    observed_at: datetime
+    expire_at: datetime | None = None  # when created: it expires then (None: never)
+    updated_expire_at: datetime | None = None  # when it updates one: its new expiry (None: kept)
+    topic: str = ""
+
+
+@dataclass(frozen=True)
+class PageFilter:
+    """Which live memories of a user a listing returns, and where it resumes
+    (`after`: the creation time and id of the last memory of the previous page)."""
+
+    app: str
+    user_id: str
+    project_id: str | None = None
+    scope: str | None = None
+    kind: str | None = None
+    after: tuple[datetime, str] | None = None
+    topic: str | None = None

@@ -15,7 +15,8 @@ from typing import Any
 
 import psycopg
 
-from shared.db import outbox
+from shared.db import entity_facts, outbox
+from shared.db.entities import Entities, Owner
 from shared.db.memory_rows import MemoryRow, NewMemory, PageFilter, Revision
 from shared.db.pool import as_vector
 from shared.db.run import fetch
@@ -159,7 +160,15 @@ class Memories:
         )
         assert memory is not None
         self.revise(memory, Action.CREATED, None, new.text, event_id, new.observed_at)
+        self._link(memory, event_id, new.entities)
         return memory
+
+    def _link(self, memory: MemoryRow, event_id: str | None, named: Any = ()) -> None:
+        """The memory's entities and fact, as of its `observed_at`."""
+        owner = Owner(memory.app, memory.user_id, memory.project_id)
+        Entities(self.conn).link_memory(
+            owner, memory.id, memory.text, memory.observed_at, event_id, named
+        )
 
     def update(
         self,
@@ -188,6 +197,7 @@ class Memories:
         self.revise(
             updated, Action.UPDATED, memory.text, text, event_id, observed_at, change=change
         )
+        self._link(updated, event_id)
         return updated
 
     def retire(
@@ -209,6 +219,7 @@ class Memories:
         )
         assert retired is not None
         self.revise(memory, Action.DELETED, memory.text, None, event_id, observed_at, change=change)
+        entity_facts.close_of_memory(self.conn, memory.id, observed_at)
         return retired
 
     def revise(

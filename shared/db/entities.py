@@ -71,7 +71,9 @@ class Entities:
                 entity_id = resolved.entity.id
                 self._seen(resolved.entity, mention, kind, key, resolved.how, seen_at)
                 known = [
-                    k if k.id != entity_id else Known(k.id, k.name, k.kind, (*k.aliases, key), seen_at)
+                    k
+                    if k.id != entity_id
+                    else Known(k.id, k.name, k.kind, (*k.aliases, key), seen_at)
                     for k in known
                 ]
             named[key] = entity_id
@@ -134,7 +136,9 @@ class Entities:
         fact = stated(text, named)
         entity_facts.close_of_memory(self.conn, memory_id, observed_at, keep=fact)
         if fact is not None:
-            entity_facts.record(self.conn, owner, fact, observed_at, memory_id, event_id)
+            entity_facts.record(
+                self.conn, owner.app, owner.user_id, fact, observed_at, memory_id, event_id
+            )
         return named
 
     def link_episode(self, owner: Owner, episode_id: str, text: str, at: datetime) -> None:

@@ -7,14 +7,10 @@ late one never closes a newer fact.
 from __future__ import annotations
 
 from datetime import datetime
-from typing import TYPE_CHECKING
 
 import psycopg
 
 from shared.entities.facts import Held, Stated, timed
-
-if TYPE_CHECKING:
-    from shared.db.entities import Owner
 
 
 def _held(conn: psycopg.Connection, fact: Stated) -> list[Held]:
@@ -29,14 +25,16 @@ def _held(conn: psycopg.Connection, fact: Stated) -> list[Held]:
 def _end(conn: psycopg.Connection, ids: tuple[str, ...] | list[str], at: datetime) -> None:
     if ids:
         conn.execute(
-            "UPDATE entity_facts SET valid_to = greatest(valid_from, %s) WHERE id = ANY(%s::uuid[])",
+            "UPDATE entity_facts SET valid_to = greatest(valid_from, %s) "
+            "WHERE id = ANY(%s::uuid[])",
             (at, list(ids)),
         )
 
 
 def record(
     conn: psycopg.Connection,
-    owner: Owner,
+    app: str,
+    user_id: str,
     fact: Stated,
     valid_from: datetime,
     memory_id: str | None,
@@ -48,8 +46,11 @@ def record(
     if fact.negated:
         _end(
             conn,
-            [h.id for h in held if h.value == fact.value and h.valid_to is None
-             and h.valid_from <= valid_from],
+            [
+                h.id
+                for h in held
+                if h.value == fact.value and h.valid_to is None and h.valid_from <= valid_from
+            ],
             valid_from,
         )
         return
@@ -62,8 +63,8 @@ def record(
         "single, valid_from, valid_to, memory_id, event_id) "
         "VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s)",
         (
-            owner.app,
-            owner.user_id,
+            app,
+            user_id,
             fact.subject_id,
             fact.predicate,
             fact.object_id,

@@ -81,7 +81,11 @@ def timed(valid_from: datetime, single: bool, held: list[Held], value: str) -> T
     another value at its own start; a late fact (older than a recorded one) never
     closes the newer, it ends where the newer begins."""
     same = next(
-        (h.id for h in held if h.value == value and h.valid_to is None and h.valid_from <= valid_from),
+        (
+            h.id
+            for h in held
+            if h.value == value and h.valid_to is None and h.valid_from <= valid_from
+        ),
         None,
     )
     if same is not None or not single:

@@ -20,13 +20,18 @@ import unicodedata
 from dataclasses import dataclass
 from functools import cache
 
+
+def word_set(words: str) -> frozenset[str]:
+    return frozenset(words.split())
+
+
 KINDS = ("person", "organisation", "project", "place", "tool", "pet", "event", "other")
 
 _TOKEN = re.compile(r"[A-Za-zÀ-ÿ][\w&.+-]*(?:'s)?|[^\sA-Za-zÀ-ÿ]+")
 _SENTENCE_END = re.compile(r"[.!?:;]$")
 
 # Capitalised for another reason than being a name.
-_NOT_NAMES = frozenset(
+_NOT_NAMES = word_set(
     """i i'm i've i'd i'll we we're we've you your he she it they them their our my me
     the a an this that these those there here what when where which who why how
     yes no hi hello hey thanks thank ok okay sure great cool nice good well so and but
@@ -36,26 +41,26 @@ _NOT_NAMES = frozenset(
     remember note for in on at to from with by of after before since during as if
     is are was were be been do does did have has had can could will would should may
     might must not never always sometimes usually all any some every each both
-    last next first one two three his her its our us""".split()
+    last next first one two three his her its our us"""
 )
-_ORG_SUFFIXES = frozenset(
-    "inc ltd llc gmbh corp corporation company co labs lab university bank group "
-    "institute foundation agency studio studios".split()
+_ORG_SUFFIXES = word_set(
+    """inc ltd llc gmbh corp corporation company co labs lab university bank group
+    institute foundation agency studio studios"""
 )
-_EVENT_WORDS = frozenset(
-    "conference summit wedding festival meetup hackathon offsite trip party retreat".split()
+_EVENT_WORDS = word_set(
+    "conference summit wedding festival meetup hackathon offsite trip party retreat"
 )
-_PET_WORDS = frozenset("dog cat puppy kitten parrot hamster rabbit pet horse".split())
-_PLACE_LEADS = frozenset("in to from near visiting visit moved lives live living".split())
-_ORG_LEADS = frozenset("at joined join for".split())
-_TOOL_LEADS = frozenset("use uses using used switched adopted migrated".split())
-_PERSON_LEADS = frozenset(
+_PET_WORDS = word_set("dog cat puppy kitten parrot hamster rabbit pet horse")
+_PLACE_LEADS = word_set("in to from near visiting visit moved lives live living")
+_ORG_LEADS = word_set("at joined join for")
+_TOOL_LEADS = word_set("use uses using used switched adopted migrated")
+_PERSON_LEADS = word_set(
     """sister brother friend manager colleague boss wife husband partner mom dad mother
-    father son daughter cousin aunt uncle neighbour neighbor coworker mentor met""".split()
+    father son daughter cousin aunt uncle neighbour neighbor coworker mentor met"""
 )
-_PERSON_VERBS = frozenset(
+_PERSON_VERBS = word_set(
     """said says told asks asked works worked moved lives lived met joined likes loves
-    wants prefers started left visited called emailed""".split()
+    wants prefers started left visited called emailed"""
 )
 
 

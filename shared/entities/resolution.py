@@ -95,7 +95,9 @@ def resolve(name: str, kind: str, known: Sequence[Known]) -> Resolved:
     if len(words) == 1:
         firsts = {words[0]} | _nickname_forms(words[0])
         by_first = [
-            e for e in fitting if any(len(a.split()) > 1 and a.split()[0] in firsts for a in e.aliases)
+            e
+            for e in fitting
+            if any(len(a.split()) > 1 and a.split()[0] in firsts for a in e.aliases)
         ]
         if by_first:
             return Resolved(_latest(by_first), "first name")

@@ -33,6 +33,8 @@ class Fusion:
 
     vector_weight: float = 0.4
     text_weight: float = 0.6
+    # The entity ranking's (`shared.db.search_entities`); 0: not ranked at all.
+    entity_weight: float = 0.0
     k: int = 20
     top: int = 5
     floor: float = 0.01
@@ -55,6 +57,7 @@ class Fusion:
         return cls(
             vector_weight=vector_weight,
             text_weight=settings.search_text_weight,
+            entity_weight=settings.search_entity_weight,
             k=settings.search_rrf_k,
             candidates=settings.search_candidates,
             text_scan=settings.search_text_scan_limit,
@@ -70,6 +73,7 @@ class Ranked:
     score: float
     vector_rank: int | None
     text_rank: int | None
+    entity_rank: int | None = None
 
     @property
     def rankers(self) -> list[str]:
@@ -78,4 +82,6 @@ class Ranked:
             found.append("vector")
         if self.text_rank is not None:
             found.append("text")
+        if self.entity_rank is not None:
+            found.append("entity")
         return found

@@ -89,7 +89,12 @@ def test_facts_read_from_a_memory() -> None:
     named = {"dana": "d", "priya": "p", "berlin": "b"}
     fact = stated("Dana's manager is Priya.", named)
     assert fact is not None
-    assert (fact.subject_id, fact.predicate, fact.object_id, fact.value) == ("d", "manager", "p", "priya")
+    assert (fact.subject_id, fact.predicate, fact.object_id, fact.value) == (
+        "d",
+        "manager",
+        "p",
+        "priya",
+    )
     moved = stated("Dana moved to Berlin.", named)
     assert moved is not None
     assert (moved.predicate, moved.object_id, moved.single) == ("location", "b", True)

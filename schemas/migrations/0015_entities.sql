@@ -42,8 +42,10 @@ CREATE TABLE entity_mentions (
     entity_id   uuid NOT NULL REFERENCES entities (id) ON DELETE CASCADE,
     app         text NOT NULL,
     user_id     text NOT NULL,
-    memory_id   uuid REFERENCES memories (id) ON DELETE CASCADE,
-    episode_id  uuid REFERENCES episodes (id) ON DELETE CASCADE,
+    -- ON UPDATE: a row keeps its mentions if its id is rewritten (the benchmarks
+    -- give their rows ids made from their names).
+    memory_id   uuid REFERENCES memories (id) ON DELETE CASCADE ON UPDATE CASCADE,
+    episode_id  uuid REFERENCES episodes (id) ON DELETE CASCADE ON UPDATE CASCADE,
     surface     text NOT NULL,
     observed_at timestamptz NOT NULL,
     CHECK ((memory_id IS NULL) <> (episode_id IS NULL))

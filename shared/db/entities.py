@@ -64,6 +64,8 @@ class Entities:
                 continue
             kind = mention.kind if mention.kind in KINDS else "other"
             resolved = resolve(mention.name, kind, known)
+            if resolved.entity is None and not mention.sure:
+                continue
             if resolved.entity is None:
                 entity_id = self._create(owner, mention.name, kind, key, seen_at)
                 known.append(Known(entity_id, mention.name, kind, (key,), seen_at))

@@ -243,7 +243,12 @@ fused AS (
         SELECT t.id, w.wt / (%(rrf_k)s + t.rank), NULL, t.rank, NULL
         FROM txt t JOIN weights w ON w.qi = t.qi
         UNION ALL
-        SELECT e.id, %(we)s::float8 / (%(rrf_k)s + e.rank), NULL, NULL, e.rank FROM ent e
+        -- A query that names no entity has only the entities its full text lent: they
+        -- count as much as the full text is sure of its top.
+        SELECT e.id, CASE WHEN e.named THEN %(we)s::float8
+                          ELSE %(we)s * w.wt / greatest(%(wt)s, 1e-9) END / (%(rrf_k)s + e.rank),
+               NULL, NULL, e.rank
+        FROM ent e JOIN weights w ON w.qi = e.qi
     ) s GROUP BY id
 )"""
     ranked = f"""(

@@ -2,14 +2,17 @@
 beside vector distance and full text, fused the same way (`weight / (k + rank)`,
 the weight `Fusion.entity_weight`).
 
-Per sub-query, the entities it names: an alias of the user's entities (of the
-searched project and the global ones, none merged away) that the sub-query's
-normalised text holds as whole words. Then one hop: the entities a fact links to
-those (subject to object or back; with `as_of`, a fact true at that moment).
-The rows ranked are those mentioning any of them that the search's filter
-admits: first by how many named entities they mention, then how many one hop
-away, then the most recently said, the `candidates` best. A query that names no
-entity has no entity ranking.
+Per sub-query, the entities it **names**: an alias of the user's entities (of
+the searched project and the global ones, none merged away) that the
+sub-query's normalised text holds as whole words. Then **one hop**: the entities
+a fact links to those (subject to object or back; with `as_of`, a fact true at
+that moment), and the entities that the full-text ranking's best
+`ENTITY_HINTS` rows mention (the question's words found a turn, and that turn
+names who or what it is about: "the friend who went to Porto" → "Ravi and I are
+going to Porto" → Ravi). The rows ranked are those mentioning any of them that
+the search's filter admits: first by how many named entities they mention, then
+by their one-hop entities, each counting the less the more rows mention it,
+then the most recently said; the `candidates` best.
 """
 
 from __future__ import annotations
@@ -19,6 +22,8 @@ from typing import Any
 from shared.entities.names import normalise
 from shared.memory.ranking import Scope
 
+# How many of the full-text ranking's best rows lend their entities as one hop.
+ENTITY_HINTS = 1
 # The mentions' column that points at each table's rows.
 _MENTION_COLUMN = {"memories": "memory_id", "episodes": "episode_id"}
 
@@ -29,6 +34,7 @@ def entity_params(scope: Scope, queries: list[str]) -> dict[str, Any]:
     return {
         "qnorm": [f" {normalise(q)} " for q in queries],
         "entity_project": scope.project_id,
+        "entity_hints": ENTITY_HINTS,
     }
 
 
@@ -50,28 +56,43 @@ named AS (
         AND e.project_id IN (%(entity_project)s, '')
 ),
 linked AS (
-    SELECT l.qi, l.entity_id, min(l.hop) AS hop FROM (
-        SELECT n.qi, n.entity_id, 0 AS hop FROM named n
-        UNION ALL
-        SELECT n.qi, CASE WHEN f.subject_id = n.entity_id THEN f.object_id ELSE f.subject_id END,
-               1
-        FROM named n JOIN entity_facts f ON f.object_id IS NOT NULL
-            AND (f.subject_id = n.entity_id OR f.object_id = n.entity_id){true_then}
-    ) l GROUP BY l.qi, l.entity_id
+    SELECT h.qi, h.entity_id, h.hop,
+           CASE WHEN h.hop = 0 THEN 1.0 ELSE 1.0 / greatest(1, (
+               SELECT count(*) FROM entity_mentions c
+               WHERE c.entity_id = h.entity_id AND c.{column} IS NOT NULL)) END AS weight
+    FROM (
+        SELECT l.qi, l.entity_id, min(l.hop) AS hop FROM (
+            -- hop: 0 named, 1 a fact away, 1 + r lent by the full text's r-th row.
+            SELECT n.qi, n.entity_id, 0 AS hop FROM named n
+            UNION ALL
+            SELECT n.qi,
+                   CASE WHEN f.subject_id = n.entity_id THEN f.object_id ELSE f.subject_id END, 1
+            FROM named n JOIN entity_facts f ON f.object_id IS NOT NULL
+                AND (f.subject_id = n.entity_id OR f.object_id = n.entity_id){true_then}
+            UNION ALL
+            SELECT t.qi, em.entity_id, 1 + t.rank
+            FROM txt t JOIN entity_mentions em ON em.{column} = t.id
+            WHERE t.rank <= %(entity_hints)s
+        ) l GROUP BY l.qi, l.entity_id
+    ) h
 ),
 ent AS (
-    SELECT r.qi, r.id, r.rank FROM (
+    SELECT r.qi, r.id, r.rank, r.named FROM (
         SELECT s.qi, s.id,
-               row_number() OVER (PARTITION BY s.qi
-                                  ORDER BY s.direct DESC, s.hops DESC, s.seen DESC, s.id) AS rank
+               row_number() OVER (PARTITION BY s.qi ORDER BY s.direct DESC, s.lent,
+                                  s.hops DESC, s.text_rank, s.seen DESC, s.id) AS rank,
+               EXISTS (SELECT 1 FROM named n WHERE n.qi = s.qi) AS named
         FROM (
             SELECT l.qi, em.{column} AS id,
                    count(*) FILTER (WHERE l.hop = 0) AS direct,
-                   count(*) FILTER (WHERE l.hop = 1) AS hops,
-                   max(em.observed_at) AS seen
+                   min(l.hop) FILTER (WHERE l.hop > 0) AS lent,
+                   coalesce(sum(l.weight) FILTER (WHERE l.hop > 0), 0) AS hops,
+                   max(em.observed_at) AS seen,
+                   min(t.rank) AS text_rank
             FROM linked l
             JOIN entity_mentions em ON em.entity_id = l.entity_id AND em.{column} IS NOT NULL
             JOIN {table} m ON m.id = em.{column}
+            LEFT JOIN txt t ON t.qi = l.qi AND t.id = m.id
             WHERE {where}
             GROUP BY l.qi, em.{column}
         ) s
@@ -80,4 +101,6 @@ ent AS (
 
 
 NO_ENTITIES = """,
-ent AS (SELECT NULL::bigint AS qi, NULL::uuid AS id, NULL::bigint AS rank WHERE false)"""
+ent AS (
+    SELECT NULL::bigint AS qi, NULL::uuid AS id, NULL::bigint AS rank, false AS named WHERE false
+)"""

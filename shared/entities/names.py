@@ -27,7 +27,8 @@ def word_set(words: str) -> frozenset[str]:
 
 KINDS = ("person", "organisation", "project", "place", "tool", "pet", "event", "other")
 
-_TOKEN = re.compile(r"[A-Za-zÀ-ÿ][\w&.+-]*(?:'s)?|[^\sA-Za-zÀ-ÿ]+")
+# A word (with its contraction: "Don't" is no Don) or a run of other characters.
+_TOKEN = re.compile(r"[A-Za-zÀ-ÿ][\w&.+-]*(?:['’][a-z]+)?|[^\sA-Za-zÀ-ÿ]+")
 _SENTENCE_END = re.compile(r"[.!?:;]$")
 
 # Capitalised for another reason than being a name.
@@ -70,6 +71,10 @@ class Mention:
 
     name: str
     kind: str
+    # False for one word of no known kind that opens a sentence ("Huh, okay.",
+    # "Pixel ate it"): capitalised as any first word is, it names an entity only
+    # if one of that name is known already.
+    sure: bool = True
 
 
 def normalise(name: str) -> str:
@@ -123,7 +128,10 @@ def mentions(text: str) -> list[Mention]:
         if key and key not in found:
             before = [normalise(t) for t in tokens[max(0, start - 3) : start]]
             after = normalise(tokens[i]) if i < len(tokens) else ""
-            found[key] = Mention(name, _kind(words, before, after))
+            kind = _kind(words, before, after)
+            opens = start == 0 or bool(_SENTENCE_END.search(tokens[start - 1]))
+            sure = not (opens and len(words) == 1 and kind == "other")
+            found[key] = Mention(name, kind, sure)
     return list(found.values())
 
 
@@ -132,7 +140,8 @@ def _ORG_SUFFIX(word: str) -> bool:  # noqa: N802 - reads as the set it asks
 
 
 def _capitalised(token: str) -> bool:
-    return token[:1].isupper() and any(c.isalpha() for c in token)
+    contracted = ("'" in token or "’" in token) and not token.endswith(("'s", "’s"))
+    return token[:1].isupper() and not contracted
 
 
 def _kind(words: list[str], before: list[str], after: str) -> str:

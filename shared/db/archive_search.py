@@ -53,7 +53,7 @@ def search_episodes(
     params.update(fusion_params(fusion, [embedding], [query], k))
     params.update(entity_params(scope, [query]))
     entities = fusion.entity_weight > 0
-    sql = hybrid_sql("episodes", EPISODE_COLUMNS, where, entities=entities)
+    sql = hybrid_sql("episodes", EPISODE_COLUMNS, where, entities=entities, as_of="as_of" in params)
     rows = yield Statement(sql, params)
     return [split_ranked(row)[:2] for row in rows]
 
@@ -161,7 +161,7 @@ def _recall_once(
     sized = SCOPE_SIZES.archive_key(scope, fusion.exact_below)
     exact = SCOPE_SIZES.cached(sized)
     fused, ranked, _exact = hybrid_parts(
-        "episodes", EPISODE_COLUMNS, where, None, exact, fusion.entity_weight > 0
+        "episodes", EPISODE_COLUMNS, where, None, exact, fusion.entity_weight > 0, "as_of" in params
     )
     neighbours = (
         f"""

@@ -9,6 +9,7 @@ from datetime import datetime
 from typing import Any
 
 from shared.entities.names import Mention
+from shared.memory.ranking import TimeFilter
 
 # The entity of a user's compacted summary of old episodes (one per scope and
 # project, kind `event`), written only by the compaction worker.
@@ -92,3 +93,4 @@ class PageFilter:
     kind: str | None = None
     after: tuple[datetime, str] | None = None
     topic: str | None = None
+    time: TimeFilter | None = None

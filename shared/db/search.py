@@ -50,7 +50,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from shared.db.context_reads import CITED_COLUMNS, Cited, pop_cited
-from shared.db.memories import LIVE, MEMORY_COLUMNS
+from shared.db.memories import LIVE, MEMORY_COLUMNS, as_of_columns
 from shared.db.memory_rows import MemoryRow, NewMemory
 from shared.db.run import Statement, Steps
 from shared.db.search_entities import NO_ENTITIES, entity_ctes, entity_params
@@ -314,9 +314,10 @@ def search_memories(
     params["pinned_limit"] = PINNED_LIMIT
     sized = SCOPE_SIZES.key("memories", scope, fusion.exact_below)
     exact = SCOPE_SIZES.cached(sized)
+    columns = MEMORY_COLUMNS + (CITED_COLUMNS if citations is not None else "")
     sql = hybrid_sql(
         "memories",
-        MEMORY_COLUMNS + (CITED_COLUMNS if citations is not None else ""),
+        as_of_columns(columns) if "as_of" in params else columns,
         where,
         pinned_rules=pinned,
         count_where=memory_count_filter(scope),

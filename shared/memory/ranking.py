@@ -6,9 +6,22 @@ are weighed and bounded (`Fusion`), and how a row was ranked (`Ranked`).
 from __future__ import annotations
 
 from dataclasses import dataclass
+from datetime import datetime
 
 from shared.config import Settings
 from shared.embeddings import provider_vector_weight
+
+
+@dataclass(frozen=True)
+class TimeFilter:
+    """Which moments a read sees: `as_of`, what was true then (valid time: the
+    memories live at that moment, with the text they had, the facts that held,
+    the turns said by then); `observed_after`/`observed_before`, rows observed
+    (a memory's last change, a turn said) strictly between. All aware, UTC."""
+
+    as_of: datetime | None = None
+    observed_after: datetime | None = None
+    observed_before: datetime | None = None
 
 
 @dataclass(frozen=True)
@@ -19,6 +32,7 @@ class Scope:
     user_id: str
     project_id: str = ""
     session_id: str = ""  # also this session's own memories (the context path)
+    time: TimeFilter | None = None
 
 
 @dataclass(frozen=True)

@@ -10,9 +10,12 @@ that moment), and the entities that the full-text ranking's best
 `ENTITY_HINTS` rows mention (the question's words found a turn, and that turn
 names who or what it is about: "the friend who went to Porto" → "Ravi and I are
 going to Porto" → Ravi). The rows ranked are those mentioning any of them that
-the search's filter admits: first by how many named entities they mention, then
-by their one-hop entities, each counting the less the more rows mention it,
-then the most recently said; the `candidates` best.
+the search's filter admits and that the full-text ranking did not find (a row
+that says the question's words has its place already; this ranking brings the
+rows that name the same entity otherwise, by an alias or a nickname, or a hop
+away): first by how many named entities they mention, then by their one-hop
+entities, each counting the less the more rows mention it, then the most
+recently said; the `candidates` best.
 """
 
 from __future__ import annotations
@@ -80,20 +83,19 @@ ent AS (
     SELECT r.qi, r.id, r.rank, r.named FROM (
         SELECT s.qi, s.id,
                row_number() OVER (PARTITION BY s.qi ORDER BY s.direct DESC, s.lent,
-                                  s.hops DESC, s.text_rank, s.seen DESC, s.id) AS rank,
+                                  s.hops DESC, s.seen DESC, s.id) AS rank,
                EXISTS (SELECT 1 FROM named n WHERE n.qi = s.qi) AS named
         FROM (
             SELECT l.qi, em.{column} AS id,
                    count(*) FILTER (WHERE l.hop = 0) AS direct,
                    min(l.hop) FILTER (WHERE l.hop > 0) AS lent,
                    coalesce(sum(l.weight) FILTER (WHERE l.hop > 0), 0) AS hops,
-                   max(em.observed_at) AS seen,
-                   min(t.rank) AS text_rank
+                   max(em.observed_at) AS seen
             FROM linked l
             JOIN entity_mentions em ON em.entity_id = l.entity_id AND em.{column} IS NOT NULL
             JOIN {table} m ON m.id = em.{column}
             LEFT JOIN txt t ON t.qi = l.qi AND t.id = m.id
-            WHERE {where}
+            WHERE {where} AND t.id IS NULL
             GROUP BY l.qi, em.{column}
         ) s
     ) r WHERE r.rank <= %(candidates)s

@@ -129,14 +129,18 @@ class Entities:
         observed_at: datetime,
         event_id: str | None,
         named_by_model: Iterable[Mention] = (),
+        late: bool = False,
     ) -> dict[str, str]:
         """The memory's mentions (its text's names and the model's) and the fact it
-        states, as of `observed_at`; its facts it no longer states end then."""
+        states, as of `observed_at`; its facts it no longer states end then. A `late`
+        observation (older than the memory's, kept in its history only) adds its
+        fact to the past and ends nothing the memory states now."""
         found = [*mentions(text), *named_by_model]
         named = self.resolve_all(owner, found, observed_at)
         self._mention(named, owner, "memory_id", memory_id, found, observed_at)
         fact = stated(text, named)
-        entity_facts.close_of_memory(self.conn, memory_id, observed_at, keep=fact)
+        if not late:
+            entity_facts.close_of_memory(self.conn, memory_id, observed_at, keep=fact)
         if fact is not None:
             entity_facts.record(
                 self.conn, owner.app, owner.user_id, fact, observed_at, memory_id, event_id

@@ -105,7 +105,7 @@ def detail(conn: psycopg.Connection, q: EntityQuery, entity_id: str) -> dict[str
         "ORDER BY f.valid_from, f.id",
         params,
     )
-    entity["memories"] = fetch(
+    entity["memory_rows"] = fetch(
         conn,
         "SELECT m.id::text AS id, m.kind, m.text, m.observed_at, m.valid_to IS NULL AS live "
         "FROM entity_mentions em JOIN memories m ON m.id = em.memory_id "
@@ -113,7 +113,7 @@ def detail(conn: psycopg.Connection, q: EntityQuery, entity_id: str) -> dict[str
         "ORDER BY m.observed_at DESC, m.id",
         params,
     )
-    entity["turns"] = fetch(
+    entity["turn_rows"] = fetch(
         conn,
         "SELECT p.id::text AS id, p.session_id, p.turn_id, p.created_at, p.text "
         "FROM entity_mentions em JOIN episodes p ON p.id = em.episode_id "

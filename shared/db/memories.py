@@ -296,6 +296,12 @@ class Memories:
             outbox.record(
                 self.conn, memory, str(change or action), new_text or "", old_text or "", event_id
             )
+        elif new_text:
+            # A late observation: what it said was true from its own time on.
+            owner = Owner(memory.app, memory.user_id, memory.project_id)
+            Entities(self.conn).link_memory(
+                owner, memory.id, new_text, observed_at, event_id, late=True
+            )
 
     def revisions(self, memory_id: str) -> list[Revision]:
         rows = fetch(

@@ -115,7 +115,7 @@ def mentions(text: str) -> list[Mention]:
             if word.endswith("'s") or _SENTENCE_END.search(word):
                 break
         words = [w[:-2] if w.endswith("'s") else w for w in run]
-        words = [w.rstrip(".") if not _ORG_SUFFIX(w) else w for w in words]
+        words = [w.rstrip(".") for w in words]
         while words and normalise(words[0]) in _NOT_NAMES:
             words.pop(0)
             start += 1
@@ -133,10 +133,6 @@ def mentions(text: str) -> list[Mention]:
             sure = not (opens and len(words) == 1 and kind == "other")
             found[key] = Mention(name, kind, sure)
     return list(found.values())
-
-
-def _ORG_SUFFIX(word: str) -> bool:  # noqa: N802 - reads as the set it asks
-    return normalise(word) in _ORG_SUFFIXES
 
 
 def _capitalised(token: str) -> bool:

@@ -90,10 +90,10 @@ async def get_entity(
             for f in found["facts"]
         ],
         memories_mentioning=[
-            {**m, "observed_at": format_time(m["observed_at"])} for m in found["memories"]
+            {**m, "observed_at": format_time(m["observed_at"])} for m in found["memory_rows"]
         ],
         turns_mentioning=[
-            {**t, "created_at": format_time(t["created_at"])} for t in found["turns"]
+            {**t, "created_at": format_time(t["created_at"])} for t in found["turn_rows"]
         ],
     )
 

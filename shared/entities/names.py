@@ -116,10 +116,10 @@ def mentions(text: str) -> list[Mention]:
                 break
         words = [w[:-2] if w.endswith("'s") else w for w in run]
         words = [w.rstrip(".") for w in words]
-        while words and normalise(words[0]) in _NOT_NAMES:
+        while words and _not_name(words[0]):
             words.pop(0)
             start += 1
-        while words and normalise(words[-1]) in _NOT_NAMES:
+        while words and _not_name(words[-1]):
             words.pop()
         if not words:
             continue
@@ -133,6 +133,12 @@ def mentions(text: str) -> list[Mention]:
             sure = not (opens and len(words) == 1 and kind == "other")
             found[key] = Mention(name, kind, sure)
     return list(found.values())
+
+
+def _not_name(word: str) -> bool:
+    """A word capitalised for another reason ("Fridays" as "Friday")."""
+    plain = normalise(word)
+    return plain in _NOT_NAMES or plain.removesuffix("s") in _NOT_NAMES
 
 
 def _capitalised(token: str) -> bool:

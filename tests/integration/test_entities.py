@@ -109,7 +109,10 @@ def test_a_changed_fact_closes_the_old_one_and_a_late_one_closes_nothing_newer(
         (f["value"], f["valid_from"], f["valid_to"])
         for f in _detail(client, user, dana["id"])["facts"]
     ]
-    hour = {h: (T0 + timedelta(hours=h)).isoformat(timespec="microseconds")[:-6] + "Z" for h in (1, 3, 5)}
+    hour = {
+        h: (T0 + timedelta(hours=h)).isoformat(timespec="microseconds")[:-6] + "Z"
+        for h in (1, 3, 5)
+    }
     assert facts == [
         ("paris", hour[1], hour[3]),
         ("lisbon", hour[3], hour[5]),
@@ -117,9 +120,7 @@ def test_a_changed_fact_closes_the_old_one_and_a_late_one_closes_nothing_newer(
     ]
     # What was true at a moment: the memory's text then, the fact then.
     at = (T0 + timedelta(hours=2)).isoformat()
-    (memory,) = client.get("/v1/memories", params={"user_id": user, "as_of": at}).json()[
-        "memories"
-    ]
+    (memory,) = client.get("/v1/memories", params={"user_id": user, "as_of": at}).json()["memories"]
     assert memory["text"] == "Dana lives in Paris."
     then = _detail(client, user, dana["id"], as_of=at)
     assert [f["value"] for f in then["facts"]] == ["paris"]

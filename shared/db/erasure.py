@@ -1,8 +1,9 @@
 """Erasure: every row of a user, or of one of the user's projects, across the
 tables that hold them (memories with their revisions, episodes, entities with
-their aliases, mentions and facts, turns waiting in extraction windows, permission rules, and for a user also operations and flush
-marks). In the caller's transaction, which holds the
-user's lock (`shared.db.memories.user_lock`)."""
+their aliases, mentions and facts, turns waiting in extraction windows,
+permission rules, and for a user also operations and flush marks). In the
+caller's transaction, which holds the user's lock
+(`shared.db.memories.user_lock`)."""
 
 from __future__ import annotations
 

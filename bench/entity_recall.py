@@ -120,7 +120,7 @@ def report(provider: str, results: dict[str, Any]) -> None:
     print(
         f"{'ranking':<26}"
         + "".join(f"{m:>11}" for m in METRICS)
-        + "".join(f"{m[:-3] + ' ' + k[:6]:>13}" for m in METRICS for k in KINDS)
+        + "".join(f"{m[:-3] + ' ' + k[:6]:>14}" for m in METRICS for k in KINDS)
     )
     for name, figures in results.items():
         if name == "targets":
@@ -128,7 +128,7 @@ def report(provider: str, results: dict[str, Any]) -> None:
         print(
             f"{name:<26}"
             + "".join(f"{figures[m]:>11.3f}" for m in METRICS)
-            + "".join(f"{figures[f'{m} by kind'][k]:>13.3f}" for m in METRICS for k in KINDS)
+            + "".join(f"{figures[f'{m} by kind'][k]:>14.3f}" for m in METRICS for k in KINDS)
         )
     for name, check in results["targets"]["checks"].items():
         sign = ">=" if check["met"] else "<"
@@ -154,9 +154,8 @@ def main() -> int:
         "questions": data["questions"] + own["questions"],
     }
     turns = sum(len(s["turns"]) for c in data["conversations"] for s in c["sessions"])
-    print(
-        f"{len(data['conversations'])} conversations, {turns} turns, {len(data['questions'])} questions"
-    )
+    questions = len(data["questions"])
+    print(f"{len(data['conversations'])} conversations, {turns} turns, {questions} questions")
     configure_logging("console", "WARNING")
     folder = Path(tempfile.mkdtemp(prefix="agent-memory-entity-recall-"))
     postgres = LocalPostgres(folder, free_port(), folder / "logs", fast=True)

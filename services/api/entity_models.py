@@ -7,6 +7,8 @@ from typing import Literal
 
 from pydantic import BaseModel, Field
 
+from services.api.models import Identifier, OptionalId, RequestBody
+
 EntityKind = Literal["person", "organisation", "project", "place", "tool", "pet", "event", "other"]
 
 
@@ -71,3 +73,19 @@ class EntityDetail(EntityView):
     facts: list[FactView]
     memories_mentioning: list[EntityMemoryView]
     turns_mentioning: list[EntityTurnView] = Field(description="the latest 50 turns")
+
+
+class MergeRequest(RequestBody):
+    user_id: Identifier
+    project_id: OptionalId = None
+    into: str = Field(description="the entity it is the same thing as")
+
+
+class UnmergeRequest(RequestBody):
+    user_id: Identifier
+    project_id: OptionalId = None
+
+
+class MergeResponse(BaseModel):
+    merge_id: str
+    entity_id: str = Field(description="the entity merged (or, undone, unmerged)")

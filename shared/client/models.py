@@ -317,6 +317,12 @@ class MemoryPage(ApiModel):
     next_cursor: str | None
 
 
+class MergeResponse(ApiModel):
+    merge_id: str
+    entity_id: str
+    """The entity merged (or, undone, unmerged)."""
+
+
 class Operation(ApiModel):
     name: str
     done: bool

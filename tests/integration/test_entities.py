@@ -204,3 +204,40 @@ def test_the_search_brings_a_turn_one_hop_away(extraction, client, ids):
         ("turn-0001", ["vector", "text"]),
         ("turn-0003", ["vector", "entity"]),
     ]
+
+
+def test_a_merge_is_recorded_and_undone(client, ids):
+    user = ids["user_id"]
+    _write(client, user, "Liz Taylor plays chess.")
+    _write(client, user, "Beth Taylor lives in Leeds.")  # the same person, unknown to rules
+    before = _entities(client, user)
+    liz, beth = before["Liz Taylor"]["id"], before["Beth Taylor"]["id"]
+    beth_facts = _detail(client, user, beth)["facts"]
+    assert [(f["subject"], f["predicate"], f["object"]) for f in beth_facts] == [
+        ("Beth Taylor", "location", "Leeds")
+    ]
+    merged = client.post(f"/v1/entities/{beth}:merge", json={"user_id": user, "into": liz})
+    assert merged.status_code == 200, merged.text
+    after = _entities(client, user)
+    assert sorted(after) == ["Leeds", "Liz Taylor"]
+    assert after["Liz Taylor"]["aliases"] == ["Beth Taylor", "Liz Taylor"]
+    assert after["Liz Taylor"]["memories"] == 2
+    facts = _detail(client, user, liz)["facts"]
+    assert [(f["subject"], f["predicate"], f["object"]) for f in facts] == [
+        ("Liz Taylor", "location", "Leeds")
+    ]
+    # A second merge of the merged one, or into another user's, is refused.
+    again = client.post(f"/v1/entities/{beth}:merge", json={"user_id": user, "into": liz})
+    assert again.status_code == 409, again.text
+    other = client.post(f"/v1/entities/{beth}:merge", json={"user_id": f"{user}-x", "into": liz})
+    assert other.status_code == 404, other.text
+    undone = client.post(f"/v1/entities/{beth}:unmerge", json={"user_id": user})
+    assert undone.status_code == 200, undone.text
+    assert undone.json()["merge_id"] == merged.json()["merge_id"]
+    restored = _entities(client, user)
+    assert {n: (e["aliases"], e["memories"]) for n, e in restored.items()} == {
+        n: (e["aliases"], e["memories"]) for n, e in before.items()
+    }
+    assert _detail(client, user, beth)["facts"] == beth_facts
+    assert _detail(client, user, liz)["facts"] == []
+    assert client.post(f"/v1/entities/{beth}:unmerge", json={"user_id": user}).status_code == 409

@@ -15,11 +15,19 @@ from pydantic import BeforeValidator
 
 from services.api.custom_methods import ResourceRoute
 from services.api.deps import ApiDep, AppIdDep
-from services.api.entity_models import EntityDetail, EntityKind, EntityPage, EntityView
+from services.api.entity_models import (
+    EntityDetail,
+    EntityKind,
+    EntityPage,
+    EntityView,
+    MergeRequest,
+    MergeResponse,
+    UnmergeRequest,
+)
 from services.api.errors import ApiError, postgres_or_503
 from services.api.models import Identifier, query_integer
 from services.api.time_models import AS_OF, ZonedTime
-from shared.db import entity_reads
+from shared.db import entity_merges, entity_reads
 from shared.db.entity_reads import EntityQuery
 from shared.db.unit_of_work import UnitOfWork, in_thread
 from shared.events.models import format_time
@@ -68,10 +76,7 @@ async def get_entity(
 ) -> EntityDetail:
     """One entity: its aliases, its facts over time (with `as_of`, those true then),
     the memories and the latest turns that mention it."""
-    try:
-        uuid.UUID(entity_id)
-    except ValueError:
-        raise ApiError(404, "not_found", f"no entity {entity_id}") from None
+    _require_uuid(entity_id)
     q = EntityQuery(app_id, user_id, project_id or "", None, as_of)
     found = await postgres_or_503(
         in_thread(api.pool, lambda uow: entity_reads.detail(_conn(uow), q, entity_id), commit=False)
@@ -96,6 +101,54 @@ async def get_entity(
             {**t, "created_at": format_time(t["created_at"])} for t in found["turn_rows"]
         ],
     )
+
+
+@router.post("/v1/entities/{entity_id}:merge", response_model=MergeResponse)
+async def merge_entity(
+    entity_id: str, body: MergeRequest, app_id: AppIdDep, api: ApiDep
+) -> MergeResponse:
+    """The entity is the same thing as `into`: its mentions, facts and aliases move
+    there, recorded so that `:unmerge` puts them back."""
+    _require_uuid(entity_id)
+    _require_uuid(body.into)
+
+    def merge(uow: UnitOfWork) -> str:
+        uow.memories.lock_user(app_id, body.user_id)
+        project = body.project_id or ""
+        return entity_merges.merge(_conn(uow), app_id, body.user_id, project, entity_id, body.into)
+
+    return MergeResponse(merge_id=await _merging(api, merge), entity_id=entity_id)
+
+
+@router.post("/v1/entities/{entity_id}:unmerge", response_model=MergeResponse)
+async def unmerge_entity(
+    entity_id: str, body: UnmergeRequest, app_id: AppIdDep, api: ApiDep
+) -> MergeResponse:
+    """Undo the entity's latest merge: each row it moved goes back."""
+    _require_uuid(entity_id)
+
+    def unmerge(uow: UnitOfWork) -> str:
+        uow.memories.lock_user(app_id, body.user_id)
+        return entity_merges.unmerge(
+            _conn(uow), app_id, body.user_id, body.project_id or "", entity_id
+        )
+
+    return MergeResponse(merge_id=await _merging(api, unmerge), entity_id=entity_id)
+
+
+async def _merging(api: Any, work: Any) -> str:
+    try:
+        return str(await postgres_or_503(in_thread(api.pool, work, commit=True)))
+    except entity_merges.MergeRefused as exc:
+        code = "not_found" if exc.status == 404 else "conflict"
+        raise ApiError(exc.status, code, str(exc)) from None
+
+
+def _require_uuid(value: str) -> None:
+    try:
+        uuid.UUID(value)
+    except ValueError:
+        raise ApiError(404, "not_found", f"no entity {value}") from None
 
 
 def _conn(uow: UnitOfWork) -> Any:

@@ -3,11 +3,18 @@ facts over time, its memories and the turns that mention it."""
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Annotated, Literal
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, WithJsonSchema
 
 from services.api.models import Identifier, OptionalId, RequestBody
+
+# RFC 3339 text, declared as such so that a client parses it into a datetime.
+Moment = Annotated[str, WithJsonSchema({"type": "string", "format": "date-time"})]
+MaybeMoment = Annotated[
+    str | None,
+    WithJsonSchema({"anyOf": [{"type": "string", "format": "date-time"}, {"type": "null"}]}),
+]
 
 EntityKind = Literal["person", "organisation", "project", "place", "tool", "pet", "event", "other"]
 
@@ -20,8 +27,8 @@ class EntityView(BaseModel):
     aliases: list[str] = Field(description="every name it was mentioned by")
     memories: int = Field(description="memories that mention it")
     turns: int = Field(description="archived turns that mention it")
-    first_seen: str
-    last_seen: str
+    first_seen: Moment
+    last_seen: Moment
 
 
 class EntityPage(BaseModel):
@@ -47,8 +54,8 @@ class FactView(BaseModel):
     object_id: str | None
     object: str | None
     value: str
-    valid_from: str
-    valid_to: str | None
+    valid_from: Moment
+    valid_to: MaybeMoment
     memory_id: str | None = Field(description="the memory that states it")
 
 

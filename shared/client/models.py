@@ -172,8 +172,8 @@ class EntityView(ApiModel):
     """Memories that mention it."""
     turns: int
     """Archived turns that mention it."""
-    first_seen: str
-    last_seen: str
+    first_seen: datetime
+    last_seen: datetime
 
 
 class EntityDetail(EntityView):
@@ -257,8 +257,8 @@ class FactView(ApiModel):
     object_id: str | None
     object: str | None
     value: str
-    valid_from: str
-    valid_to: str | None
+    valid_from: datetime
+    valid_to: datetime | None
     memory_id: str | None
     """The memory that states it."""
 

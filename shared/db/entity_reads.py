@@ -11,7 +11,7 @@ from typing import Any
 
 import psycopg
 
-from shared.db.run import fetch
+from shared.db.run import Statement, Steps, fetch
 
 # The entities of the read's project and the global ones, not merged away.
 _SEEN = (
@@ -124,12 +124,12 @@ def detail(conn: psycopg.Connection, q: EntityQuery, entity_id: str) -> dict[str
     return entity
 
 
-def of_memory(conn: psycopg.Connection, app: str, user_id: str, memory_id: str) -> list[dict]:
+def of_memory(app: str, user_id: str, memory_id: str) -> Steps[list[dict[str, Any]]]:
     """The entities a memory mentions (the console's links from a memory)."""
-    return fetch(
-        conn,
+    rows = yield Statement(
         "SELECT e.id::text AS id, e.name, e.kind, e.project_id FROM entity_mentions em "
-        "JOIN entities e ON e.id = em.entity_id WHERE em.memory_id = %s "
-        "AND em.app = %s AND em.user_id = %s ORDER BY e.name",
-        (memory_id, app, user_id),
+        "JOIN entities e ON e.id = em.entity_id WHERE em.memory_id = %(memory)s "
+        "AND em.app = %(app)s AND em.user_id = %(user_id)s ORDER BY lower(e.name), e.id",
+        {"memory": memory_id, "app": app, "user_id": user_id},
     )
+    return rows

@@ -101,7 +101,7 @@ def write_memory(
                     for r in m.revisions
                 ],
             )
-    _link_memory(conn, Owner(app, user_id, m.project_id), str(memory_id), m)
+    _link_memory(conn, Owner(app, user_id, m.project_id or ""), str(memory_id), m)
     return Written.NEW
 
 
@@ -161,7 +161,7 @@ def write_episode(
     if inserted is not None:
         said = f"{e.user_text}\n{e.assistant_text}"
         Entities(conn).link_episode(
-            Owner(app, user_id, e.project_id), str(episode_id), said, e.created_at
+            Owner(app, user_id, e.project_id or ""), str(episode_id), said, e.created_at
         )
         return Written.NEW
     same_turn = conn.execute(

@@ -22,9 +22,7 @@ from __future__ import annotations
 
 import argparse
 import json
-import shutil
 import sys
-import tempfile
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -36,12 +34,17 @@ from pgvector import Vector  # noqa: E402
 from pgvector.psycopg import register_vector  # noqa: E402
 
 from bench import entity_recall_data  # noqa: E402
-from bench.recall import DIMENSIONS, KEYS, TOLERANCE, ingest, rank, scores  # noqa: E402
+from bench.recall import (  # noqa: E402
+    DIMENSIONS,
+    KEYS,
+    TOLERANCE,
+    ingest,
+    provider_database,
+    rank,
+    scores,
+    scratch_postgres,
+)
 from bench.recall_data import generate  # noqa: E402
-from services.dev.localstack.postgres import LocalPostgres  # noqa: E402
-from services.dev.localstack.process import free_port  # noqa: E402
-from shared.config import load_settings  # noqa: E402
-from shared.db.migrate import migrate  # noqa: E402
 from shared.embeddings import make_embedder  # noqa: E402
 from shared.logging import configure_logging  # noqa: E402
 from shared.memory.ranking import Fusion  # noqa: E402
@@ -157,37 +160,20 @@ def main() -> int:
     questions = len(data["questions"])
     print(f"{len(data['conversations'])} conversations, {turns} turns, {questions} questions")
     configure_logging("console", "WARNING")
-    folder = Path(tempfile.mkdtemp(prefix="agent-memory-entity-recall-"))
-    postgres = LocalPostgres(folder, free_port(), folder / "logs", fast=True)
     summary: dict[str, Any] = {}
-    try:
-        postgres.start()
+    with scratch_postgres("agent-memory-entity-recall-") as postgres:
         for provider in providers:
-            with psycopg.connect(postgres.admin_url, autocommit=True) as admin:
-                admin.execute(f"CREATE DATABASE entities_{provider}")
-            url = postgres.admin_url.rsplit("/", 1)[0] + f"/entities_{provider}"
             overrides: dict[str, Any] = {}
             if args.entity_weight is not None:
                 overrides["search_entity_weight"] = args.entity_weight
-            settings = load_settings(
-                database_url=url,
-                valkey_url=None,
-                embedding_provider=provider,
-                embedding_dim=DIMENSIONS[provider],
-                query_cache_seconds=0,
-                **overrides,
-            )
-            migrate(url, settings.embedding_dim)
+            settings = provider_database(postgres, f"entities_{provider}", provider, **overrides)
             embedder = make_embedder(settings)
-            with psycopg.connect(url) as conn:
+            with psycopg.connect(settings.database_url) as conn:
                 register_vector(conn)
                 ingest(conn, embedder, data)
                 results = measure(conn, embedder, data, Fusion.from_settings(settings))
             report(provider, results)
             summary[provider] = results
-    finally:
-        postgres.process.stop(10)
-        shutil.rmtree(folder, ignore_errors=True)
     print(json.dumps(summary, indent=2))
     return 0 if all(r["targets"]["met"] for r in summary.values()) else 1
 

@@ -129,7 +129,8 @@ def similar_names(a: str, b: str) -> bool:
         if x[0] != y[0] or min(len(x), len(y)) < SIMILAR_MIN_LENGTH:
             return False
         edit = difflib.SequenceMatcher(None, x, y).ratio()
-        if edit < SIMILAR_EDIT and _cosine(x, y) < SIMILAR_COSINE:
+        # Far apart in spelling is never near in 3-grams: the embedding only for the rest.
+        if edit < SIMILAR_EDIT and (edit < 0.5 or _cosine(x, y) < SIMILAR_COSINE):
             return False
     return True
 

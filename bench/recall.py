@@ -153,10 +153,12 @@ def measure(conn, embedder: Any, data: dict, configured: Fusion) -> dict[str, An
     questions = data["questions"]
     vectors = [Vector(v) for v in embedder.embed_queries([q["question"] for q in questions])]
     weights = {
-        "full text": replace(configured, vector_weight=0.0, text_weight=1.0),
-        "vector": replace(configured, vector_weight=1.0, text_weight=0.0),
-        "hybrid": configured,
-        "reference": replace(configured, vector_weight=0.4, text_weight=0.6, k=60, top=0),
+        "full text": replace(configured, vector_weight=0.0, text_weight=1.0, entity_weight=0.0),
+        "vector": replace(configured, vector_weight=1.0, text_weight=0.0, entity_weight=0.0),
+        "hybrid": configured,  # with the entity ranking, as configured
+        "reference": replace(
+            configured, vector_weight=0.4, text_weight=0.6, k=60, top=0, entity_weight=0.0
+        ),
     }
     rankings = [(key, ranker, False) for key in KEYS for ranker in weights]
     rankings += [("contextual", "hybrid", True), ("contextual", "reference", True)]

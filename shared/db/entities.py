@@ -71,7 +71,7 @@ class Entities:
                 known.append(Known(entity_id, mention.name, kind, (key,), seen_at))
             else:
                 entity_id = resolved.entity.id
-                self._seen(resolved.entity, mention, kind, key, resolved.how, seen_at)
+                self._seen(owner, resolved.entity, mention, kind, key, resolved.how, seen_at)
                 known = [
                     k
                     if k.id != entity_id
@@ -99,11 +99,17 @@ class Entities:
         )
 
     def _seen(
-        self, entity: Known, mention: Mention, kind: str, key: str, how: str, at: datetime
+        self,
+        owner: Owner,
+        entity: Known,
+        mention: Mention,
+        kind: str,
+        key: str,
+        how: str,
+        at: datetime,
     ) -> None:
         """A mention resolved to `entity`: its name becomes an alias, a fuller name its
         name, a known kind its kind (from `other`), and it was seen at `at`."""
-        owner = self._owner_of(entity.id)
         self._alias(entity.id, owner, mention.name, key, how)
         fuller = how == "full name"
         self.conn.execute(
@@ -113,13 +119,6 @@ class Entities:
             "kind = CASE WHEN kind = 'other' THEN %s ELSE kind END WHERE id = %s",
             (at, at, fuller, mention.name, kind, entity.id),
         )
-
-    def _owner_of(self, entity_id: str) -> Owner:
-        row = self.conn.execute(
-            "SELECT app, user_id, project_id FROM entities WHERE id = %s", (entity_id,)
-        ).fetchone()
-        assert row is not None
-        return Owner(*row)
 
     def link_memory(
         self,

@@ -56,6 +56,9 @@ class Entities:
         self, owner: Owner, found: Iterable[Mention], seen_at: datetime
     ) -> dict[str, str]:
         """Each mention's entity (found or made): normalised name → entity id."""
+        found = list(found)
+        if not found:
+            return {}  # chatter names nothing: no read of the partition's entities
         known = self.known(owner)
         named: dict[str, str] = {}
         for mention in found:

@@ -392,6 +392,7 @@ def test_deletions_compaction_and_health(client, base_url, keys, ids):
     project = client.delete_project(user, "P")
     assert (project.user_id, project.project_id, project.deleted_at) == (user, "P", None)
     assert project.deleted == {
+        "entities": 2,  # "P" and "Go", the project's
         "memory_revisions": 1,
         "memories": 1,
         "episodes": 0,
@@ -404,6 +405,7 @@ def test_deletions_compaction_and_health(client, base_url, keys, ids):
     deleted = client.delete_user(user)
     assert (deleted.user_id, deleted.project_id) == (user, None)
     assert deleted.deleted == {
+        "entities": 0,
         "memory_revisions": 1,
         "memories": 1,
         "episodes": 0,

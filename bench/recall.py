@@ -41,6 +41,8 @@ import shutil
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import replace
 from datetime import datetime
 from pathlib import Path
@@ -55,7 +57,7 @@ from pgvector.psycopg import register_vector  # noqa: E402
 from bench.recall_data import KINDS, generate  # noqa: E402
 from services.dev.localstack.postgres import LocalPostgres  # noqa: E402
 from services.dev.localstack.process import free_port  # noqa: E402
-from shared.config import load_settings  # noqa: E402
+from shared.config import Settings, load_settings  # noqa: E402
 from shared.db.archive_search import search_episodes, search_episodes_within  # noqa: E402
 from shared.db.episodes import Episode, Episodes  # noqa: E402
 from shared.db.migrate import migrate  # noqa: E402
@@ -151,10 +153,12 @@ def measure(conn, embedder: Any, data: dict, configured: Fusion) -> dict[str, An
     questions = data["questions"]
     vectors = [Vector(v) for v in embedder.embed_queries([q["question"] for q in questions])]
     weights = {
-        "full text": replace(configured, vector_weight=0.0, text_weight=1.0),
-        "vector": replace(configured, vector_weight=1.0, text_weight=0.0),
-        "hybrid": configured,
-        "reference": replace(configured, vector_weight=0.4, text_weight=0.6, k=60, top=0),
+        "full text": replace(configured, vector_weight=0.0, text_weight=1.0, entity_weight=0.0),
+        "vector": replace(configured, vector_weight=1.0, text_weight=0.0, entity_weight=0.0),
+        "hybrid": configured,  # with the entity ranking, as configured
+        "reference": replace(
+            configured, vector_weight=0.4, text_weight=0.6, k=60, top=0, entity_weight=0.0
+        ),
     }
     rankings = [(key, ranker, False) for key in KEYS for ranker in weights]
     rankings += [("contextual", "hybrid", True), ("contextual", "reference", True)]
@@ -248,6 +252,38 @@ def report(provider: str, dim: int, ingest_s: dict[str, float], results: dict[st
     print(f"fusion target ({provider}): {'PASS' if target['met'] else 'FAIL'}")
 
 
+@contextmanager
+def scratch_postgres(prefix: str) -> Iterator[LocalPostgres]:
+    """A Postgres of the benchmark's own in a temporary folder, removed after."""
+    folder = Path(tempfile.mkdtemp(prefix=prefix))
+    postgres = LocalPostgres(folder, free_port(), folder / "logs", fast=True)
+    try:
+        postgres.start()
+        yield postgres
+    finally:
+        postgres.process.stop(10)
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+def provider_database(
+    postgres: LocalPostgres, name: str, provider: str, **overrides: Any
+) -> Settings:
+    """A new database `name` on `postgres`, migrated for `provider`'s embeddings: its
+    settings (no Valkey, no query cache; `overrides` on top)."""
+    with psycopg.connect(postgres.admin_url, autocommit=True) as admin:
+        admin.execute(f"CREATE DATABASE {name}")
+    settings = load_settings(
+        database_url=postgres.admin_url.rsplit("/", 1)[0] + f"/{name}",
+        valkey_url=None,
+        embedding_provider=provider,
+        embedding_dim=DIMENSIONS[provider],
+        query_cache_seconds=0,
+        **overrides,
+    )
+    migrate(settings.database_url, settings.embedding_dim)
+    return settings
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--providers", default="hash", help="comma separated: hash, e5")
@@ -265,25 +301,12 @@ def main() -> int:
         f"{len(data['questions'])} questions"
     )
     configure_logging("console", "WARNING")
-    folder = Path(tempfile.mkdtemp(prefix="agent-memory-recall-"))
-    postgres = LocalPostgres(folder, free_port(), folder / "logs", fast=True)
     summary: dict[str, Any] = {}
-    try:
-        postgres.start()
+    with scratch_postgres("agent-memory-recall-") as postgres:
         for provider in providers:
-            with psycopg.connect(postgres.admin_url, autocommit=True) as admin:
-                admin.execute(f"CREATE DATABASE recall_{provider}")
-            url = postgres.admin_url.rsplit("/", 1)[0] + f"/recall_{provider}"
-            settings = load_settings(
-                database_url=url,
-                valkey_url=None,
-                embedding_provider=provider,
-                embedding_dim=DIMENSIONS[provider],
-                query_cache_seconds=0,
-            )
-            migrate(url, settings.embedding_dim)
+            settings = provider_database(postgres, f"recall_{provider}", provider)
             embedder = make_embedder(settings)
-            with psycopg.connect(url) as conn:
+            with psycopg.connect(settings.database_url) as conn:
                 register_vector(conn)
                 ingest_s = ingest(conn, embedder, data)
                 results = measure(conn, embedder, data, Fusion.from_settings(settings))
@@ -292,9 +315,6 @@ def main() -> int:
                 "ingest_seconds": {k: round(v, 1) for k, v in ingest_s.items()},
                 **results,
             }
-    finally:
-        postgres.process.stop(10)
-        shutil.rmtree(folder, ignore_errors=True)
     print(json.dumps(summary, indent=2))
     # Exit 1 when a provider misses the fusion target, as the other benchmarks do.
     return 0 if all(r["fusion target"]["met"] for r in summary.values()) else 1

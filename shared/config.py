@@ -115,6 +115,9 @@ class Settings(ServiceSettings):
     search_text_weight: float = Field(default=0.6, ge=0)
     """weight of the full-text ranking in reciprocal rank fusion, which each query scales by how far
     the ranking's 1st row stands out from its 5th"""
+    search_entity_weight: float = Field(default=0.3, ge=0)
+    """weight of the entity ranking in reciprocal rank fusion: the rows that mention an entity the
+    query names (by name or alias) and, after them, those of the entities one fact away; `0`: off"""
     search_rrf_k: int = Field(default=20, ge=1)
     """the `k` of reciprocal rank fusion (`weight / (k + rank)`)"""
     search_candidates: int = Field(default=30, ge=1, le=1000)

@@ -19,6 +19,7 @@ import re
 from datetime import datetime
 from typing import Any
 
+from shared.entities.names import mentions
 from shared.llm.base import Candidate, ExistingMemory, ExtractionInput, ExtractionTurn
 from shared.llm.offline.consolidation import decide
 from shared.llm.offline.decomposition import decompose_query
@@ -105,7 +106,15 @@ def _extract(prompt: str) -> list[dict[str, str]]:
         for m in _TURN.finditer(prompt)
     )
     inp = ExtractionInput(session, "" if previous == "(none)" else previous, turns)
-    return [{"turn": f.turn_id, **f.candidate.__dict__} for f in extract_window(inp)]
+    # A model names the entities of what it keeps: here, the rules' reading of its text.
+    return [
+        {
+            "turn": f.turn_id,
+            **{k: v for k, v in f.candidate.__dict__.items() if k != "entities"},
+            "entities": [m.__dict__ for m in mentions(f.candidate.text)],
+        }
+        for f in extract_window(inp)
+    ]
 
 
 def _consolidate(prompt: str) -> list[dict[str, Any]]:

@@ -28,6 +28,7 @@ CLIENT = REPO / "shared" / "client"
 MODULES = {
     "aio_connection.py": "sync_connection.py",
     "aio_memories.py": "sync_memories.py",
+    "aio_entities.py": "sync_entities.py",
     "aio.py": "sync.py",
 }
 

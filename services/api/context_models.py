@@ -16,6 +16,7 @@ from services.api.memory_models import (
     _Request,
 )
 from services.api.models import Count, Identifier, OptionalId, RequestBody, json_integer
+from services.api.time_models import TimeFields
 
 Cap = Annotated[int, Field(ge=0, le=100_000), BeforeValidator(json_integer)]
 
@@ -35,7 +36,7 @@ class SectionCaps(RequestBody):
         return {name: cap for name, cap in self.model_dump().items() if cap is not None}
 
 
-class ContextRequest(_Request):
+class ContextRequest(_Request, TimeFields):
     model_config = ConfigDict(
         json_schema_extra={
             "examples": [

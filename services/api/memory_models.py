@@ -19,6 +19,7 @@ from services.api.models import (
     Time,
     json_integer,
 )
+from services.api.time_models import TimeFields
 
 Kind = Literal["preference", "fact", "rule", "event"]
 ScopeName = Literal["global", "project", "session"]
@@ -77,7 +78,7 @@ class _Request(RequestBody):
     user_id: Identifier
 
 
-class SearchRequest(_Request):
+class SearchRequest(_Request, TimeFields):
     model_config = ConfigDict(
         json_schema_extra={
             "examples": [

@@ -12,6 +12,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from services.console import (
     access,
+    entity_pages,
     home,
     memory_pages,
     operator_pages,
@@ -24,7 +25,7 @@ from shared.client.errors import MemoryApiError, MemoryClientError
 
 def install_console(app: FastAPI) -> None:
     app.mount(access.STATIC.rstrip("/"), StaticFiles(directory=HERE / "static"), name="console")
-    for module in (home, memory_pages, operator_pages, permission_pages):
+    for module in (home, memory_pages, entity_pages, operator_pages, permission_pages):
         app.router.routes.extend(module.router.routes)
     # Binds the forms' tokens while authentication is off (no key to bind them to).
     app.state.console_secret = access.new_secret()

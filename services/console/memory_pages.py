@@ -19,7 +19,9 @@ from fastapi.responses import HTMLResponse, RedirectResponse, Response
 
 from services.console import access, inputs, queries
 from services.console.pages import Viewer, client, page
+from shared.client.models import MemoryDetail
 from shared.db import console_reads as reads
+from shared.db import entity_reads
 from shared.db.memory_rows import MemoryRow
 
 router = APIRouter(include_in_schema=False)
@@ -98,7 +100,7 @@ async def memory(request: Request) -> HTMLResponse:
     user_id, memory_id = _memory_of(request.query_params)
     async with client(request) as api:
         detail = await api.get_memory(user_id, memory_id)
-    return page(request, "memory.html", user_id=user_id, memory=detail, outcome=None)
+    return await _memory_page(request, user_id, detail, None)
 
 
 @router.post(MEMORY + "/rollback", response_class=HTMLResponse)
@@ -110,7 +112,18 @@ async def rollback_memory(request: Request) -> HTMLResponse:
         detail = await api.rollback_memory(user_id, memory_id, revision)
     newest = detail.revisions[-1].revision if detail.revisions else revision
     outcome = f"revision {revision}'s text is current again, as revision {newest}"
-    return page(request, "memory.html", user_id=user_id, memory=detail, outcome=outcome)
+    return await _memory_page(request, user_id, detail, outcome)
+
+
+async def _memory_page(
+    request: Request, user_id: str, detail: MemoryDetail, outcome: str | None
+) -> HTMLResponse:
+    """The memory's page, with links to the entities it mentions."""
+    named = entity_reads.of_memory(Viewer(request).app, user_id, detail.id)
+    entities = await queries.read(request.app.state.apool, named)
+    return page(
+        request, "memory.html", user_id=user_id, memory=detail, outcome=outcome, entities=entities
+    )
 
 
 @router.post(MEMORY + "/delete")

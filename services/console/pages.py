@@ -77,6 +77,9 @@ TEMPLATES.globals["user_url"] = lambda user: _url("/user", id=user)
 TEMPLATES.globals["memory_url"] = lambda user, memory: _url("/user/memory", user=user, id=memory)
 TEMPLATES.globals["list_url"] = list_url
 TEMPLATES.globals["session_url"] = lambda user, sid: _url("/user/session", user=user, id=sid)
+TEMPLATES.globals["entity_url"] = lambda user, entity, project: _url(
+    "/user/entity", user=user, id=entity, **({"project": project} if project else {})
+)
 
 
 class Viewer:

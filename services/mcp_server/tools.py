@@ -21,6 +21,7 @@ from mcp.types import ToolAnnotations
 from pydantic import Field
 
 from shared.client import AsyncMemoryClient, MemoryClientError
+from shared.entities.names import normalise
 
 Kind = Literal["preference", "fact", "rule", "event"]
 Scope = Literal["global", "project", "session"]
@@ -240,6 +241,38 @@ class MemoryTools:
         memories = [_brief(m.model_dump(mode="json")) for m in page.memories]
         return {"memories": memories, "next_cursor": page.next_cursor}
 
+    async def entities(
+        self,
+        ctx: Context,
+        name: Annotated[
+            str | None, Field(description="An entity's name or alias: that entity in full")
+        ] = None,
+        as_of: Annotated[
+            str | None, Field(description="What was true at this moment (RFC 3339, with zone)")
+        ] = None,
+        user_id: UserId = None,
+        project_id: ProjectId = None,
+    ) -> dict[str, Any]:
+        """The people, projects, places and things the user talks about. Without a
+        name: all of them, with kinds, aliases and how often each is mentioned. With
+        one: that entity's facts over time (valid_from, valid_to), the memories and
+        the turns that mention it."""
+        user, project = self._user(user_id), self._project(project_id)
+        page = await self._call(
+            ctx, lambda c: c.list_entities(user, project_id=project, as_of=as_of, limit=500)
+        )
+        listed = [e.model_dump(mode="json") for e in page.entities]
+        if name is None:
+            return {"entities": listed}
+        wanted = normalise(name)
+        match = next((e for e in listed if wanted in {normalise(a) for a in e["aliases"]}), None)
+        if match is None:
+            raise ToolError(f"no entity named {name!r}")
+        detail = await self._call(
+            ctx, lambda c: c.get_entity(user, match["id"], project_id=project, as_of=as_of)
+        )
+        return detail.model_dump(mode="json")
+
     async def forget(
         self,
         ctx: Context,
@@ -328,6 +361,7 @@ TOOLS = {
     "search_memories": _READ_ONLY,
     "search_archive": _READ_ONLY,
     "list_memories": _READ_ONLY,
+    "entities": _READ_ONLY,
     "forget": _DELETES,
     # It consumes a one-time grant when one matches: not read-only.
     "check_tool_permission": _WRITES,

@@ -10,6 +10,14 @@ from datetime import datetime
 from shared.client.request import ApiModel
 
 
+class AliasView(ApiModel):
+    alias: str
+    how: str
+    """Why the name was taken for this entity. One of: name, nickname, first name, full name,
+    similar, merge.
+    """
+
+
 class ArchiveSearchResponse(ApiModel):
     episodes: list[EpisodeView]
     period: PeriodView | None = None
@@ -151,6 +159,52 @@ class DeletionCounts(ApiModel):
     deleted_at: datetime | None = None
 
 
+class EntityView(ApiModel):
+    id: str
+    name: str
+    kind: str
+    """One of: person, organisation, project, place, tool, pet, event, other."""
+    project_id: str | None
+    """The project it belongs to; null: the user's own."""
+    aliases: list[str]
+    """Every name it was mentioned by."""
+    memories: int
+    """Memories that mention it."""
+    turns: int
+    """Archived turns that mention it."""
+    first_seen: datetime
+    last_seen: datetime
+
+
+class EntityDetail(EntityView):
+    alias_sources: list[AliasView]
+    facts: list[FactView]
+    memories_mentioning: list[EntityMemoryView]
+    turns_mentioning: list[EntityTurnView]
+    """The latest 50 turns."""
+
+
+class EntityMemoryView(ApiModel):
+    id: str
+    kind: str
+    text: str
+    observed_at: datetime
+    live: bool
+
+
+class EntityPage(ApiModel):
+    entities: list[EntityView]
+    next_cursor: str | None
+
+
+class EntityTurnView(ApiModel):
+    id: str
+    session_id: str
+    turn_id: str
+    created_at: datetime
+    text: str
+
+
 class EpisodeView(ApiModel):
     id: str
     turn_id: str
@@ -189,6 +243,24 @@ class ExtractionConfig(ApiModel):
     explicit_instructions, rules.
     """
     custom_topics: list[CustomTopicConfig] = []
+
+
+class FactView(ApiModel):
+    """subject, predicate, object (an entity) or value, true from `valid_from` until `valid_to`
+    (null: still true), in event time.
+    """
+
+    id: str
+    subject_id: str
+    subject: str
+    predicate: str
+    object_id: str | None
+    object: str | None
+    value: str
+    valid_from: datetime
+    valid_to: datetime | None
+    memory_id: str | None
+    """The memory that states it."""
 
 
 class FlushSessionResponse(ApiModel):
@@ -243,6 +315,12 @@ class MemoryDetail(MemoryView):
 class MemoryPage(ApiModel):
     memories: list[MemoryView]
     next_cursor: str | None
+
+
+class MergeResponse(ApiModel):
+    merge_id: str
+    entity_id: str
+    """The entity merged (or, undone, unmerged)."""
 
 
 class Operation(ApiModel):

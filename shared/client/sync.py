@@ -15,10 +15,11 @@ from typing import Any
 from shared.client import models as m
 from shared.client.call import Call
 from shared.client.request import listed, one, present, rfc3339, segment, tool_call
+from shared.client.sync_entities import EntityRoutes
 from shared.client.sync_memories import MemoryRoutes
 
 
-class MemoryClient(MemoryRoutes):
+class MemoryClient(MemoryRoutes, EntityRoutes):
     """The agent-memory API over HTTP.
 
     `retries` is the number of extra attempts of a call that is safe to repeat

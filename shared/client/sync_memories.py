@@ -35,8 +35,12 @@ class MemoryRoutes(Connection):
         k: int | None = None,
         kinds: Sequence[str] | None = None,
         decompose: bool = False,
+        as_of: datetime | str | None = None,
+        observed_after: datetime | str | None = None,
+        observed_before: datetime | str | None = None,
     ) -> list[m.ScoredMemory]:
-        """Hybrid search of the live memories in scope, best first."""
+        """Hybrid search of the live memories in scope, best first (with `as_of`, of
+        those live at that moment, as they were)."""
         kinds = list(kinds) if kinds is not None else None
         body = present(
             user_id=user_id,
@@ -45,6 +49,9 @@ class MemoryRoutes(Connection):
             project_id=project_id,
             k=k,
             kinds=kinds,
+            as_of=rfc3339(as_of),
+            observed_after=rfc3339(observed_after),
+            observed_before=rfc3339(observed_before),
         )
         parse = listed(m.ScoredMemory, "memories")
         call = Call("POST", "/v1/memories:search", parse, json=body, retry_safe=True)
@@ -95,8 +102,10 @@ class MemoryRoutes(Connection):
         limit: int | None = None,
         cursor: str | None = None,
         topic: str | None = None,
+        as_of: datetime | str | None = None,
     ) -> m.MemoryPage:
-        """One page of live memories in creation order; see `iter_memories`."""
+        """One page of live memories in creation order (with `as_of`, those live at
+        that moment, as they were); see `iter_memories`."""
         params = present(
             user_id=user_id,
             project_id=project_id,
@@ -105,6 +114,7 @@ class MemoryRoutes(Connection):
             limit=limit,
             cursor=cursor,
             topic=topic,
+            as_of=rfc3339(as_of),
         )
         parse = one(m.MemoryPage)
         return self._send(Call("GET", "/v1/memories", parse, params=params, retry_safe=True))

@@ -14,6 +14,7 @@ from typing import Any
 
 from shared.db.run import Statement, Steps
 from shared.db.search import fusion_params, hybrid_parts, hybrid_sql, split_ranked
+from shared.db.search_entities import entity_params
 from shared.db.search_filters import SCOPE_SIZES, episode_filter
 from shared.memory.ranking import Fusion, Ranked, Scope
 
@@ -50,7 +51,10 @@ def search_episodes(
     """The fused top-k episodes `scope` may see: each as its `EPISODE_COLUMNS`."""
     where, params = episode_filter(scope, before, after)
     params.update(fusion_params(fusion, [embedding], [query], k))
-    rows = yield Statement(hybrid_sql("episodes", EPISODE_COLUMNS, where), params)
+    params.update(entity_params(scope, [query]))
+    entities = fusion.entity_weight > 0
+    sql = hybrid_sql("episodes", EPISODE_COLUMNS, where, entities=entities, as_of="as_of" in params)
+    rows = yield Statement(sql, params)
     return [split_ranked(row)[:2] for row in rows]
 
 
@@ -150,17 +154,20 @@ def _recall_once(
 ) -> Steps[tuple[list[tuple[dict[str, Any], Ranked]], dict[str, list[dict[str, Any]]]]]:
     where, params = episode_filter(scope, before, after)
     params.update(fusion_params(fusion, [embedding], [query], k))
+    params.update(entity_params(scope, [query]))
     params["turns"] = turns
     # Whether the scope's whole archive is small enough to rank exactly, as a
     # recent search found: a period's share of it is smaller still.
     sized = SCOPE_SIZES.archive_key(scope, fusion.exact_below)
     exact = SCOPE_SIZES.cached(sized)
-    fused, ranked, _exact = hybrid_parts("episodes", EPISODE_COLUMNS, where, None, exact)
+    fused, ranked, _exact = hybrid_parts(
+        "episodes", EPISODE_COLUMNS, where, None, exact, fusion.entity_weight > 0, "as_of" in params
+    )
     neighbours = (
         f"""
 UNION ALL
 SELECT s.id::text, s.turn_id, h.session_id, s.project_id, s.created_at, s.text,
-       NULL, NULL, NULL, false, false, h.id, s.offset_
+       NULL, NULL, NULL, NULL, false, false, h.id, s.offset_
 FROM hits h CROSS JOIN LATERAL (
     {_around("h")}
 ) s"""
@@ -188,7 +195,7 @@ SELECT h.*, NULL::text AS hit, 0::bigint AS offset_ FROM hits h{neighbours}""",
             columns, row_ranked, _pinned = split_ranked(row)
             hits.append((columns, row_ranked))
         else:
-            for name in ("score", "vrank", "trank", "pinned", "exact"):
+            for name in ("score", "vrank", "trank", "erank", "pinned", "exact"):
                 row.pop(name)
             around.setdefault(hit, []).append({**row, "offset": offset})
     hits.sort(key=lambda hit: (-hit[1].score, hit[0]["id"]))

@@ -11,6 +11,7 @@ from typing import Any
 import psycopg
 from psycopg.types.json import Jsonb
 
+from shared.db.entities import Entities, Owner
 from shared.db.pool import as_vector
 from shared.db.run import fetch
 from shared.memory.episode_keys import neighbourhoods
@@ -154,7 +155,7 @@ class Episodes:
                     %(event_id)s, %(user_text)s, %(assistant_text)s, %(tool_events)s,
                     %(text)s, %(context)s, {tsv}, %(embedding)s, %(created_at)s)
             ON CONFLICT (app, user_id, session_id, turn_id) DO NOTHING
-            RETURNING 1
+            RETURNING id::text
             """,
             {
                 "app": episode.app,
@@ -175,6 +176,9 @@ class Episodes:
         if row is None:
             return False
         self._rekey(keys)
+        owner = Owner(episode.app, episode.user_id, episode.project_id)
+        said = f"{episode.user_text}\n{episode.assistant_text}"
+        Entities(self.conn).link_episode(owner, row[0], said, episode.created_at)
         return True
 
     def archive_locally(

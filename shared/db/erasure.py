@@ -1,8 +1,9 @@
 """Erasure: every row of a user, or of one of the user's projects, across the
-tables that hold them (memories with their revisions, episodes, turns waiting in
-extraction windows, permission rules, and for a user also operations and flush
-marks). In the caller's transaction, which holds the
-user's lock (`shared.db.memories.user_lock`)."""
+tables that hold them (memories with their revisions, episodes, entities with
+their aliases, mentions and facts, turns waiting in extraction windows,
+permission rules, and for a user also operations and flush marks). In the
+caller's transaction, which holds the user's lock
+(`shared.db.memories.user_lock`)."""
 
 from __future__ import annotations
 
@@ -13,8 +14,10 @@ from shared.db.memories import MEMORY_COLUMNS
 from shared.db.memory_rows import MemoryRow
 from shared.db.run import fetch
 
-_PROJECT_TABLES = ("memories", "episodes", "extraction_pending", "permission_rules")
+# Deleting an entity deletes its aliases, mentions, facts and merges (ON DELETE CASCADE).
+_PROJECT_TABLES = ("entities", "memories", "episodes", "extraction_pending", "permission_rules")
 _USER_TABLES = (
+    "entities",
     "memory_revisions",
     "memories",
     "episodes",

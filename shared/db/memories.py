@@ -15,11 +15,13 @@ from typing import Any
 
 import psycopg
 
-from shared.db import outbox
+from shared.db import entity_facts, outbox
+from shared.db.entities import Entities, Owner
 from shared.db.memory_rows import MemoryRow, NewMemory, PageFilter, Revision
 from shared.db.pool import as_vector
 from shared.db.run import fetch
 from shared.llm.base import Action
+from shared.memory.ranking import TimeFilter
 
 MEMORY_COLUMNS = (
     "m.id::text AS id, m.app, m.user_id, m.project_id, m.session_id, m.scope, m.kind, "
@@ -30,6 +32,40 @@ MEMORY_COLUMNS = (
 
 # A memory every read sees: not retired, not expired (the sweep retires it later).
 LIVE = "m.valid_to IS NULL AND (m.expire_at IS NULL OR m.expire_at > now())"
+
+# The memory's last applied revision observed at or before `%(as_of)s` (valid time).
+_REVISION_AS_OF = (
+    "(SELECT r.{column} FROM memory_revisions r WHERE r.memory_id = m.id AND r.applied "
+    "AND r.observed_at <= %(as_of)s ORDER BY r.observed_at DESC, r.id DESC LIMIT 1)"
+)
+# A memory that was live at `%(as_of)s`: created by then, not retired nor expired by then.
+LIVE_AS_OF = (
+    _REVISION_AS_OF.format(column="action")
+    + " IN ('CREATED', 'UPDATED') AND (m.expire_at IS NULL OR m.expire_at > %(as_of)s)"
+)
+
+
+def as_of_columns(columns: str) -> str:
+    """`columns` (of MEMORY_COLUMNS) with the text the memory had at `%(as_of)s`."""
+    return columns.replace("m.text,", _REVISION_AS_OF.format(column="new_text") + " AS text,", 1)
+
+
+def time_clauses(time: TimeFilter | None, params: dict[str, Any]) -> tuple[str, str]:
+    """The liveness clause of a read at `time` (LIVE, or LIVE_AS_OF) and the clauses of
+    its observed range (each with a leading AND), their values put in `params`."""
+    if time is None:
+        return LIVE, ""
+    extra = ""
+    if time.observed_after is not None:
+        extra += " AND m.observed_at > %(observed_after)s"
+        params["observed_after"] = time.observed_after
+    if time.observed_before is not None:
+        extra += " AND m.observed_at < %(observed_before)s"
+        params["observed_before"] = time.observed_before
+    if time.as_of is None:
+        return LIVE, extra
+    params["as_of"] = time.as_of
+    return LIVE_AS_OF, extra
 
 
 def user_lock(conn: psycopg.Connection, app: str, user_id: str) -> None:
@@ -75,9 +111,11 @@ class Memories:
         )
 
     def page(self, where: PageFilter, limit: int) -> list[MemoryRow]:
-        """Live memories in creation order, at most `limit`."""
-        clauses = ["m.app = %(app)s", "m.user_id = %(user_id)s", LIVE]
+        """Live memories in creation order, at most `limit` (with `where.time`, those
+        live at its `as_of`, as they were then, in its observed range)."""
         params: dict[str, Any] = {"app": where.app, "user_id": where.user_id, "limit": limit}
+        live, observed = time_clauses(where.time, params)
+        clauses = ["m.app = %(app)s", "m.user_id = %(user_id)s", live + observed]
         for column in ("project_id", "scope", "kind", "topic"):
             value = getattr(where, column)
             if value:
@@ -86,8 +124,9 @@ class Memories:
         if where.after is not None:
             params["after_created"], params["after_id"] = where.after
             clauses.append("(m.created_at, m.id) > (%(after_created)s, %(after_id)s::uuid)")
+        columns = as_of_columns(MEMORY_COLUMNS) if "as_of" in params else MEMORY_COLUMNS
         return self._memories(
-            f"SELECT {MEMORY_COLUMNS} FROM memories m WHERE {' AND '.join(clauses)} "
+            f"SELECT {columns} FROM memories m WHERE {' AND '.join(clauses)} "
             "ORDER BY m.created_at, m.id LIMIT %(limit)s",
             params,
         )
@@ -159,7 +198,15 @@ class Memories:
         )
         assert memory is not None
         self.revise(memory, Action.CREATED, None, new.text, event_id, new.observed_at)
+        self._link(memory, event_id, new.entities)
         return memory
+
+    def _link(self, memory: MemoryRow, event_id: str | None, named: Any = ()) -> None:
+        """The memory's entities and fact, as of its `observed_at`."""
+        owner = Owner(memory.app, memory.user_id, memory.project_id)
+        Entities(self.conn).link_memory(
+            owner, memory.id, memory.text, memory.observed_at, event_id, named
+        )
 
     def update(
         self,
@@ -188,6 +235,7 @@ class Memories:
         self.revise(
             updated, Action.UPDATED, memory.text, text, event_id, observed_at, change=change
         )
+        self._link(updated, event_id)
         return updated
 
     def retire(
@@ -209,6 +257,7 @@ class Memories:
         )
         assert retired is not None
         self.revise(memory, Action.DELETED, memory.text, None, event_id, observed_at, change=change)
+        entity_facts.close_of_memory(self.conn, memory.id, observed_at)
         return retired
 
     def revise(
@@ -246,6 +295,12 @@ class Memories:
         if applied:
             outbox.record(
                 self.conn, memory, str(change or action), new_text or "", old_text or "", event_id
+            )
+        elif new_text:
+            # A late observation: what it said was true from its own time on.
+            owner = Owner(memory.app, memory.user_id, memory.project_id)
+            Entities(self.conn).link_memory(
+                owner, memory.id, new_text, observed_at, event_id, late=True
             )
 
     def revisions(self, memory_id: str) -> list[Revision]:

@@ -8,6 +8,9 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
+from shared.entities.names import Mention
+from shared.memory.ranking import TimeFilter
+
 # The entity of a user's compacted summary of old episodes (one per scope and
 # project, kind `event`), written only by the compaction worker.
 COMPACTED_ENTITY = "compacted-episodes"
@@ -75,6 +78,7 @@ class NewMemory:
     expire_at: datetime | None = None  # when created: it expires then (None: never)
     updated_expire_at: datetime | None = None  # when it updates one: its new expiry (None: kept)
     topic: str = ""
+    entities: tuple[Mention, ...] = ()  # the entities the model named in it (beside its text's)
 
 
 @dataclass(frozen=True)
@@ -89,3 +93,4 @@ class PageFilter:
     kind: str | None = None
     after: tuple[datetime, str] | None = None
     topic: str | None = None
+    time: TimeFilter | None = None

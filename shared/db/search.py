@@ -50,9 +50,10 @@ from collections.abc import Sequence
 from typing import Any
 
 from shared.db.context_reads import CITED_COLUMNS, Cited, pop_cited
-from shared.db.memories import LIVE, MEMORY_COLUMNS
+from shared.db.memories import LIVE, MEMORY_COLUMNS, as_of_columns
 from shared.db.memory_rows import MemoryRow, NewMemory
 from shared.db.run import Statement, Steps
+from shared.db.search_entities import NO_ENTITIES, entity_ctes, entity_params
 from shared.db.search_filters import (
     SCOPE_SIZES,
     memory_count_filter,
@@ -113,6 +114,8 @@ def hybrid_sql(
     pinned_rules: bool = False,
     count_where: str | None = None,
     exact: bool | None = None,
+    entities: bool = False,
+    as_of: bool = False,
 ) -> str:
     """The statement: fused rows (`pinned` false) and, if asked, every rule the
     filter admits (`pinned` true; score 0), each with `exact`, whether the vector
@@ -120,12 +123,16 @@ def hybrid_sql(
     With `exact` None the statement decides, counting the rows of `count_where`
     (`where` if not given: a filter admitting at least `where`'s rows, cheaper to
     count); given (a count a recent statement made, `SCOPE_SIZES`), it only has
-    the one ranking to plan and run."""
-    fused, ranked, was_exact = hybrid_parts(table, columns, where, count_where, exact)
+    the one ranking to plan and run. `entities`: with the entity ranking
+    (`shared.db.search_entities`; its facts true at `as_of` when given)."""
+    fused, ranked, was_exact = hybrid_parts(
+        table, columns, where, count_where, exact, entities, as_of
+    )
     if not pinned_rules:
         return f"{fused}\n{ranked}"
     rules = f"""(
-    SELECT {columns}, 0::float8, NULL::bigint, NULL::bigint, true AS pinned, {was_exact}
+    SELECT {columns}, 0::float8, NULL::bigint, NULL::bigint, NULL::bigint, true AS pinned,
+           {was_exact}
     FROM {table} m WHERE {where} AND m.kind = 'rule'
     ORDER BY m.observed_at DESC, m.id LIMIT %(pinned_limit)s
 )"""
@@ -134,7 +141,13 @@ def hybrid_sql(
 
 # Longer than most functions: it is one statement's text, read best whole.
 def hybrid_parts(
-    table: str, columns: str, where: str, count_where: str | None, exact: bool | None
+    table: str,
+    columns: str,
+    where: str,
+    count_where: str | None,
+    exact: bool | None,
+    entities: bool = False,
+    as_of: bool = False,
 ) -> tuple[str, str, str]:
     """`hybrid_sql`'s parts: the WITH clause up to the fused scores (`fused`), the
     query of the ranked rows (in parentheses, so that a caller may name it as one
@@ -200,7 +213,7 @@ txt AS (
         ) b
         ORDER BY b.r DESC, d DESC, b.id LIMIT %(candidates)s
     ) t
-),
+){entity_ctes(table, where, as_of) if entities else NO_ENTITIES},
 -- Each sub-query's weight of each ranking (`Fusion`): scaled by the relative gap
 -- between its 1st and its top-th row (its last if it has fewer), distance
 -- 1 - d1 / dtop or text weight 1 - rtop / r1, and the vector ranking's also by the
@@ -221,16 +234,25 @@ weights AS (
     FROM q
 ),
 fused AS (
-    SELECT id, sum(score) AS score, min(vrank) AS vrank, min(trank) AS trank FROM (
-        SELECT v.id, w.wv / (%(rrf_k)s + v.rank) AS score, v.rank AS vrank, NULL::bigint AS trank
+    SELECT id, sum(score) AS score, min(vrank) AS vrank, min(trank) AS trank,
+           min(erank) AS erank FROM (
+        SELECT v.id, w.wv / (%(rrf_k)s + v.rank) AS score, v.rank AS vrank, NULL::bigint AS trank,
+               NULL::bigint AS erank
         FROM vec v JOIN weights w ON w.qi = v.qi
         UNION ALL
-        SELECT t.id, w.wt / (%(rrf_k)s + t.rank), NULL, t.rank
+        SELECT t.id, w.wt / (%(rrf_k)s + t.rank), NULL, t.rank, NULL
         FROM txt t JOIN weights w ON w.qi = t.qi
+        UNION ALL
+        -- A query that names no entity has only the entities its full text lent: they
+        -- count as much as the full text is sure of its top.
+        SELECT e.id, CASE WHEN e.named THEN %(we)s::float8
+                          ELSE %(we)s * w.wt / greatest(%(wt)s, 1e-9) END / (%(rrf_k)s + e.rank),
+               NULL, NULL, e.rank
+        FROM ent e JOIN weights w ON w.qi = e.qi
     ) s GROUP BY id
 )"""
     ranked = f"""(
-    SELECT {columns}, f.score, f.vrank, f.trank, false AS pinned, {was_exact} AS exact
+    SELECT {columns}, f.score, f.vrank, f.trank, f.erank, false AS pinned, {was_exact} AS exact
     FROM fused f JOIN {table} m ON m.id = f.id
     ORDER BY f.score DESC, m.id LIMIT %(limit)s
 )"""
@@ -255,6 +277,7 @@ def fusion_params(
         "candidates": max(fusion.candidates, limit),
         "wv": fusion.vector_weight,
         "wt": fusion.text_weight,
+        "we": fusion.entity_weight,
         "rrf_k": fusion.k,
         "top": fusion.top,
         "floor": fusion.floor if fusion.top else 1.0,
@@ -267,7 +290,7 @@ def fusion_params(
 
 def split_ranked(row: dict[str, Any]) -> tuple[dict[str, Any], Ranked, bool]:
     """A row of `hybrid_sql` split into its columns, its ranking and whether it is pinned."""
-    ranked = Ranked(float(row.pop("score")), row.pop("vrank"), row.pop("trank"))
+    ranked = Ranked(float(row.pop("score")), row.pop("vrank"), row.pop("trank"), row.pop("erank"))
     row.pop("exact")
     return row, ranked, bool(row.pop("pinned"))
 
@@ -287,16 +310,20 @@ def search_memories(
     also reads where each comes from, into it by memory id."""
     where, params = memory_filter(scope, kinds)
     params.update(fusion_params(fusion, embeddings, queries, k))
+    params.update(entity_params(scope, queries))
     params["pinned_limit"] = PINNED_LIMIT
     sized = SCOPE_SIZES.key("memories", scope, fusion.exact_below)
     exact = SCOPE_SIZES.cached(sized)
+    columns = MEMORY_COLUMNS + (CITED_COLUMNS if citations is not None else "")
     sql = hybrid_sql(
         "memories",
-        MEMORY_COLUMNS + (CITED_COLUMNS if citations is not None else ""),
+        as_of_columns(columns) if "as_of" in params else columns,
         where,
         pinned_rules=pinned,
         count_where=memory_count_filter(scope),
         exact=exact,
+        entities=fusion.entity_weight > 0,
+        as_of="as_of" in params,
     )
     rows = yield Statement(sql, params)
     if exact is None and rows:

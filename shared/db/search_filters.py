@@ -8,7 +8,7 @@ from collections.abc import Sequence
 from datetime import datetime
 from typing import Any
 
-from shared.db.memories import LIVE
+from shared.db.memories import time_clauses
 from shared.expiring import Expiring
 from shared.memory.ranking import Scope
 
@@ -48,13 +48,16 @@ def _in_scope(scope: Scope, live: str, session_rows: str) -> str:
 
 
 def memory_filter(scope: Scope, kinds: Sequence[str] | None) -> tuple[str, dict[str, Any]]:
-    """The WHERE clause (alias `m`) of the live memories `scope` may see."""
+    """The WHERE clause (alias `m`) of the live memories `scope` may see (with its
+    `time`, those live at its `as_of`, in its observed range)."""
     params: dict[str, Any] = {"app": scope.app, "user_id": scope.user_id}
     if scope.project_id:
         params["project_id"] = scope.project_id
     if scope.session_id:
         params["session_id"] = scope.session_id
-    clause = _in_scope(scope, LIVE, "(m.scope = 'session' AND m.session_id = %(session_id)s)")
+    live, observed = time_clauses(scope.time, params)
+    session = "(m.scope = 'session' AND m.session_id = %(session_id)s)"
+    clause = _in_scope(scope, live, session) + observed
     if kinds:
         clause += " AND m.kind = ANY(%(kinds)s)"
         params["kinds"] = list(kinds)
@@ -80,6 +83,16 @@ def episode_filter(
         "project_id": scope.project_id,
     }
     clause = "m.app = %(app)s AND m.user_id = %(user_id)s AND m.project_id IN (%(project_id)s, '')"
+    time = scope.time
+    if time is not None and time.as_of is not None:
+        clause += " AND m.created_at <= %(as_of)s"
+        params["as_of"] = time.as_of
+    if time is not None and time.observed_after is not None:
+        clause += " AND m.created_at > %(observed_after)s"
+        params["observed_after"] = time.observed_after
+    if time is not None and time.observed_before is not None:
+        clause += " AND m.created_at < %(observed_before)s"
+        params["observed_before"] = time.observed_before
     if before is not None:
         clause += " AND m.created_at < %(before)s"
         params["before"] = before

@@ -6,7 +6,9 @@ importing twice writes nothing the second time. An episode whose session and tur
 are archived already is the same turn under another id, and is left too. The
 lexeme counts the full-text search weighs words with (`lexeme_counts`, migrations
 0009 and 0010) follow the inserted rows by the tables' own triggers, as for any
-write: a closed memory does not count, an episode does.
+write: a closed memory does not count, an episode does. So do the entities: an
+imported memory's and turn's mentions and facts are derived as their writes
+derive them (the export holds the memories and turns, not what follows from them).
 """
 
 from __future__ import annotations
@@ -17,6 +19,8 @@ from uuid import UUID
 import psycopg
 from psycopg.types.json import Jsonb
 
+from shared.db import entity_facts
+from shared.db.entities import Entities, Owner
 from shared.db.episodes import EPISODE_TSV
 from shared.db.pool import as_vector
 from shared.portability.records import EpisodeRecord, MemoryRecord
@@ -97,7 +101,25 @@ def write_memory(
                     for r in m.revisions
                 ],
             )
+    _link_memory(conn, Owner(app, user_id, m.project_id or ""), str(memory_id), m)
     return Written.NEW
+
+
+def _link_memory(conn: psycopg.Connection, owner: Owner, memory_id: str, m: MemoryRecord) -> None:
+    """The memory's entities and facts, as its history made them: each revision in
+    order, at its own time (the entities are not in the export; they are derived
+    again, as the writes that made them derive them)."""
+    entities = Entities(conn)
+    if not m.revisions:
+        entities.link_memory(owner, memory_id, m.text, m.observed_at, None)
+        return
+    for r in m.revisions:
+        event_id = str(r.event_id) if r.event_id else None
+        if r.action == "DELETED" and r.applied:
+            entity_facts.close_of_memory(conn, memory_id, r.observed_at)
+        elif r.new_text:
+            late = not r.applied
+            entities.link_memory(owner, memory_id, r.new_text, r.observed_at, event_id, late=late)
 
 
 def write_episode(
@@ -137,6 +159,10 @@ def write_episode(
         params,
     ).fetchone()
     if inserted is not None:
+        said = f"{e.user_text}\n{e.assistant_text}"
+        Entities(conn).link_episode(
+            Owner(app, user_id, e.project_id or ""), str(episode_id), said, e.created_at
+        )
         return Written.NEW
     same_turn = conn.execute(
         "SELECT 1 FROM episodes WHERE app = %s AND user_id = %s AND session_id = %s "

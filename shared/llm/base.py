@@ -12,6 +12,7 @@ from datetime import datetime
 from enum import StrEnum
 from typing import Generic, Protocol, TypeVar
 
+from shared.entities.names import Mention
 from shared.errors import DependencyError, PermanentError
 from shared.llm.topics import ALL_TOPICS, Topics
 
@@ -121,6 +122,9 @@ class Candidate:
     project_id: str  # "" unless scope == "project"
     text: str  # one self-contained third-person sentence
     topic: str = ""  # the extraction topic it belongs to (shared.llm.topics)
+    # The entities the model says it names (a model provider's; the rules of
+    # shared.entities.names read the text's own in every case).
+    entities: tuple[Mention, ...] = ()
 
 
 @dataclass(frozen=True)

@@ -75,6 +75,7 @@ def new_memory(candidate: Candidate, source: Source, embedding: Any) -> NewMemor
         embedding=embedding,
         observed_at=source.observed_at,
         topic=candidate.topic,
+        entities=candidate.entities,
     )
 
 

@@ -6,9 +6,22 @@ are weighed and bounded (`Fusion`), and how a row was ranked (`Ranked`).
 from __future__ import annotations
 
 from dataclasses import dataclass
+from datetime import datetime
 
 from shared.config import Settings
 from shared.embeddings import provider_vector_weight
+
+
+@dataclass(frozen=True)
+class TimeFilter:
+    """Which moments a read sees: `as_of`, what was true then (valid time: the
+    memories live at that moment, with the text they had, the facts that held,
+    the turns said by then); `observed_after`/`observed_before`, rows observed
+    (a memory's last change, a turn said) strictly between. All aware, UTC."""
+
+    as_of: datetime | None = None
+    observed_after: datetime | None = None
+    observed_before: datetime | None = None
 
 
 @dataclass(frozen=True)
@@ -19,6 +32,7 @@ class Scope:
     user_id: str
     project_id: str = ""
     session_id: str = ""  # also this session's own memories (the context path)
+    time: TimeFilter | None = None
 
 
 @dataclass(frozen=True)
@@ -33,6 +47,8 @@ class Fusion:
 
     vector_weight: float = 0.4
     text_weight: float = 0.6
+    # The entity ranking's (`shared.db.search_entities`); 0: not ranked at all.
+    entity_weight: float = 0.0
     k: int = 20
     top: int = 5
     floor: float = 0.01
@@ -55,6 +71,7 @@ class Fusion:
         return cls(
             vector_weight=vector_weight,
             text_weight=settings.search_text_weight,
+            entity_weight=settings.search_entity_weight,
             k=settings.search_rrf_k,
             candidates=settings.search_candidates,
             text_scan=settings.search_text_scan_limit,
@@ -70,6 +87,7 @@ class Ranked:
     score: float
     vector_rank: int | None
     text_rank: int | None
+    entity_rank: int | None = None
 
     @property
     def rankers(self) -> list[str]:
@@ -78,4 +96,6 @@ class Ranked:
             found.append("vector")
         if self.text_rank is not None:
             found.append("text")
+        if self.entity_rank is not None:
+            found.append("entity")
         return found

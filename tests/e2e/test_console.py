@@ -537,3 +537,38 @@ def test_a_tenant_key_sees_its_own_app_only(stack: Stack, browser: Browser, shot
 def _csrf(page) -> str:
     """The token of the signed-in key's forms, as every console page carries it."""
     return page.locator("input[name=csrf]").first.get_attribute("value")
+
+
+def test_an_entity_page_is_reached_from_a_memory_that_mentions_it(
+    stack: Stack, browser: Browser, shots: Path
+) -> None:
+    user = "u-entity"
+    body = {"user_id": user, "kind": "fact", "scope": "global"}
+    first = stack.api("POST", "/v1/memories", json={**body, "text": "Dana Lee works at Acme Corp."})
+    stack.api("POST", "/v1/memories", json={**body, "text": "Dana plays the <b>cello</b>."})
+    memory_id = first["memory"]["id"]
+    page = signed_in(browser, stack)
+    page.goto(f"{stack.url}/console/user/memory?user={user}&id={memory_id}")
+    links = page.locator("#memory-entities a")
+    expect(links).to_have_text(["Acme Corp", "Dana Lee"])
+    links.nth(1).click()
+    expect(page).to_have_url(re.compile(r"/console/user/entity\?user=u-entity&id="))
+    expect(page.locator("#entity-name")).to_have_text("Dana Lee")
+    expect(page.locator("#entity-kind")).to_have_text("person")
+    expect(page.locator("#entity-aliases")).to_contain_text("Dana (first name)")
+    rows = page.locator("#facts tbody tr")
+    expect(rows).to_have_count(1)
+    expect(rows.first).to_contain_text("employer")
+    expect(rows.first).to_contain_text("Acme Corp")
+    expect(rows.first).to_contain_text("still true")
+    # Both memories, the markup as text; each leads back to its memory.
+    expect(page.locator("#entity-memories li")).to_have_count(2)
+    expect(page.locator("#entity-memories")).to_contain_text("Dana plays the <b>cello</b>.")
+    shoot(page, shots, "entity")
+    page.locator(f"#entity-memories a[href*='{memory_id}']").click()
+    expect(page.locator("#memory-id")).to_have_text(memory_id)
+    # Another user's entity is not found.
+    entity_url = links.nth(1).get_attribute("href")
+    assert entity_url is not None
+    other = page.goto(f"{stack.url}{entity_url.replace('u-entity', 'u-other')}")
+    assert other is not None and other.status == 404

@@ -94,6 +94,7 @@ DOCUMENTED_REFUSALS = (
     ("pattern", "is too complex", "only RE2 counts a pattern's instructions"),
     ("", "bytes, over the limit of", "a schema counts characters, the limit is UTF-8 bytes"),
     ("", "over the token budget of", "a context's cap is bounded by its budget, or the default"),
+    ("observed_before", "the range is empty", "a schema does not compare two fields"),
 )
 # An import's bad lines are named `line N` (any text is a string; few are exports).
 _IMPORT_LINE = re.compile(r"line [0-9]+")

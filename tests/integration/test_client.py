@@ -392,6 +392,7 @@ def test_deletions_compaction_and_health(client, base_url, keys, ids):
     project = client.delete_project(user, "P")
     assert (project.user_id, project.project_id, project.deleted_at) == (user, "P", None)
     assert project.deleted == {
+        "entities": 2,  # "P" and "Go", the project's
         "memory_revisions": 1,
         "memories": 1,
         "episodes": 0,
@@ -404,6 +405,7 @@ def test_deletions_compaction_and_health(client, base_url, keys, ids):
     deleted = client.delete_user(user)
     assert (deleted.user_id, deleted.project_id) == (user, None)
     assert deleted.deleted == {
+        "entities": 0,
         "memory_revisions": 1,
         "memories": 1,
         "episodes": 0,
@@ -647,3 +649,24 @@ def test_flush_session_extracts_the_sessions_waiting_turns_now(
             lambda: sorted(m.text for m in client.iter_memories(user)) or None, 20, "the memories"
         )
     assert texts == ["User prefers tabs over spaces.", "User's editor is vim."]
+
+
+def test_entities_through_the_client(client, ids):
+    user = ids["user_id"]
+    written = client.write_memory(user, "Dana Lee works at Acme Corp.", scope="global", kind="fact")
+    page = client.list_entities(user)
+    assert [(e.name, e.kind, e.memories) for e in page.entities] == [
+        ("Acme Corp", "organisation", 1),
+        ("Dana Lee", "person", 1),
+    ]
+    dana = client.get_entity(user, page.entities[1].id)
+    assert [(f.subject, f.predicate, f.object) for f in dana.facts] == [
+        ("Dana Lee", "employer", "Acme Corp")
+    ]
+    assert [m.id for m in dana.memories_mentioning] == [written.memory.id]
+    # Before anything was said, nothing was true.
+    assert client.list_entities(user, as_of="2000-01-01T00:00:00Z").entities == []
+    assert client.list_memories(user, as_of="2000-01-01T00:00:00Z").memories == []
+    assert client.search(user, "Dana", as_of="2000-01-01T00:00:00Z") == []
+    with pytest.raises(NotFoundError):
+        client.get_entity(f"{user}-other", dana.id)

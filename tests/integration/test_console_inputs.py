@@ -116,6 +116,12 @@ FORMS = [
     ),
     Form("GET", "/console/user/memory", {"user": "{user}", "id": "{memory}"}, ("user", "id")),
     Form("GET", "/console/user/session", {"user": "{user}", "id": "s-1"}, ("user", "id")),
+    Form(
+        "GET",
+        "/console/user/entity",
+        {"user": "{user}", "id": MEMORY_ID, "project": "p"},
+        ("user", "id"),
+    ),
     Form("GET", "/console/events", {"id": MEMORY_ID}, ()),
     Form("GET", "/console/dead-letters", {"subscription": "turns-summary", "page": "1"}, ()),
     Form("GET", "/console/permissions", {"user": "{user}", "project": "p"}, ()),

@@ -29,6 +29,11 @@ def count(pool, sql, *params):
         return conn.execute(sql, params).fetchone()[0]
 
 
+def pool_rows(pool, sql, *params):
+    with pool.connection() as conn:
+        return conn.execute(sql, params).fetchall()
+
+
 def test_delete_by_query_without_project_touches_global_memories_only(client, ids):
     user = ids["user_id"]
     glob = write(client, user, "User prefers dark mode in every editor", entity_name="theme")
@@ -76,6 +81,9 @@ def test_deleting_a_project_removes_everything_of_it_and_nothing_else(
     write(client, user, "User prefers tea", entity_name="drink")
     write(client, user, "P deploys on Fridays", "project", project_id="P", entity_name="deploy")
     write(client, user, "Q deploys on Mondays", "project", project_id="Q", entity_name="deploy")
+    # An entity of the project (its memory's), and one of the user's own.
+    write(client, user, "Priya Patel approves every deploy", "project", project_id="P")
+    write(client, user, "Dana Lee likes tea", entity_name="dana")
     for n, project in enumerate(["P", "P", "Q"]):
         assert extraction.handle_turn(make_turn(ids, n, project_id=project), None) == "applied"
     rule = {"user_id": user, "project_id": "P", "tool_name": "sh", "pattern": "^ls"}
@@ -95,8 +103,9 @@ def test_deleting_a_project_removes_everything_of_it_and_nothing_else(
         "user_id": user,
         "project_id": "P",
         "deleted": {
-            "memory_revisions": 1,
-            "memories": 1,
+            "entities": 1,
+            "memory_revisions": 2,
+            "memories": 2,
             "episodes": 2,
             "extraction_pending": 0,
             "permission_rules": 1,
@@ -107,7 +116,15 @@ def test_deleting_a_project_removes_everything_of_it_and_nothing_else(
     assert list(valkey_client.scan_iter(match=f"am:{{{ids['app']}:{user}:s-p}}:*")) == []
     view = client.get("/v1/sessions/s-q", params={"user_id": user}).json()
     assert [t["user"] for t in view["turns"]] == ["on Q"]
-    assert live_texts(client, user) == ["Q deploys on Mondays", "User prefers tea"]
+    assert live_texts(client, user) == [
+        "Dana Lee likes tea",
+        "Q deploys on Mondays",
+        "User prefers tea",
+    ]
+    names = pool_rows(
+        pool, "SELECT name FROM entities WHERE app = %s AND user_id = %s", ids["app"], user
+    )
+    assert names == [("Dana Lee",)]
     episodes = count(
         pool, "SELECT count(*) FROM episodes WHERE app = %s AND user_id = %s", ids["app"], user
     )
@@ -144,6 +161,7 @@ def test_deleting_a_user_removes_everything_and_late_events_create_nothing(
     assert answer.status_code == 200, answer.text
     result = answer.json()
     assert result["deleted"] == {
+        "entities": 1,  # Ada
         "memory_revisions": 3,  # two written memories and one extracted
         "memories": 3,
         "episodes": 1,
@@ -155,7 +173,16 @@ def test_deleting_a_user_removes_everything_and_late_events_create_nothing(
     }
     deleted_at = datetime.fromisoformat(result["deleted_at"])
     assert list(valkey_client.scan_iter(match=user_keys_pattern(app, user))) == []
-    for table in ("memories", "memory_revisions", "episodes", "permission_rules"):
+    for table in (
+        "memories",
+        "memory_revisions",
+        "episodes",
+        "permission_rules",
+        "entities",
+        "entity_aliases",
+        "entity_mentions",
+        "entity_facts",
+    ):
         assert (
             count(pool, f"SELECT count(*) FROM {table} WHERE app=%s AND user_id=%s", app, user) == 0
         )

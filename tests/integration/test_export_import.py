@@ -82,6 +82,22 @@ def table_counts(database_url: str, app: str, user: str) -> dict[str, object]:
             ).fetchone()[0]
             for table in ("memories", "memory_revisions", "episodes")
         }
+        # The entities, as names: a copy under another user has ids of its own.
+        counts["entities"] = conn.execute(
+            "SELECT e.name, e.kind, e.project_id, "
+            "(SELECT array_agg(a.normalised ORDER BY a.normalised) FROM entity_aliases a "
+            "WHERE a.entity_id = e.id), "
+            "(SELECT count(*) FROM entity_mentions m WHERE m.entity_id = e.id) "
+            "FROM entities e WHERE e.app = %s AND e.user_id = %s ORDER BY e.name, e.kind",
+            (app, user),
+        ).fetchall()
+        counts["facts"] = conn.execute(
+            "SELECT s.name, f.predicate, o.name, f.value, f.valid_from, f.valid_to "
+            "FROM entity_facts f JOIN entities s ON s.id = f.subject_id "
+            "LEFT JOIN entities o ON o.id = f.object_id "
+            "WHERE f.app = %s AND f.user_id = %s ORDER BY 1, 2, 5",
+            (app, user),
+        ).fetchall()
         counts["lexeme_counts"] = conn.execute(
             "SELECT tbl, lexeme, rows FROM lexeme_counts WHERE app = %s AND user_id = %s "
             "ORDER BY tbl, lexeme",
@@ -175,6 +191,7 @@ def test_a_round_trip_into_a_fresh_database_searches_the_same(
         assert searches(restored, user) == before
     counts = table_counts(fresh_database, app, user)
     assert counts == table_counts(app_settings.database_url, app, user)
+    assert [row[:3] for row in counts["entities"]] == [("Postgres", "other", "atlas")]
 
     again = run_cli(fresh, "import", str(populated))
     assert again.returncode == 0, again.stderr
@@ -233,7 +250,14 @@ def test_a_deleted_user_is_not_imported_into(client, populated, app_settings, id
     assert cli.returncode == 1
     assert "was deleted (GDPR)" in cli.stderr and cli.stdout == ""
     counts = table_counts(app_settings.database_url, ids["app"], user)
-    assert counts == {"memories": 0, "memory_revisions": 0, "episodes": 0, "lexeme_counts": []}
+    assert counts == {
+        "memories": 0,
+        "memory_revisions": 0,
+        "episodes": 0,
+        "entities": [],
+        "facts": [],
+        "lexeme_counts": [],
+    }
     assert client.get(f"/v1/users/{user}:export").status_code == 404
 
 

@@ -47,6 +47,7 @@ TOOLS = {
     "search_memories",
     "search_archive",
     "list_memories",
+    "entities",
     "forget",
     "check_tool_permission",
 }
@@ -132,6 +133,12 @@ async def scenario(session: ClientSession, ids: dict, rules: MemoryClient, **who
     assert memory_id in [m["id"] for m in found["memories"]]
     instruction = await call(session, "get_context", query="Which editor to open?", **who)
     assert fact in instruction
+
+    named = await call(session, "entities", **_user(who))
+    assert [(e["name"], e["kind"]) for e in named["entities"]] == [("Helix", "other")]
+    helix = await call(session, "entities", name="helix", **_user(who))
+    assert [m["id"] for m in helix["memories_mentioning"]] == [memory_id]
+    assert "no entity named 'Vim'" in await error_of(session, "entities", name="Vim", **_user(who))
 
     assert await call(session, "forget", memory_id=memory_id, **_user(who)) == {
         "deleted": [memory_id]

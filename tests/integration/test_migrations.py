@@ -51,6 +51,11 @@ def test_migrate_creates_the_tables_and_is_idempotent(fresh_database):
         "schema_migrations",
         "memory_changes",
         "app_settings",
+        "entities",
+        "entity_aliases",
+        "entity_mentions",
+        "entity_facts",
+        "entity_merges",
     }
     assert applied == [
         (1, "init"),
@@ -67,6 +72,7 @@ def test_migrate_creates_the_tables_and_is_idempotent(fresh_database):
         (12, "extraction_windows"),
         (13, "event_trail"),
         (14, "memory_lifecycle"),
+        (15, "entities"),
     ]
     assert "USING hnsw (embedding vector_cosine_ops)" in indexes["memories_embedding"]
     assert "USING gin (tsv)" in indexes["memories_tsv"]

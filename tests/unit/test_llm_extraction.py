@@ -7,6 +7,7 @@ from datetime import UTC, datetime
 
 import pytest
 
+from shared.entities.names import Mention
 from shared.llm import (
     Candidate,
     Decision,
@@ -437,6 +438,15 @@ def test_a_good_extraction_reply_is_read_exactly():
     assert parse_found({"memories": []}, INP) == []
 
 
+def test_the_entities_a_reply_names_are_read_with_its_memory():
+    named = [{"name": "Dana Lee", "kind": "person"}, {"name": "Acme", "kind": "organisation"}]
+    (found,) = parse_found({"memories": [{**GOOD, "entities": named}]}, INP)
+    assert found.candidate.entities == (
+        Mention("Dana Lee", "person"),
+        Mention("Acme", "organisation"),
+    )
+
+
 @pytest.mark.parametrize(
     "reply",
     [
@@ -451,6 +461,9 @@ def test_a_good_extraction_reply_is_read_exactly():
         {"memories": [{**GOOD, "entity_name": 3}]},
         {"memories": [{**GOOD, "turn": "t3"}]},
         {"memories": [{k: v for k, v in GOOD.items() if k != "turn"}]},
+        {"memories": [{**GOOD, "entities": "Dana"}]},
+        {"memories": [{**GOOD, "entities": [{"name": "Dana", "kind": "friend"}]}]},
+        {"memories": [{**GOOD, "entities": [{"kind": "person"}]}]},
     ],
     ids=[
         "list",
@@ -464,6 +477,9 @@ def test_a_good_extraction_reply_is_read_exactly():
         "wrong-type",
         "unknown-turn",
         "no-turn",
+        "entities-not-a-list",
+        "entity-kind",
+        "entity-without-name",
     ],
 )
 def test_an_extraction_reply_that_does_not_fit_is_malformed(reply):

@@ -40,7 +40,7 @@ async def context(body: ContextRequest, app_id: AppIdDep, api: ApiDep) -> Respon
             field, message = str(exc).split(": ", 1)
             raise ApiError(422, "invalid_request", f"{field}: {message}", field=field) from None
     query = ContextQuery(
-        scope=Scope(app_id, body.user_id, body.project_id or "", body.session_id),
+        scope=Scope(app_id, body.user_id, body.project_id or "", body.session_id, body.time()),
         prev_session_id=body.prev_session_id or "",
         query=body.query,
         k=body.k,

@@ -37,6 +37,14 @@ from services.api.memory_models import (
 )
 from services.api.models import json_response, query_integer
 from services.api.routers.views import found_fields, memory_detail, memory_view
+from services.api.time_models import (
+    AS_OF,
+    OBSERVED_AFTER,
+    OBSERVED_BEFORE,
+    ZonedTime,
+    empty_range,
+    time_filter,
+)
 from services.api.write_models import RollbackRequest, WriteMemoryRequest, WriteMemoryResponse
 from shared.db.memory_rows import MemoryRow, PageFilter, Revision
 from shared.db.planned_write import StalePlan
@@ -54,7 +62,7 @@ router = APIRouter(route_class=ResourceRoute)
 
 @search_router.post("/v1/memories:search", response_model=SearchResponse)
 async def memories_search(body: SearchRequest, app_id: AppIdDep, api: ApiDep) -> Response:
-    scope = Scope(app_id, body.user_id, body.project_id or "")
+    scope = Scope(app_id, body.user_id, body.project_id or "", time=body.time())
     queries = await sub_queries(api.llm, body.query) if body.decompose else [body.query]
     found, _ = await postgres_or_503(api.search.memories(scope, queries, body.k, body.kinds))
     # The fast path of services.api.models.json_response.
@@ -72,9 +80,16 @@ async def list_memories(
     limit: Annotated[int, Query(ge=1, le=500), BeforeValidator(query_integer)] = 100,
     cursor: Annotated[str | None, Query()] = None,
     topic: Annotated[str | None, Query(pattern="^[a-z][a-z0-9_]{0,39}$")] = None,
+    as_of: Annotated[ZonedTime, Query(description=AS_OF)] = None,
+    observed_after: Annotated[ZonedTime, Query(description=OBSERVED_AFTER)] = None,
+    observed_before: Annotated[ZonedTime, Query(description=OBSERVED_BEFORE)] = None,
 ) -> MemoryPage:
     after = _decode_cursor(cursor) if cursor else None
-    where = PageFilter(app_id, user_id, project_id, scope, kind, after, topic)
+    if empty_range(observed_after, observed_before):
+        message = "observed_before: must be after observed_after (the range is empty)"
+        raise ApiError(422, "invalid_request", message, field="observed_before")
+    time = time_filter(as_of, observed_after, observed_before)
+    where = PageFilter(app_id, user_id, project_id, scope, kind, after, topic, time)
     # One more than the page: whether there is a next one.
     rows = await postgres_or_503(
         in_thread(api.pool, lambda uow: uow.memories.page(where, limit + 1), commit=False)

@@ -40,8 +40,15 @@ def drop_broken_connections(pool: ConnectionPool) -> None:
     pool.check()
 
 
+# The key the Valkey probe writes (a second's TTL: it never accumulates).
+VALKEY_PROBE_KEY = "am:probe"
+
+
 def check_valkey(client: valkey.Valkey) -> None:
-    client.ping()  # the client's socket timeout bounds it
+    """A write, not a PING: a Valkey at its memory limit (noeviction) answers a PING
+    and refuses every write, and a worker that took it for up would try its held
+    messages again at once, fail, and flap. The client's socket timeout bounds it."""
+    client.set(VALKEY_PROBE_KEY, b"1", px=1000)
 
 
 def check_gemini_generation(client: genai.Client, model: str) -> None:

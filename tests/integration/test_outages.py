@@ -31,9 +31,9 @@ from shared.embeddings import make_embedder
 from shared.events import TurnRecorded
 from shared.llm import OfflineLLM
 from shared.metrics import serve_metrics
-from shared.probes import check_postgres, check_valkey, drop_broken_connections
+from shared.probes import check_postgres, drop_broken_connections
 from shared.session_buffer import SessionBuffer, SessionKey
-from tests.bus_helpers import inline_extraction, make_turn, summary_handler
+from tests.bus_helpers import inline_extraction, make_turn, summary_handler, watched_valkey
 from tests.conftest import EMBEDDING_DIM
 from tests.support import stays, wait_for
 
@@ -117,12 +117,7 @@ def test_turns_wait_out_a_valkey_outage_and_are_applied_once_in_order(
     attempts = Attempts()
     real = summary_handler(settings, buffer)
     table = {TurnRecorded: replace(real, first=attempts.batch(real.first))}
-    dependencies = Dependencies(
-        {"valkey": Probe(partial(check_valkey, client), periodic=True)},
-        retry_min=0.1,
-        retry_max=0.5,
-        probe_interval=0.5,
-    )
+    dependencies = watched_valkey(client)
     key = SessionKey(ids["app"], ids["user_id"], ids["session_id"])
 
     def applied() -> list[str]:

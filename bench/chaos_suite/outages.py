@@ -28,6 +28,7 @@ def run_fault_scenario(ctx: Context, name: str, fault: Fault, *, compaction: boo
     row = Row(name, fault.label)
     users = ctx.users(name, 4 if compaction else 3)
     turns = make_turns(ctx.app, users, 2, ctx.turns, "t")
+    ctx.last_turns = turns
     chains: dict[str, list[str]] = {}
     old: list[Turn] = []
     if compaction:

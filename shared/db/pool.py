@@ -19,6 +19,22 @@ from shared.db.iam import login_kwargs
 # connection and its message's lease.
 STATEMENT_TIMEOUT_MS = 30_000
 LOCK_TIMEOUT_MS = 10_000
+# A server's own timeouts cannot end a wait for an answer that a silent network
+# path (packets dropped, no reset) never delivers. TCP does: data unacknowledged
+# for TCP_USER_TIMEOUT_MS ends the connection (a request in flight fails), and
+# keepalives find an idle connection dead within KEEPALIVE_IDLE_SECONDS +
+# KEEPALIVE_COUNT x KEEPALIVE_INTERVAL_SECONDS.
+TCP_USER_TIMEOUT_MS = 10_000
+KEEPALIVE_IDLE_SECONDS = 10
+KEEPALIVE_INTERVAL_SECONDS = 2
+KEEPALIVE_COUNT = 3
+TCP_TIMEOUTS = {
+    "tcp_user_timeout": TCP_USER_TIMEOUT_MS,
+    "keepalives": 1,
+    "keepalives_idle": KEEPALIVE_IDLE_SECONDS,
+    "keepalives_interval": KEEPALIVE_INTERVAL_SECONDS,
+    "keepalives_count": KEEPALIVE_COUNT,
+}
 
 
 def as_vector(values: Any) -> Any:
@@ -46,6 +62,7 @@ def _connection_kwargs(settings: Settings) -> dict[str, object]:
     # Postgres's generic plan for the search (it cannot see which user or scope)
     # reads the pinned rules of a user with many memories far slower.
     return {
+        **TCP_TIMEOUTS,
         "connect_timeout": max(1, int(settings.db_connect_timeout_seconds)),
         "options": f"-c statement_timeout={STATEMENT_TIMEOUT_MS} "
         f"-c lock_timeout={LOCK_TIMEOUT_MS} -c hnsw.iterative_scan=relaxed_order "
@@ -64,7 +81,7 @@ def _login(settings: Settings) -> Callable[[], dict[str, Any]]:
 
 def connect_kwargs(settings: Settings) -> dict[str, Any]:
     """Parameters for a single `psycopg.connect(settings.database_url, ...)`."""
-    return _login(settings)()
+    return {**TCP_TIMEOUTS, **_login(settings)()}
 
 
 def _pool_kwargs(settings: Settings) -> KwargsParam:

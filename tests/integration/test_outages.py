@@ -210,7 +210,11 @@ def test_extraction_waits_out_postgres_stopped_and_killed_and_archives_each_turn
                 30,
                 "the worker to report Postgres down",
             )
-            assert not_ready.json() == {"status": "unavailable", "down": ["postgres"]}
+            assert not_ready.json() == {
+                "status": "unavailable",
+                "down": ["postgres"],
+                "reasons": {"postgres": "ConnectionTimeout"},
+            }
         finally:
             _freeze(own_postgres.process.pid, signal.SIGCONT)
         wait_for(lambda: len(archived()) == 10, 60, "the turns held while it was frozen")

@@ -27,6 +27,7 @@ Scenarios (`--only NAME`, repeatable or comma-separated; `--list` names them):
   overload                                      turns at twice what the workers drain
   postgres-disk-full                            Postgres's file system (a tmpfs) full for 20 s
   postgres-partition, valkey-partition          every packet to the store dropped (nft) 30 s
+  skewed-clocks                                 4 more workers, clocks 5 min ahead and behind
 
 One table row per scenario; the process exits 1 unless every row passes (0 lost,
 0 duplicated, 0 valid events dead-lettered, recovered within the deadline, and the
@@ -52,6 +53,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench.chaos_suite.budgets import SEND_BUDGET, wait_until  # noqa: E402
 from bench.chaos_suite.burst import Burst, make_turns  # noqa: E402
+from bench.chaos_suite.clocks import run_skewed_clocks  # noqa: E402
 from bench.chaos_suite.console import indent, say  # noqa: E402
 from bench.chaos_suite.disk import run_disk_full  # noqa: E402
 from bench.chaos_suite.faults import Kill, Pause  # noqa: E402
@@ -89,6 +91,7 @@ SCENARIOS: dict[str, Callable[[Context, str], Row]] = {
     "postgres-disk-full": run_disk_full,
     "postgres-partition": lambda c, n: run_partition(c, n, "postgres"),
     "valkey-partition": lambda c, n: run_partition(c, n, "valkey"),
+    "skewed-clocks": run_skewed_clocks,
 }
 
 

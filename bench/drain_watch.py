@@ -55,6 +55,8 @@ class HandledLog:
             subscription = record.get("subscription")
             if subscription not in (SUBSCRIPTION, REQUESTS):
                 continue
+            if int(record.get("delivery_attempt") or 1) > 1:
+                problems["redelivered"] += 1  # a lease that ran out, or a lost pull or ack
             if record["outcome"] not in ("applied", "duplicate"):
                 problems[record["outcome"]] += 1
                 continue
@@ -179,6 +181,7 @@ def drain_figures(watch: DrainWatch, slots: int, cpu_after: dict[str, float]) ->
         "slots_busy": busy(turns),
         "window_slots_busy": busy(windows),
         "retried": watch.problems["retried"],
+        "redelivered": watch.problems["redelivered"],
         "middle_per_second": round(middle, 2),
         "per_replica": [share[n] for n in names],
         "first_event_after_s": [round(firsts.get(n, start) - start, 1) for n in names],

@@ -38,6 +38,14 @@ bench/pipeline.py's `backlog_drain` (the `offline` provider, as there).
 
     .venv/bin/python bench/scaling.py [--turns 2000] [--users 250] [--concurrency 16]
         [--generate-ms 800] [--embed-ms 150] [--jitter 0.25] [--quick] [--offline]
+        [--model-bound]
+
+`--model-bound` measures the design rather than this machine's two cores: a slower
+model (generate 1,500 ms, embed 300 ms), 4 handler slots per replica and 500 turns
+of 100 users, so that the cores stay below 60% busy (printed for each run; a run
+above it says so); runs 1, 2 and 4 replicas, and no summary drain. Its last line
+is `scaling (model-bound): 2 replicas x<ratio>, 4 replicas x<ratio>`, against
+targets of x1.8 and x3.2.
 
 `--offline` measures only the extraction worker's own cost: one replica with the
 `offline` LLM and `hash` embeddings (no LLM latency), three drains of a fresh
@@ -219,6 +227,18 @@ def offline_runs(args: argparse.Namespace) -> list[dict]:
             publisher.stop()
 
 
+# --model-bound: the model's latency, not the CPU, sets the drain rate.
+MODEL_BOUND = {
+    "generate_ms": 1500.0,
+    "embed_ms": 300.0,
+    "concurrency": 4,
+    "turns": 400,
+    "users": 100,
+}
+MODEL_BOUND_CORES = 0.6  # at most this share of the machine's cores busy
+MODEL_BOUND_TARGETS = {2: 1.8, 4: 3.2}
+
+
 def extraction_runs(args: argparse.Namespace) -> list[dict]:
     per_event = (2 * args.generate_ms + args.embed_ms) / 1000 + 0.1
     with bench_stack(services=()) as (stack, endpoints, settings):
@@ -238,7 +258,10 @@ def extraction_runs(args: argparse.Namespace) -> list[dict]:
             # Not measured: the first start of the path (the emulator's JIT, connections).
             drain(stack, publisher, gemini, 1, c, c, WARM_UP_TURNS * c, per_event)
             results = []
-            for replicas, concurrency in ((1, c), (1, 64), (2, c), (4, c)):
+            runs = (
+                ((1, c), (2, c), (4, c)) if args.model_bound else ((1, c), (1, 64), (2, c), (4, c))
+            )
+            for replicas, concurrency in runs:
                 result = drain(
                     stack,
                     publisher,
@@ -286,11 +309,18 @@ def main() -> int:
     parser.add_argument("--summary-burst", type=int, default=10_000)
     parser.add_argument("--quick", action="store_true", help="400 turns of 100 users")
     parser.add_argument(
+        "--model-bound",
+        action="store_true",
+        help="a slower model and 4 slots per replica: cores below 60%% busy; 1, 2, 4 replicas",
+    )
+    parser.add_argument(
         "--offline",
         action="store_true",
         help="only one extraction replica with the offline LLM and hash embeddings, three drains",
     )
     args = parser.parse_args()
+    if args.model_bound:
+        vars(args).update(MODEL_BOUND)
     if args.quick:
         args.turns, args.users, args.summary_burst = 400, 100, 2000
     window = load_settings(database_url=None, valkey_url=None).extraction_window_turns
@@ -306,6 +336,8 @@ def main() -> int:
         print(f"extraction offline: {' · '.join(f'{r:.1f}' for r in rates)} turns/s")
         return 0
 
+    if args.model_bound:
+        return model_bound(args)
     summary = summary_drain(args.summary_burst)
     print(
         f"summary worker, one process: {summary['applied_per_second']} events/s "
@@ -336,7 +368,7 @@ def main() -> int:
             f"{r['same_user_overlaps']}; backends waiting on a lock: mean "
             f"{r['lock_waiters_mean']}, max {r['lock_waiters_max']}; idle in transaction: "
             f"mean {r['idle_in_transaction_mean']}; "
-            f"written {r['written']}"
+            f"written {r['written']}; messages redelivered (attempt > 1): {r['redelivered']}"
         )
     base = results[0]["events_per_second"]
     by_replicas = {r["replicas"]: r["events_per_second"] for r in results[2:]}
@@ -344,6 +376,38 @@ def main() -> int:
         f"scaling: 2 replicas x{by_replicas[2] / base:.2f}, 4 replicas x{by_replicas[4] / base:.2f}"
     )
     return 0
+
+
+def model_bound(args: argparse.Namespace) -> int:
+    """The extraction drains of --model-bound, their cores busy, and the ratios."""
+    cores = os.cpu_count() or 1
+    print(
+        f"extraction, model-bound: {args.turns} turns of {args.users} users per run; fake "
+        f"Gemini generate {args.generate_ms:.0f} ms, embed {args.embed_ms:.0f} ms, "
+        f"+-{args.jitter:.0%}; {args.concurrency} slots per replica; {cores} cores\n{HEADER}",
+        flush=True,
+    )
+    results = extraction_runs(args)
+    bound = True
+    for r in results:
+        share = r["cores_busy"] / cores
+        within = share < MODEL_BOUND_CORES
+        bound = bound and within
+        print(
+            f"  {r['replicas']} replica(s): cores {share:.0%} busy "
+            f"({'below' if within else 'NOT below'} {MODEL_BOUND_CORES:.0%}); "
+            f"retried {r['retried']}, redelivered {r['redelivered']}"
+        )
+    base = results[0]["events_per_second"]
+    ratios = {r["replicas"]: r["events_per_second"] / base for r in results[1:]}
+    met = all(ratios[n] >= target for n, target in MODEL_BOUND_TARGETS.items())
+    print(
+        f"scaling (model-bound): 2 replicas x{ratios[2]:.2f}, 4 replicas x{ratios[4]:.2f} "
+        f"(targets x{MODEL_BOUND_TARGETS[2]} and x{MODEL_BOUND_TARGETS[4]}: "
+        f"{'met' if met else 'NOT met'}; cores {'below' if bound else 'NOT below'} "
+        f"{MODEL_BOUND_CORES:.0%} in every run)"
+    )
+    return 0 if met and bound else 1
 
 
 if __name__ == "__main__":

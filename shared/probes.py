@@ -17,7 +17,7 @@ from psycopg_pool import ConnectionPool
 
 from shared.bus.dependencies import Probe
 from shared.config import Settings
-from shared.db.pool import connect_kwargs, ping
+from shared.db.pool import check_disk, connect_kwargs, ping
 
 if TYPE_CHECKING:
     from google import genai
@@ -26,12 +26,14 @@ PROBE_TIMEOUT_SECONDS = 2.0
 
 
 def check_postgres(settings: Settings) -> None:
-    """A new connection and a statement (a pooled one could hang on a stopped server;
-    `connect_timeout` bounds the whole login)."""
+    """A new connection, a statement and a write to disk (a pooled connection could
+    hang on a stopped server; `connect_timeout` bounds the whole login; a full disk
+    answers statements)."""
     assert settings.database_url
     login = {**connect_kwargs(settings), "connect_timeout": int(PROBE_TIMEOUT_SECONDS)}
     with psycopg.connect(settings.database_url, autocommit=True, **login) as conn:
         ping(conn)
+        check_disk(conn)
 
 
 def drop_broken_connections(pool: ConnectionPool) -> None:

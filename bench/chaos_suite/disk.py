@@ -66,7 +66,10 @@ def run_disk_full(ctx: Context, name: str) -> Row:
         return row
     since = stack.log_offsets()
     fault = DiskFull()
-    row = run_fault_scenario(ctx, name, fault)
+    # Turns all through the fault: a full disk fails only the writes that need new
+    # space, so a short burst could pass through it unharmed.
+    count = int(ctx.rate * STOP_SECONDS * 1.5)
+    row = run_fault_scenario(ctx, name, fault, count=count)
     seen = "; ".join(f"{w}: {', '.join(sorted(r))}" for w, r in fault.readiness.items())
     row.notes.append(f"workers' /readyz reasons seen: {seen or 'none'}")
     if not fault.readiness:

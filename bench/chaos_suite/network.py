@@ -110,7 +110,7 @@ def run_partition(ctx: Context, name: str, dependency: str) -> Row:
         row.fail(f"cannot make the fault: {cannot}")
         return row
     since = stack.log_offsets()
-    row = run_fault_scenario(ctx, name, fault)
+    row = run_fault_scenario(ctx, name, fault, count=int(ctx.rate * PARTITION_SECONDS))
     noticed = [
         datetime.fromisoformat(r["timestamp"].replace("Z", "+00:00")).timestamp()
         for r in worker_records(stack, since)

@@ -65,7 +65,7 @@ class Stack:
         self._valkey: valkey.Valkey | None = None
         self._queues: DeadLetterQueues | None = None
         self._publisher: EventPublisher | None = None
-        self._summary_log: AppliedLog | None = None
+        self._summary_logs: dict[str, AppliedLog] = {}
         # Postgres's data directory, on a tmpfs of the suite's own when it could mount
         # one (the disk-full scenario fills it); else why not.
         self.pg_disk = self.data_dir / "postgres"
@@ -201,9 +201,14 @@ class Stack:
         """event_id -> when the summary worker first concluded it (acked, or a
         duplicate of the API's own append), from its log. The API buffers each turn
         before answering, so the buffer alone cannot show that the worker runs."""
-        if self._summary_log is None:
-            self._summary_log = AppliedLog(self.log_dir / "summary.log")
-        return self._summary_log.poll()
+        found: dict[str, float] = {}
+        # summary.log, and the logs of replicas a scenario started (summary-*.log).
+        for path in sorted(self.log_dir.glob("summary*.log")):
+            if path.name not in self._summary_logs:
+                self._summary_logs[path.name] = AppliedLog(path)
+            for event_id, at in self._summary_logs[path.name].poll().items():
+                found[event_id] = min(at, found.get(event_id, at))
+        return found
 
     # clients ----------------------------------------------------------------------
     def client(self) -> MemoryClient:

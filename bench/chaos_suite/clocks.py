@@ -1,0 +1,126 @@
+"""Workers whose clocks disagree with the rest of the stack: extra summary and
+extraction replicas started under libfaketime (Debian's `faketime`), one pair
+5 minutes ahead and one 5 minutes behind, beside the stack's own workers.
+
+Only the wall clock is skewed (FAKETIME_DONT_FAKE_MONOTONIC): leases, timeouts
+and backoffs run on the monotonic clock, which machines do not disagree about
+in a way that matters; timestamps are what a skewed machine gets wrong."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import signal
+import subprocess
+import time
+
+from bench.chaos_suite.budgets import wait_until
+from bench.chaos_suite.faults import Fault
+from bench.chaos_suite.logs import worker_records
+from bench.chaos_suite.outages import run_fault_scenario
+from bench.chaos_suite.report import Row
+from bench.chaos_suite.scenario import Context
+from bench.chaos_suite.stack import Stack, agent_memory, read_text
+
+SKEWS = (("summary", "+5m"), ("extraction", "+5m"), ("summary", "-5m"), ("extraction", "-5m"))
+
+
+def log_name(kind: str, offset: str) -> str:
+    return f"{kind}-skew{'plus' if offset.startswith('+') else 'minus'}{offset[1:]}.log"
+
+
+class SkewedWorkers(Fault):
+    """Starts the skewed replicas (the fault) and, at the scenario's end, stops them."""
+
+    label = "4 workers, clocks +5 min and -5 min"
+
+    def __init__(self) -> None:
+        self.procs: list[subprocess.Popen] = []
+
+    def inject(self, stack: Stack) -> str:
+        faketime = shutil.which("faketime")
+        assert faketime is not None  # run_skewed_clocks checked
+        env = stack.environment()
+        env["FAKETIME_DONT_FAKE_MONOTONIC"] = "1"
+        env.pop("AM_METRICS_PORT", None)
+        for kind, offset in SKEWS:
+            with open(stack.log_dir / log_name(kind, offset), "ab") as log:
+                self.procs.append(
+                    subprocess.Popen(
+                        [faketime, "-f", offset, *agent_memory(), "worker", kind],
+                        stdout=log,
+                        stderr=subprocess.STDOUT,
+                        stdin=subprocess.DEVNULL,
+                        env=env,
+                        start_new_session=True,
+                    )
+                )
+        stack.cleanups.append(self.stop)
+        return f"started {len(self.procs)} skewed workers (pids {[p.pid for p in self.procs]})"
+
+    def end(self, stack: Stack, deadline: float) -> tuple[float | None, str]:
+        def started() -> bool:
+            return all(
+                '"worker started"' in read_text(stack.log_dir / log_name(kind, offset))
+                for kind, offset in SKEWS
+            )
+
+        if not wait_until(started, deadline, 0.5):
+            return None, "the skewed workers did not start"
+        return time.monotonic(), "every skewed worker pulls"
+
+    def stop(self) -> None:
+        for proc in self.procs:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(proc.pid, signal.SIGTERM)
+        for proc in self.procs:
+            try:
+                proc.wait(15)
+            except subprocess.TimeoutExpired:
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(proc.pid, signal.SIGKILL)
+        self.procs.clear()
+
+
+def run_skewed_clocks(ctx: Context, name: str) -> Row:
+    """A burst handled by the stack's workers and by four whose clocks are 5 minutes
+    off: nothing lost, doubled or dead-lettered, and each skewed worker handled
+    some of it (else the row proves nothing)."""
+    stack = ctx.stack
+    fault = SkewedWorkers()
+    if shutil.which("faketime") is None:
+        row = Row(name, fault.label, recovery="not run")
+        row.fail(
+            "cannot make the fault: the faketime command is missing (apt-get install faketime)"
+        )
+        return row
+    since = stack.log_offsets()
+    try:
+        row = run_fault_scenario(ctx, name, fault, count=ctx.turns * 2)
+    finally:
+        fault.stop()
+        stack.cleanups.remove(fault.stop)
+    handled: dict[str, int] = {}
+    for kind, offset in SKEWS:
+        path = stack.log_dir / log_name(kind, offset)
+        handled[path.stem] = sum(
+            1
+            for line in read_text(path).splitlines()
+            if '"message handled"' in line and ctx.run in line
+        )
+    row.notes.append(
+        "handled by skewed workers: " + ", ".join(f"{k} {n}" for k, n in handled.items())
+    )
+    idle = [k for k, n in handled.items() if n == 0]
+    if idle:
+        row.fail(f"skewed workers handled nothing: {', '.join(idle)}")
+    retried = [
+        r
+        for r in worker_records(stack, since)
+        if r.get("message") == "message handled"
+        and r.get("outcome") in ("retried", "dead_lettered")
+    ]
+    if retried:
+        row.fail(f"{len(retried)} messages retried or dead-lettered")
+    return row

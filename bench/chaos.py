@@ -28,6 +28,8 @@ Scenarios (`--only NAME`, repeatable or comma-separated; `--list` names them):
   postgres-disk-full                            Postgres's file system (a tmpfs) full for 20 s
   postgres-partition, valkey-partition          every packet to the store dropped (nft) 30 s
   skewed-clocks                                 4 more workers, clocks 5 min ahead and behind
+  outage-over-lease                             Valkey stopped 45 s (> ack deadline, leases)
+  cpu-saturation                                2 busy loops per core for 30 s
 
 One table row per scenario; the process exits 1 unless every row passes (0 lost,
 0 duplicated, 0 valid events dead-lettered, recovered within the deadline, and the
@@ -58,6 +60,7 @@ from bench.chaos_suite.console import indent, say  # noqa: E402
 from bench.chaos_suite.disk import run_disk_full  # noqa: E402
 from bench.chaos_suite.faults import Kill, Pause  # noqa: E402
 from bench.chaos_suite.invalid import run_invalid_events  # noqa: E402
+from bench.chaos_suite.leases import run_long_outage, run_saturation  # noqa: E402
 from bench.chaos_suite.network import run_partition  # noqa: E402
 from bench.chaos_suite.observe import settle  # noqa: E402
 from bench.chaos_suite.outages import run_emulator_kill, run_fault_scenario  # noqa: E402
@@ -92,6 +95,8 @@ SCENARIOS: dict[str, Callable[[Context, str], Row]] = {
     "postgres-partition": lambda c, n: run_partition(c, n, "postgres"),
     "valkey-partition": lambda c, n: run_partition(c, n, "valkey"),
     "skewed-clocks": run_skewed_clocks,
+    "outage-over-lease": run_long_outage,
+    "cpu-saturation": run_saturation,
 }
 
 

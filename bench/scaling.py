@@ -232,7 +232,7 @@ MODEL_BOUND = {
     "generate_ms": 1500.0,
     "embed_ms": 300.0,
     "concurrency": 4,
-    "turns": 400,
+    "turns": 500,
     "users": 100,
 }
 MODEL_BOUND_CORES = 0.6  # at most this share of the machine's cores busy

@@ -72,7 +72,7 @@ def run_disk_full(ctx: Context, name: str) -> Row:
     row = run_fault_scenario(ctx, name, fault, count=count)
     seen = "; ".join(f"{w}: {', '.join(sorted(r))}" for w, r in fault.readiness.items())
     row.notes.append(f"workers' /readyz reasons seen: {seen or 'none'}")
-    if not fault.readiness:
-        row.fail("no worker's /readyz said Postgres was down")
+    if not any("postgres: DiskFull" in r for r in fault.readiness.values()):
+        row.fail("no worker's /readyz said Postgres was down with DiskFull")
     check_held(stack, row, ctx.last_turns, since, "postgres")
     return row

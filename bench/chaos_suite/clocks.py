@@ -31,7 +31,9 @@ def log_name(kind: str, offset: str) -> str:
 
 
 class SkewedWorkers(Fault):
-    """Starts the skewed replicas (the fault) and, at the scenario's end, stops them."""
+    """Starts the skewed replicas and, at the scenario's end, stops them. They are
+    started before the burst (`start`), since they take seconds to start and a
+    burst of seconds would be over; the fault's injection mid-burst only notes it."""
 
     label = "4 workers, clocks +5 min and -5 min"
 
@@ -39,6 +41,10 @@ class SkewedWorkers(Fault):
         self.procs: list[subprocess.Popen] = []
 
     def inject(self, stack: Stack) -> str:
+        return f"{len(self.procs)} skewed workers running since before the burst"
+
+    def start(self, stack: Stack, deadline: float) -> str:
+        """Start them and wait until each pulls: "" or why they did not."""
         faketime = shutil.which("faketime")
         assert faketime is not None  # run_skewed_clocks checked
         env = stack.environment()
@@ -57,18 +63,17 @@ class SkewedWorkers(Fault):
                     )
                 )
         stack.cleanups.append(self.stop)
-        return f"started {len(self.procs)} skewed workers (pids {[p.pid for p in self.procs]})"
 
-    def end(self, stack: Stack, deadline: float) -> tuple[float | None, str]:
         def started() -> bool:
             return all(
                 '"worker started"' in read_text(stack.log_dir / log_name(kind, offset))
                 for kind, offset in SKEWS
             )
 
-        if not wait_until(started, deadline, 0.5):
-            return None, "the skewed workers did not start"
-        return time.monotonic(), "every skewed worker pulls"
+        return "" if wait_until(started, deadline, 0.5) else "the skewed workers did not start"
+
+    def end(self, stack: Stack, deadline: float) -> tuple[float | None, str]:
+        return time.monotonic(), "they run until the burst is applied"
 
     def stop(self) -> None:
         for proc in self.procs:
@@ -97,10 +102,16 @@ def run_skewed_clocks(ctx: Context, name: str) -> Row:
         return row
     since = stack.log_offsets()
     try:
+        failed = fault.start(stack, ctx.until(60))
+        if failed:
+            row = Row(name, fault.label, recovery="not run")
+            row.fail(failed)
+            return row
         row = run_fault_scenario(ctx, name, fault, count=ctx.turns * 2)
     finally:
         fault.stop()
-        stack.cleanups.remove(fault.stop)
+        if fault.stop in stack.cleanups:
+            stack.cleanups.remove(fault.stop)
     handled: dict[str, int] = {}
     for kind, offset in SKEWS:
         path = stack.log_dir / log_name(kind, offset)

@@ -41,8 +41,8 @@ bench/pipeline.py's `backlog_drain` (the `offline` provider, as there).
         [--model-bound]
 
 `--model-bound` measures the design rather than this machine's two cores: a slower
-model (generate 1,500 ms, embed 100 ms), 4 handler slots per replica and 500 turns
-of 100 users, so that the cores stay below 60% busy (printed for each run; a run
+model (generate 1,500 ms, embed 100 ms), 4 handler slots per replica and 1,000 turns
+of 200 users, so that the cores stay below 60% busy (printed for each run; a run
 above it says so); runs 1, 2 and 4 replicas, and no summary drain. Its last line
 is `scaling (model-bound): 2 replicas x<ratio>, 4 replicas x<ratio>`, against
 targets of x1.8 and x3.2.
@@ -254,8 +254,8 @@ MODEL_BOUND = {
     "generate_ms": 1500.0,
     "embed_ms": 100.0,
     "concurrency": 4,
-    "turns": 500,
-    "users": 100,
+    "turns": 1000,
+    "users": 200,
 }
 
 

@@ -2,9 +2,13 @@
 extraction replicas started under libfaketime (Debian's `faketime`), one pair
 5 minutes ahead and one 5 minutes behind, beside the stack's own workers.
 
-Only the wall clock is skewed (FAKETIME_DONT_FAKE_MONOTONIC): leases, timeouts
-and backoffs run on the monotonic clock, which machines do not disagree about
-in a way that matters; timestamps are what a skewed machine gets wrong."""
+Only the wall clock is skewed (FAKETIME_DONT_FAKE_MONOTONIC), as on a machine
+whose clock is off: durations (leases, timeouts, backoffs) run on the monotonic
+clock. Debian 12's libfaketime (0.9.10) breaks Python 3.11's `time.sleep` then
+(`OSError: [Errno 22] Invalid argument` from its `clock_nanosleep`), and with the
+monotonic clock faked too a sleep lasts the offset (5 minutes). The row checks
+first that a skewed Python can sleep, and fails with the reason when it cannot:
+a fault of the tool, not one the workers meet on a skewed machine."""
 
 from __future__ import annotations
 
@@ -13,6 +17,7 @@ import os
 import shutil
 import signal
 import subprocess
+import sys
 import time
 
 from bench.chaos_suite.budgets import wait_until
@@ -88,6 +93,28 @@ class SkewedWorkers(Fault):
         self.procs.clear()
 
 
+def faketime_breaks_sleep() -> str:
+    """ "" when a Python under faketime (as the workers run) can sleep, else why not."""
+    faketime = shutil.which("faketime")
+    assert faketime is not None
+    env = {**os.environ, "FAKETIME_DONT_FAKE_MONOTONIC": "1"}
+    try:
+        result = subprocess.run(
+            [faketime, "-f", "+5m", sys.executable, "-c", "import time; time.sleep(0.01)"],
+            capture_output=True,
+            text=True,
+            timeout=10,
+            env=env,
+            check=False,
+        )
+    except subprocess.TimeoutExpired:
+        return "under faketime, time.sleep(0.01) did not return within 10 s"
+    if result.returncode != 0:
+        last = (result.stderr.strip().splitlines() or ["?"])[-1]
+        return f"libfaketime breaks Python's time.sleep ({last[:120]})"
+    return ""
+
+
 def run_skewed_clocks(ctx: Context, name: str) -> Row:
     """A burst handled by the stack's workers and by four whose clocks are 5 minutes
     off: nothing lost, doubled or dead-lettered, and each skewed worker handled
@@ -99,6 +126,11 @@ def run_skewed_clocks(ctx: Context, name: str) -> Row:
         row.fail(
             "cannot make the fault: the faketime command is missing (apt-get install faketime)"
         )
+        return row
+    broken = faketime_breaks_sleep()
+    if broken:
+        row = Row(name, fault.label, recovery="not run")
+        row.fail(f"cannot make the fault: {broken}")
         return row
     since = stack.log_offsets()
     try:

@@ -7,6 +7,8 @@ dead), so that the probing thread is never stuck on one of them.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import TimeoutError as FutureTimeout
 from functools import partial
 from typing import TYPE_CHECKING
 
@@ -28,12 +30,29 @@ PROBE_TIMEOUT_SECONDS = 2.0
 def check_postgres(settings: Settings) -> None:
     """A new connection, a statement and a write to disk (a pooled connection could
     hang on a stopped server; `connect_timeout` bounds the whole login; a full disk
-    answers statements)."""
+    answers statements). A statement sent just before the server stopped waits for
+    an answer no timeout of the connection ends (the server's kernel still
+    acknowledges): the probe runs on a thread of its own and is given up after
+    PROBE_TIMEOUT_SECONDS + 1 (the thread ends when the server answers again)."""
+    future = _PROBES.submit(_check_postgres, settings)
+    try:
+        future.result(timeout=PROBE_TIMEOUT_SECONDS + 1)
+    except FutureTimeout:
+        raise TimeoutError(
+            f"Postgres did not answer within {PROBE_TIMEOUT_SECONDS + 1:g} s"
+        ) from None
+
+
+def _check_postgres(settings: Settings) -> None:
     assert settings.database_url
     login = {**connect_kwargs(settings), "connect_timeout": int(PROBE_TIMEOUT_SECONDS)}
     with psycopg.connect(settings.database_url, autocommit=True, **login) as conn:
         ping(conn)
         check_disk(conn)
+
+
+# Probes that hang wait here; a few at most, however long a server stays stopped.
+_PROBES = ThreadPoolExecutor(max_workers=4, thread_name_prefix="postgres-probe")
 
 
 def drop_broken_connections(pool: ConnectionPool) -> None:

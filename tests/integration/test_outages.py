@@ -210,11 +210,10 @@ def test_extraction_waits_out_postgres_stopped_and_killed_and_archives_each_turn
                 30,
                 "the worker to report Postgres down",
             )
-            assert not_ready.json() == {
-                "status": "unavailable",
-                "down": ["postgres"],
-                "reasons": {"postgres": "ConnectionTimeout"},
-            }
+            body = not_ready.json()
+            assert (body["status"], body["down"]) == ("unavailable", ["postgres"])
+            # A new connection times out; a probe caught mid-statement is given up.
+            assert body["reasons"]["postgres"] in ("ConnectionTimeout", "TimeoutError")
         finally:
             _freeze(own_postgres.process.pid, signal.SIGCONT)
         wait_for(lambda: len(archived()) == 10, 60, "the turns held while it was frozen")

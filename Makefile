@@ -6,7 +6,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: venv test browser demo up lint typecheck format client bench chaos clean
+.PHONY: venv test browser demo up lint typecheck format client bench chaos chaos-tools clean
 
 venv: $(STAMP)
 
@@ -28,7 +28,7 @@ TEST_WORKERS ?= 2
 
 # The linters and the type checker first: a lint or type error fails the run (and
 # so CI, whose .ci/run is `make test`) before the suite starts.
-test: $(STAMP) browser lint typecheck
+test: $(STAMP) browser chaos-tools lint typecheck
 	$(BIN)/python -m pytest -n $(TEST_WORKERS) --dist worksteal
 
 # The console's browser test drives Debian's Chromium (tests/e2e/test_console.py).
@@ -74,8 +74,22 @@ bench: $(STAMP)
 	$(BIN)/python bench/pipeline.py
 
 # Faults injected into a running `agent-memory up` (bench/chaos.py); ARGS="--only NAME".
-chaos: $(STAMP)
+# Some faults need root and two Debian packages: nftables (a silent partition) and
+# faketime (skewed clocks). As root they are installed here; otherwise the rows
+# that need them fail and say why.
+chaos: $(STAMP) chaos-tools
 	$(BIN)/python bench/chaos.py $(ARGS)
+
+chaos-tools:
+	@if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
+		missing=""; \
+		command -v nft >/dev/null || missing="$$missing nftables"; \
+		command -v faketime >/dev/null || missing="$$missing faketime"; \
+		if [ -n "$$missing" ]; then \
+			echo "== installing$$missing for the chaos suite (apt-get install$$missing)"; \
+			apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing >/dev/null; \
+		fi; \
+	fi
 
 clean:
 	rm -rf $(VENV) .pytest_cache .ruff_cache .mypy_cache

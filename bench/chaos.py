@@ -22,6 +22,14 @@ Scenarios (`--only NAME`, repeatable or comma-separated; `--list` names them):
   invalid-events                                invalid events published onto `turns`
   dlq-replay                                    `agent-memory dlq replay turns-summary`
                                                 of valid and invalid dead letters
+  valkey-full                                   Valkey's maxmemory set below what it holds
+                                                (noeviction) for 20 s
+  overload                                      turns at twice what the workers drain
+  postgres-disk-full                            Postgres's file system (a tmpfs) full for 20 s
+  postgres-partition, valkey-partition          every packet to the store dropped (nft) 30 s
+  skewed-clocks                                 4 more workers, clocks 5 min ahead and behind
+  outage-over-lease                             Valkey stopped 45 s (> ack deadline, leases)
+  cpu-saturation                                2 busy loops per core for 30 s
 
 One table row per scenario; the process exits 1 unless every row passes (0 lost,
 0 duplicated, 0 valid events dead-lettered, recovered within the deadline, and the
@@ -47,11 +55,16 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench.chaos_suite.budgets import SEND_BUDGET, wait_until  # noqa: E402
 from bench.chaos_suite.burst import Burst, make_turns  # noqa: E402
+from bench.chaos_suite.clocks import run_skewed_clocks  # noqa: E402
 from bench.chaos_suite.console import indent, say  # noqa: E402
+from bench.chaos_suite.disk import run_disk_full  # noqa: E402
 from bench.chaos_suite.faults import Kill, Pause  # noqa: E402
 from bench.chaos_suite.invalid import run_invalid_events  # noqa: E402
+from bench.chaos_suite.leases import run_long_outage, run_saturation  # noqa: E402
+from bench.chaos_suite.network import run_partition  # noqa: E402
 from bench.chaos_suite.observe import settle  # noqa: E402
 from bench.chaos_suite.outages import run_emulator_kill, run_fault_scenario  # noqa: E402
+from bench.chaos_suite.pressure import run_overload, run_valkey_full  # noqa: E402
 from bench.chaos_suite.replay import run_dlq_replay  # noqa: E402
 from bench.chaos_suite.report import Row, print_report  # noqa: E402
 from bench.chaos_suite.scenario import Context  # noqa: E402
@@ -76,6 +89,14 @@ SCENARIOS: dict[str, Callable[[Context, str], Row]] = {
     "emulator-kill9": run_emulator_kill,
     "invalid-events": run_invalid_events,
     "dlq-replay": run_dlq_replay,
+    "valkey-full": run_valkey_full,
+    "overload": run_overload,
+    "postgres-disk-full": run_disk_full,
+    "postgres-partition": lambda c, n: run_partition(c, n, "postgres"),
+    "valkey-partition": lambda c, n: run_partition(c, n, "valkey"),
+    "skewed-clocks": run_skewed_clocks,
+    "outage-over-lease": run_long_outage,
+    "cpu-saturation": run_saturation,
 }
 
 

@@ -47,6 +47,7 @@ class HandledLog:
         self.name = name
         self.path = path
         self.lines = HandledLines(path, path.stat().st_size if path.exists() else 0)
+        self.redelivered: list[str] = []  # what came back, for the report
 
     def poll(self, handled: dict[str, Handled], problems: Counter) -> None:
         if not self.path.exists():
@@ -55,6 +56,14 @@ class HandledLog:
             subscription = record.get("subscription")
             if subscription not in (SUBSCRIPTION, REQUESTS):
                 continue
+            if int(record.get("delivery_attempt") or 1) > 1:
+                problems["redelivered"] += 1  # a lease that ran out, or a lost pull or ack
+                first = handled.get(record["event_id"])
+                self.redelivered.append(
+                    f"{subscription} {record['event_id'][:8]} attempt "
+                    f"{record['delivery_attempt']} {record['outcome']} in {self.name}"
+                    + (f", {log_time(record) - first.at:.1f}s after the first" if first else "")
+                )
             if record["outcome"] not in ("applied", "duplicate"):
                 problems[record["outcome"]] += 1
                 continue
@@ -179,6 +188,8 @@ def drain_figures(watch: DrainWatch, slots: int, cpu_after: dict[str, float]) ->
         "slots_busy": busy(turns),
         "window_slots_busy": busy(windows),
         "retried": watch.problems["retried"],
+        "redelivered": watch.problems["redelivered"],
+        "redelivered_examples": [line for log in watch.logs for line in log.redelivered][:4],
         "middle_per_second": round(middle, 2),
         "per_replica": [share[n] for n in names],
         "first_event_after_s": [round(firsts.get(n, start) - start, 1) for n in names],

@@ -38,6 +38,14 @@ bench/pipeline.py's `backlog_drain` (the `offline` provider, as there).
 
     .venv/bin/python bench/scaling.py [--turns 2000] [--users 250] [--concurrency 16]
         [--generate-ms 800] [--embed-ms 150] [--jitter 0.25] [--quick] [--offline]
+        [--model-bound]
+
+`--model-bound` measures the design rather than this machine's two cores: a slower
+model (generate 1,500 ms, embed 100 ms), 4 handler slots per replica and 1,000 turns
+of 200 users, so that the cores stay below 60% busy (printed for each run; a run
+above it says so); runs 1, 2 and 4 replicas, and no summary drain. Its last line
+is `scaling (model-bound): 2 replicas x<ratio>, 4 replicas x<ratio>`, against
+targets of x1.8 and x3.2.
 
 `--offline` measures only the extraction worker's own cost: one replica with the
 `offline` LLM and `hash` embeddings (no LLM latency), three drains of a fresh
@@ -64,10 +72,12 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from bench.common import AppliedLog, bench_stack  # noqa: E402
 from bench.drain_watch import DrainWatch, drain_figures  # noqa: E402
 from bench.pipeline import backlog_drain, publish_all, warm_up  # noqa: E402
+from bench.scaling_report import HEADER, model_bound_verdict, print_details, row  # noqa: E402
 from services.dev.localstack.process import ManagedProcess  # noqa: E402
 from services.dev.localstack.stack import LocalStack  # noqa: E402
 from services.dev.localstack.supervision import replica_name  # noqa: E402
 from shared.bus.publisher import EventPublisher  # noqa: E402
+from shared.bus.topology import subscriptions_of  # noqa: E402
 from shared.config import load_settings  # noqa: E402
 from shared.events import TurnRecorded, derived_event_id  # noqa: E402
 from shared.waiting import poll  # noqa: E402
@@ -112,14 +122,21 @@ def drain(
     users: int,
     turns: int,
     seconds_per_event: float,
+    started_first: bool = False,
 ) -> dict:
-    """Queue a fresh backlog, start `replicas` extraction workers, time the drain."""
+    """Queue a fresh backlog, start `replicas` extraction workers, time the drain.
+    `started_first`: the replicas are started, and every one pulls, before the
+    backlog is queued (what a fleet running already sees; on two cores, starting
+    four Python processes takes seconds that the drain would otherwise time)."""
     names = [replica_name("extraction", n) for n in range(1, replicas + 1)]
     run = uuid.uuid4().hex[:8]
     events = backlog(run, users, turns)
     watch = DrainWatch(stack, gemini, names, [e.event_id for e in events])
-    publish_all(publisher, events)
     stack.settings = stack.settings.model_copy(update={"worker_concurrency": concurrency})
+    if started_first:
+        stack.start_replicas("extraction", replicas)
+        poll(lambda: all_pulling(stack, names), 60, "every replica to pull", 0.2)
+    publish_all(publisher, events)
     timeout = 120 + 5 * turns * seconds_per_event / (replicas * concurrency)
     assert stack.endpoints is not None
     try:
@@ -138,6 +155,19 @@ def drain(
         "written": written(stack, run, users, turns),
         "machine": machine,
     }
+
+
+def all_pulling(stack: LocalStack, names: list[str]) -> bool:
+    """Has each replica logged "worker started" for each of its subscriptions?"""
+    for name in names:
+        path = stack.log_dir / f"{name}.log"
+        text = path.read_text(errors="replace") if path.exists() else ""
+        if text.count('"worker started"') < EXTRACTION_SUBSCRIPTIONS:
+            return False
+    return True
+
+
+EXTRACTION_SUBSCRIPTIONS = len(subscriptions_of("extraction"))
 
 
 def written(stack: LocalStack, run: str, users: int, turns: int) -> dict[str, int]:
@@ -219,6 +249,16 @@ def offline_runs(args: argparse.Namespace) -> list[dict]:
             publisher.stop()
 
 
+# --model-bound: the model's latency, not the CPU, sets the drain rate.
+MODEL_BOUND = {
+    "generate_ms": 1500.0,
+    "embed_ms": 100.0,
+    "concurrency": 4,
+    "turns": 1000,
+    "users": 200,
+}
+
+
 def extraction_runs(args: argparse.Namespace) -> list[dict]:
     per_event = (2 * args.generate_ms + args.embed_ms) / 1000 + 0.1
     with bench_stack(services=()) as (stack, endpoints, settings):
@@ -238,7 +278,10 @@ def extraction_runs(args: argparse.Namespace) -> list[dict]:
             # Not measured: the first start of the path (the emulator's JIT, connections).
             drain(stack, publisher, gemini, 1, c, c, WARM_UP_TURNS * c, per_event)
             results = []
-            for replicas, concurrency in ((1, c), (1, 64), (2, c), (4, c)):
+            runs = (
+                ((1, c), (2, c), (4, c)) if args.model_bound else ((1, c), (1, 64), (2, c), (4, c))
+            )
+            for replicas, concurrency in runs:
                 result = drain(
                     stack,
                     publisher,
@@ -248,6 +291,7 @@ def extraction_runs(args: argparse.Namespace) -> list[dict]:
                     args.users,
                     args.turns,
                     per_event,
+                    started_first=args.model_bound,
                 )
                 print(row(result), flush=True)
                 results.append(result)
@@ -255,24 +299,6 @@ def extraction_runs(args: argparse.Namespace) -> list[dict]:
         finally:
             publisher.stop()
             gemini.stop(5)
-
-
-HEADER = (
-    f"{'replicas':>8} {'conc':>5} {'turns':>6} {'drain s':>8} {'turns/s':>8} "
-    f"{'mid-80% t/s':>11} {'turn p50/p99 ms':>15} {'window p50/p99 ms':>17} "
-    f"{'slots busy t/w':>14} {'cores busy':>10} {'retried':>7}"
-)
-
-
-def row(r: dict) -> str:
-    turn = f"{r['p50_ms']}/{r['p99_ms']}"
-    window = f"{r['window_p50_ms']}/{r['window_p99_ms']}"
-    busy = f"{r['slots_busy']:.0%}/{r['window_slots_busy']:.0%}"
-    return (
-        f"{r['replicas']:>8} {r['concurrency']:>5} {r['events']:>6} {r['drain_seconds']:>8} "
-        f"{r['events_per_second']:>8} {r['middle_per_second']:>11} {turn:>15} {window:>17} "
-        f"{busy:>14} {r['cores_busy']:>10.2f} {r['retried']:>7}"
-    )
 
 
 def main() -> int:
@@ -286,11 +312,18 @@ def main() -> int:
     parser.add_argument("--summary-burst", type=int, default=10_000)
     parser.add_argument("--quick", action="store_true", help="400 turns of 100 users")
     parser.add_argument(
+        "--model-bound",
+        action="store_true",
+        help="a slower model and 4 slots per replica: cores below 60%% busy; 1, 2, 4 replicas",
+    )
+    parser.add_argument(
         "--offline",
         action="store_true",
         help="only one extraction replica with the offline LLM and hash embeddings, three drains",
     )
     args = parser.parse_args()
+    if args.model_bound:
+        vars(args).update(MODEL_BOUND)
     if args.quick:
         args.turns, args.users, args.summary_burst = 400, 100, 2000
     window = load_settings(database_url=None, valkey_url=None).extraction_window_turns
@@ -306,6 +339,8 @@ def main() -> int:
         print(f"extraction offline: {' · '.join(f'{r:.1f}' for r in rates)} turns/s")
         return 0
 
+    if args.model_bound:
+        return model_bound(args)
     summary = summary_drain(args.summary_burst)
     print(
         f"summary worker, one process: {summary['applied_per_second']} events/s "
@@ -320,30 +355,25 @@ def main() -> int:
         flush=True,
     )
     results = extraction_runs(args)
-    print(
-        "\nCPU seconds over each drain window (first handled message to last turn extracted), "
-        "and more:"
-    )
-    for r in results:
-        cpu = ", ".join(f"{k} {v}" for k, v in r["cpu_seconds"].items())
-        machine = r["machine"]
-        print(
-            f"  {r['replicas']} x {r['concurrency']}: {cpu}; machine "
-            f"{machine.get('idle_percent')}% idle, {machine.get('steal_percent')}% stolen\n"
-            f"    turns archived per replica {r['per_replica']}, windows extracted "
-            f"{r['windows']}, each replica's first message after "
-            f"{r['first_event_after_s']} s; handlers of one user at once: "
-            f"{r['same_user_overlaps']}; backends waiting on a lock: mean "
-            f"{r['lock_waiters_mean']}, max {r['lock_waiters_max']}; idle in transaction: "
-            f"mean {r['idle_in_transaction_mean']}; "
-            f"written {r['written']}"
-        )
+    print_details(results)
     base = results[0]["events_per_second"]
     by_replicas = {r["replicas"]: r["events_per_second"] for r in results[2:]}
     print(
         f"scaling: 2 replicas x{by_replicas[2] / base:.2f}, 4 replicas x{by_replicas[4] / base:.2f}"
     )
     return 0
+
+
+def model_bound(args: argparse.Namespace) -> int:
+    """The extraction drains of --model-bound, their cores busy, and the ratios."""
+    cores = os.cpu_count() or 1
+    print(
+        f"extraction, model-bound: {args.turns} turns of {args.users} users per run; fake "
+        f"Gemini generate {args.generate_ms:.0f} ms, embed {args.embed_ms:.0f} ms, "
+        f"+-{args.jitter:.0%}; {args.concurrency} slots per replica; {cores} cores\n{HEADER}",
+        flush=True,
+    )
+    return model_bound_verdict(extraction_runs(args))
 
 
 if __name__ == "__main__":

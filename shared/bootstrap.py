@@ -93,10 +93,11 @@ def bootstrap(
     resources = Resources(settings=settings)
     try:
         if publisher:
-            resources.publisher = overrides.get("publisher") or EventPublisher(
+            # Given as `event_publisher` (`publisher` is the flag above).
+            resources.publisher = overrides.get("event_publisher") or EventPublisher(
                 settings, block_when_full=block_when_full, counted=counted_publishes(settings)
             )
-            if "publisher" not in overrides:
+            if "event_publisher" not in overrides:
                 resources._owned.append(resources.publisher)
         if postgres:
             resources.pool = overrides.get("pool") or make_pool(

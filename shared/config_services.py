@@ -90,6 +90,9 @@ class ServiceSettings(BaseSettings):
     """how far each lease extension reaches (bounds redelivery after a crash)"""
     publish_timeout_seconds: float = Field(default=10.0, gt=0)
     """how long a publish may wait for Pub/Sub's confirmation"""
+    publish_queue_limit: int = Field(default=10_000, ge=1, le=1_000_000)
+    """messages a process lets wait for Pub/Sub's confirmation; beyond them a worker's publish
+    waits and the API answers `503` with `Retry-After` (backpressure)"""
     dependency_retry_min_seconds: float = Field(default=0.5, gt=0, le=60)
     """a worker whose dependency is down holds its messages and probes it again after this long,
     doubling each time (with jitter) …"""

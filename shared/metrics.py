@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import json
 import threading
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from wsgiref.simple_server import WSGIRequestHandler, make_server
 
 from prometheus_client import Counter, Gauge, Histogram, make_wsgi_app
@@ -157,8 +157,9 @@ API_REQUEST_SECONDS = Histogram(
 )
 
 
-# What the process's readiness check answers: the names of what is down (empty: ready).
-Readiness = Callable[[], Iterable[str]]
+# What the process's readiness check answers: the names of what is down (empty:
+# ready), or each with the error that said so.
+Readiness = Callable[[], Iterable[str] | Mapping[str, str]]
 
 
 def serve_metrics(host: str, port: int | None, down: Readiness | None = None) -> None:
@@ -173,9 +174,17 @@ def serve_metrics(host: str, port: int | None, down: Readiness | None = None) ->
         if path == "/healthz":
             return _json(start_response, "200 OK", {"status": "ok"})
         if path == "/readyz":
-            missing = sorted(down()) if down is not None else []
+            found = down() if down is not None else []
+            missing = sorted(found)
             status = "503 Service Unavailable" if missing else "200 OK"
-            body = {"status": "unavailable" if missing else "ready", "down": missing}
+            body: dict[str, object] = {
+                "status": "unavailable" if missing else "ready",
+                "down": missing,
+            }
+            if isinstance(found, Mapping) and found:
+                # The error's class only (DiskFull, OutOfMemoryError, ConnectionTimeout):
+                # the why, without the hosts and driver messages the log holds.
+                body["reasons"] = {k: str(v).split(":", 1)[0] for k, v in found.items()}
             return _json(start_response, status, body)
         return metrics(environ, start_response)
 

@@ -7,6 +7,8 @@ dead), so that the probing thread is never stuck on one of them.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import TimeoutError as FutureTimeout
 from functools import partial
 from typing import TYPE_CHECKING
 
@@ -17,7 +19,7 @@ from psycopg_pool import ConnectionPool
 
 from shared.bus.dependencies import Probe
 from shared.config import Settings
-from shared.db.pool import connect_kwargs, ping
+from shared.db.pool import check_disk, connect_kwargs, ping
 
 if TYPE_CHECKING:
     from google import genai
@@ -26,12 +28,31 @@ PROBE_TIMEOUT_SECONDS = 2.0
 
 
 def check_postgres(settings: Settings) -> None:
-    """A new connection and a statement (a pooled one could hang on a stopped server;
-    `connect_timeout` bounds the whole login)."""
+    """A new connection, a statement and a write to disk (a pooled connection could
+    hang on a stopped server; `connect_timeout` bounds the whole login; a full disk
+    answers statements). A statement sent just before the server stopped waits for
+    an answer no timeout of the connection ends (the server's kernel still
+    acknowledges): the probe runs on a thread of its own and is given up after
+    PROBE_TIMEOUT_SECONDS + 1 (the thread ends when the server answers again)."""
+    future = _PROBES.submit(_check_postgres, settings)
+    try:
+        future.result(timeout=PROBE_TIMEOUT_SECONDS + 1)
+    except FutureTimeout:
+        raise TimeoutError(
+            f"Postgres did not answer within {PROBE_TIMEOUT_SECONDS + 1:g} s"
+        ) from None
+
+
+def _check_postgres(settings: Settings) -> None:
     assert settings.database_url
     login = {**connect_kwargs(settings), "connect_timeout": int(PROBE_TIMEOUT_SECONDS)}
     with psycopg.connect(settings.database_url, autocommit=True, **login) as conn:
         ping(conn)
+        check_disk(conn)
+
+
+# Probes that hang wait here; a few at most, however long a server stays stopped.
+_PROBES = ThreadPoolExecutor(max_workers=4, thread_name_prefix="postgres-probe")
 
 
 def drop_broken_connections(pool: ConnectionPool) -> None:
@@ -40,8 +61,15 @@ def drop_broken_connections(pool: ConnectionPool) -> None:
     pool.check()
 
 
+# The key the Valkey probe writes (a second's TTL: it never accumulates).
+VALKEY_PROBE_KEY = "am:probe"
+
+
 def check_valkey(client: valkey.Valkey) -> None:
-    client.ping()  # the client's socket timeout bounds it
+    """A write, not a PING: a Valkey at its memory limit (noeviction) answers a PING
+    and refuses every write, and a worker that took it for up would try its held
+    messages again at once, fail, and flap. The client's socket timeout bounds it."""
+    client.set(VALKEY_PROBE_KEY, b"1", px=1000)
 
 
 def check_gemini_generation(client: genai.Client, model: str) -> None:

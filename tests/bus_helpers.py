@@ -7,10 +7,14 @@ import uuid
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from datetime import UTC, datetime, timedelta
+from functools import partial
 from typing import overload
+
+import valkey
 
 from services.summary_worker.handlers import handlers
 from shared.bootstrap import Resources
+from shared.bus.dependencies import Dependencies, Probe
 from shared.bus.publisher import EventPublisher
 from shared.bus.topology import subscriptions_of
 from shared.bus.worker import (
@@ -26,6 +30,7 @@ from shared.bus.worker import (
 from shared.config import Settings
 from shared.events import Event, ExtractionRequested, TurnRecorded
 from shared.llm import LLM, OfflineLLM
+from shared.probes import check_valkey
 from shared.session_buffer import SessionBuffer
 
 
@@ -259,3 +264,13 @@ def extraction_worker(
             runtime.request_stop()
         for runtime in runtimes.values():
             runtime.stop(timeout=10)
+
+
+def watched_valkey(client: valkey.Valkey) -> Dependencies:
+    """A worker's view of `client`'s Valkey, probed often (tests wait seconds, not minutes)."""
+    return Dependencies(
+        {"valkey": Probe(partial(check_valkey, client), periodic=True)},
+        retry_min=0.1,
+        retry_max=0.5,
+        probe_interval=0.5,
+    )

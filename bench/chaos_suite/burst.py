@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import threading
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
 from bench.chaos_suite.budgets import SEND_BUDGET, wait_until
@@ -29,6 +29,8 @@ class Turn:
     published_from: float | None = None
     attempts: int = 0
     failure: str = ""  # the last error; why it is not accepted, if it is not
+    refusals: list[str] = field(default_factory=list)  # each error answer, as "503 code"
+    latency: float | None = None  # seconds of the attempt that got the 202
 
     @property
     def key(self) -> tuple[str, str, str]:
@@ -146,6 +148,10 @@ def record(client: MemoryClient, turn: Turn, give_up_at: float, stop: threading.
             turn.failure = f"no answer: {str(exc)[-120:]}"
         except MemoryApiError as exc:
             turn.failure = f"{exc.status} {exc.code}"
+            turn.refusals.append(
+                turn.failure
+                + ("" if exc.retry_after is None else f" retry-after {exc.retry_after:g}")
+            )
             if exc.status != 503:
                 return  # an answer, not an outage: not retried
         except MemoryClientError as exc:
@@ -154,6 +160,7 @@ def record(client: MemoryClient, turn: Turn, give_up_at: float, stop: threading.
         else:
             turn.event_id, turn.failure = answer.event_id, ""
             turn.accepted_at, turn.published_from = time.monotonic(), attempt_started
+            turn.latency = turn.accepted_at - attempt_started
             return
         if stop.is_set() or time.monotonic() + delay > give_up_at:
             return

@@ -56,9 +56,10 @@ class Pause(Fault):
     it (PostgreSQL's backends and auxiliary processes each call setsid(), so the
     postmaster's group is the postmaster alone); SIGCONT after STOP_SECONDS."""
 
-    def __init__(self, name: str) -> None:
+    def __init__(self, name: str, seconds: float = STOP_SECONDS) -> None:
         self.name = name
-        self.label = f"SIGSTOP {name} {STOP_SECONDS:.0f}s"
+        self.seconds = seconds
+        self.label = f"SIGSTOP {name} {seconds:.0f}s"
         self.pgid = 0
         self.others: list[int] = []
         self.stopped_at = 0.0
@@ -86,7 +87,7 @@ class Pause(Fault):
 
     def end(self, stack: Stack, deadline: float) -> tuple[float | None, str]:
         # The fault's length, not a wait for an outcome.
-        time.sleep(max(0.0, self.stopped_at + STOP_SECONDS - time.monotonic()))
+        time.sleep(max(0.0, self.stopped_at + self.seconds - time.monotonic()))
         self.resume()
         stack.paused.remove(self)
         return time.monotonic(), f"SIGCONT after {time.monotonic() - self.stopped_at:.1f} s"

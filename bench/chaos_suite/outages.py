@@ -21,13 +21,17 @@ from bench.chaos_suite.report import Row, tally
 from bench.chaos_suite.scenario import Context, finish, inject, recovery
 
 
-def run_fault_scenario(ctx: Context, name: str, fault: Fault, *, compaction: bool = False) -> Row:
-    """A burst with `fault` injected after a third of it (for compaction: once the
-    compaction worker has applied its first fold of the requests sent mid-burst)."""
+def run_fault_scenario(
+    ctx: Context, name: str, fault: Fault, *, compaction: bool = False, count: int = 0
+) -> Row:
+    """A burst (of `count` turns, else the run's number) with `fault` injected after
+    a third of it (for compaction: once the compaction worker has applied its first
+    fold of the requests sent mid-burst)."""
     stack = ctx.stack
     row = Row(name, fault.label)
     users = ctx.users(name, 4 if compaction else 3)
-    turns = make_turns(ctx.app, users, 2, ctx.turns, "t")
+    turns = make_turns(ctx.app, users, 2, count or ctx.turns, "t")
+    ctx.last_turns = turns
     chains: dict[str, list[str]] = {}
     old: list[Turn] = []
     if compaction:

@@ -4,7 +4,7 @@ running burst, and the recovery and tally of the row at the end."""
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from bench.chaos_suite.budgets import RESTART_BUDGET, SEND_BUDGET
 from bench.chaos_suite.burst import Burst, Turn
@@ -23,6 +23,7 @@ class Context:
     turns: int
     rate: float
     global_end: float
+    last_turns: list[Turn] = field(default_factory=list)  # the last burst's, for checks after
 
     def until(self, seconds: float) -> float:
         return min(time.monotonic() + seconds, self.global_end)

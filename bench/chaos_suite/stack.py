@@ -10,6 +10,7 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Protocol
 
@@ -19,6 +20,7 @@ import psycopg
 import valkey
 
 from bench.chaos_suite.budgets import STACK_STOP_BUDGET, START_BUDGET, wait_until
+from bench.chaos_suite.mounts import mount_tmpfs, unmount
 from bench.common import AppliedLog
 from services.dev.localstack.process import free_port, port_is_open
 from services.dev.localstack.stack import SERVICES
@@ -59,16 +61,22 @@ class Stack:
         self.known: set[tuple[int, float]] = set()
         self.members: set[tuple[int, float]] = set()
         self.paused: list[Paused] = []  # SIGSTOPped by us: SIGCONT before stopping
+        self.cleanups: list[Callable[[], None]] = []  # a fault's undoing (nft rules)
         self._valkey: valkey.Valkey | None = None
         self._queues: DeadLetterQueues | None = None
         self._publisher: EventPublisher | None = None
-        self._summary_log: AppliedLog | None = None
+        self._summary_logs: dict[str, AppliedLog] = {}
+        # Postgres's data directory, on a tmpfs of the suite's own when it could mount
+        # one (the disk-full scenario fills it); else why not.
+        self.pg_disk = self.data_dir / "postgres"
+        self.pg_disk_unmounted = ""
 
     # start ------------------------------------------------------------------------
     def start(self) -> None:
         env = {k: v for k, v in os.environ.items() if k not in STACK_VARIABLES}
         env["AM_API_PORT"] = str(free_port())
         self.data_dir.mkdir(parents=True)
+        self.pg_disk_unmounted = mount_tmpfs(self.pg_disk)
         with open(self.up_log, "ab") as log:
             self.proc = subprocess.Popen(
                 [*agent_memory(), "up", "--data-dir", str(self.data_dir)],
@@ -193,9 +201,14 @@ class Stack:
         """event_id -> when the summary worker first concluded it (acked, or a
         duplicate of the API's own append), from its log. The API buffers each turn
         before answering, so the buffer alone cannot show that the worker runs."""
-        if self._summary_log is None:
-            self._summary_log = AppliedLog(self.log_dir / "summary.log")
-        return self._summary_log.poll()
+        found: dict[str, float] = {}
+        # summary.log, and the logs of replicas a scenario started (summary-*.log).
+        for path in sorted(self.log_dir.glob("summary*.log")):
+            if path.name not in self._summary_logs:
+                self._summary_logs[path.name] = AppliedLog(path)
+            for event_id, at in self._summary_logs[path.name].poll().items():
+                found[event_id] = min(at, found.get(event_id, at))
+        return found
 
     # clients ----------------------------------------------------------------------
     def client(self) -> MemoryClient:
@@ -235,6 +248,9 @@ class Stack:
         for pause in self.paused:
             pause.resume()
         self.paused.clear()
+        for cleanup in self.cleanups:
+            cleanup()
+        self.cleanups.clear()
         if self._publisher is not None:
             with contextlib.suppress(Exception):
                 self._publisher.stop()
@@ -250,7 +266,22 @@ class Stack:
                 with contextlib.suppress(ProcessLookupError):
                     os.killpg(self.proc.pid, signal.SIGKILL)
                 self.proc.wait(5)
-        return kill_leftovers(self.known, self.members)
+        killed = kill_leftovers(self.known, self.members)
+        if not self.pg_disk_unmounted:
+            unmount(self.pg_disk)
+        return killed
+
+    def metrics_url(self, service: str) -> str:
+        """The service's metrics server (its `/readyz` too), as `up` printed it."""
+        for line in read_text(self.up_log).splitlines():
+            parts = line.split()
+            if parts[:1] == [service] and "metrics" in parts:
+                return parts[parts.index("metrics") + 1].removesuffix("/metrics")
+        raise StackError(f"up printed no metrics address for {service}")
+
+    def log_offsets(self) -> dict[str, int]:
+        """The size of each process's log now: what a scenario reads from."""
+        return {path.name: path.stat().st_size for path in self.log_dir.glob("*.log")}
 
     def log_tails(self, lines: int = 12) -> str:
         parts = [f"--- {self.up_log.name}\n{tail(self.up_log, lines)}"]

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import re
-from collections.abc import Awaitable, Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from concurrent.futures import Future
 from typing import Any, TypeVar
 
@@ -18,6 +18,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.routing import Match
 from starlette.types import Scope
 
+from shared.bus.publisher import PublishQueueFull
 from shared.errors import DependencyError, EventTooLarge, InvalidEvent
 from shared.events import Event, Limits, OutgoingMessage, encode
 from shared.llm.base import LLMError
@@ -25,6 +26,12 @@ from shared.metrics import count_store_error
 
 log = structlog.get_logger("agent_memory.api")
 T = TypeVar("T")
+
+# The `Retry-After` of a 503: an outage or a full queue is seldom over sooner, and
+# a client that waits less only adds to the load. A full Valkey needs an operator
+# (or the summary worker's folds) to free memory: longer.
+RETRY_AFTER_SECONDS = 1
+VALKEY_FULL_RETRY_AFTER_SECONDS = 5
 
 
 class ApiError(Exception):
@@ -37,6 +44,7 @@ class ApiError(Exception):
         message: str,
         field: str | None = None,
         details: dict[str, str] | None = None,
+        retry_after: int | None = None,
     ) -> None:
         super().__init__(message)
         self.status = status
@@ -44,6 +52,8 @@ class ApiError(Exception):
         self.message = message
         self.field = field
         self.details = details
+        # Seconds for the `Retry-After` header; every 503 has one.
+        self.retry_after = retry_after or (RETRY_AFTER_SECONDS if status == 503 else None)
 
 
 async def valkey_or_503(call: Awaitable[T], message: str = "the session store is unavailable") -> T:
@@ -68,12 +78,20 @@ async def postgres_or_503(call: Awaitable[T]) -> T:
 
 
 async def published_or_503(
-    future: Future,
+    publish: Callable[[], Future],
     timeout: float,
     message: str = "the request could not be published",
     details: Mapping[str, str] | None = None,
 ) -> Any:
-    """Wait for a publish's confirmation; a failure or a timeout is a 503."""
+    """Publish and wait for the confirmation; a failure or a timeout is a 503, and
+    so is a publish queue that is full (backpressure: the caller retries after
+    `Retry-After` rather than the API holding ever more in memory)."""
+    try:
+        future = publish()
+    except PublishQueueFull as exc:
+        log.warning("publish queue full", error=str(exc), **dict(details or {}))
+        message = "too many requests wait for Pub/Sub; retry later"
+        raise ApiError(503, "overloaded", message, details=dict(details or {}) or None) from None
     try:
         return await asyncio.wait_for(asyncio.wrap_future(future), timeout)
     except Exception as exc:
@@ -160,7 +178,8 @@ def install_error_handlers(app: FastAPI) -> None:
         count_store_error(exc.__context__)  # a 503 raised for a store that failed
         fields = [{"field": exc.field, "message": exc.message}] if exc.field else None
         body = error_body(exc.code, exc.message, fields, exc.details, request_id_of(request.scope))
-        return JSONResponse(status_code=exc.status, content=body)
+        headers = {"Retry-After": str(exc.retry_after)} if exc.retry_after else None
+        return JSONResponse(status_code=exc.status, content=body, headers=headers)
 
     @app.exception_handler(DependencyError)
     async def _dependency(request: Request, exc: DependencyError) -> JSONResponse:
@@ -170,7 +189,8 @@ def install_error_handlers(app: FastAPI) -> None:
         body = error_body(
             "dependency_unavailable", message, request_id=request_id_of(request.scope)
         )
-        return JSONResponse(status_code=503, content=body)
+        headers = {"Retry-After": str(RETRY_AFTER_SECONDS)}
+        return JSONResponse(status_code=503, content=body, headers=headers)
 
     @app.exception_handler(LLMError)
     async def _model(request: Request, exc: LLMError) -> JSONResponse:

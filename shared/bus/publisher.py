@@ -34,7 +34,8 @@ log = structlog.get_logger(__name__)
 # Pub/Sub's limits for one Publish request are 1,000 messages and 10 MB.
 MAX_BATCH_MESSAGES = 1000
 MAX_BATCH_BYTES = 9 * 1024 * 1024
-# Queued and in flight at most; beyond that a worker's publish waits, the API's fails.
+# Queued and in flight at most (AM_PUBLISH_QUEUE_LIMIT's default); beyond that a
+# worker's publish waits, the API's fails.
 QUEUE_MESSAGE_LIMIT = 10_000
 QUEUE_BYTE_LIMIT = 64 * 1024 * 1024
 
@@ -72,8 +73,10 @@ class _Sender:
         block_when_full: bool,
         timeout: float,
         prefix: str = "",
+        limit: int = QUEUE_MESSAGE_LIMIT,
     ) -> None:
         self.api = client.api
+        self.limit = limit
         self.prefix = prefix  # taken off a topic's id in EVENTS_PUBLISHED's label
         self.block_when_full = block_when_full
         # One batch gets at most what a caller waits for its confirmation.
@@ -115,8 +118,12 @@ class _Sender:
     def _full(self, size: int) -> bool:
         # One message alone always fits, whatever its size.
         return self._count > 0 and (
-            self._count >= QUEUE_MESSAGE_LIMIT or self._bytes + size > QUEUE_BYTE_LIMIT
+            self._count >= self.limit or self._bytes + size > QUEUE_BYTE_LIMIT
         )
+
+    def full(self) -> bool:
+        with self._cond:
+            return self._full(0)
 
     def stop(self) -> None:
         """Send what is queued, then end the thread."""
@@ -215,7 +222,11 @@ class EventPublisher:
         # credentials) and names; its own batching publisher is not used.
         self.client = client or publisher_client()
         self._sender = _Sender(
-            self.client, block_when_full, settings.publish_timeout_seconds, settings.topic_prefix
+            self.client,
+            block_when_full,
+            settings.publish_timeout_seconds,
+            settings.topic_prefix,
+            settings.publish_queue_limit,
         )
         self.project = settings.google_cloud_project
         self.prefix = settings.topic_prefix
@@ -224,6 +235,10 @@ class EventPublisher:
 
     def topic_path(self, short: str) -> str:
         return self.client.topic_path(self.project, full_name(self.prefix, short))
+
+    def full(self) -> bool:
+        """Would a publish now find the queue full (a worker's wait, the API's refusal)?"""
+        return self._sender.full()
 
     def publish(self, event: Event) -> Future:
         """Publish an event to its topic; the future resolves to the message id."""

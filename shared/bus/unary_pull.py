@@ -34,7 +34,17 @@ from shared.bus.message import Sink
 
 log = structlog.get_logger("agent_memory.worker")
 
-PULL_TIMEOUT_SECONDS = 2.5  # the emulator answers an empty pull about 1 s before this
+# A pull whose answer comes after its deadline has leased its messages to nobody:
+# they come back only when the subscription's ack deadline (30 s) ends, as
+# delivery attempt 2, and no error says so. The emulator answers an empty pull 1 s
+# before the deadline it is given, whatever the deadline, so a long poll has 1 s
+# to spare; under a saturated CPU, bench/scaling.py at 4 replicas saw turns come
+# back 30 s after their first delivery. So a worker long-polls only while idle
+# (its last pull brought nothing): with messages waiting, it pulls with
+# `return_immediately` (the emulator answers at once, full or empty) and a deadline
+# of BUSY_PULL_TIMEOUT_SECONDS, 9 s to spare.
+PULL_TIMEOUT_SECONDS = 2.5
+BUSY_PULL_TIMEOUT_SECONDS = 10.0
 PULL_ERROR_PAUSE_SECONDS = 1.0
 ACK_FLUSH_SECONDS = 0.05  # acks wait at most this long, to go in batches
 MAX_IDS_PER_REQUEST = 1000
@@ -299,6 +309,7 @@ class UnaryPull:
             return [a for a, since in self._leased.items() if since > oldest]
 
     def _pull_loop(self) -> None:
+        busy = False  # the last pull brought messages: more are probably waiting
         try:
             while not self._stopping.is_set():
                 with self._cond:
@@ -309,10 +320,13 @@ class UnaryPull:
                     want = self.max_outstanding - len(self._leased)
                 if self._stopping.is_set():
                     return
+                request = {"subscription": self.path, "max_messages": want}
+                if busy:
+                    request["return_immediately"] = True
                 try:
                     response = self.subscriber.pull(
-                        request={"subscription": self.path, "max_messages": want},
-                        timeout=PULL_TIMEOUT_SECONDS,
+                        request=request,
+                        timeout=BUSY_PULL_TIMEOUT_SECONDS if busy else PULL_TIMEOUT_SECONDS,
                     )
                     received = list(type(response).pb(response).received_messages)
                 except gexc.DeadlineExceeded:  # nothing to deliver within the timeout
@@ -323,6 +337,7 @@ class UnaryPull:
                     self.on_error(exc)
                     self._stopping.wait(PULL_ERROR_PAUSE_SECONDS)
                     received = []
+                busy = bool(received)
                 if received and self._stopping.is_set():
                     # Pulled as we were stopping: returned unopened, never received.
                     self._modack([r.ack_id for r in received], 0)

@@ -109,6 +109,8 @@ class RetryPolicy:
     retries: int = 3
     first_delay: float = 0.1
     max_delay: float = 2.0
+    # The longest `Retry-After` waited for; a longer one ends the retries.
+    max_retry_after: float = 10.0
 
     def delay(
         self,
@@ -117,9 +119,12 @@ class RetryPolicy:
         *,
         status: int | None = None,
         error: httpx.TransportError | None = None,
+        retry_after: float | None = None,
     ) -> float | None:
         """Seconds to wait before attempt `attempt + 1` (counting from 0), or None
-        to stop here: with the answer (`status`) or with the failure (`error`)."""
+        to stop here: with the answer (`status`, its `Retry-After` header's seconds)
+        or with the failure (`error`). The server's `Retry-After` is waited for
+        (it knows how long an overload or a full store lasts), with jitter."""
         if attempt >= self.retries:
             return None
         if error is not None:
@@ -127,6 +132,10 @@ class RetryPolicy:
                 return None
         elif not call.retry_safe or status not in RETRY_STATUSES or status in call.accept:
             return None
+        if retry_after is not None:
+            if retry_after > self.max_retry_after:
+                return None
+            return random.uniform(retry_after, retry_after * 1.2)  # noqa: S311 - jitter
         ceiling = min(self.max_delay, self.first_delay * 2**attempt)
         # Half fixed, half random: spread clients that failed together apart.
         return random.uniform(ceiling / 2, ceiling)  # noqa: S311 - jitter, not security

@@ -36,6 +36,7 @@ class MemoryApiError(MemoryClientError):
         # Any other keys of the error object, e.g. the `turn_id` and `event_id` of a
         # record-turn 503 (retry with that turn_id: it is the same turn).
         self.details = details or {}
+        self.retry_after: float | None = None
 
     def __str__(self) -> str:
         return f"{self.status} {self.code}: {self.message}"
@@ -110,4 +111,15 @@ def api_error(response: httpx.Response) -> MemoryApiError:
         return error_class(status)(status, "http_error", text or response.reason_phrase)
     fields = error.get("fields") if isinstance(error.get("fields"), list) else None
     details = {k: v for k, v in error.items() if k not in ("code", "message", "fields")}
-    return error_class(status)(status, code, message, fields, details)
+    error = error_class(status)(status, code, message, fields, details)
+    error.retry_after = retry_after(response)
+    return error
+
+
+def retry_after(response: httpx.Response) -> float | None:
+    """When to try again, as the server says: the `Retry-After` header's seconds
+    (the API sends a number, never a date); None when it says nothing."""
+    try:
+        return max(0.0, float(response.headers["retry-after"]))
+    except (KeyError, ValueError):
+        return None

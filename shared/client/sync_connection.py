@@ -16,6 +16,7 @@ from typing import Self, TypeVar
 import httpx
 
 from shared.client.call import Call, RetryPolicy, client_headers
+from shared.client.errors import retry_after
 
 T = TypeVar("T")
 
@@ -63,7 +64,9 @@ class Connection:
                 if delay is None:
                     raise call.unreachable(exc, attempt + 1) from exc
             else:
-                delay = self._policy.delay(call, attempt, status=response.status_code)
+                delay = self._policy.delay(
+                    call, attempt, status=response.status_code, retry_after=retry_after(response)
+                )
                 if delay is None:
                     return call.finish(response)
             sleep(delay)

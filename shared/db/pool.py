@@ -19,6 +19,30 @@ from shared.db.iam import login_kwargs
 # connection and its message's lease.
 STATEMENT_TIMEOUT_MS = 30_000
 LOCK_TIMEOUT_MS = 10_000
+# A server's own timeouts cannot end a wait for an answer that a silent network
+# path (packets dropped, no reset) never delivers. TCP does: data unacknowledged
+# for TCP_USER_TIMEOUT_MS ends the connection (a request in flight fails), and
+# keepalives find an idle connection dead within KEEPALIVE_IDLE_SECONDS +
+# KEEPALIVE_COUNT x KEEPALIVE_INTERVAL_SECONDS.
+TCP_USER_TIMEOUT_MS = 10_000
+KEEPALIVE_IDLE_SECONDS = 10
+KEEPALIVE_INTERVAL_SECONDS = 2
+KEEPALIVE_COUNT = 3
+# The server's end of the connection gets the same: a backend whose client vanished
+# behind a partition (its FIN dropped) would otherwise hold its transaction, and the
+# user's advisory lock, until it next wrote to the socket.
+SERVER_TCP_OPTIONS = (
+    f"-c tcp_user_timeout={TCP_USER_TIMEOUT_MS} -c tcp_keepalives_idle={KEEPALIVE_IDLE_SECONDS} "
+    f"-c tcp_keepalives_interval={KEEPALIVE_INTERVAL_SECONDS} "
+    f"-c tcp_keepalives_count={KEEPALIVE_COUNT} "
+)
+TCP_TIMEOUTS = {
+    "tcp_user_timeout": TCP_USER_TIMEOUT_MS,
+    "keepalives": 1,
+    "keepalives_idle": KEEPALIVE_IDLE_SECONDS,
+    "keepalives_interval": KEEPALIVE_INTERVAL_SECONDS,
+    "keepalives_count": KEEPALIVE_COUNT,
+}
 
 
 def as_vector(values: Any) -> Any:
@@ -46,8 +70,9 @@ def _connection_kwargs(settings: Settings) -> dict[str, object]:
     # Postgres's generic plan for the search (it cannot see which user or scope)
     # reads the pinned rules of a user with many memories far slower.
     return {
+        **TCP_TIMEOUTS,
         "connect_timeout": max(1, int(settings.db_connect_timeout_seconds)),
-        "options": f"-c statement_timeout={STATEMENT_TIMEOUT_MS} "
+        "options": SERVER_TCP_OPTIONS + f"-c statement_timeout={STATEMENT_TIMEOUT_MS} "
         f"-c lock_timeout={LOCK_TIMEOUT_MS} -c hnsw.iterative_scan=relaxed_order "
         "-c plan_cache_mode=force_custom_plan "
         # The deployment a memory change is published to (shared.db.outbox); a
@@ -64,7 +89,7 @@ def _login(settings: Settings) -> Callable[[], dict[str, Any]]:
 
 def connect_kwargs(settings: Settings) -> dict[str, Any]:
     """Parameters for a single `psycopg.connect(settings.database_url, ...)`."""
-    return _login(settings)()
+    return {**TCP_TIMEOUTS, **_login(settings)()}
 
 
 def _pool_kwargs(settings: Settings) -> KwargsParam:
@@ -128,3 +153,21 @@ async def make_async_pool(settings: Settings, max_size: int, name: str) -> Async
 def ping(conn: psycopg.Connection) -> None:
     """Raises unless the server answers a statement on `conn`."""
     conn.execute("SELECT 1")
+
+
+def check_disk(conn: psycopg.Connection) -> None:
+    """Raises (DiskFull, SQLSTATE 53100) unless the server can write a file: a sort
+    made to spill (about 1 MB, a temporary file, gone when it ends). A full disk
+    answers `SELECT 1`, and most writes too while their pages have room; a worker
+    that took it for up would resume, fail again and flap. On a session of its own
+    (`work_mem` is set for it)."""
+    conn.execute(f"SET work_mem = '{DISK_PROBE_WORK_MEM}'")
+    conn.execute(
+        "SELECT count(*) FROM (SELECT g FROM generate_series(1, %s) g ORDER BY g DESC) s",
+        (DISK_PROBE_ROWS,),
+    )
+
+
+# A sort of this many integers with this little memory spills to a temporary file.
+DISK_PROBE_ROWS = 100_000
+DISK_PROBE_WORK_MEM = "64kB"

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import time
 import uuid
 from collections.abc import Callable, Iterator
 from datetime import UTC, datetime, timedelta
@@ -496,6 +497,35 @@ def test_record_turn_is_retried_after_a_503_and_stays_one_turn(base_url, keys, i
     assert first == second and first["turn_id"] == recorded.turn_id
     assert [t.turn_id for t in view.turns] == [recorded.turn_id]
     assert view.turns_total == 1
+
+
+def test_a_503s_retry_after_is_waited_for_and_a_long_one_ends_the_retries(base_url, keys, ids):
+    user, session = ids["user_id"], ids["session_id"]
+    path = f"/v1/sessions/{session}/turns"
+
+    def full(seconds: str) -> Callable[[httpx.Request], httpx.Response]:
+        def answer(request: httpx.Request) -> httpx.Response:
+            error = {"code": "valkey_full", "message": "the session store is full"}
+            headers = {"Retry-After": seconds}
+            return httpx.Response(503, json={"error": error}, headers=headers, request=request)
+
+        return answer
+
+    brief = Interposer(route("POST", path), fail=full("0.4"), failures=1)
+    with MemoryClient(base_url, api_key=keys["app"], transport=brief) as client:
+        started = time.monotonic()
+        client.record_turn(session, user, "I prefer oolong tea.", "Noted.")
+        assert time.monotonic() - started >= 0.4
+    assert len(brief.attempts) == 2
+
+    long = Interposer(route("POST", path), fail=full("60"))
+    with (
+        MemoryClient(base_url, api_key=keys["app"], transport=long) as client,
+        pytest.raises(ServiceUnavailableError) as refused,
+    ):
+        client.record_turn(session, user, "And green tea.", "Noted.")
+    assert refused.value.retry_after == 60.0 and refused.value.code == "valkey_full"
+    assert len(long.attempts) == 1
 
 
 def test_writes_are_not_retried_but_reads_are(base_url, keys, ids):

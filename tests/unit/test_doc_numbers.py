@@ -13,11 +13,19 @@ from pathlib import Path
 
 import pytest
 
+from services.api.errors import RETRY_AFTER_SECONDS, VALKEY_FULL_RETRY_AFTER_SECONDS
 from services.api.memory_models import SearchRequest
 from services.summary_worker.folding import FoldPolicy
 from services.worker import DEFAULT_POOL_SIZE
 from shared.bus.admin import DEAD_LETTER_ACK_DEADLINE
+from shared.bus.unary_pull import BUSY_PULL_TIMEOUT_SECONDS
 from shared.config import Settings, env_name
+from shared.db.pool import (
+    KEEPALIVE_COUNT,
+    KEEPALIVE_IDLE_SECONDS,
+    KEEPALIVE_INTERVAL_SECONDS,
+    TCP_USER_TIMEOUT_MS,
+)
 from shared.llm.offline.decomposition import MAX_QUERIES
 from shared.memory.context import MIN_HITS, TOKENS_PER_HIT
 
@@ -106,6 +114,32 @@ CONSTANTS: list[tuple[str, str, Callable[[], tuple[float, ...]]]] = [
         lambda: (Settings.model_fields["search_rrf_k"].default,),
     ),
     ("design.md", r"same name \(ack deadline\s+(\d+) s\)", lambda: (DEAD_LETTER_ACK_DEADLINE,)),
+    (
+        "operations.md",
+        r"`valkey_full`, the `turn_id` and `event_id`, and `Retry-After: (\d+)`",
+        lambda: (VALKEY_FULL_RETRY_AFTER_SECONDS,),
+    ),
+    ("operations.md", r"`503 overloaded` and `Retry-After: (\d+)`", lambda: (RETRY_AFTER_SECONDS,)),
+    (
+        "api.md",
+        r"`Retry-After` header: (\d+) second, (\d+) for `valkey_full`",
+        lambda: (RETRY_AFTER_SECONDS, VALKEY_FULL_RETRY_AFTER_SECONDS),
+    ),
+    (
+        "operations.md",
+        r"TCP user timeout of (\d+) s and keepalives \((\d+) s idle, (\d+) probes (\d+) s apart\)",
+        lambda: (
+            TCP_USER_TIMEOUT_MS / 1000,
+            KEEPALIVE_IDLE_SECONDS,
+            KEEPALIVE_COUNT,
+            KEEPALIVE_INTERVAL_SECONDS,
+        ),
+    ),
+    (
+        "operations.md",
+        r"`return_immediately` and a deadline of (\d+) s",
+        lambda: (BUSY_PULL_TIMEOUT_SECONDS,),
+    ),
 ]
 
 

@@ -32,7 +32,9 @@ async def request_compaction(
         )
     except InvalidEvent as exc:
         raise ApiError(422, "invalid_request", str(exc)) from None
-    await published_or_503(api.publisher.publish(event), api.settings.publish_timeout_seconds)
+    await published_or_503(
+        lambda: api.publisher.publish(event), api.settings.publish_timeout_seconds
+    )
     return CompactionAccepted(
         event_id=event.event_id,
         user_id=event.user_id,

@@ -37,7 +37,7 @@ async def generate(
     await _commit(pool, lambda uow: uow.operations.start(name, app_id, body.user_id, "generate"))
     try:
         await published_or_503(
-            api.publisher.publish_message(message),
+            lambda: api.publisher.publish_message(message),
             settings.publish_timeout_seconds,
             details={"operation": name},
         )

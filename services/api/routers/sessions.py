@@ -19,7 +19,13 @@ from fastapi import APIRouter, Path, Query, Response
 
 from services.api.custom_methods import ResourceRoute
 from services.api.deps import ApiDep, AppIdDep
-from services.api.errors import ApiError, encode_or_4xx, published_or_503, valkey_or_503
+from services.api.errors import (
+    VALKEY_FULL_RETRY_AFTER_SECONDS,
+    ApiError,
+    encode_or_4xx,
+    published_or_503,
+    valkey_or_503,
+)
 from services.api.models import (
     DeleteSessionResponse,
     FlushSessionRequest,
@@ -67,13 +73,22 @@ async def record_turn(
 ) -> RecordTurnResponse:
     settings = api.settings
     event, message = _turn_event(app_id, session_id, body, settings)
+    if api.publisher.full():
+        # Refused before the buffer takes it: a turn the client must send again.
+        log.warning("publish queue full", event_id=event.event_id)
+        raise ApiError(
+            503,
+            "overloaded",
+            "too many requests wait for Pub/Sub; retry later with the same turn_id",
+            details={"turn_id": event.turn_id, "event_id": event.event_id},
+        )
     started = time.perf_counter()
     buffered = await _buffer_turn(api.buffer, event)
     buffered_at = time.perf_counter()
     # The publish may still land after our timeout; a retry with this turn_id is
     # the same event, so it can never make a second turn.
     await published_or_503(
-        api.publisher.publish_message(message),
+        lambda: api.publisher.publish_message(message),
         settings.publish_timeout_seconds,
         "the turn could not be published; retry with the same turn_id",
         {"turn_id": event.turn_id, "event_id": event.event_id},
@@ -132,7 +147,7 @@ async def flush_session(
     )
     message = encode_or_4xx(event, Limits.from_settings(api.settings))
     await published_or_503(
-        api.publisher.publish_message(message),
+        lambda: api.publisher.publish_message(message),
         api.settings.publish_timeout_seconds,
         "the flush could not be published; retry",
         {"event_id": event.event_id},
@@ -259,10 +274,23 @@ def _tool_events(body: RecordTurnRequest) -> tuple[ToolEvent, ...]:
 
 async def _buffer_turn(buffer: AsyncSessionBuffer, event: TurnRecorded) -> bool:
     """Append the turn to the session buffer (read-your-writes). False if Valkey is
-    unreachable: the event is the durable record and the summary worker buffers it."""
+    unreachable: the event is the durable record and the summary worker buffers it.
+    A Valkey at its memory limit (noeviction) is a 503: the summary worker could not
+    buffer the turn either, so accepting it would only grow a backlog that waits
+    for an operator; nothing is published."""
     key = SessionKey(event.app, event.user_id, event.session_id)
     try:
         appended = await buffer.append(key, BufferedTurn.from_event(event), event.prev_session_id)
+    except valkey.exceptions.OutOfMemoryError as exc:
+        count_store_error(exc)
+        log.warning("turn refused: valkey full", event_id=event.event_id, error=str(exc))
+        raise ApiError(
+            503,
+            "valkey_full",
+            "the session store is at its memory limit; retry later with the same turn_id",
+            details={"turn_id": event.turn_id, "event_id": event.event_id},
+            retry_after=VALKEY_FULL_RETRY_AFTER_SECONDS,
+        ) from None
     except valkey.ValkeyError as exc:
         count_store_error(exc)
         log.warning("turn not buffered", event_id=event.event_id, error=repr(exc))

@@ -13,7 +13,6 @@ from dataclasses import dataclass, replace
 from shared.config import Settings
 from shared.db.unit_of_work import UnitOfWork
 from shared.embeddings.base import Embedder
-from shared.events import utcnow
 from shared.llm import extraction_prompts
 from shared.llm.base import LLM, ExtractionInput
 from shared.llm.topics import EXTRACTION_SETTING, of_setting
@@ -83,7 +82,6 @@ class Planner:
         if not candidates:
             return []
         vectors = self.embedder.embed([c.text for c, _source in candidates])
-        now = utcnow()
         news = [
             (
                 expiry.with_expiry(
@@ -91,7 +89,6 @@ class Planner:
                     ttl,
                     "generate_created",
                     "generate_updated",
-                    now,
                 ),
                 source,
             )

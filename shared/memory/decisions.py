@@ -21,7 +21,6 @@ from shared.db.memory_rows import MemoryRow, NewMemory
 from shared.db.planned_write import StalePlan, write_for_user
 from shared.db.unit_of_work import UnitOfWork
 from shared.embeddings.base import Embedder
-from shared.events import utcnow
 from shared.llm import extraction_prompts
 from shared.llm.base import LLM, Action, Candidate, Decision, Weighing
 from shared.memory import expiry
@@ -140,7 +139,7 @@ def write_memory(
     else:
         with units() as uow:
             ttl = expiry.load(uow, source.app)
-        new = expiry.with_expiry(new, ttl, "create", "create", utcnow())
+        new = expiry.with_expiry(new, ttl, "create", "create")
     fusion = Fusion.from_settings(settings)
     limit = settings.consolidation_neighbours
 

@@ -36,9 +36,13 @@ TTL_SETTING = "ttl"
 
 @dataclass(frozen=True)
 class Ttl:
-    """The app's TTLs in seconds, as stored (see `parse`)."""
+    """The app's TTLs in seconds, as stored (see `parse`), and the database's time
+    when they were read: expiries count from it, so a writer whose clock is off
+    sets the same `expire_at` as any other (reads compare it with the database's
+    `now()` too)."""
 
     config: dict[str, Any]
+    read_at: datetime | None = None
 
     def seconds(self, scope: str, action: str) -> int | None:
         scoped = self.config.get("scopes", {}).get(scope, {})
@@ -52,9 +56,11 @@ class Ttl:
                 return int(value)
         return None
 
-    def expire_at(self, scope: str, action: str, now: datetime) -> datetime | None:
+    def expire_at(self, scope: str, action: str) -> datetime | None:
         seconds = self.seconds(scope, action)
-        return now + timedelta(seconds=seconds) if seconds is not None else None
+        if seconds is None:
+            return None
+        return (self.read_at or utcnow()) + timedelta(seconds=seconds)
 
     @property
     def revisions(self) -> int | None:
@@ -66,17 +72,19 @@ NO_TTL = Ttl({})
 
 
 def load(uow: UnitOfWork, app: str) -> Ttl:
-    """The app's TTLs as stored (none set: nothing expires)."""
-    return Ttl(uow.app_settings.get(app, TTL_SETTING) or {})
+    """The app's TTLs as stored (none set: nothing expires), read at the database's
+    time."""
+    config, read_at = uow.app_settings.get_at(app, TTL_SETTING)
+    return Ttl(config or {}, read_at)
 
 
-def with_expiry(new: NewMemory, ttl: Ttl, created: str, updated: str, now: datetime) -> NewMemory:
+def with_expiry(new: NewMemory, ttl: Ttl, created: str, updated: str) -> NewMemory:
     """`new` with the expiry it gets when created (action `created`) and when it
     updates a memory (action `updated`)."""
     return replace(
         new,
-        expire_at=ttl.expire_at(new.scope, created, now),
-        updated_expire_at=ttl.expire_at(new.scope, updated, now),
+        expire_at=ttl.expire_at(new.scope, created),
+        updated_expire_at=ttl.expire_at(new.scope, updated),
     )
 
 

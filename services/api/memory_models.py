@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import re
 from datetime import UTC, datetime
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, WithJsonSchema
 
@@ -19,6 +19,7 @@ from services.api.models import (
     Time,
     json_integer,
 )
+from shared.memory import metadata
 
 Kind = Literal["preference", "fact", "rule", "event"]
 ScopeName = Literal["global", "project", "session"]
@@ -71,6 +72,10 @@ EntityName = Annotated[
     str, Field(max_length=200), AfterValidator(_name), WithJsonSchema(NAME_SCHEMA)
 ]
 AwareTime = Annotated[Time | None, AfterValidator(_aware)]
+Metadata = Annotated[
+    dict[str, Any], AfterValidator(metadata.checked), WithJsonSchema(metadata.SCHEMA)
+]
+TOPIC_PATTERN = "^[a-z][a-z0-9_]{0,39}$"
 
 
 class _Request(RequestBody):
@@ -117,6 +122,7 @@ class MemoryView(MemoryIdentity):
     deleted_at: str | None = None
     expire_at: str | None = None  # gone from every read from then on; null: never
     topic: str = ""  # the extraction topic it was kept under
+    metadata: dict[str, Any] = {}  # the caller's own JSON object
 
 
 class ScoredMemory(MemoryView):
@@ -215,6 +221,9 @@ class RevisionView(BaseModel):
     observed_at: str
     applied: bool  # false: an older observation, kept in history only
     created_at: str
+    source: str = Field(
+        default="", description="who wrote it: '' the pipeline, 'key:<id>' an edit by that API key"
+    )
 
 
 class MemoryDetail(MemoryView):

@@ -20,6 +20,7 @@ from mcp.server.mcpserver.exceptions import ToolError
 from mcp.types import ToolAnnotations
 from pydantic import Field
 
+from services.mcp_server.edit_tools import EditTools
 from shared.client import AsyncMemoryClient, MemoryClientError
 
 Kind = Literal["preference", "fact", "rule", "event"]
@@ -61,7 +62,7 @@ class Defaults:
     session_id: str | None = None
 
 
-class MemoryTools:
+class MemoryTools(EditTools):
     """The tools, bound to how they reach the API and to the default ids."""
 
     def __init__(self, connect: Connect, defaults: Defaults) -> None:
@@ -328,6 +329,7 @@ TOOLS = {
     "search_memories": _READ_ONLY,
     "search_archive": _READ_ONLY,
     "list_memories": _READ_ONLY,
+    "edit_memory": _WRITES,
     "forget": _DELETES,
     # It consumes a one-time grant when one matches: not read-only.
     "check_tool_permission": _WRITES,

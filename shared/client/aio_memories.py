@@ -11,6 +11,7 @@ import time
 from asyncio import sleep
 from collections.abc import AsyncIterator, Iterable, Sequence
 from datetime import datetime
+from typing import Any
 
 from shared.client import models as m
 from shared.client.aio_connection import AsyncConnection
@@ -148,10 +149,13 @@ class AsyncMemoryRoutes(AsyncConnection):
         consolidate: bool = True,
         expire_at: datetime | str | None = None,
         ttl_seconds: int | None = None,
+        metadata: dict[str, Any] | None = None,
     ) -> m.WriteMemoryResponse:
-        """Write a memory directly, consolidated like an extracted one. It expires at
-        `expire_at` or `ttl_seconds` from now (else as the app's TTLs say). Not retried."""
+        """Write a memory directly, consolidated like an extracted one, with the
+        caller's `metadata`. It expires at `expire_at` or `ttl_seconds` from now (else
+        as the app's TTLs say). Not retried."""
         body = present(
+            metadata=metadata,
             user_id=user_id,
             text=text,
             scope=scope,
@@ -170,6 +174,42 @@ class AsyncMemoryRoutes(AsyncConnection):
         path, params = f"/v1/memories/{segment(memory_id)}", {"user_id": user_id}
         parse = one(m.DeleteMemoryResponse)
         return await self._send(Call("DELETE", path, parse, params=params, retry_safe=True))
+
+    async def edit_memory(
+        self,
+        user_id: str,
+        memory_id: str,
+        *,
+        text: str | None = None,
+        kind: str | None = None,
+        entity_name: str | None = None,
+        topic: str | None = None,
+        metadata: dict[str, Any] | None = None,
+        expire_at: datetime | str | None = None,
+        ttl_seconds: int | None = None,
+        never_expire: bool = False,
+    ) -> m.MemoryDetail:
+        """Change the fields given (the others stay) as one revision whose source is
+        this client's key; `never_expire` clears the expiry. The memory with its
+        revisions. NotFoundError for an unknown memory, ConflictError for a deleted
+        one or an entity another live memory has."""
+        body = present(
+            user_id=user_id,
+            text=text,
+            kind=kind,
+            entity_name=entity_name,
+            topic=topic,
+            metadata=metadata,
+            expire_at=rfc3339(expire_at),
+            ttl_seconds=ttl_seconds,
+        )
+        if never_expire:
+            body["expire_at"] = None
+        path = f"/v1/memories/{segment(memory_id)}"
+        # Retried: the same edit again changes nothing.
+        return await self._send(
+            Call("PATCH", path, one(m.MemoryDetail), json=body, retry_safe=True)
+        )
 
     async def rollback_memory(self, user_id: str, memory_id: str, revision: int) -> m.MemoryDetail:
         """Make revision `revision`'s text current again, as a new revision; the

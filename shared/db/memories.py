@@ -14,9 +14,10 @@ from datetime import datetime
 from typing import Any
 
 import psycopg
+from psycopg.types.json import Jsonb
 
 from shared.db import outbox
-from shared.db.memory_rows import MemoryRow, NewMemory, PageFilter, Revision
+from shared.db.memory_rows import MemoryEdit, MemoryRow, NewMemory, PageFilter, Revision
 from shared.db.pool import as_vector
 from shared.db.run import fetch
 from shared.llm.base import Action
@@ -24,7 +25,7 @@ from shared.llm.base import Action
 MEMORY_COLUMNS = (
     "m.id::text AS id, m.app, m.user_id, m.project_id, m.session_id, m.scope, m.kind, "
     "m.entity_name, m.text, m.observed_at, m.created_at, m.updated_at, m.valid_to, "
-    "m.topic, m.expire_at"
+    "m.topic, m.expire_at, m.metadata"
 )
 
 
@@ -46,6 +47,16 @@ def try_user_lock(conn: psycopg.Connection, app: str, user_id: str) -> bool:
         (f"memories/{app}/{user_id}",),
     ).fetchone()
     return bool(row and row[0])
+
+
+def revision_state(memory: MemoryRow) -> dict[str, Any]:
+    """What a revision keeps of the memory besides its text."""
+    return {
+        "kind": memory.kind,
+        "entity_name": memory.entity_name,
+        "topic": memory.topic,
+        "metadata": memory.metadata,
+    }
 
 
 class Memories:
@@ -137,8 +148,8 @@ class Memories:
             f"""
             INSERT INTO memories AS m (app, user_id, project_id, session_id, scope, kind,
                                        entity_name, text, embedding, observed_at,
-                                       source_event_id, expire_at, topic)
-            VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s)
+                                       source_event_id, expire_at, topic, metadata)
+            VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s)
             RETURNING {MEMORY_COLUMNS}
             """,
             (
@@ -155,6 +166,7 @@ class Memories:
                 event_id,
                 new.expire_at,
                 new.topic,
+                Jsonb(new.metadata),
             ),
         )
         assert memory is not None
@@ -171,24 +183,73 @@ class Memories:
         event_id: str | None,
         change: str | None = None,
         expire_at: datetime | None = None,
+        metadata: dict[str, Any] | None = None,
     ) -> MemoryRow:
         """Change its text in place (`change`: what the outbox calls it, UPDATED by
-        default; a rollback is ROLLED_BACK); `expire_at` its new expiry (None: kept)."""
+        default); `expire_at` its new expiry (None: kept); `metadata` keys to set
+        over the memory's own (None: kept)."""
         updated = self._memory(
             f"""
             UPDATE memories AS m SET text = %s, kind = %s, embedding = %s, observed_at = %s,
                    updated_at = now(), source_event_id = %s,
-                   expire_at = coalesce(%s, m.expire_at)
+                   expire_at = coalesce(%s, m.expire_at),
+                   metadata = m.metadata || coalesce(%s, '{{}}'::jsonb)
             WHERE m.id = %s AND m.valid_to IS NULL
             RETURNING {MEMORY_COLUMNS}
             """,
-            (text, kind, as_vector(embedding), observed_at, event_id, expire_at, memory.id),
+            (
+                text,
+                kind,
+                as_vector(embedding),
+                observed_at,
+                event_id,
+                expire_at,
+                Jsonb(metadata) if metadata else None,
+                memory.id,
+            ),
         )
         assert updated is not None
         self.revise(
             updated, Action.UPDATED, memory.text, text, event_id, observed_at, change=change
         )
         return updated
+
+    def edit(self, memory: MemoryRow, edit: MemoryEdit, embedding: Any) -> MemoryRow:
+        """Set what a caller's edit names (a PATCH, a rollback), with a revision whose
+        source is the caller; `embedding` the new text's (None: the text is kept)."""
+        edited = self._memory(
+            f"""
+            UPDATE memories AS m SET text = %s, kind = %s, entity_name = %s, topic = %s,
+                   metadata = %s, expire_at = %s, embedding = coalesce(%s, m.embedding),
+                   observed_at = %s,
+                   updated_at = now(), source_event_id = NULL
+            WHERE m.id = %s AND m.valid_to IS NULL
+            RETURNING {MEMORY_COLUMNS}
+            """,
+            (
+                edit.text,
+                edit.kind,
+                edit.entity_name,
+                edit.topic,
+                Jsonb(edit.metadata),
+                edit.expire_at,
+                as_vector(embedding),
+                edit.observed_at,
+                memory.id,
+            ),
+        )
+        assert edited is not None
+        self.revise(
+            edited,
+            Action.UPDATED,
+            memory.text,
+            edit.text,
+            None,
+            edit.observed_at,
+            change=edit.change,
+            source=edit.source,
+        )
+        return edited
 
     def retire(
         self,
@@ -221,14 +282,18 @@ class Memories:
         observed_at: datetime,
         applied: bool = True,
         change: str | None = None,
+        source: str = "",
     ) -> None:
         """Write the revision; an applied one is also a change for the outbox
-        (`change`: what it is called there, the action by default)."""
+        (`change`: what it is called there, the action by default). One that leaves a
+        text keeps the memory's other fields as `state` (what a rollback restores)."""
+        state = None if new_text is None else Jsonb(revision_state(memory))
         # Kept as long as the app's `revisions` TTL says (none: for good).
         self.conn.execute(
             "INSERT INTO memory_revisions (memory_id, app, user_id, action, old_text, new_text, "
-            "event_id, observed_at, applied, expire_at) VALUES (%s, %s, %s, %s, %s, %s, %s, %s, "
-            "%s, (SELECT now() + make_interval(secs => (value->>'revisions')::float8) "
+            "event_id, observed_at, applied, source, state, expire_at) VALUES (%s, %s, %s, %s, "
+            "%s, %s, %s, %s, %s, %s, %s, "
+            "(SELECT now() + make_interval(secs => (value->>'revisions')::float8) "
             "FROM app_settings WHERE app = %s AND name = 'ttl'))",
             (
                 memory.id,
@@ -240,6 +305,8 @@ class Memories:
                 event_id,
                 observed_at,
                 applied,
+                source,
+                state,
                 memory.app,
             ),
         )
@@ -252,7 +319,7 @@ class Memories:
         rows = fetch(
             self.conn,
             "SELECT memory_id::text AS memory_id, action, old_text, new_text, "
-            "event_id::text AS event_id, observed_at, applied, created_at "
+            "event_id::text AS event_id, observed_at, applied, created_at, source, state "
             "FROM memory_revisions WHERE memory_id = %s ORDER BY id",
             (memory_id,),
         )

@@ -4,7 +4,7 @@ listing's filter. The outbox and the callers use them without the SQL."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
@@ -30,6 +30,7 @@ class MemoryRow:
     valid_to: datetime | None = None
     topic: str = ""
     expire_at: datetime | None = None
+    metadata: dict[str, Any] = field(default_factory=dict)  # the caller's JSON object
 
     @classmethod
     def from_row(cls, row: dict[str, Any]) -> MemoryRow:
@@ -58,6 +59,8 @@ class Revision:
     observed_at: datetime
     applied: bool
     created_at: datetime
+    source: str = ""  # '' the pipeline; 'key:<id>' an edit through an API key
+    state: dict[str, Any] | None = None  # kind, entity, topic, metadata after it
 
 
 @dataclass(frozen=True)
@@ -75,6 +78,7 @@ class NewMemory:
     expire_at: datetime | None = None  # when created: it expires then (None: never)
     updated_expire_at: datetime | None = None  # when it updates one: its new expiry (None: kept)
     topic: str = ""
+    metadata: dict[str, Any] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -89,3 +93,19 @@ class PageFilter:
     kind: str | None = None
     after: tuple[datetime, str] | None = None
     topic: str | None = None
+
+
+@dataclass(frozen=True)
+class MemoryEdit:
+    """A memory as a caller's edit leaves it: every field it may change (those the
+    edit did not name keep the memory's), who made it and what the outbox calls it."""
+
+    text: str
+    kind: str
+    entity_name: str
+    topic: str
+    metadata: dict[str, Any]
+    expire_at: datetime | None
+    observed_at: datetime
+    source: str
+    change: str = "UPDATED"

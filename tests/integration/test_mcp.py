@@ -47,6 +47,7 @@ TOOLS = {
     "search_memories",
     "search_archive",
     "list_memories",
+    "edit_memory",
     "forget",
     "check_tool_permission",
 }
@@ -132,6 +133,21 @@ async def scenario(session: ClientSession, ids: dict, rules: MemoryClient, **who
     assert memory_id in [m["id"] for m in found["memories"]]
     instruction = await call(session, "get_context", query="Which editor to open?", **who)
     assert fact in instruction
+
+    corrected = "The user's favourite editor is Zed."
+    edited = await call(
+        session,
+        "edit_memory",
+        memory_id=memory_id,
+        text=corrected,
+        metadata={"by": "mcp"},
+        **_user(who),
+    )
+    assert (edited["text"], edited["metadata"], edited["revisions"]) == (
+        corrected,
+        {"by": "mcp"},
+        2,
+    )
 
     assert await call(session, "forget", memory_id=memory_id, **_user(who)) == {
         "deleted": [memory_id]

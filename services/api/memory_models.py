@@ -9,6 +9,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, WithJsonSchema
 
+from services.api.filter_models import FilterJson
 from services.api.models import (
     BLANK,
     TEXT_SCHEMA,
@@ -101,6 +102,7 @@ class SearchRequest(_Request):
     k: Count = Field(default=10, ge=1, le=100)
     kinds: list[Kind] | None = None
     decompose: bool = False
+    filter: FilterJson | None = None
 
 
 class MemoryIdentity(BaseModel):
@@ -287,6 +289,7 @@ class Operation(BaseModel):
 class DeleteByQueryRequest(_Request):
     project_id: OptionalId = None
     query: QueryText
+    filter: FilterJson | None = None
 
 
 class DeleteByQueryResponse(BaseModel):

@@ -51,6 +51,13 @@ ProjectId = Annotated[
 ]
 Query = Annotated[str, Field(description="What to look for, in natural language")]
 K = Annotated[int | None, Field(description="How many results at most (1-100)")]
+Filter = Annotated[
+    dict[str, Any] | None,
+    Field(
+        description='Only the memories this filter expression admits, e.g. {"metadata.team": '
+        '"infra"} or {"and": [{"kind": {"in": ["fact", "rule"]}}, {"not": {"topic": "x"}}]}'
+    ),
+]
 
 
 @dataclass(frozen=True)
@@ -173,6 +180,7 @@ class MemoryTools(EditTools):
         ctx: Context,
         k: K = None,
         kinds: Annotated[list[Kind] | None, Field(description="Only these kinds")] = None,
+        filter: Filter = None,
         user_id: UserId = None,
         project_id: ProjectId = None,
     ) -> dict[str, Any]:
@@ -180,7 +188,8 @@ class MemoryTools(EditTools):
         by meaning and by words; the best matches first, each with its id."""
         user, project = self._user(user_id), self._project(project_id)
         found = await self._call(
-            ctx, lambda c: c.search(user, query, project_id=project, k=k, kinds=kinds)
+            ctx,
+            lambda c: c.search(user, query, project_id=project, k=k, kinds=kinds, filter=filter),
         )
         return {"memories": [_brief(m.model_dump(mode="json")) for m in found]}
 
@@ -227,6 +236,7 @@ class MemoryTools(EditTools):
         cursor: Annotated[
             str | None, Field(description="The next_cursor of the previous page")
         ] = None,
+        filter: Filter = None,
         user_id: UserId = None,
         project_id: ProjectId = None,
     ) -> dict[str, Any]:
@@ -235,7 +245,13 @@ class MemoryTools(EditTools):
         page = await self._call(
             ctx,
             lambda c: c.list_memories(
-                user, project_id=project, scope=scope, kind=kind, limit=limit, cursor=cursor
+                user,
+                project_id=project,
+                scope=scope,
+                kind=kind,
+                limit=limit,
+                cursor=cursor,
+                filter=filter,
             ),
         )
         memories = [_brief(m.model_dump(mode="json")) for m in page.memories]

@@ -7,6 +7,7 @@ sync_memories.py is generated from this module (`make client`); `AsyncMemoryClie
 
 from __future__ import annotations
 
+import json
 import time
 from asyncio import sleep
 from collections.abc import AsyncIterator, Iterable, Sequence
@@ -35,8 +36,10 @@ class AsyncMemoryRoutes(AsyncConnection):
         k: int | None = None,
         kinds: Sequence[str] | None = None,
         decompose: bool = False,
+        filter: dict[str, Any] | None = None,
     ) -> list[m.ScoredMemory]:
-        """Hybrid search of the live memories in scope, best first."""
+        """Hybrid search of the live memories in scope (that `filter`, a filter
+        expression, admits), best first."""
         kinds = list(kinds) if kinds is not None else None
         body = present(
             user_id=user_id,
@@ -45,6 +48,7 @@ class AsyncMemoryRoutes(AsyncConnection):
             project_id=project_id,
             k=k,
             kinds=kinds,
+            filter=filter,
         )
         parse = listed(m.ScoredMemory, "memories")
         call = Call("POST", "/v1/memories:search", parse, json=body, retry_safe=True)
@@ -95,8 +99,10 @@ class AsyncMemoryRoutes(AsyncConnection):
         limit: int | None = None,
         cursor: str | None = None,
         topic: str | None = None,
+        filter: dict[str, Any] | None = None,
     ) -> m.MemoryPage:
-        """One page of live memories in creation order; see `iter_memories`."""
+        """One page of live memories in creation order (those `filter`, a filter
+        expression, admits); see `iter_memories`."""
         params = present(
             user_id=user_id,
             project_id=project_id,
@@ -105,6 +111,7 @@ class AsyncMemoryRoutes(AsyncConnection):
             limit=limit,
             cursor=cursor,
             topic=topic,
+            filter=json.dumps(filter) if filter is not None else None,
         )
         parse = one(m.MemoryPage)
         return await self._send(Call("GET", "/v1/memories", parse, params=params, retry_safe=True))
@@ -118,12 +125,15 @@ class AsyncMemoryRoutes(AsyncConnection):
         kind: str | None = None,
         limit: int | None = None,
         topic: str | None = None,
+        filter: dict[str, Any] | None = None,
     ) -> AsyncIterator[m.MemoryView]:
-        """Every live memory, page after page (`limit` per page)."""
+        """Every live memory (that `filter` admits), page after page (`limit` per page)."""
         filters = {"project_id": project_id, "scope": scope, "kind": kind, "topic": topic}
         cursor = None
         while True:
-            page = await self.list_memories(user_id, limit=limit, cursor=cursor, **filters)
+            page = await self.list_memories(
+                user_id, limit=limit, cursor=cursor, filter=filter, **filters
+            )
             for memory in page.memories:
                 yield memory
             if page.next_cursor is None:
@@ -222,13 +232,19 @@ class AsyncMemoryRoutes(AsyncConnection):
         return await self._send(Call("POST", path, one(m.MemoryDetail), json=body))
 
     async def delete_memories(
-        self, user_id: str, query: str, *, project_id: str | None = None
+        self,
+        user_id: str,
+        query: str,
+        *,
+        project_id: str | None = None,
+        filter: dict[str, Any] | None = None,
     ) -> list[m.MemoryView]:
-        """Retire the memories whose text holds every word of `query`: the
-        project's with `project_id`, else the global ones. Not retried."""
+        """Retire the memories whose text holds every word of `query` (and that
+        `filter` admits): the project's with `project_id`, else the global ones.
+        Not retried."""
         # Not retried: a second attempt after a lost answer would find nothing left to
         # delete and answer an empty list, hiding what the first one deleted.
-        body = present(user_id=user_id, query=query, project_id=project_id)
+        body = present(user_id=user_id, query=query, project_id=project_id, filter=filter)
         parse = listed(m.MemoryView, "deleted")
         return await self._send(Call("POST", "/v1/memories:delete", parse, json=body))
 

@@ -8,6 +8,7 @@ Generated from aio_memories.py, the asyncio client, by `make client`: edit that 
 
 from __future__ import annotations
 
+import json
 import time
 from collections.abc import Iterable, Iterator, Sequence
 from datetime import datetime
@@ -36,8 +37,10 @@ class MemoryRoutes(Connection):
         k: int | None = None,
         kinds: Sequence[str] | None = None,
         decompose: bool = False,
+        filter: dict[str, Any] | None = None,
     ) -> list[m.ScoredMemory]:
-        """Hybrid search of the live memories in scope, best first."""
+        """Hybrid search of the live memories in scope (that `filter`, a filter
+        expression, admits), best first."""
         kinds = list(kinds) if kinds is not None else None
         body = present(
             user_id=user_id,
@@ -46,6 +49,7 @@ class MemoryRoutes(Connection):
             project_id=project_id,
             k=k,
             kinds=kinds,
+            filter=filter,
         )
         parse = listed(m.ScoredMemory, "memories")
         call = Call("POST", "/v1/memories:search", parse, json=body, retry_safe=True)
@@ -96,8 +100,10 @@ class MemoryRoutes(Connection):
         limit: int | None = None,
         cursor: str | None = None,
         topic: str | None = None,
+        filter: dict[str, Any] | None = None,
     ) -> m.MemoryPage:
-        """One page of live memories in creation order; see `iter_memories`."""
+        """One page of live memories in creation order (those `filter`, a filter
+        expression, admits); see `iter_memories`."""
         params = present(
             user_id=user_id,
             project_id=project_id,
@@ -106,6 +112,7 @@ class MemoryRoutes(Connection):
             limit=limit,
             cursor=cursor,
             topic=topic,
+            filter=json.dumps(filter) if filter is not None else None,
         )
         parse = one(m.MemoryPage)
         return self._send(Call("GET", "/v1/memories", parse, params=params, retry_safe=True))
@@ -119,12 +126,13 @@ class MemoryRoutes(Connection):
         kind: str | None = None,
         limit: int | None = None,
         topic: str | None = None,
+        filter: dict[str, Any] | None = None,
     ) -> Iterator[m.MemoryView]:
-        """Every live memory, page after page (`limit` per page)."""
+        """Every live memory (that `filter` admits), page after page (`limit` per page)."""
         filters = {"project_id": project_id, "scope": scope, "kind": kind, "topic": topic}
         cursor = None
         while True:
-            page = self.list_memories(user_id, limit=limit, cursor=cursor, **filters)
+            page = self.list_memories(user_id, limit=limit, cursor=cursor, filter=filter, **filters)
             yield from page.memories
             if page.next_cursor is None:
                 return
@@ -220,13 +228,19 @@ class MemoryRoutes(Connection):
         return self._send(Call("POST", path, one(m.MemoryDetail), json=body))
 
     def delete_memories(
-        self, user_id: str, query: str, *, project_id: str | None = None
+        self,
+        user_id: str,
+        query: str,
+        *,
+        project_id: str | None = None,
+        filter: dict[str, Any] | None = None,
     ) -> list[m.MemoryView]:
-        """Retire the memories whose text holds every word of `query`: the
-        project's with `project_id`, else the global ones. Not retried."""
+        """Retire the memories whose text holds every word of `query` (and that
+        `filter` admits): the project's with `project_id`, else the global ones.
+        Not retried."""
         # Not retried: a second attempt after a lost answer would find nothing left to
         # delete and answer an empty list, hiding what the first one deleted.
-        body = present(user_id=user_id, query=query, project_id=project_id)
+        body = present(user_id=user_id, query=query, project_id=project_id, filter=filter)
         parse = listed(m.MemoryView, "deleted")
         return self._send(Call("POST", "/v1/memories:delete", parse, json=body))
 

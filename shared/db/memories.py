@@ -16,11 +16,12 @@ from typing import Any
 import psycopg
 from psycopg.types.json import Jsonb
 
-from shared.db import outbox
+from shared.db import filter_sql, outbox
 from shared.db.memory_rows import MemoryEdit, MemoryRow, NewMemory, PageFilter, Revision
 from shared.db.pool import as_vector
 from shared.db.run import fetch
 from shared.llm.base import Action
+from shared.memory.filters import Node
 
 MEMORY_COLUMNS = (
     "m.id::text AS id, m.app, m.user_id, m.project_id, m.session_id, m.scope, m.kind, "
@@ -97,16 +98,21 @@ class Memories:
         if where.after is not None:
             params["after_created"], params["after_id"] = where.after
             clauses.append("(m.created_at, m.id) > (%(after_created)s, %(after_id)s::uuid)")
+        if where.matching is not None:
+            clauses.append(filter_sql.where(where.matching, params))
         return self._memories(
             f"SELECT {MEMORY_COLUMNS} FROM memories m WHERE {' AND '.join(clauses)} "
             "ORDER BY m.created_at, m.id LIMIT %(limit)s",
             params,
         )
 
-    def live_matching(self, app: str, user_id: str, project_id: str, query: str) -> list[MemoryRow]:
+    def live_matching(
+        self, app: str, user_id: str, project_id: str, query: str, matching: Node | None = None
+    ) -> list[MemoryRow]:
         """The user's live memories whose text holds every word of `query` (full
-        text, AND of its lexemes): with a project, that project's memories only;
-        without one, global memories only. Oldest first."""
+        text, AND of its lexemes) and that the filter `matching` admits: with a
+        project, that project's memories only; without one, global memories only.
+        Oldest first."""
         if project_id:
             where, params = (
                 "scope = 'project' AND project_id = %(project)s",
@@ -115,6 +121,8 @@ class Memories:
         else:
             where, params = "scope = 'global'", {}
         params.update({"app": app, "user_id": user_id, "query": query})
+        if matching is not None:
+            where += " AND " + filter_sql.where(matching, params)
         return self._memories(
             f"""
             SELECT {MEMORY_COLUMNS} FROM memories AS m

@@ -8,6 +8,8 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
+from shared.memory.filters import Node
+
 # The entity of a user's compacted summary of old episodes (one per scope and
 # project, kind `event`), written only by the compaction worker.
 COMPACTED_ENTITY = "compacted-episodes"
@@ -93,6 +95,7 @@ class PageFilter:
     kind: str | None = None
     after: tuple[datetime, str] | None = None
     topic: str | None = None
+    matching: Node | None = None  # a caller's filter (shared.memory.filters)
 
 
 @dataclass(frozen=True)

@@ -58,6 +58,7 @@ from shared.db.search_filters import (
     memory_count_filter,
     memory_filter,
 )
+from shared.memory.filters import Node
 from shared.memory.ranking import Fusion, Ranked, Scope
 
 # The context's pinned rules: at most this many, newest first.
@@ -281,25 +282,30 @@ def search_memories(
     kinds: Sequence[str] | None = None,
     pinned: bool = False,
     citations: dict[str, Cited] | None = None,
+    matching: Node | None = None,
 ) -> Steps[tuple[list[tuple[MemoryRow, Ranked]], list[MemoryRow]]]:
-    """The fused top-k live memories `scope` may see and, if `pinned`, its rules
-    (at most PINNED_LIMIT, newest first): one statement. Given `citations`, it
-    also reads where each comes from, into it by memory id."""
-    where, params = memory_filter(scope, kinds)
+    """The fused top-k live memories `scope` may see (and the filter `matching`
+    admits) and, if `pinned`, its rules (at most PINNED_LIMIT, newest first): one
+    statement. Given `citations`, it also reads where each comes from, into it by
+    memory id."""
+    where, params = memory_filter(scope, kinds, matching)
     params.update(fusion_params(fusion, embeddings, queries, k))
     params["pinned_limit"] = PINNED_LIMIT
     sized = SCOPE_SIZES.key("memories", scope, fusion.exact_below)
-    exact = SCOPE_SIZES.cached(sized)
+    # A filtered search counts the rows its filter admits (so a narrow filter ranks
+    # them exactly, not through an HNSW walk that drops most of what it finds); its
+    # count depends on the filter's values, so no count is kept.
+    exact = SCOPE_SIZES.cached(sized) if matching is None else None
     sql = hybrid_sql(
         "memories",
         MEMORY_COLUMNS + (CITED_COLUMNS if citations is not None else ""),
         where,
         pinned_rules=pinned,
-        count_where=memory_count_filter(scope),
+        count_where=memory_count_filter(scope) if matching is None else None,
         exact=exact,
     )
     rows = yield Statement(sql, params)
-    if exact is None and rows:
+    if exact is None and rows and matching is None:
         SCOPE_SIZES.store(sized, bool(rows[0]["exact"]))
     found, rules = [], []
     for row in rows:

@@ -148,6 +148,11 @@ async def scenario(session: ClientSession, ids: dict, rules: MemoryClient, **who
         {"by": "mcp"},
         2,
     )
+    by_mcp, by_other = {"metadata.by": "mcp"}, {"metadata.by": "someone"}
+    found = await call(session, "search_memories", query="editor", filter=by_mcp, **_user(who))
+    assert [m["id"] for m in found["memories"]] == [memory_id]
+    listing = await call(session, "list_memories", filter=by_other, **_user(who))
+    assert listing["memories"] == []
 
     assert await call(session, "forget", memory_id=memory_id, **_user(who)) == {
         "deleted": [memory_id]

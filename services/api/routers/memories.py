@@ -23,6 +23,7 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Query, Response
 from pydantic import BeforeValidator
 
+from services.api import filter_models
 from services.api.custom_methods import ResourceRoute
 from services.api.deps import Api, ApiDep, AppIdDep, CallerDep
 from services.api.errors import ApiError, postgres_or_503
@@ -62,7 +63,10 @@ router = APIRouter(route_class=ResourceRoute)
 async def memories_search(body: SearchRequest, app_id: AppIdDep, api: ApiDep) -> Response:
     scope = Scope(app_id, body.user_id, body.project_id or "")
     queries = await sub_queries(api.llm, body.query) if body.decompose else [body.query]
-    found, _ = await postgres_or_503(api.search.memories(scope, queries, body.k, body.kinds))
+    matching = filter_models.read(body.filter)
+    found, _ = await postgres_or_503(
+        api.search.memories(scope, queries, body.k, body.kinds, matching=matching)
+    )
     # The fast path of services.api.models.json_response.
     return json_response({"queries": queries, "memories": [found_fields(f) for f in found]})
 
@@ -78,9 +82,14 @@ async def list_memories(
     limit: Annotated[int, Query(ge=1, le=500), BeforeValidator(query_integer)] = 100,
     cursor: Annotated[str | None, Query()] = None,
     topic: Annotated[str | None, Query(pattern="^[a-z][a-z0-9_]{0,39}$")] = None,
+    filter: Annotated[
+        str | None,
+        Query(description="a filter expression (the `Filter` schema) as JSON text"),
+    ] = None,
 ) -> MemoryPage:
     after = _decode_cursor(cursor) if cursor else None
-    where = PageFilter(app_id, user_id, project_id, scope, kind, after, topic)
+    matching = filter_models.read_query(filter)
+    where = PageFilter(app_id, user_id, project_id, scope, kind, after, topic, matching)
     # One more than the page: whether there is a next one.
     rows = await postgres_or_503(
         in_thread(api.pool, lambda uow: uow.memories.page(where, limit + 1), commit=False)

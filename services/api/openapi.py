@@ -97,15 +97,20 @@ LINKS: dict[tuple[str, str], dict[int, dict[str, dict]]] = {
                 {"path.memory_id": "$response.body#/memory/id"},
                 user_id=_BODY_USER,
             ),
-            "EditMemory": _link(
-                "patch",
-                _MEMORY,
-                {"path.memory_id": "$response.body#/memory/id"},
-                user_id=_BODY_USER,
-            ),
             "DeleteMemory": _link("delete", _MEMORY, _WRITTEN),
             "ListMemories": _link("get", "/v1/memories", {"query.user_id": _BODY_USER}),
             "ExportUser": _link("get", "/v1/users/{user_id}:export", {"path.user_id": _BODY_USER}),
+        }
+    },
+    # Edited once read: the write's own links are as many as the sequences can follow.
+    ("get", _MEMORY): {
+        200: {
+            "EditMemory": _link(
+                "patch",
+                _MEMORY,
+                {"path.memory_id": "$response.body#/id"},
+                user_id="$request.query.user_id",
+            ),
         }
     },
     ("patch", _MEMORY): {

@@ -28,6 +28,7 @@ import random
 import statistics
 import sys
 import time
+from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
@@ -36,6 +37,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import psycopg  # noqa: E402
 from pgvector import Vector  # noqa: E402
 from pgvector.psycopg import register_vector  # noqa: E402
+from psycopg.types.json import Jsonb  # noqa: E402
 
 from bench.common import MachineTime, bench_stack, describe_machine, percentile  # noqa: E402
 from shared.embeddings import make_embedder  # noqa: E402
@@ -152,17 +154,28 @@ def owners(total: int) -> list[tuple[str, int]]:
     ]
 
 
-def load(database_url: str, app: str, total: int, dim: int, embedder) -> dict[str, float]:
+def load(
+    database_url: str,
+    app: str,
+    total: int,
+    dim: int,
+    embedder,
+    users: list[tuple[str, int]] | None = None,
+    metadata: Callable[[random.Random], dict] | None = None,
+) -> dict[str, float]:
+    """Generate, embed and COPY the memories of `users` ((user, count); `owners(total)`
+    by default), each with `metadata(rng)` if given, then build the indexes."""
     rng = random.Random(42)
     timings = {}
     started = time.perf_counter()
     rows = []
     now = datetime(2026, 6, 1, tzinfo=UTC)
-    for user, count in owners(total):
+    for user, count in users or owners(total):
         for i in range(count):
             kind, text = sentence(rng)
             project = rng.choice(PROJECTS) if rng.random() < 0.7 else ""
-            rows.append((user, project, kind, text, now - timedelta(minutes=i)))
+            extra = Jsonb(metadata(rng)) if metadata else Jsonb({})
+            rows.append((user, project, kind, text, now - timedelta(minutes=i), extra))
     timings["generate_s"] = time.perf_counter() - started
     started = time.perf_counter()
     vectors = []
@@ -173,7 +186,11 @@ def load(database_url: str, app: str, total: int, dim: int, embedder) -> dict[st
     with psycopg.connect(database_url, autocommit=True) as conn:
         register_vector(conn)
         # Loaded without the search indexes, then each built as the migrations define it.
-        rebuilt = {"hnsw_index_s": "memories_embedding", "gin_index_s": "memories_tsv"}
+        rebuilt = {
+            "hnsw_index_s": "memories_embedding",
+            "gin_index_s": "memories_tsv",
+            "metadata_index_s": "memories_metadata",
+        }
         definitions = {
             timing: conn.execute("SELECT pg_get_indexdef(%s::regclass)", (index,)).fetchone()[0]
             for timing, index in rebuilt.items()
@@ -185,12 +202,12 @@ def load(database_url: str, app: str, total: int, dim: int, embedder) -> dict[st
             conn.cursor() as cur,
             cur.copy(
                 "COPY memories (app, user_id, project_id, scope, kind, text, embedding, "
-                "observed_at) FROM STDIN"
+                "observed_at, metadata) FROM STDIN"
             ) as copy,
         ):
-            for (user, project, kind, text, at), vector in zip(rows, vectors, strict=True):
+            for (user, project, kind, text, at, extra), vector in zip(rows, vectors, strict=True):
                 scope = "project" if project else "global"
-                copy.write_row((app, user, project, scope, kind, text, Vector(vector), at))
+                copy.write_row((app, user, project, scope, kind, text, Vector(vector), at, extra))
         timings["copy_s"] = time.perf_counter() - started
         conn.execute("SET maintenance_work_mem = '4GB'")
         conn.execute("SET max_parallel_maintenance_workers = 1")

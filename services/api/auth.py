@@ -33,7 +33,7 @@ from services.api.errors import error_body, request_id_of
 from services.console import access as console
 from services.console import pages
 from shared.api_keys import key_hash
-from shared.db.api_keys import lookup
+from shared.db.api_keys import Holder, lookup
 from shared.db.run import arun
 from shared.metrics import count_store_error
 
@@ -65,7 +65,7 @@ class Authentication:
         settings = api.state.resources.settings
         state = scope.setdefault("state", {})
         if settings.auth_disabled:
-            state["app_id"], state["admin"] = settings.default_app, True
+            state["app_id"], state["admin"], state["key_id"] = settings.default_app, True, ""
             await self.app(scope, receive, send)
             return
         try:
@@ -107,19 +107,22 @@ class Authentication:
                     return
                 if len(self._known) >= MAX_CACHED_KEYS:
                     self._known.clear()
-                known = _Known(found[0], found[1], now + settings.auth_cache_seconds, now)
+                known = _Known(
+                    found.app, found.admin, found.key_id, now + settings.auth_cache_seconds, now
+                )
                 self._known[digest] = known
-        state["app_id"], state["admin"] = known.app, known.admin
+        state["app_id"], state["admin"], state["key_id"] = known.app, known.admin, known.key_id
         await self.app(scope, receive, send)
 
 
 @dataclass(frozen=True, slots=True)
 class _Known:
-    """A key found valid: its app, whether it is an admin key, until when it is
-    trusted without a lookup, and when it was last looked up."""
+    """A key found valid: its app, whether it is an admin key, its id, until when
+    it is trusted without a lookup, and when it was last looked up."""
 
     app: str
     admin: bool
+    key_id: str
     trusted_until: float
     verified_at: float
 
@@ -157,8 +160,8 @@ def _bearer(scope: Scope) -> str | None:
     return None
 
 
-async def lookup_key(pool: Any, digest: bytes) -> tuple[str, bool] | None:
-    """The app of the key whose SHA-256 is `digest`, and whether it is an admin key."""
+async def lookup_key(pool: Any, digest: bytes) -> Holder | None:
+    """The live key whose SHA-256 is `digest`: its app, role and id."""
     async with pool.connection() as conn:
         return await arun(conn, lookup(digest))
 

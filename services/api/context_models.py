@@ -7,6 +7,7 @@ from typing import Annotated, Any
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, model_validator
 
+from services.api.filter_models import FilterJson
 from services.api.memory_models import (
     AwareTime,
     MemoryView,
@@ -69,6 +70,9 @@ class ContextRequest(_Request, TimeFields):
         default=None,
         description="the time the periods the query names ('last month') are read against; "
         "default now",
+    )
+    filter: FilterJson | None = Field(
+        default=None, description="only the memories and rules this filter admits"
     )
 
     @model_validator(mode="after")

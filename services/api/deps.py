@@ -25,7 +25,7 @@ from fastapi.routing import APIRoute
 from psycopg_pool import AsyncConnectionPool, ConnectionPool
 
 from services.api.errors import ApiError
-from services.api.tenant import app_of, is_admin
+from services.api.tenant import app_of, caller_of, is_admin
 from shared.bootstrap import Resources
 from shared.bus.publisher import EventPublisher
 from shared.config import Settings
@@ -132,8 +132,14 @@ async def get_is_admin(request: Request) -> bool:
     return is_admin(request)
 
 
+async def get_caller(request: Request) -> str:
+    """Who is asking, as a revision's source names it (services.api.tenant)."""
+    return caller_of(request)
+
+
 ApiDep = Annotated[Api, Depends(get_api)]
 AppIdDep = Annotated[str, Depends(get_app_id)]
 AdminDep = Annotated[bool, Depends(get_is_admin)]
+CallerDep = Annotated[str, Depends(get_caller)]
 
-__all__ = ["AdminDep", "Api", "ApiDep", "AppIdDep", "attach"]
+__all__ = ["AdminDep", "Api", "ApiDep", "AppIdDep", "CallerDep", "attach"]

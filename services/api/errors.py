@@ -141,7 +141,8 @@ def _field_name(loc: tuple) -> str:
     return ".".join(parts) or "body"
 
 
-_NAMED = re.compile(r"([a-z_][a-z0-9_.]*): (.+)", re.DOTALL)
+# A message that begins with the dotted path of the part it is about (`a.b[2].c: ...`).
+_NAMED = re.compile(r"([a-z_][A-Za-z0-9_.\[\]-]*): (.+)", re.DOTALL)
 
 
 def _clean(msg: str) -> str:

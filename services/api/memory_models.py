@@ -5,10 +5,11 @@ from __future__ import annotations
 
 import re
 from datetime import UTC, datetime
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, WithJsonSchema
 
+from services.api.filter_models import FilterJson
 from services.api.models import (
     BLANK,
     TEXT_SCHEMA,
@@ -20,6 +21,7 @@ from services.api.models import (
     json_integer,
 )
 from services.api.time_models import TimeFields
+from shared.memory import metadata
 
 Kind = Literal["preference", "fact", "rule", "event"]
 ScopeName = Literal["global", "project", "session"]
@@ -72,6 +74,10 @@ EntityName = Annotated[
     str, Field(max_length=200), AfterValidator(_name), WithJsonSchema(NAME_SCHEMA)
 ]
 AwareTime = Annotated[Time | None, AfterValidator(_aware)]
+Metadata = Annotated[
+    dict[str, Any], AfterValidator(metadata.checked), WithJsonSchema(metadata.SCHEMA)
+]
+TOPIC_PATTERN = "^[a-z][a-z0-9_]{0,39}$"
 
 
 class _Request(RequestBody):
@@ -97,6 +103,7 @@ class SearchRequest(_Request, TimeFields):
     k: Count = Field(default=10, ge=1, le=100)
     kinds: list[Kind] | None = None
     decompose: bool = False
+    filter: FilterJson | None = None
 
 
 class MemoryIdentity(BaseModel):
@@ -118,6 +125,7 @@ class MemoryView(MemoryIdentity):
     deleted_at: str | None = None
     expire_at: str | None = None  # gone from every read from then on; null: never
     topic: str = ""  # the extraction topic it was kept under
+    metadata: dict[str, Any] = {}  # the caller's own JSON object
 
 
 class ScoredMemory(MemoryView):
@@ -216,6 +224,9 @@ class RevisionView(BaseModel):
     observed_at: str
     applied: bool  # false: an older observation, kept in history only
     created_at: str
+    source: str = Field(
+        default="", description="who wrote it: '' the pipeline, 'key:<id>' an edit by that API key"
+    )
 
 
 class MemoryDetail(MemoryView):
@@ -279,6 +290,7 @@ class Operation(BaseModel):
 class DeleteByQueryRequest(_Request):
     project_id: OptionalId = None
     query: QueryText
+    filter: FilterJson | None = None
 
 
 class DeleteByQueryResponse(BaseModel):

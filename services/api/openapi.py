@@ -18,6 +18,8 @@ from typing import Any
 from fastapi import FastAPI
 from fastapi.openapi.utils import get_openapi
 
+from services.api import filter_models
+
 SECURITY_SCHEME = "ApiKey"
 
 # Every `/v1` operation: no or a bad key, a field that is wrong, a store or the bus
@@ -51,6 +53,11 @@ ROUTE_ERRORS: dict[tuple[str, str], dict[int, str]] = {
     ("post", "/v1/memories/{memory_id}:rollback"): {
         404: "No such memory for this user.",
         409: "The memory is deleted, or that revision's text is already current.",
+    },
+    ("patch", "/v1/memories/{memory_id}"): {
+        404: "No such memory for this user.",
+        409: "The memory is deleted or expired, another live memory of its scope has that "
+        "entity, or it kept changing under the edit; retry.",
     },
     ("put", "/v1/config/ttl"): {403: "The app's TTLs need an admin key of the app."},
     ("put", "/v1/config/extraction"): {403: "The extraction topics need an admin key of the app."},
@@ -93,6 +100,26 @@ LINKS: dict[tuple[str, str], dict[int, dict[str, dict]]] = {
             "DeleteMemory": _link("delete", _MEMORY, _WRITTEN),
             "ListMemories": _link("get", "/v1/memories", {"query.user_id": _BODY_USER}),
             "ExportUser": _link("get", "/v1/users/{user_id}:export", {"path.user_id": _BODY_USER}),
+        }
+    },
+    # Edited once read: the write's own links are as many as the sequences can follow.
+    ("get", _MEMORY): {
+        200: {
+            "EditMemory": _link(
+                "patch",
+                _MEMORY,
+                {"path.memory_id": "$response.body#/id"},
+                user_id="$request.query.user_id",
+            ),
+        }
+    },
+    ("patch", _MEMORY): {
+        200: {
+            "GetMemory": _link(
+                "get",
+                _MEMORY,
+                {"path.memory_id": "$response.body#/id", "query.user_id": _BODY_USER},
+            ),
         }
     },
     ("post", f"{_MEMORY}:rollback"): {
@@ -219,6 +246,8 @@ def contract(document: dict[str, Any]) -> dict[str, Any]:
     for unused in ("HTTPValidationError", "ValidationError"):
         schemas.pop(unused, None)
     schemas["ErrorResponse"] = ERROR_RESPONSE
+    schemas.update(filter_models.SCHEMAS)
+    filter_models.declare_query(document)
     components["securitySchemes"] = {
         SECURITY_SCHEME: {
             "type": "http",

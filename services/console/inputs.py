@@ -8,7 +8,9 @@ client unchecked: an id of 70,000 characters would not even make a URL.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Collection, Mapping
+from typing import Any
 
 from services.console.access import Refused
 from shared.identifiers import MAX_IDENTIFIER_LENGTH, identifier_problem, text_problem
@@ -70,6 +72,20 @@ def choice(source: Source, field: str, options: Collection[str], *, default: str
     if value not in options:
         raise Refused(422, f"{field}: must be one of {', '.join(sorted(options))}")
     return value
+
+
+def json_object(source: Source, field: str) -> dict[str, Any]:
+    """A JSON object typed into a form (blank: the empty one); the API checks the rest."""
+    value = text(source, field)
+    if not value:
+        return {}
+    try:
+        parsed = json.loads(value)
+    except ValueError:
+        raise Refused(422, f"{field}: is not JSON") from None
+    if not isinstance(parsed, dict):
+        raise Refused(422, f"{field}: must be a JSON object")
+    return parsed
 
 
 def number(source: Source, field: str, *, default: int | None = None) -> int:

@@ -1,7 +1,7 @@
 """A user's memory as the console shows it: find a user of the app, their memories
 by scope (with kind, entity and project filters, and the hybrid search), each
-memory's revisions and the event behind each, rolling a memory back to a revision,
-deleting it (after asking), the user's sessions with their buffered turns and
+memory's revisions and the event behind each, editing a memory, rolling it back to
+a revision, deleting it (after asking), the user's sessions with their buffered turns and
 rolling summary, and the archive search.
 
 The lists (users, a user's memories and sessions) are read from Postgres a page
@@ -124,6 +124,29 @@ async def _memory_page(
     return page(
         request, "memory.html", user_id=user_id, memory=detail, outcome=outcome, entities=entities
     )
+
+
+@router.post(MEMORY + "/edit", response_class=HTMLResponse)
+async def edit_memory(request: Request) -> HTMLResponse:
+    form = await access.checked_form(request)
+    user_id, memory_id = _memory_of(form)
+    text = inputs.text(form, "text", required=True)
+    kind = inputs.choice(form, "kind", KINDS)
+    entity = inputs.text(form, "entity_name", limit=200).strip()
+    metadata = inputs.json_object(form, "metadata")
+    async with client(request) as api:
+        before = len((await api.get_memory(user_id, memory_id)).revisions)
+        detail = await api.edit_memory(
+            user_id,
+            memory_id,
+            text=text,
+            kind=kind or None,
+            entity_name=entity,
+            metadata=metadata,
+        )
+    added = len(detail.revisions) - before
+    outcome = f"saved as revision {len(detail.revisions)}" if added else "nothing changed"
+    return page(request, "memory.html", user_id=user_id, memory=detail, outcome=outcome)
 
 
 @router.post(MEMORY + "/delete")

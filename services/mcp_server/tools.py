@@ -20,8 +20,9 @@ from mcp.server.mcpserver.exceptions import ToolError
 from mcp.types import ToolAnnotations
 from pydantic import Field
 
+from services.mcp_server.edit_tools import EditTools
+from services.mcp_server.entity_tools import EntityTools
 from shared.client import AsyncMemoryClient, MemoryClientError
-from shared.entities.names import normalise
 
 Kind = Literal["preference", "fact", "rule", "event"]
 Scope = Literal["global", "project", "session"]
@@ -51,6 +52,13 @@ ProjectId = Annotated[
 ]
 Query = Annotated[str, Field(description="What to look for, in natural language")]
 K = Annotated[int | None, Field(description="How many results at most (1-100)")]
+Filter = Annotated[
+    dict[str, Any] | None,
+    Field(
+        description='Only the memories this filter expression admits, e.g. {"metadata.team": '
+        '"infra"} or {"and": [{"kind": {"in": ["fact", "rule"]}}, {"not": {"topic": "x"}}]}'
+    ),
+]
 
 
 @dataclass(frozen=True)
@@ -62,7 +70,7 @@ class Defaults:
     session_id: str | None = None
 
 
-class MemoryTools:
+class MemoryTools(EditTools, EntityTools):
     """The tools, bound to how they reach the API and to the default ids."""
 
     def __init__(self, connect: Connect, defaults: Defaults) -> None:
@@ -173,6 +181,7 @@ class MemoryTools:
         ctx: Context,
         k: K = None,
         kinds: Annotated[list[Kind] | None, Field(description="Only these kinds")] = None,
+        filter: Filter = None,
         user_id: UserId = None,
         project_id: ProjectId = None,
     ) -> dict[str, Any]:
@@ -180,7 +189,8 @@ class MemoryTools:
         by meaning and by words; the best matches first, each with its id."""
         user, project = self._user(user_id), self._project(project_id)
         found = await self._call(
-            ctx, lambda c: c.search(user, query, project_id=project, k=k, kinds=kinds)
+            ctx,
+            lambda c: c.search(user, query, project_id=project, k=k, kinds=kinds, filter=filter),
         )
         return {"memories": [_brief(m.model_dump(mode="json")) for m in found]}
 
@@ -227,6 +237,7 @@ class MemoryTools:
         cursor: Annotated[
             str | None, Field(description="The next_cursor of the previous page")
         ] = None,
+        filter: Filter = None,
         user_id: UserId = None,
         project_id: ProjectId = None,
     ) -> dict[str, Any]:
@@ -235,43 +246,17 @@ class MemoryTools:
         page = await self._call(
             ctx,
             lambda c: c.list_memories(
-                user, project_id=project, scope=scope, kind=kind, limit=limit, cursor=cursor
+                user,
+                project_id=project,
+                scope=scope,
+                kind=kind,
+                limit=limit,
+                cursor=cursor,
+                filter=filter,
             ),
         )
         memories = [_brief(m.model_dump(mode="json")) for m in page.memories]
         return {"memories": memories, "next_cursor": page.next_cursor}
-
-    async def entities(
-        self,
-        ctx: Context,
-        name: Annotated[
-            str | None, Field(description="An entity's name or alias: that entity in full")
-        ] = None,
-        as_of: Annotated[
-            str | None, Field(description="What was true at this moment (RFC 3339, with zone)")
-        ] = None,
-        user_id: UserId = None,
-        project_id: ProjectId = None,
-    ) -> dict[str, Any]:
-        """The people, projects, places and things the user talks about. Without a
-        name: all of them, with kinds, aliases and how often each is mentioned. With
-        one: that entity's facts over time (valid_from, valid_to), the memories and
-        the turns that mention it."""
-        user, project = self._user(user_id), self._project(project_id)
-        page = await self._call(
-            ctx, lambda c: c.list_entities(user, project_id=project, as_of=as_of, limit=500)
-        )
-        listed = [e.model_dump(mode="json") for e in page.entities]
-        if name is None:
-            return {"entities": listed}
-        wanted = normalise(name)
-        match = next((e for e in listed if wanted in {normalise(a) for a in e["aliases"]}), None)
-        if match is None:
-            raise ToolError(f"no entity named {name!r}")
-        detail = await self._call(
-            ctx, lambda c: c.get_entity(user, match["id"], project_id=project, as_of=as_of)
-        )
-        return detail.model_dump(mode="json")
 
     async def forget(
         self,
@@ -362,6 +347,7 @@ TOOLS = {
     "search_archive": _READ_ONLY,
     "list_memories": _READ_ONLY,
     "entities": _READ_ONLY,
+    "edit_memory": _WRITES,
     "forget": _DELETES,
     # It consumes a one-time grant when one matches: not read-only.
     "check_tool_permission": _WRITES,

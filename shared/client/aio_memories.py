@@ -7,10 +7,12 @@ sync_memories.py is generated from this module (`make client`); `AsyncMemoryClie
 
 from __future__ import annotations
 
+import json
 import time
 from asyncio import sleep
 from collections.abc import AsyncIterator, Iterable, Sequence
 from datetime import datetime
+from typing import Any
 
 from shared.client import models as m
 from shared.client.aio_connection import AsyncConnection
@@ -37,9 +39,11 @@ class AsyncMemoryRoutes(AsyncConnection):
         as_of: datetime | str | None = None,
         observed_after: datetime | str | None = None,
         observed_before: datetime | str | None = None,
+        filter: dict[str, Any] | None = None,
     ) -> list[m.ScoredMemory]:
-        """Hybrid search of the live memories in scope, best first (with `as_of`, of
-        those live at that moment, as they were)."""
+        """Hybrid search of the live memories in scope (that `filter`, a filter
+        expression, admits), best first (with `as_of`, of those live at that
+        moment, as they were)."""
         kinds = list(kinds) if kinds is not None else None
         body = present(
             user_id=user_id,
@@ -51,6 +55,7 @@ class AsyncMemoryRoutes(AsyncConnection):
             as_of=rfc3339(as_of),
             observed_after=rfc3339(observed_after),
             observed_before=rfc3339(observed_before),
+            filter=filter,
         )
         parse = listed(m.ScoredMemory, "memories")
         call = Call("POST", "/v1/memories:search", parse, json=body, retry_safe=True)
@@ -102,9 +107,11 @@ class AsyncMemoryRoutes(AsyncConnection):
         cursor: str | None = None,
         topic: str | None = None,
         as_of: datetime | str | None = None,
+        filter: dict[str, Any] | None = None,
     ) -> m.MemoryPage:
-        """One page of live memories in creation order (with `as_of`, those live at
-        that moment, as they were); see `iter_memories`."""
+        """One page of live memories in creation order (those `filter`, a filter
+        expression, admits; with `as_of`, those live at that moment, as they were);
+        see `iter_memories`."""
         params = present(
             user_id=user_id,
             project_id=project_id,
@@ -114,6 +121,7 @@ class AsyncMemoryRoutes(AsyncConnection):
             cursor=cursor,
             topic=topic,
             as_of=rfc3339(as_of),
+            filter=json.dumps(filter) if filter is not None else None,
         )
         parse = one(m.MemoryPage)
         return await self._send(Call("GET", "/v1/memories", parse, params=params, retry_safe=True))
@@ -127,12 +135,15 @@ class AsyncMemoryRoutes(AsyncConnection):
         kind: str | None = None,
         limit: int | None = None,
         topic: str | None = None,
+        filter: dict[str, Any] | None = None,
     ) -> AsyncIterator[m.MemoryView]:
-        """Every live memory, page after page (`limit` per page)."""
+        """Every live memory (that `filter` admits), page after page (`limit` per page)."""
         filters = {"project_id": project_id, "scope": scope, "kind": kind, "topic": topic}
         cursor = None
         while True:
-            page = await self.list_memories(user_id, limit=limit, cursor=cursor, **filters)
+            page = await self.list_memories(
+                user_id, limit=limit, cursor=cursor, filter=filter, **filters
+            )
             for memory in page.memories:
                 yield memory
             if page.next_cursor is None:
@@ -158,10 +169,13 @@ class AsyncMemoryRoutes(AsyncConnection):
         consolidate: bool = True,
         expire_at: datetime | str | None = None,
         ttl_seconds: int | None = None,
+        metadata: dict[str, Any] | None = None,
     ) -> m.WriteMemoryResponse:
-        """Write a memory directly, consolidated like an extracted one. It expires at
-        `expire_at` or `ttl_seconds` from now (else as the app's TTLs say). Not retried."""
+        """Write a memory directly, consolidated like an extracted one, with the
+        caller's `metadata`. It expires at `expire_at` or `ttl_seconds` from now (else
+        as the app's TTLs say). Not retried."""
         body = present(
+            metadata=metadata,
             user_id=user_id,
             text=text,
             scope=scope,
@@ -181,6 +195,42 @@ class AsyncMemoryRoutes(AsyncConnection):
         parse = one(m.DeleteMemoryResponse)
         return await self._send(Call("DELETE", path, parse, params=params, retry_safe=True))
 
+    async def edit_memory(
+        self,
+        user_id: str,
+        memory_id: str,
+        *,
+        text: str | None = None,
+        kind: str | None = None,
+        entity_name: str | None = None,
+        topic: str | None = None,
+        metadata: dict[str, Any] | None = None,
+        expire_at: datetime | str | None = None,
+        ttl_seconds: int | None = None,
+        never_expire: bool = False,
+    ) -> m.MemoryDetail:
+        """Change the fields given (the others stay) as one revision whose source is
+        this client's key; `never_expire` clears the expiry. The memory with its
+        revisions. NotFoundError for an unknown memory, ConflictError for a deleted
+        one or an entity another live memory has."""
+        body = present(
+            user_id=user_id,
+            text=text,
+            kind=kind,
+            entity_name=entity_name,
+            topic=topic,
+            metadata=metadata,
+            expire_at=rfc3339(expire_at),
+            ttl_seconds=ttl_seconds,
+        )
+        if never_expire:
+            body["expire_at"] = None
+        path = f"/v1/memories/{segment(memory_id)}"
+        # Retried: the same edit again changes nothing.
+        return await self._send(
+            Call("PATCH", path, one(m.MemoryDetail), json=body, retry_safe=True)
+        )
+
     async def rollback_memory(self, user_id: str, memory_id: str, revision: int) -> m.MemoryDetail:
         """Make revision `revision`'s text current again, as a new revision; the
         memory with its revisions. NotFoundError for an unknown memory, ConflictError
@@ -192,13 +242,19 @@ class AsyncMemoryRoutes(AsyncConnection):
         return await self._send(Call("POST", path, one(m.MemoryDetail), json=body))
 
     async def delete_memories(
-        self, user_id: str, query: str, *, project_id: str | None = None
+        self,
+        user_id: str,
+        query: str,
+        *,
+        project_id: str | None = None,
+        filter: dict[str, Any] | None = None,
     ) -> list[m.MemoryView]:
-        """Retire the memories whose text holds every word of `query`: the
-        project's with `project_id`, else the global ones. Not retried."""
+        """Retire the memories whose text holds every word of `query` (and that
+        `filter` admits): the project's with `project_id`, else the global ones.
+        Not retried."""
         # Not retried: a second attempt after a lost answer would find nothing left to
         # delete and answer an empty list, hiding what the first one deleted.
-        body = present(user_id=user_id, query=query, project_id=project_id)
+        body = present(user_id=user_id, query=query, project_id=project_id, filter=filter)
         parse = listed(m.MemoryView, "deleted")
         return await self._send(Call("POST", "/v1/memories:delete", parse, json=body))
 

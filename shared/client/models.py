@@ -6,6 +6,7 @@
 from __future__ import annotations
 
 from datetime import datetime
+from typing import Any
 
 from shared.client.request import ApiModel
 
@@ -53,6 +54,7 @@ class MemoryView(MemoryIdentity):
     deleted_at: datetime | None = None
     expire_at: datetime | None = None
     topic: str = ""
+    metadata: dict[str, Any] = {}
 
 
 class ScoredMemory(MemoryView):
@@ -371,6 +373,8 @@ class RevisionView(ApiModel):
     observed_at: datetime
     applied: bool
     created_at: datetime
+    source: str = ""
+    """Who wrote it: '' the pipeline, 'key:<id>' an edit by that API key."""
 
 
 class RuleList(ApiModel):

@@ -98,11 +98,13 @@ class MemoryClient(MemoryRoutes, EntityRoutes):
         token_budget: int | None = None,
         sections: Mapping[str, int] | None = None,
         asked_at: datetime | str | None = None,
+        filter: dict[str, Any] | None = None,
     ) -> m.ContextResponse:
         """What to put in front of the model for `query`: `system_instruction`, with
         each of its items (rules, memories, long-term summaries, recalled turns) and
         where it comes from. `sections`: a cap in tokens per section (0: off), e.g.
-        `{"recalled_turns": 800}`; `asked_at`: what "last month" in `query` means."""
+        `{"recalled_turns": 800}`; `asked_at`: what "last month" in `query` means;
+        `filter`: only the memories and rules this filter expression admits."""
         body = present(
             user_id=user_id,
             session_id=session_id,
@@ -113,6 +115,7 @@ class MemoryClient(MemoryRoutes, EntityRoutes):
             token_budget=token_budget,
             sections=dict(sections) if sections is not None else None,
             asked_at=rfc3339(asked_at),
+            filter=filter,
         )
         parse = one(m.ContextResponse)
         return self._send(Call("POST", "/v1/context", parse, json=body, retry_safe=True))

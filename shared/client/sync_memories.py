@@ -8,10 +8,12 @@ Generated from aio_memories.py, the asyncio client, by `make client`: edit that 
 
 from __future__ import annotations
 
+import json
 import time
 from collections.abc import Iterable, Iterator, Sequence
 from datetime import datetime
 from time import sleep
+from typing import Any
 
 from shared.client import models as m
 from shared.client.call import Call, next_poll
@@ -38,9 +40,11 @@ class MemoryRoutes(Connection):
         as_of: datetime | str | None = None,
         observed_after: datetime | str | None = None,
         observed_before: datetime | str | None = None,
+        filter: dict[str, Any] | None = None,
     ) -> list[m.ScoredMemory]:
-        """Hybrid search of the live memories in scope, best first (with `as_of`, of
-        those live at that moment, as they were)."""
+        """Hybrid search of the live memories in scope (that `filter`, a filter
+        expression, admits), best first (with `as_of`, of those live at that
+        moment, as they were)."""
         kinds = list(kinds) if kinds is not None else None
         body = present(
             user_id=user_id,
@@ -52,6 +56,7 @@ class MemoryRoutes(Connection):
             as_of=rfc3339(as_of),
             observed_after=rfc3339(observed_after),
             observed_before=rfc3339(observed_before),
+            filter=filter,
         )
         parse = listed(m.ScoredMemory, "memories")
         call = Call("POST", "/v1/memories:search", parse, json=body, retry_safe=True)
@@ -103,9 +108,11 @@ class MemoryRoutes(Connection):
         cursor: str | None = None,
         topic: str | None = None,
         as_of: datetime | str | None = None,
+        filter: dict[str, Any] | None = None,
     ) -> m.MemoryPage:
-        """One page of live memories in creation order (with `as_of`, those live at
-        that moment, as they were); see `iter_memories`."""
+        """One page of live memories in creation order (those `filter`, a filter
+        expression, admits; with `as_of`, those live at that moment, as they were);
+        see `iter_memories`."""
         params = present(
             user_id=user_id,
             project_id=project_id,
@@ -115,6 +122,7 @@ class MemoryRoutes(Connection):
             cursor=cursor,
             topic=topic,
             as_of=rfc3339(as_of),
+            filter=json.dumps(filter) if filter is not None else None,
         )
         parse = one(m.MemoryPage)
         return self._send(Call("GET", "/v1/memories", parse, params=params, retry_safe=True))
@@ -128,12 +136,13 @@ class MemoryRoutes(Connection):
         kind: str | None = None,
         limit: int | None = None,
         topic: str | None = None,
+        filter: dict[str, Any] | None = None,
     ) -> Iterator[m.MemoryView]:
-        """Every live memory, page after page (`limit` per page)."""
+        """Every live memory (that `filter` admits), page after page (`limit` per page)."""
         filters = {"project_id": project_id, "scope": scope, "kind": kind, "topic": topic}
         cursor = None
         while True:
-            page = self.list_memories(user_id, limit=limit, cursor=cursor, **filters)
+            page = self.list_memories(user_id, limit=limit, cursor=cursor, filter=filter, **filters)
             yield from page.memories
             if page.next_cursor is None:
                 return
@@ -158,10 +167,13 @@ class MemoryRoutes(Connection):
         consolidate: bool = True,
         expire_at: datetime | str | None = None,
         ttl_seconds: int | None = None,
+        metadata: dict[str, Any] | None = None,
     ) -> m.WriteMemoryResponse:
-        """Write a memory directly, consolidated like an extracted one. It expires at
-        `expire_at` or `ttl_seconds` from now (else as the app's TTLs say). Not retried."""
+        """Write a memory directly, consolidated like an extracted one, with the
+        caller's `metadata`. It expires at `expire_at` or `ttl_seconds` from now (else
+        as the app's TTLs say). Not retried."""
         body = present(
+            metadata=metadata,
             user_id=user_id,
             text=text,
             scope=scope,
@@ -181,6 +193,40 @@ class MemoryRoutes(Connection):
         parse = one(m.DeleteMemoryResponse)
         return self._send(Call("DELETE", path, parse, params=params, retry_safe=True))
 
+    def edit_memory(
+        self,
+        user_id: str,
+        memory_id: str,
+        *,
+        text: str | None = None,
+        kind: str | None = None,
+        entity_name: str | None = None,
+        topic: str | None = None,
+        metadata: dict[str, Any] | None = None,
+        expire_at: datetime | str | None = None,
+        ttl_seconds: int | None = None,
+        never_expire: bool = False,
+    ) -> m.MemoryDetail:
+        """Change the fields given (the others stay) as one revision whose source is
+        this client's key; `never_expire` clears the expiry. The memory with its
+        revisions. NotFoundError for an unknown memory, ConflictError for a deleted
+        one or an entity another live memory has."""
+        body = present(
+            user_id=user_id,
+            text=text,
+            kind=kind,
+            entity_name=entity_name,
+            topic=topic,
+            metadata=metadata,
+            expire_at=rfc3339(expire_at),
+            ttl_seconds=ttl_seconds,
+        )
+        if never_expire:
+            body["expire_at"] = None
+        path = f"/v1/memories/{segment(memory_id)}"
+        # Retried: the same edit again changes nothing.
+        return self._send(Call("PATCH", path, one(m.MemoryDetail), json=body, retry_safe=True))
+
     def rollback_memory(self, user_id: str, memory_id: str, revision: int) -> m.MemoryDetail:
         """Make revision `revision`'s text current again, as a new revision; the
         memory with its revisions. NotFoundError for an unknown memory, ConflictError
@@ -192,13 +238,19 @@ class MemoryRoutes(Connection):
         return self._send(Call("POST", path, one(m.MemoryDetail), json=body))
 
     def delete_memories(
-        self, user_id: str, query: str, *, project_id: str | None = None
+        self,
+        user_id: str,
+        query: str,
+        *,
+        project_id: str | None = None,
+        filter: dict[str, Any] | None = None,
     ) -> list[m.MemoryView]:
-        """Retire the memories whose text holds every word of `query`: the
-        project's with `project_id`, else the global ones. Not retried."""
+        """Retire the memories whose text holds every word of `query` (and that
+        `filter` admits): the project's with `project_id`, else the global ones.
+        Not retried."""
         # Not retried: a second attempt after a lost answer would find nothing left to
         # delete and answer an empty list, hiding what the first one deleted.
-        body = present(user_id=user_id, query=query, project_id=project_id)
+        body = present(user_id=user_id, query=query, project_id=project_id, filter=filter)
         parse = listed(m.MemoryView, "deleted")
         return self._send(Call("POST", "/v1/memories:delete", parse, json=body))
 

@@ -5,13 +5,14 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import datetime
+from typing import NamedTuple
 
 import psycopg
 from psycopg.rows import tuple_row
 
 from shared.db.run import Statement, Steps, run
 
-LOOKUP_SQL = "SELECT app, admin FROM api_keys WHERE key_hash = %s AND revoked_at IS NULL"
+LOOKUP_SQL = "SELECT app, admin, id::text FROM api_keys WHERE key_hash = %s AND revoked_at IS NULL"
 _COLUMNS = "id, app, name, prefix, admin, created_at, revoked_at"
 
 
@@ -26,12 +27,21 @@ class ApiKey:
     revoked_at: datetime | None
 
 
-def lookup(digest: bytes) -> Steps[tuple[str, bool] | None]:
-    """The app of the live key whose SHA-256 is `digest`, and whether it is an admin
-    key; None for an unknown or revoked key. Run on the API's event loop by every
-    authenticated request that misses the key cache, and by `agent-memory up`."""
+class Holder(NamedTuple):
+    """What a live key is: its app, whether it is an admin key, and its id (what an
+    edit made with it names as its source)."""
+
+    app: str
+    admin: bool
+    key_id: str
+
+
+def lookup(digest: bytes) -> Steps[Holder | None]:
+    """The live key whose SHA-256 is `digest`; None for an unknown or revoked key.
+    Run on the API's event loop by every authenticated request that misses the key
+    cache, and by `agent-memory up`."""
     rows = yield Statement(LOOKUP_SQL, (digest,), tuple_row)
-    return (rows[0][0], bool(rows[0][1])) if rows else None
+    return Holder(rows[0][0], bool(rows[0][1]), rows[0][2]) if rows else None
 
 
 def _record(row: tuple) -> ApiKey:
@@ -69,6 +79,6 @@ class ApiKeys:
         ).fetchone()
         return row is not None
 
-    def lookup(self, digest: bytes) -> tuple[str, bool] | None:
+    def lookup(self, digest: bytes) -> Holder | None:
         """`lookup` on this connection."""
         return run(self.conn, lookup(digest))

@@ -14,19 +14,21 @@ from datetime import datetime
 from typing import Any
 
 import psycopg
+from psycopg.types.json import Jsonb
 
-from shared.db import entity_facts, outbox
+from shared.db import entity_facts, filter_sql, outbox
 from shared.db.entities import Entities, Owner
-from shared.db.memory_rows import MemoryRow, NewMemory, PageFilter, Revision
+from shared.db.memory_rows import MemoryEdit, MemoryRow, NewMemory, PageFilter, Revision
 from shared.db.pool import as_vector
 from shared.db.run import fetch
 from shared.llm.base import Action
+from shared.memory.filters import Node
 from shared.memory.ranking import TimeFilter
 
 MEMORY_COLUMNS = (
     "m.id::text AS id, m.app, m.user_id, m.project_id, m.session_id, m.scope, m.kind, "
     "m.entity_name, m.text, m.observed_at, m.created_at, m.updated_at, m.valid_to, "
-    "m.topic, m.expire_at"
+    "m.topic, m.expire_at, m.metadata"
 )
 
 
@@ -84,6 +86,16 @@ def try_user_lock(conn: psycopg.Connection, app: str, user_id: str) -> bool:
     return bool(row and row[0])
 
 
+def revision_state(memory: MemoryRow) -> dict[str, Any]:
+    """What a revision keeps of the memory besides its text."""
+    return {
+        "kind": memory.kind,
+        "entity_name": memory.entity_name,
+        "topic": memory.topic,
+        "metadata": memory.metadata,
+    }
+
+
 class Memories:
     """Plain SQL over one connection (the caller's transaction)."""
 
@@ -125,16 +137,21 @@ class Memories:
             params["after_created"], params["after_id"] = where.after
             clauses.append("(m.created_at, m.id) > (%(after_created)s, %(after_id)s::uuid)")
         columns = as_of_columns(MEMORY_COLUMNS) if "as_of" in params else MEMORY_COLUMNS
+        if where.matching is not None:
+            clauses.append(filter_sql.where(where.matching, params))
         return self._memories(
             f"SELECT {columns} FROM memories m WHERE {' AND '.join(clauses)} "
             "ORDER BY m.created_at, m.id LIMIT %(limit)s",
             params,
         )
 
-    def live_matching(self, app: str, user_id: str, project_id: str, query: str) -> list[MemoryRow]:
+    def live_matching(
+        self, app: str, user_id: str, project_id: str, query: str, matching: Node | None = None
+    ) -> list[MemoryRow]:
         """The user's live memories whose text holds every word of `query` (full
-        text, AND of its lexemes): with a project, that project's memories only;
-        without one, global memories only. Oldest first."""
+        text, AND of its lexemes) and that the filter `matching` admits: with a
+        project, that project's memories only; without one, global memories only.
+        Oldest first."""
         if project_id:
             where, params = (
                 "scope = 'project' AND project_id = %(project)s",
@@ -143,6 +160,8 @@ class Memories:
         else:
             where, params = "scope = 'global'", {}
         params.update({"app": app, "user_id": user_id, "query": query})
+        if matching is not None:
+            where += " AND " + filter_sql.where(matching, params)
         return self._memories(
             f"""
             SELECT {MEMORY_COLUMNS} FROM memories AS m
@@ -176,8 +195,8 @@ class Memories:
             f"""
             INSERT INTO memories AS m (app, user_id, project_id, session_id, scope, kind,
                                        entity_name, text, embedding, observed_at,
-                                       source_event_id, expire_at, topic)
-            VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s)
+                                       source_event_id, expire_at, topic, metadata)
+            VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s)
             RETURNING {MEMORY_COLUMNS}
             """,
             (
@@ -194,6 +213,7 @@ class Memories:
                 event_id,
                 new.expire_at,
                 new.topic,
+                Jsonb(new.metadata),
             ),
         )
         assert memory is not None
@@ -218,18 +238,30 @@ class Memories:
         event_id: str | None,
         change: str | None = None,
         expire_at: datetime | None = None,
+        metadata: dict[str, Any] | None = None,
     ) -> MemoryRow:
         """Change its text in place (`change`: what the outbox calls it, UPDATED by
-        default; a rollback is ROLLED_BACK); `expire_at` its new expiry (None: kept)."""
+        default); `expire_at` its new expiry (None: kept); `metadata` keys to set
+        over the memory's own (None: kept)."""
         updated = self._memory(
             f"""
             UPDATE memories AS m SET text = %s, kind = %s, embedding = %s, observed_at = %s,
                    updated_at = now(), source_event_id = %s,
-                   expire_at = coalesce(%s, m.expire_at)
+                   expire_at = coalesce(%s, m.expire_at),
+                   metadata = m.metadata || coalesce(%s, '{{}}'::jsonb)
             WHERE m.id = %s AND m.valid_to IS NULL
             RETURNING {MEMORY_COLUMNS}
             """,
-            (text, kind, as_vector(embedding), observed_at, event_id, expire_at, memory.id),
+            (
+                text,
+                kind,
+                as_vector(embedding),
+                observed_at,
+                event_id,
+                expire_at,
+                Jsonb(metadata) if metadata else None,
+                memory.id,
+            ),
         )
         assert updated is not None
         self.revise(
@@ -237,6 +269,43 @@ class Memories:
         )
         self._link(updated, event_id)
         return updated
+
+    def edit(self, memory: MemoryRow, edit: MemoryEdit, embedding: Any) -> MemoryRow:
+        """Set what a caller's edit names (a PATCH, a rollback), with a revision whose
+        source is the caller; `embedding` the new text's (None: the text is kept)."""
+        edited = self._memory(
+            f"""
+            UPDATE memories AS m SET text = %s, kind = %s, entity_name = %s, topic = %s,
+                   metadata = %s, expire_at = %s, embedding = coalesce(%s, m.embedding),
+                   observed_at = %s,
+                   updated_at = now(), source_event_id = NULL
+            WHERE m.id = %s AND m.valid_to IS NULL
+            RETURNING {MEMORY_COLUMNS}
+            """,
+            (
+                edit.text,
+                edit.kind,
+                edit.entity_name,
+                edit.topic,
+                Jsonb(edit.metadata),
+                edit.expire_at,
+                as_vector(embedding),
+                edit.observed_at,
+                memory.id,
+            ),
+        )
+        assert edited is not None
+        self.revise(
+            edited,
+            Action.UPDATED,
+            memory.text,
+            edit.text,
+            None,
+            edit.observed_at,
+            change=edit.change,
+            source=edit.source,
+        )
+        return edited
 
     def retire(
         self,
@@ -270,14 +339,18 @@ class Memories:
         observed_at: datetime,
         applied: bool = True,
         change: str | None = None,
+        source: str = "",
     ) -> None:
         """Write the revision; an applied one is also a change for the outbox
-        (`change`: what it is called there, the action by default)."""
+        (`change`: what it is called there, the action by default). One that leaves a
+        text keeps the memory's other fields as `state` (what a rollback restores)."""
+        state = None if new_text is None else Jsonb(revision_state(memory))
         # Kept as long as the app's `revisions` TTL says (none: for good).
         self.conn.execute(
             "INSERT INTO memory_revisions (memory_id, app, user_id, action, old_text, new_text, "
-            "event_id, observed_at, applied, expire_at) VALUES (%s, %s, %s, %s, %s, %s, %s, %s, "
-            "%s, (SELECT now() + make_interval(secs => (value->>'revisions')::float8) "
+            "event_id, observed_at, applied, source, state, expire_at) VALUES (%s, %s, %s, %s, "
+            "%s, %s, %s, %s, %s, %s, %s, "
+            "(SELECT now() + make_interval(secs => (value->>'revisions')::float8) "
             "FROM app_settings WHERE app = %s AND name = 'ttl'))",
             (
                 memory.id,
@@ -289,6 +362,8 @@ class Memories:
                 event_id,
                 observed_at,
                 applied,
+                source,
+                state,
                 memory.app,
             ),
         )
@@ -307,7 +382,7 @@ class Memories:
         rows = fetch(
             self.conn,
             "SELECT memory_id::text AS memory_id, action, old_text, new_text, "
-            "event_id::text AS event_id, observed_at, applied, created_at "
+            "event_id::text AS event_id, observed_at, applied, created_at, source, state "
             "FROM memory_revisions WHERE memory_id = %s ORDER BY id",
             (memory_id,),
         )

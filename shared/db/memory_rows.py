@@ -4,11 +4,12 @@ listing's filter. The outbox and the callers use them without the SQL."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
 from shared.entities.names import Mention
+from shared.memory.filters import Node
 from shared.memory.ranking import TimeFilter
 
 # The entity of a user's compacted summary of old episodes (one per scope and
@@ -33,6 +34,7 @@ class MemoryRow:
     valid_to: datetime | None = None
     topic: str = ""
     expire_at: datetime | None = None
+    metadata: dict[str, Any] = field(default_factory=dict)  # the caller's JSON object
 
     @classmethod
     def from_row(cls, row: dict[str, Any]) -> MemoryRow:
@@ -61,6 +63,8 @@ class Revision:
     observed_at: datetime
     applied: bool
     created_at: datetime
+    source: str = ""  # '' the pipeline; 'key:<id>' an edit through an API key
+    state: dict[str, Any] | None = None  # kind, entity, topic, metadata after it
 
 
 @dataclass(frozen=True)
@@ -79,6 +83,7 @@ class NewMemory:
     updated_expire_at: datetime | None = None  # when it updates one: its new expiry (None: kept)
     topic: str = ""
     entities: tuple[Mention, ...] = ()  # the entities the model named in it (beside its text's)
+    metadata: dict[str, Any] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -94,3 +99,20 @@ class PageFilter:
     after: tuple[datetime, str] | None = None
     topic: str | None = None
     time: TimeFilter | None = None
+    matching: Node | None = None  # a caller's filter (shared.memory.filters)
+
+
+@dataclass(frozen=True)
+class MemoryEdit:
+    """A memory as a caller's edit leaves it: every field it may change (those the
+    edit did not name keep the memory's), who made it and what the outbox calls it."""
+
+    text: str
+    kind: str
+    entity_name: str
+    topic: str
+    metadata: dict[str, Any]
+    expire_at: datetime | None
+    observed_at: datetime
+    source: str
+    change: str = "UPDATED"

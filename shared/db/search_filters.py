@@ -8,8 +8,10 @@ from collections.abc import Sequence
 from datetime import datetime
 from typing import Any
 
+from shared.db import filter_sql
 from shared.db.memories import time_clauses
 from shared.expiring import Expiring
+from shared.memory.filters import Node
 from shared.memory.ranking import Scope
 
 
@@ -47,9 +49,12 @@ def _in_scope(scope: Scope, live: str, session_rows: str) -> str:
     return f"m.app = %(app)s AND m.user_id = %(user_id)s AND {live} AND ({' OR '.join(visible)})"
 
 
-def memory_filter(scope: Scope, kinds: Sequence[str] | None) -> tuple[str, dict[str, Any]]:
+def memory_filter(
+    scope: Scope, kinds: Sequence[str] | None, matching: Node | None = None
+) -> tuple[str, dict[str, Any]]:
     """The WHERE clause (alias `m`) of the live memories `scope` may see (with its
-    `time`, those live at its `as_of`, in its observed range)."""
+    `time`, those live at its `as_of`, in its observed range) and `matching`, a
+    caller's filter, admits."""
     params: dict[str, Any] = {"app": scope.app, "user_id": scope.user_id}
     if scope.project_id:
         params["project_id"] = scope.project_id
@@ -61,6 +66,8 @@ def memory_filter(scope: Scope, kinds: Sequence[str] | None) -> tuple[str, dict[
     if kinds:
         clause += " AND m.kind = ANY(%(kinds)s)"
         params["kinds"] = list(kinds)
+    if matching is not None:
+        clause += " AND " + filter_sql.where(matching, params)
     return clause, params
 
 

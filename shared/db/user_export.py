@@ -34,7 +34,8 @@ _REVISIONS = """
     (SELECT coalesce(json_agg(json_build_object(
                 'action', r.action, 'old_text', r.old_text, 'new_text', r.new_text,
                 'event_id', r.event_id, 'observed_at', r.observed_at, 'applied', r.applied,
-                'created_at', r.created_at, 'expire_at', r.expire_at) ORDER BY r.id), '[]')
+                'created_at', r.created_at, 'expire_at', r.expire_at, 'source', r.source,
+                'state', r.state) ORDER BY r.id), '[]')
      FROM memory_revisions r WHERE r.memory_id = m.id)
 """
 
@@ -47,7 +48,8 @@ SELECT json_build_object(
     'entity_name', m.entity_name, 'text', m.text, 'topic', m.topic, 'expire_at', m.expire_at,
     'observed_at', m.observed_at, 'created_at', m.created_at, 'updated_at', m.updated_at,
     'valid_from', m.valid_from, 'valid_to', m.valid_to, 'source_event_id', m.source_event_id,
-    'embedding', m.embedding::text::json, 'revisions', {_REVISIONS})::text
+    'embedding', m.embedding::text::json, 'revisions', {_REVISIONS},
+    'metadata', m.metadata)::text
 FROM memories m
 WHERE m.app = %(app)s AND m.user_id = %(user_id)s
 ORDER BY m.scope, m.project_id, m.session_id, lower(m.entity_name), m.observed_at, m.id

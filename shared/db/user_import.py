@@ -49,8 +49,9 @@ def write_memory(
         """
         INSERT INTO memories (id, app, user_id, project_id, session_id, scope, kind,
                               entity_name, text, topic, expire_at, embedding, observed_at,
-                              created_at, updated_at, valid_from, valid_to, source_event_id)
-        VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s)
+                              created_at, updated_at, valid_from, valid_to, source_event_id,
+                              metadata)
+        VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s)
         ON CONFLICT (id) DO NOTHING
         RETURNING 1
         """,
@@ -73,6 +74,7 @@ def write_memory(
             m.valid_from,
             m.valid_to,
             m.source_event_id,
+            Jsonb(m.metadata),
         ),
     ).fetchone()
     if inserted is None:
@@ -82,8 +84,8 @@ def write_memory(
             # In the file's order, which is their order of ids (history order).
             cur.executemany(
                 "INSERT INTO memory_revisions (memory_id, app, user_id, action, old_text, "
-                "new_text, event_id, observed_at, applied, created_at, expire_at) "
-                "VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s)",
+                "new_text, event_id, observed_at, applied, created_at, expire_at, source, state) "
+                "VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s)",
                 [
                     (
                         memory_id,
@@ -97,6 +99,8 @@ def write_memory(
                         r.applied,
                         r.created_at,
                         r.expire_at,
+                        r.source,
+                        None if r.state is None else Jsonb(r.state),
                     )
                     for r in m.revisions
                 ],

@@ -12,7 +12,7 @@ never write into another project, session or user.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from datetime import datetime
 from typing import Any
 
@@ -34,6 +34,7 @@ class Source:
     session_id: str
     observed_at: datetime
     event_id: str | None
+    metadata: dict[str, Any] = field(default_factory=dict)  # the caller's, on what it writes
 
 
 @dataclass(frozen=True)
@@ -76,6 +77,7 @@ def new_memory(candidate: Candidate, source: Source, embedding: Any) -> NewMemor
         observed_at=source.observed_at,
         topic=candidate.topic,
         entities=candidate.entities,
+        metadata=source.metadata,
     )
 
 
@@ -145,6 +147,7 @@ class Consolidator:
                 source.observed_at,
                 source.event_id,
                 expire_at=new.updated_expire_at,
+                metadata=new.metadata,
             )
             return Applied(Action.UPDATED, memory, text)
         if decision.action == Action.DELETED:
@@ -179,6 +182,7 @@ class Consolidator:
                 source.observed_at,
                 source.event_id,
                 expire_at=new.updated_expire_at,
+                metadata=new.metadata,
             )
             return Applied(Action.UPDATED, memory, new.text)
         memory = self.store.create(new, source.event_id)

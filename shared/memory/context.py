@@ -29,6 +29,7 @@ from shared.memory.context_text import (
     render,
 )
 from shared.memory.episode_keys import when_in_words
+from shared.memory.filters import Node
 from shared.memory.long_term import LongTerm, LongTermQuery, LongTermSummary, read_long_term
 from shared.memory.periods import Period
 from shared.memory.ranking import Scope
@@ -64,6 +65,7 @@ class ContextQuery:
     hits: int = 0
     neighbours: int = 1
     caps: Mapping[str, int] = field(default_factory=dict)
+    matching: Node | None = None  # the caller's filter of the memories and rules
 
 
 @dataclass(frozen=True)
@@ -132,6 +134,7 @@ async def build_context(
         neighbours=query.neighbours,
         summaries=wanted.get("long_term_summaries") != 0,
         asked_at=query.asked_at,
+        matching=query.matching,
     )
     session, long_term = await asyncio.gather(
         _session_part(query, buffer),

@@ -21,6 +21,7 @@ import valkey.asyncio
 
 from shared.db.memory_rows import MemoryRow
 from shared.db.unit_of_work import UnitOfWork
+from shared.memory.filters import Node
 from shared.session_buffer import (
     meta_key_of,
     project_marker,
@@ -45,14 +46,20 @@ def delete_memory(uow: UnitOfWork, app: str, user_id: str, memory_id: str, now: 
 
 
 def delete_matching(
-    uow: UnitOfWork, app: str, user_id: str, project_id: str, query: str, now: datetime
+    uow: UnitOfWork,
+    app: str,
+    user_id: str,
+    project_id: str,
+    query: str,
+    now: datetime,
+    admits: Node | None = None,
 ) -> list[MemoryRow]:
     """Retire the user's live memories whose text holds every word of `query`
-    (a deletion is precise, unlike a search): with a project, that project's
-    memories only; without one, global memories only. Each gets a DELETED
-    revision. Returns them as they are now."""
+    (a deletion is precise, unlike a search) and that the filter `admits`: with a
+    project, that project's memories only; without one, global memories only. Each
+    gets a DELETED revision. Returns them as they are now."""
     uow.memories.lock_user(app, user_id)
-    matching = uow.memories.live_matching(app, user_id, project_id, query)
+    matching = uow.memories.live_matching(app, user_id, project_id, query, admits)
     return [uow.memories.retire(memory, now, None) for memory in matching]
 
 

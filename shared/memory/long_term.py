@@ -22,6 +22,7 @@ from shared.db import search as db_search
 from shared.db.context_reads import Cited, long_term_summaries
 from shared.db.memory_rows import COMPACTED_ENTITY, MemoryRow
 from shared.db.run import Steps
+from shared.memory.filters import Node
 from shared.memory.periods import Period, find_period
 from shared.memory.ranking import Ranked, Scope
 from shared.memory.search import Found, FoundEpisode, MemorySearch
@@ -40,6 +41,7 @@ class LongTermQuery:
     neighbours: int
     summaries: bool
     asked_at: datetime
+    matching: Node | None = None  # the caller's filter of the memories and rules
 
 
 @dataclass(frozen=True, slots=True)
@@ -71,7 +73,14 @@ def _memory_part(
 ) -> Steps[tuple[list[Found], list[MemoryRow], dict[str, Cited], list[LongTermSummary]]]:
     cited: dict[str, Cited] = {}
     found, rules = yield from db_search.search_memories(
-        q.scope, [q.query], [embedding], q.k, search.fusion, pinned=True, citations=cited
+        q.scope,
+        [q.query],
+        [embedding],
+        q.k,
+        search.fusion,
+        pinned=True,
+        citations=cited,
+        matching=q.matching,
     )
     # A rule both pinned and found is in the context once, as a rule; a long-term summary the
     # search found is a long-term summary, not a memory.

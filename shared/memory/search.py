@@ -20,6 +20,7 @@ from shared.db.memory_rows import MemoryRow
 from shared.db.run import Steps, arun
 from shared.embeddings.base import Embedder
 from shared.llm.base import LLM
+from shared.memory.filters import Node
 from shared.memory.periods import Period
 from shared.memory.ranking import Fusion, Ranked, Scope
 
@@ -56,12 +57,16 @@ class MemorySearch:
         kinds: Sequence[str] | None = None,
         pinned: bool = False,
         embeddings: list[Any] | None = None,
+        matching: Node | None = None,
     ) -> tuple[list[Found], list[MemoryRow]]:
-        """Fused top-k memories and, if `pinned`, the scope's pinned rules: one statement.
-        `embeddings`: the queries' own, when the caller has embedded them already."""
+        """Fused top-k memories (of those the filter `matching` admits) and, if
+        `pinned`, the scope's pinned rules: one statement. `embeddings`: the queries'
+        own, when the caller has embedded them already."""
         if embeddings is None:
             embeddings = await self.embedder.aembed_queries(queries)
-        steps = db_search.search_memories(scope, queries, embeddings, k, self.fusion, kinds, pinned)
+        steps = db_search.search_memories(
+            scope, queries, embeddings, k, self.fusion, kinds, pinned, matching=matching
+        )
         found, rules = await self.run(steps)
         return [Found(memory, ranked) for memory, ranked in found], rules
 

@@ -37,6 +37,7 @@ from pydantic import (
 )
 
 from shared.identifiers import identifier_problem, text_problem
+from shared.memory.metadata import checked
 
 FORMAT = "agent-memory/user-export"
 VERSION = 1
@@ -138,6 +139,9 @@ class RevisionRecord(_Line):
     applied: bool
     created_at: Time
     expire_at: OptionalTime
+    # Absent from exports made before edits kept them.
+    source: Annotated[str, Field(max_length=200)] = ""
+    state: dict[str, Any] | None = None
 
 
 class MemoryRecord(_Line):
@@ -159,6 +163,8 @@ class MemoryRecord(_Line):
     source_event_id: UUID | None
     embedding: Embedding
     revisions: list[RevisionRecord]
+    # Absent from exports made before memories carried metadata.
+    metadata: Annotated[dict[str, Any], AfterValidator(checked)] = {}
 
     @model_validator(mode="after")
     def _scoped(self) -> MemoryRecord:

@@ -168,6 +168,7 @@ def test_a_page_of_another_port_that_tosses_cookies_and_posts_the_forms_changes_
         f"/console/permissions/rules/{rule_id}/delete": {"user_id": user},
         "/console/user/memory/delete": {"user": user, "id": memory_id, "confirm": "yes"},
         "/console/user/memory/rollback": {"user": user, "id": memory_id, "revision": "1"},
+        "/console/user/memory/edit": {"user": user, "id": memory_id, "text": "edited"},
         "/console/dead-letters/turns-extraction/replay": {"event_id": event_id},
         "/console/dead-letters/turns-extraction/purge": {"event_id": event_id, "confirm": "yes"},
         "/console/sign-out": {},
@@ -411,12 +412,29 @@ def test_a_users_memory_found_by_search_its_revisions_then_deleted(
     page.locator("#revisions tbody tr").nth(1).locator("button.rollback").click()
     expect(page.locator("#memory-text")).to_have_text(f"{probe} now prefers the helix editor")
     expect(page.locator("#memory-id")).to_have_text(memory_id)
+    # Edited in the form: a fifth revision, made by the signed-in key.
+    page.fill("#edit-text", f"{probe} prefers the zed editor")
+    page.select_option("#edit-kind", "fact")
+    page.fill("#edit-metadata", '{"reviewed": true}')
+    page.click("#save-memory")
+    expect(page.locator("#outcome")).to_have_text("saved as revision 5")
+    expect(page.locator("#memory-text")).to_have_text(f"{probe} prefers the zed editor")
+    expect(page.locator("#memory-metadata")).to_have_text('{"reviewed": true}')
+    expect(page.locator("#revisions tbody tr").nth(4).locator("td.source")).to_have_text(
+        re.compile("^key:[0-9a-f-]{36}$")
+    )
+    page.click("#save-memory")
+    expect(page.locator("#outcome")).to_have_text("nothing changed")
+    page.fill("#edit-metadata", "[1]")
+    page.click("#save-memory")
+    expect(page.locator("main")).to_contain_text("metadata: must be a JSON object")
+    page.goto(f"{stack.url}/console/user/memory?user={user}&id={memory_id}")
     page.click("#delete-memory")
     expect(page.locator("h1")).to_have_text(f"Delete this memory of {user}?")
     shoot(page, shots, "memory-delete")
     page.click("#confirm-delete")
     expect(page.locator("#memory-state")).to_contain_text("deleted")
-    expect(actions).to_have_text(["CREATED", "UPDATED", "UPDATED", "UPDATED", "DELETED"])
+    expect(actions).to_have_text(["CREATED", "UPDATED", "UPDATED", "UPDATED", "UPDATED", "DELETED"])
     listed = stack.api("GET", "/v1/memories", params={"user_id": user, "kind": "preference"})
     assert listed["memories"] == []
     # The session's buffered turns and its trail: the archive row and the consumer.

@@ -134,6 +134,19 @@ FORMS = [
         ("user", "id", "revision"),
     ),
     Form(
+        "POST",
+        "/console/user/memory/edit",
+        {
+            "user": "{user}",
+            "id": "{memory}",
+            "text": "Likes green tea.",
+            "kind": "fact",
+            "entity_name": "tea",
+            "metadata": '{"by": "console"}',
+        },
+        ("user", "id", "text"),
+    ),
+    Form(
         "POST", "/console/user/memory/delete", {"user": "{user}", "id": "{memory}"}, ("user", "id")
     ),
     Form(

@@ -43,14 +43,28 @@ def write(client, user, text, scope="global", kind="preference", **extra):
 
 
 def populate(client, extraction, ids) -> None:
-    """Memories in the three scopes, one updated and one deleted (revisions of every
-    action), and turns archived and extracted by the worker's handlers."""
+    """Memories in the three scopes, one updated, one edited and one deleted
+    (revisions of every action and source), metadata, and turns archived and
+    extracted by the worker's handlers."""
     user = ids["user_id"]
     first = write(client, user, "User prefers a dark theme in every editor", entity_name="theme")
     second = write(client, user, "User prefers a light theme in every editor", entity_name="theme")
     assert (first["action"], second["action"]) == ("CREATED", "UPDATED")
-    write(client, user, "Atlas deploys on Fridays", "project", "fact", project_id="atlas")
-    write(client, user, "This session is about glazing", "session", "event", session_id="s-1")
+    write(
+        client,
+        user,
+        "Atlas deploys on Fridays",
+        "project",
+        "fact",
+        project_id="atlas",
+        metadata={"team": "infra", "tags": ["deploy"]},
+    )
+    glazing = write(
+        client, user, "This session is about glazing", "session", "event", session_id="s-1"
+    )
+    edit = {"user_id": user, "text": "This session is about glazing bowls", "metadata": {"n": 2}}
+    edited = client.patch(f"/v1/memories/{glazing['memory']['id']}", json=edit)
+    assert edited.status_code == 200, edited.text
     gone = write(client, user, "User drinks coffee at night", entity_name="drink")["memory"]
     assert client.delete(f"/v1/memories/{gone['id']}", params={"user_id": user}).status_code == 200
     for n, (said, answered, project) in enumerate(TURNS):

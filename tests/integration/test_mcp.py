@@ -48,6 +48,7 @@ TOOLS = {
     "search_archive",
     "list_memories",
     "entities",
+    "edit_memory",
     "forget",
     "check_tool_permission",
 }
@@ -139,6 +140,25 @@ async def scenario(session: ClientSession, ids: dict, rules: MemoryClient, **who
     helix = await call(session, "entities", name="helix", **_user(who))
     assert [m["id"] for m in helix["memories_mentioning"]] == [memory_id]
     assert "no entity named 'Vim'" in await error_of(session, "entities", name="Vim", **_user(who))
+    corrected = "The user's favourite editor is Zed."
+    edited = await call(
+        session,
+        "edit_memory",
+        memory_id=memory_id,
+        text=corrected,
+        metadata={"by": "mcp"},
+        **_user(who),
+    )
+    assert (edited["text"], edited["metadata"], edited["revisions"]) == (
+        corrected,
+        {"by": "mcp"},
+        2,
+    )
+    by_mcp, by_other = {"metadata.by": "mcp"}, {"metadata.by": "someone"}
+    found = await call(session, "search_memories", query="editor", filter=by_mcp, **_user(who))
+    assert [m["id"] for m in found["memories"]] == [memory_id]
+    listing = await call(session, "list_memories", filter=by_other, **_user(who))
+    assert listing["memories"] == []
 
     assert await call(session, "forget", memory_id=memory_id, **_user(who)) == {
         "deleted": [memory_id]

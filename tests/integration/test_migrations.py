@@ -73,9 +73,11 @@ def test_migrate_creates_the_tables_and_is_idempotent(fresh_database):
         (13, "event_trail"),
         (14, "memory_lifecycle"),
         (15, "entities"),
+        (16, "memory_edits"),
     ]
     assert "USING hnsw (embedding vector_cosine_ops)" in indexes["memories_embedding"]
     assert "USING gin (tsv)" in indexes["memories_tsv"]
+    assert "USING gin (metadata jsonb_path_ops)" in indexes["memories_metadata"]
     assert "USING hnsw (embedding vector_cosine_ops)" in indexes["episodes_embedding"]
     assert "(app, user_id, session_id, created_at, turn_id)" in indexes["episodes_session_order"]
     live = indexes["memories_live_entity"]

@@ -9,6 +9,7 @@ from __future__ import annotations
 import structlog
 from fastapi import APIRouter, Response
 
+from services.api import filter_models
 from services.api.context_models import ContextRequest, ContextResponse, over_budget
 from services.api.deps import ApiDep, AppIdDep
 from services.api.errors import ApiError
@@ -50,6 +51,7 @@ async def context(body: ContextRequest, app_id: AppIdDep, api: ApiDep) -> Respon
         hits=recall_hits(budget, settings.context_recalled_turns),
         neighbours=settings.context_recall_neighbours,
         caps=caps,
+        matching=filter_models.read(body.filter),
     )
     built = await build_context(query, api.buffer, api.search)
     for part, error in built.failures.items():

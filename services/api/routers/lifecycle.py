@@ -17,6 +17,7 @@ import structlog
 from fastapi import APIRouter, Path
 from psycopg_pool import ConnectionPool
 
+from services.api import filter_models
 from services.api.custom_methods import ResourceRoute
 from services.api.deps import ApiDep, AppIdDep
 from services.api.errors import postgres_or_503, valkey_or_503
@@ -53,7 +54,9 @@ async def delete_by_query(
     project_id, now = body.project_id or "", utcnow()
     retired = await _committed(
         api.pool,
-        lambda uow: delete_matching(uow, app_id, body.user_id, project_id, body.query, now),
+        lambda uow: delete_matching(
+            uow, app_id, body.user_id, project_id, body.query, now, filter_models.read(body.filter)
+        ),
     )
     return DeleteByQueryResponse(deleted=[memory_view(m) for m in retired])
 

@@ -16,14 +16,16 @@ import asyncio
 import base64
 import json
 import uuid
+from collections.abc import Callable
 from datetime import datetime
-from typing import Annotated
+from typing import Annotated, Any
 
 from fastapi import APIRouter, Query, Response
 from pydantic import BeforeValidator
 
+from services.api import filter_models
 from services.api.custom_methods import ResourceRoute
-from services.api.deps import ApiDep, AppIdDep
+from services.api.deps import Api, ApiDep, AppIdDep, CallerDep
 from services.api.errors import ApiError, postgres_or_503
 from services.api.memory_models import (
     DeleteMemoryResponse,
@@ -45,13 +47,18 @@ from services.api.time_models import (
     empty_range,
     time_filter,
 )
-from services.api.write_models import RollbackRequest, WriteMemoryRequest, WriteMemoryResponse
+from services.api.write_models import (
+    EditMemoryRequest,
+    RollbackRequest,
+    WriteMemoryRequest,
+    WriteMemoryResponse,
+)
 from shared.db.memory_rows import MemoryRow, PageFilter, Revision
 from shared.db.planned_write import StalePlan
 from shared.db.unit_of_work import UnitOfWork, UnitsOfWork, in_thread
 from shared.events import utcnow
 from shared.llm.base import Candidate
-from shared.memory import decisions, deletion, rollback
+from shared.memory import decisions, deletion, editing, rollback
 from shared.memory.consolidate import Source
 from shared.memory.ranking import Scope
 from shared.memory.search import sub_queries
@@ -64,7 +71,10 @@ router = APIRouter(route_class=ResourceRoute)
 async def memories_search(body: SearchRequest, app_id: AppIdDep, api: ApiDep) -> Response:
     scope = Scope(app_id, body.user_id, body.project_id or "", time=body.time())
     queries = await sub_queries(api.llm, body.query) if body.decompose else [body.query]
-    found, _ = await postgres_or_503(api.search.memories(scope, queries, body.k, body.kinds))
+    matching = filter_models.read(body.filter)
+    found, _ = await postgres_or_503(
+        api.search.memories(scope, queries, body.k, body.kinds, matching=matching)
+    )
     # The fast path of services.api.models.json_response.
     return json_response({"queries": queries, "memories": [found_fields(f) for f in found]})
 
@@ -83,13 +93,18 @@ async def list_memories(
     as_of: Annotated[ZonedTime, Query(description=AS_OF)] = None,
     observed_after: Annotated[ZonedTime, Query(description=OBSERVED_AFTER)] = None,
     observed_before: Annotated[ZonedTime, Query(description=OBSERVED_BEFORE)] = None,
+    filter: Annotated[
+        str | None,
+        Query(description="a filter expression (the `Filter` schema) as JSON text"),
+    ] = None,
 ) -> MemoryPage:
     after = _decode_cursor(cursor) if cursor else None
     if empty_range(observed_after, observed_before):
         message = "observed_before: must be after observed_after (the range is empty)"
         raise ApiError(422, "invalid_request", message, field="observed_before")
     time = time_filter(as_of, observed_after, observed_before)
-    where = PageFilter(app_id, user_id, project_id, scope, kind, after, topic, time)
+    matching = filter_models.read_query(filter)
+    where = PageFilter(app_id, user_id, project_id, scope, kind, after, topic, time, matching)
     # One more than the page: whether there is a next one.
     rows = await postgres_or_503(
         in_thread(api.pool, lambda uow: uow.memories.page(where, limit + 1), commit=False)
@@ -125,7 +140,9 @@ async def write_memory(
 ) -> WriteMemoryResponse:
     project_id = body.project_id or ""
     candidate = Candidate(body.entity_name, body.kind, body.scope, project_id, body.text)
-    source = Source(app_id, body.user_id, project_id, body.session_id or "", utcnow(), None)
+    source = Source(
+        app_id, body.user_id, project_id, body.session_id or "", utcnow(), None, body.metadata
+    )
     try:
         applied = await postgres_or_503(
             asyncio.to_thread(
@@ -164,27 +181,50 @@ async def delete_memory(
     return DeleteMemoryResponse(memory_id=memory_id, deleted=True)
 
 
+@router.patch("/v1/memories/{memory_id}", response_model=MemoryDetail)
+async def edit_memory(
+    memory_id: str, body: EditMemoryRequest, app_id: AppIdDep, caller: CallerDep, api: ApiDep
+) -> MemoryDetail:
+    """Change the fields the body names, as one `UPDATED` revision whose source is
+    the caller (re-embedded when the text changes); nothing changed, nothing written."""
+    target = (app_id, body.user_id, memory_id)
+    return await _edited(api, editing.edit_memory, target, body.changes(), caller)
+
+
 @router.post("/v1/memories/{memory_id}:rollback", response_model=MemoryDetail)
 async def rollback_memory(
-    memory_id: str, body: RollbackRequest, app_id: AppIdDep, api: ApiDep
+    memory_id: str, body: RollbackRequest, app_id: AppIdDep, caller: CallerDep, api: ApiDep
 ) -> MemoryDetail:
-    """Make revision N's text current again, as a new revision (the history stays)."""
-    _require_uuid(memory_id)
+    """Make revision N current again, as a new revision (the history stays)."""
+    target = (app_id, body.user_id, memory_id)
+    return await _edited(api, rollback.rollback, target, body.revision, caller)
+
+
+async def _edited(
+    api: Api,
+    change: Callable[..., editing.Edited],
+    target: tuple[str, str, str],
+    what: Any,
+    caller: str,
+) -> MemoryDetail:
+    """`change(...)` of the memory `target` (app, user, id) on a worker thread, made
+    by `caller`; its refusals as the API's errors."""
+    _require_uuid(target[2])
+    units = UnitsOfWork(api.pool, "api")
     try:
         done = await postgres_or_503(
             asyncio.to_thread(
-                rollback.rollback,
-                UnitsOfWork(api.pool, "api"),
+                change,
+                units,
                 api.embedder,
-                app_id,
-                body.user_id,
-                memory_id,
-                body.revision,
-                utcnow(),
-                api.settings.write_attempts,
+                *target,
+                what,
+                source=caller,
+                now=utcnow(),
+                attempts=api.settings.write_attempts,
             )
         )
-    except rollback.RollbackRefused as exc:
+    except editing.MemoryRefused as exc:
         code = {404: "not_found", 409: "conflict", 422: "invalid_request"}[exc.status]
         message = f"{exc.field}: {exc}" if exc.field else f"{exc}"
         raise ApiError(exc.status, code, message, field=exc.field) from None

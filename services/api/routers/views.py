@@ -41,6 +41,7 @@ def memory_fields(m: MemoryRow) -> dict[str, Any]:
         "deleted_at": _time(m.valid_to),
         "expire_at": _time(m.expire_at),
         "topic": m.topic,
+        "metadata": m.metadata,
     }
 
 
@@ -70,6 +71,7 @@ def memory_detail(memory: MemoryRow, revisions: list[Revision]) -> MemoryDetail:
                 observed_at=format_time(r.observed_at),
                 applied=r.applied,
                 created_at=format_time(r.created_at),
+                source=r.source,
             )
             for number, r in enumerate(revisions, start=1)
         ],

@@ -1,0 +1,121 @@
+"""Filtered search benchmark: `POST /v1/memories:search` with and without a filter
+expression, side by side in one run, for one user with 100,000 memories.
+
+Starts a local stack (as `bench/retrieval.py` does), generates the user's
+memories with `bench/retrieval.py`'s sentences, each with metadata: `team` one
+of ten (a filter on one team admits a tenth), `level` 0 to 9, `region` one of
+three. Loads them with COPY, builds the indexes (the metadata's GIN index among
+them), then sends searches in rounds: each round the same new query unfiltered
+and with each filter below, in turn, so every kind of request sees the same
+machine. Prints p50/p99 of each and its p50 against the unfiltered one's; the
+target is at most 1.5.
+
+    .venv/bin/python bench/filtered_search.py [--memories 100000] [--rounds 200]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+import statistics
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from bench.common import MachineTime, bench_stack, describe_machine, percentile  # noqa: E402
+from bench.retrieval import Client, load, question  # noqa: E402
+from shared.embeddings import make_embedder  # noqa: E402
+
+USER = "bench-filtered"
+TEAMS = [f"team{i}" for i in range(10)]
+REGIONS = ["emea", "amer", "apac"]
+FILTERS: dict[str, dict | None] = {
+    "unfiltered": None,
+    "team (a tenth)": {"metadata.team": "team3"},
+    "team in two (a fifth)": {"metadata.team": {"in": ["team1", "team2"]}},
+    "level >= 5 (a half)": {"metadata.level": {"gte": 5}},
+    "and/or/not": {
+        "and": [
+            {"or": [{"metadata.region": "emea"}, {"metadata.region": "apac"}]},
+            {"not": {"kind": "rule"}},
+            {"metadata.level": {"lt": 8}},
+        ]
+    },
+    "kind and created_at": {
+        "kind": {"in": ["fact", "preference"]},
+        "created_at": {"gte": "2000-01-01T00:00:00Z"},
+    },
+}
+TARGET = 1.5
+
+
+def metadata(rng: random.Random) -> dict:
+    return {"team": rng.choice(TEAMS), "level": rng.randrange(10), "region": rng.choice(REGIONS)}
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--memories", type=int, default=100_000)
+    parser.add_argument("--rounds", type=int, default=200)
+    args = parser.parse_args()
+    os.environ.setdefault("AM_POSTGRES_SHARED_BUFFERS", "1GB")
+    with bench_stack(services=("api",)) as (stack, endpoints, settings):
+        embedder = make_embedder(settings)
+        timings = load(
+            endpoints.database_url,
+            settings.default_app,
+            args.memories,
+            settings.embedding_dim,
+            embedder,
+            users=[(USER, args.memories)],
+            metadata=metadata,
+        )
+        print(f"loaded {args.memories} memories: {timings} (seconds)")
+        client = Client(endpoints.api_url, stack.dev_api_key or "")
+        rng = random.Random(7)
+        for _ in range(20):  # warm-up: connections, plans, the indexes' pages
+            for expression in FILTERS.values():
+                client.post("/v1/memories:search", _body(question(rng), expression))
+        took: dict[str, list[float]] = {name: [] for name in FILTERS}
+        found: dict[str, list[int]] = {name: [] for name in FILTERS}
+        machine_time = MachineTime()
+        for _ in range(args.rounds):
+            query = question(rng)
+            for name, expression in FILTERS.items():
+                ms, answer = client.post("/v1/memories:search", _body(query, expression))
+                took[name].append(ms)
+                found[name].append(len(answer["memories"]))
+        machine = machine_time.report()
+    base = statistics.median(took["unfiltered"])
+    results = {}
+    for name, values in took.items():
+        p50 = statistics.median(values)
+        results[name] = {
+            "p50_ms": round(p50, 2),
+            "p99_ms": round(percentile(values, 99), 2),
+            "p50_ratio": round(p50 / base, 2),
+            "results_min": min(found[name]),
+        }
+        verdict = "" if name == "unfiltered" else (" PASS" if p50 / base <= TARGET else " FAIL")
+        print(
+            f"{name:>22}: p50 {p50:7.2f} ms, p99 {percentile(values, 99):7.2f} ms, "
+            f"p50 x{p50 / base:.2f} of unfiltered (target <= {TARGET}){verdict}; "
+            f"at least {min(found[name])} results"
+        )
+    print(f"  {describe_machine(machine)}")
+    print(json.dumps({"load_seconds": timings, "rounds": args.rounds, "results": results}))
+    return 0
+
+
+def _body(query: str, expression: dict | None) -> dict:
+    body: dict = {"user_id": USER, "query": query, "k": 10}
+    if expression is not None:
+        body["filter"] = expression
+    return body
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

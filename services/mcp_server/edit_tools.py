@@ -1,0 +1,53 @@
+"""The MCP tools that change one memory the agent names by its id: edit it.
+
+A mixin of `services.mcp_server.tools.MemoryTools`, which gives it `_call` and
+`_user`. No `from __future__ import annotations`: the SDK reads the signatures.
+"""
+
+from collections.abc import Callable
+from typing import Annotated, Any, Literal
+
+from mcp.server.mcpserver import Context
+from pydantic import Field
+
+from shared.client import AsyncMemoryClient
+
+Kind = Literal["preference", "fact", "rule", "event"]
+UserId = Annotated[
+    str | None,
+    Field(description="The user the memory belongs to (default: the server's configured user)"),
+]
+
+
+class EditTools:
+    async def _call(self, ctx: Context, call: Callable[[AsyncMemoryClient], Any]) -> Any:
+        raise NotImplementedError  # MemoryTools'
+
+    def _user(self, given: str | None) -> str:
+        raise NotImplementedError  # MemoryTools'
+
+    async def edit_memory(
+        self,
+        memory_id: Annotated[str, Field(description="The memory's id (from a search or list)")],
+        ctx: Context,
+        text: Annotated[str | None, Field(description="Its new text, one sentence")] = None,
+        kind: Annotated[Kind | None, Field(description="Its new kind")] = None,
+        entity_name: Annotated[str | None, Field(description="Who or what it is about")] = None,
+        metadata: Annotated[
+            dict[str, Any] | None, Field(description="Its new metadata object (replaces it)")
+        ] = None,
+        user_id: UserId = None,
+    ) -> dict[str, Any]:
+        """Correct a memory in place (what is not given stays): the change is kept
+        as a revision, which can be rolled back, unlike forgetting and remembering anew."""
+        user = self._user(user_id)
+        edited = await self._call(
+            ctx,
+            lambda c: c.edit_memory(
+                user, memory_id, text=text, kind=kind, entity_name=entity_name, metadata=metadata
+            ),
+        )
+        fields = ("id", "scope", "kind", "entity_name", "text", "metadata", "updated_at")
+        return {name: getattr(edited, name) for name in fields} | {
+            "revisions": len(edited.revisions)
+        }

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Generic, TypeVar
 
-from shared.db.memories import LIVE, MEMORY_COLUMNS
+from shared.db.memory_reads import LIVE, MEMORY_COLUMNS
 from shared.db.memory_rows import MemoryRow
 from shared.db.run import Statement, Steps
 

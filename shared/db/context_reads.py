@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from shared.db.memories import MEMORY_COLUMNS
+from shared.db.memory_reads import MEMORY_COLUMNS
 from shared.db.memory_rows import COMPACTED_ENTITY, MemoryRow
 from shared.db.run import Statement, Steps
 from shared.db.search_filters import memory_filter

@@ -10,7 +10,7 @@ from __future__ import annotations
 import psycopg
 
 from shared.db import outbox
-from shared.db.memories import MEMORY_COLUMNS
+from shared.db.memory_reads import MEMORY_COLUMNS
 from shared.db.memory_rows import MemoryRow
 from shared.db.run import fetch
 

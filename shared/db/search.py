@@ -50,7 +50,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from shared.db.context_reads import CITED_COLUMNS, Cited, pop_cited
-from shared.db.memories import LIVE, MEMORY_COLUMNS, as_of_columns
+from shared.db.memory_reads import LIVE, MEMORY_COLUMNS, as_of_columns
 from shared.db.memory_rows import MemoryRow, NewMemory
 from shared.db.run import Statement, Steps
 from shared.db.search_entities import NO_ENTITIES, entity_ctes, entity_params

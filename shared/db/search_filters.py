@@ -9,7 +9,7 @@ from datetime import datetime
 from typing import Any
 
 from shared.db import filter_sql
-from shared.db.memories import time_clauses
+from shared.db.memory_reads import time_clauses
 from shared.expiring import Expiring
 from shared.memory.filters import Node
 from shared.memory.ranking import Scope

@@ -10,7 +10,7 @@ import pytest
 from psycopg.rows import dict_row
 
 from shared.db import search as db_search
-from shared.db.memories import MEMORY_COLUMNS
+from shared.db.memory_reads import MEMORY_COLUMNS
 from shared.db.search import fusion_params, hybrid_sql, vector_text
 from shared.db.search_filters import SCOPE_SIZES, memory_count_filter, memory_filter
 from shared.memory.ranking import Fusion, Scope

@@ -146,7 +146,7 @@ async def edit_memory(request: Request) -> HTMLResponse:
         )
     added = len(detail.revisions) - before
     outcome = f"saved as revision {len(detail.revisions)}" if added else "nothing changed"
-    return page(request, "memory.html", user_id=user_id, memory=detail, outcome=outcome)
+    return await _memory_page(request, user_id, detail, outcome)
 
 
 @router.post(MEMORY + "/delete")

@@ -261,6 +261,8 @@ class Memories:
             change=edit.change,
             source=edit.source,
         )
+        if embedding is not None:  # a new text names its own entities and fact
+            self._link(edited, None)
         return edited
 
     def retire(

@@ -176,3 +176,16 @@ def test_the_clients_edit_a_memory(app_settings, topology, ids):
                 return f"{done.kind} {done.topic} {len(done.revisions)}"
 
         assert asyncio.run(edit_async()) == "rule rules 4"
+
+
+def test_an_edited_text_names_its_own_entities(client, ids):
+    user = ids["user_id"]
+    memory = _write(client, user, "Dana Lee works at Acme Corp.", entity_name="dana job")
+    edited = _patch(client, memory["id"], user_id=user, text="Dana Lee works at Globex Inc.")
+    assert edited.status_code == 200, edited.text
+    listed = client.get("/v1/entities", params={"user_id": user})
+    assert listed.status_code == 200, listed.text
+    found = {e["name"]: e["memories"] for e in listed.json()["entities"]}
+    # The new text's entity is linked; Acme keeps its mention of the earlier revision.
+    assert found["Globex Inc"] == 1
+    assert found["Dana Lee"] == 1

@@ -124,7 +124,7 @@ class FakeEndpoint(Generic[R]):
 
             def _send(self, reply: Reply) -> None:
                 if reply.delay:
-                    time.sleep(reply.delay)  # sleep-ok: a scripted latency
+                    time.sleep(reply.delay)  # noqa: sleep-ok - a scripted latency
                 data = reply.raw if reply.raw is not None else json.dumps(reply.body).encode()
                 try:
                     self.send_response(reply.status)

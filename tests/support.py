@@ -34,7 +34,7 @@ def stays(condition: Callable[[], object], seconds: float, what: str) -> None:
     while time.monotonic() < deadline:
         assert condition(), f"{what} stopped holding"
         # The observation window of an absence check, not a wait for a condition.
-        time.sleep(0.2)  # sleep-ok
+        time.sleep(0.2)  # noqa: sleep-ok
 
 
 def settings_env(settings: Settings, **extra: str) -> dict[str, str]:

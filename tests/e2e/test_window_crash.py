@@ -24,7 +24,7 @@ KILLS = 3
 
 
 def _slow_model(request: Request):
-    time.sleep(1.0)  # sleep-ok: the model's latency, as the fake plays it
+    time.sleep(1.0)  # noqa: sleep-ok - the model's latency, as the fake plays it
     return offline_model(request)
 
 

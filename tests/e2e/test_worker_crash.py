@@ -62,7 +62,7 @@ def test_a_worker_stopped_mid_burst_applies_every_event_exactly_once(
         for event in events:
             publisher.publish(event)
             # Paces the burst; it waits for nothing.
-            time.sleep(1 / RATE_PER_SECOND)  # sleep-ok
+            time.sleep(1 / RATE_PER_SECOND)  # noqa: sleep-ok
 
     publishing = threading.Thread(target=burst)
     publishing.start()

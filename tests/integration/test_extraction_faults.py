@@ -183,7 +183,7 @@ def test_no_transaction_or_lock_is_open_while_the_model_answers(
                     "(SELECT count(*) FROM pg_locks WHERE locktype = 'advisory')"
                 ).fetchone()
             )
-        time.sleep(0.5)  # sleep-ok: the model's latency, as the fake plays it
+        time.sleep(0.5)  # noqa: sleep-ok - the model's latency, as the fake plays it
         return offline_model(request)
 
     def transactions(bound):

@@ -88,7 +88,7 @@ def test_a_sessions_turns_run_one_at_a_time_beside_other_sessions(
                 most[key] = max(most[key], now[key])
             order[event.session_id].append(event.turn_id)
         # Work that takes time, so that turns run at once would overlap.
-        time.sleep(0.05)  # sleep-ok
+        time.sleep(0.05)  # noqa: sleep-ok
         with lock:
             now[event.session_id] -= 1
             now["all"] -= 1

@@ -39,7 +39,7 @@ from shared.client.aio_connection import AsyncConnection
 
 class AsyncThing(AsyncConnection):
     async def __aenter__(self):  # `aclose()` on leaving
-        await asyncio.sleep(0)  # sleep-ok: a sample to rewrite, never run
+        await asyncio.sleep(0)  # noqa: sleep-ok - a sample to rewrite, never run
         return "AsyncThing in aio.py"
 '''
     assert client_sync.unasync(source, "aio.py") == (
@@ -57,6 +57,6 @@ class AsyncThing(AsyncConnection):
         "\n"
         "class Thing(Connection):\n"
         "    def __enter__(self):  # `close()` on leaving\n"
-        "        time.sleep(0)  # sleep-ok: a sample to rewrite, never run\n"
+        "        time.sleep(0)  # noqa: sleep-ok - a sample to rewrite, never run\n"
         '        return "Thing in sync.py"\n'
     )

@@ -46,6 +46,10 @@ def _optional(target: Target, value: UUID | None) -> UUID | None:
     return None if value is None else target(value)
 
 
+def _exists(conn: psycopg.Connection, table: str, row_id: UUID) -> bool:
+    return conn.execute(f"SELECT 1 FROM {table} WHERE id = %s", (row_id,)).fetchone() is not None
+
+
 def _require(
     conn: psycopg.Connection,
     table: str,
@@ -105,8 +109,7 @@ def write_fact(
     conn: psycopg.Connection, app: str, user_id: str, f: FactRecord, target: Target
 ) -> Written:
     fact_id = target(f.id)
-    there = conn.execute("SELECT 1 FROM entity_facts WHERE id = %s", (fact_id,)).fetchone()
-    if there is not None:
+    if _exists(conn, "entity_facts", fact_id):
         return owner_of(conn, "entity_facts", fact_id, app, user_id)
     subject = _require(conn, "entities", "subject_id", f.subject_id, target, app, user_id)
     obj = _require(conn, "entities", "object_id", f.object_id, target, app, user_id)
@@ -126,8 +129,7 @@ def write_merge(
 ) -> Written:
     """The merge as it was recorded; one not undone marks its entity merged again."""
     merge_id = target(g.id)
-    there = conn.execute("SELECT 1 FROM entity_merges WHERE id = %s", (merge_id,)).fetchone()
-    if there is not None:
+    if _exists(conn, "entity_merges", merge_id):
         return owner_of(conn, "entity_merges", merge_id, app, user_id)
     merged = _require(conn, "entities", "merged_id", g.merged_id, target, app, user_id)
     into = _require(conn, "entities", "into_id", g.into_id, target, app, user_id)

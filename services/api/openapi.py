@@ -7,7 +7,7 @@ with what it cannot know added.
   error status an operation can answer, in place of FastAPI's `{"detail": [...]}`,
   which this API never sends.
 - Links: how an answer's ids feed the next operation (a memory written, then
-  read, rolled back, deleted; a turn recorded, then its session read), for
+  read, given feedback, rolled back, deleted; a turn recorded, then its session read), for
   clients and for a fuzzer's stateful phase.
 """
 
@@ -53,6 +53,10 @@ ROUTE_ERRORS: dict[tuple[str, str], dict[int, str]] = {
     ("post", "/v1/memories/{memory_id}:rollback"): {
         404: "No such memory for this user.",
         409: "The memory is deleted, or that revision's text is already current.",
+    },
+    ("post", "/v1/memories/{memory_id}:feedback"): {
+        404: "No such memory for this user.",
+        409: "The memory is deleted or expired.",
     },
     ("patch", "/v1/memories/{memory_id}"): {
         404: "No such memory for this user.",
@@ -111,6 +115,12 @@ LINKS: dict[tuple[str, str], dict[int, dict[str, dict]]] = {
                 {"path.memory_id": "$response.body#/id"},
                 user_id="$request.query.user_id",
             ),
+            "GiveFeedback": _link(
+                "post",
+                f"{_MEMORY}:feedback",
+                {"path.memory_id": "$response.body#/id"},
+                user_id="$request.query.user_id",
+            ),
         }
     },
     ("patch", _MEMORY): {
@@ -119,6 +129,21 @@ LINKS: dict[tuple[str, str], dict[int, dict[str, dict]]] = {
                 "get",
                 _MEMORY,
                 {"path.memory_id": "$response.body#/id", "query.user_id": _BODY_USER},
+            ),
+        }
+    },
+    ("post", f"{_MEMORY}:feedback"): {
+        200: {
+            "GetMemory": _link(
+                "get",
+                _MEMORY,
+                {"path.memory_id": "$response.body#/memory/id", "query.user_id": _BODY_USER},
+            ),
+            "RollbackMemory": _link(
+                "post",
+                f"{_MEMORY}:rollback",
+                {"path.memory_id": "$response.body#/memory/id"},
+                user_id=_BODY_USER,
             ),
         }
     },

@@ -271,9 +271,11 @@ class Memories:
         observed_at: datetime,
         event_id: str | None,
         change: str | None = None,
+        source: str = "",
     ) -> MemoryRow:
         """Close the memory; returns it as it is now (with `valid_to`). `change`: what
-        the outbox calls it (DELETED by default; retire_expired's is EXPIRED)."""
+        the outbox calls it (DELETED by default; retire_expired's is EXPIRED);
+        `source`: the caller who retired it ('' the pipeline)."""
         retired = self._memory(
             f"""
             UPDATE memories AS m SET valid_to = now(), updated_at = now(), observed_at = %s
@@ -283,7 +285,16 @@ class Memories:
             (observed_at, memory.id),
         )
         assert retired is not None
-        self.revise(memory, Action.DELETED, memory.text, None, event_id, observed_at, change=change)
+        self.revise(
+            memory,
+            Action.DELETED,
+            memory.text,
+            None,
+            event_id,
+            observed_at,
+            change=change,
+            source=source,
+        )
         entity_facts.close_of_memory(self.conn, memory.id, observed_at)
         return retired
 

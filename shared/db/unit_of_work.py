@@ -30,6 +30,7 @@ from shared.db.api_keys import ApiKeys
 from shared.db.app_settings import AppSettings
 from shared.db.episodes import Episodes
 from shared.db.erasure import Erasure
+from shared.db.feedback import Feedback
 from shared.db.ledger import Ledger
 from shared.db.memories import Memories
 from shared.db.operations import Operations
@@ -51,6 +52,7 @@ class UnitOfWork:
     api_keys: ApiKeys
     windows: Windows
     app_settings: AppSettings
+    feedback: Feedback
 
     def __init__(self, pool: ConnectionPool, worker: str = "") -> None:
         self._pool = pool
@@ -74,6 +76,7 @@ class UnitOfWork:
         self.api_keys = ApiKeys(conn)
         self.windows = Windows(conn)
         self.app_settings = AppSettings(conn)
+        self.feedback = Feedback(conn)
         return self
 
     def run(self, steps: Steps[T]) -> T:

@@ -3,7 +3,8 @@
 A file (or a response body) is JSON Lines, one JSON object per line:
 
 1. the header: `{format, version, app, user_id, exported_at, embedding_dim}`;
-2. one `{"type": "memory", ...}` per memory, live or closed, with its revisions;
+2. one `{"type": "memory", ...}` per memory, live or closed, with its revisions
+   and its feedback;
 3. one `{"type": "episode", ...}` per archived turn;
 4. the end: `{"type": "end", memories, episodes}`, the counts written. A file
    without it was cut short (an export that failed half-way).
@@ -36,6 +37,7 @@ from pydantic import (
     model_validator,
 )
 
+from shared.db.feedback import MAX_REASON
 from shared.identifiers import identifier_problem, text_problem
 from shared.memory.metadata import checked
 
@@ -144,6 +146,15 @@ class RevisionRecord(_Line):
     state: dict[str, Any] | None = None
 
 
+class FeedbackRecord(_Line):
+    rating: Literal["useful", "not_useful", "wrong"]
+    reason: Annotated[Text, Field(max_length=MAX_REASON)]
+    source: Annotated[str, Field(max_length=200)]
+    source_events: list[UUID]
+    restored_at: OptionalTime
+    created_at: Time
+
+
 class MemoryRecord(_Line):
     type: Literal["memory"]
     id: UUID
@@ -165,6 +176,8 @@ class MemoryRecord(_Line):
     revisions: list[RevisionRecord]
     # Absent from exports made before memories carried metadata.
     metadata: Annotated[dict[str, Any], AfterValidator(checked)] = {}
+    # Absent from exports made before memories took feedback.
+    feedback: list[FeedbackRecord] = []
 
     @model_validator(mode="after")
     def _scoped(self) -> MemoryRecord:

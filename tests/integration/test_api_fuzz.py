@@ -127,8 +127,12 @@ USER_DELETED = (410, "user_deleted")
 # so a 405's `Allow` names its methods only (services.api.custom_methods): the
 # CLI's coverage phase finds no `Allow` mismatch and no undeclared method answered.
 ROLLBACK = "/v1/memories/{memory_id}:rollback"
-# An edit names its user in its body too.
-BODY_NAMES_USER = {("POST", ROLLBACK), ("PATCH", "/v1/memories/{memory_id}")}
+# An edit and feedback name their user in their body too.
+BODY_NAMES_USER = {
+    ("POST", ROLLBACK),
+    ("PATCH", "/v1/memories/{memory_id}"),
+    ("POST", "/v1/memories/{memory_id}:feedback"),
+}
 
 
 def _documented_refusal(response) -> bool:

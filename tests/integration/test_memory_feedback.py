@@ -6,6 +6,7 @@ it again; useful and not useful weigh it in the search within the configured bou
 from __future__ import annotations
 
 import asyncio
+import json
 from datetime import timedelta
 
 import psycopg
@@ -314,3 +315,52 @@ def test_the_clients_give_feedback(app_settings, topology, ids):
         with pytest.raises(ConflictError):
             client.give_feedback(user, memory.id, "useful")
         assert client.rollback_memory(user, memory.id, 1).deleted_at is None
+
+
+def _memory_lines(export: str) -> list[dict]:
+    return [r for r in map(json.loads, export.splitlines()) if r.get("type") == "memory"]
+
+
+def test_feedback_goes_with_its_memory_through_an_export_and_an_import(
+    client, extraction, app_settings, ids
+):
+    user, copy = ids["user_id"], f"{ids['user_id']}-copy"
+    said = utcnow() - timedelta(minutes=5)
+    turn = make_turn(ids, 1, user="I live in Lisbon.", assistant="Noted.", created_at=said)
+    assert extraction.handle_turn(turn, None) == "applied"
+    lisbon = client.get("/v1/memories", params={"user_id": user}).json()["memories"][0]
+    tea = _write(client, user, "Drinks green tea every morning.")
+    _given(client, user, tea["id"], "useful", reason="yes")
+    _given(client, user, lisbon["id"], "wrong", reason="moved to Porto")
+    exported = client.get(f"/v1/users/{user}:export")
+    assert exported.status_code == 200, exported.text
+    feedback = {m["text"]: m["feedback"] for m in _memory_lines(exported.text)}
+    assert [f["rating"] for f in feedback["User lives in Lisbon."]] == ["wrong"]
+
+    imported = client.post(f"/v1/users/{copy}:import", content=exported.content)
+    assert imported.status_code == 200, imported.text
+    with psycopg.connect(app_settings.database_url) as conn:
+        rows = conn.execute(
+            "SELECT user_id, rating, reason, source, source_events::text[], restored_at "
+            "FROM memory_feedback WHERE app = %s ORDER BY user_id, created_at",
+            (ids["app"],),
+        ).fetchall()
+    original = [row[1:] for row in rows if row[0] == user]
+    assert [row[1:] for row in rows if row[0] == copy] == original
+    assert original == [
+        ("useful", "yes", "api", [], None),
+        ("wrong", "moved to Porto", "api", [turn.event_id], None),
+    ]
+    # The copy ranks as the original, its feedback included.
+    query = "green tea in the morning"
+    assert _search(client, copy, query) == _search(client, user, query)
+    # Its retirement stands there too: a rollback brings the copy back.
+    copies = [
+        m["id"]
+        for m in _memory_lines(client.get(f"/v1/users/{copy}:export").text)
+        if m["valid_to"] is not None
+    ]
+    assert len(copies) == 1
+    back = client.post(f"/v1/memories/{copies[0]}:rollback", json={"user_id": copy, "revision": 1})
+    assert back.status_code == 200, back.text
+    assert back.json()["text"] == "User lives in Lisbon."

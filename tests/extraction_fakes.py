@@ -161,7 +161,6 @@ class Uow(CopyingUow):
         self.db.memories.append(row)
         return row
 
-
     # feedback (what Consolidator asks of each candidate): none marked a memory wrong
     def suppressing(
         self, app: str, user_id: str, event_id: str, entity_name: str, texts: list[str]

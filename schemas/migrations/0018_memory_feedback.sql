@@ -8,15 +8,15 @@
 -- memory again. A rollback that makes the memory live again sets `restored_at`.
 CREATE TABLE memory_feedback (
     id            bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
-    memory_id     uuid NOT NULL REFERENCES memories (id) ON DELETE CASCADE,
     app           text NOT NULL,
     user_id       text NOT NULL,
+    source        text NOT NULL,
+    memory_id     uuid NOT NULL REFERENCES memories (id) ON DELETE CASCADE,
     rating        text NOT NULL CHECK (rating IN ('useful', 'not_useful', 'wrong')),
     reason        text NOT NULL DEFAULT '',
-    source        text NOT NULL,
     source_events uuid[] NOT NULL DEFAULT '{}',
-    restored_at   timestamptz,
-    created_at    timestamptz NOT NULL DEFAULT now()
+    created_at    timestamptz NOT NULL DEFAULT now(),
+    restored_at   timestamptz
 );
 -- A memory's feedback, each caller's latest first (the ranking's read).
 CREATE INDEX memory_feedback_memory ON memory_feedback (memory_id, source, id);

@@ -89,6 +89,9 @@ _WRITTEN = {"path.memory_id": "$response.body#/memory/id", "query.user_id": _BOD
 _SESSION = "/v1/sessions/{session_id}"
 _TURNS_SESSION = {"path.session_id": "$request.path.session_id"}
 _RULE = {"path.rule_id": "$response.body#/id", "query.user_id": "$response.body#/user_id"}
+# The memory an answer is (`_READ_BACK`) or holds (`_GIVEN`), read as the body's user.
+_READ_BACK = {"path.memory_id": "$response.body#/id", "query.user_id": _BODY_USER}
+_GIVEN = {"path.memory_id": "$response.body#/memory/id"}
 
 # (method, path) -> {status: {name: link}}: what a success's answer leads to.
 LINKS: dict[tuple[str, str], dict[int, dict[str, dict]]] = {
@@ -123,39 +126,14 @@ LINKS: dict[tuple[str, str], dict[int, dict[str, dict]]] = {
             ),
         }
     },
-    ("patch", _MEMORY): {
-        200: {
-            "GetMemory": _link(
-                "get",
-                _MEMORY,
-                {"path.memory_id": "$response.body#/id", "query.user_id": _BODY_USER},
-            ),
-        }
-    },
+    ("patch", _MEMORY): {200: {"GetMemory": _link("get", _MEMORY, _READ_BACK)}},
     ("post", f"{_MEMORY}:feedback"): {
         200: {
-            "GetMemory": _link(
-                "get",
-                _MEMORY,
-                {"path.memory_id": "$response.body#/memory/id", "query.user_id": _BODY_USER},
-            ),
-            "RollbackMemory": _link(
-                "post",
-                f"{_MEMORY}:rollback",
-                {"path.memory_id": "$response.body#/memory/id"},
-                user_id=_BODY_USER,
-            ),
+            "GetMemory": _link("get", _MEMORY, {**_GIVEN, "query.user_id": _BODY_USER}),
+            "RollbackMemory": _link("post", f"{_MEMORY}:rollback", _GIVEN, user_id=_BODY_USER),
         }
     },
-    ("post", f"{_MEMORY}:rollback"): {
-        200: {
-            "GetMemory": _link(
-                "get",
-                _MEMORY,
-                {"path.memory_id": "$response.body#/id", "query.user_id": _BODY_USER},
-            ),
-        }
-    },
+    ("post", f"{_MEMORY}:rollback"): {200: {"GetMemory": _link("get", _MEMORY, _READ_BACK)}},
     ("post", f"{_SESSION}/turns"): {
         202: {
             "GetSession": _link("get", _SESSION, {**_TURNS_SESSION, "query.user_id": _BODY_USER}),

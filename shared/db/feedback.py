@@ -18,6 +18,7 @@ from typing import Any
 
 import psycopg
 
+from shared.db.memory_rows import MemoryRow
 from shared.db.run import Statement, Steps, fetch
 
 RATINGS = ("useful", "not_useful", "wrong")
@@ -78,20 +79,14 @@ class Feedback:
         self.conn = conn
 
     def record(
-        self,
-        app: str,
-        user_id: str,
-        memory_id: str,
-        rating: str,
-        reason: str,
-        source: str,
-        source_events: list[str],
+        self, memory: MemoryRow, rating: str, reason: str, source: str, events: list[str]
     ) -> FeedbackRow:
+        """Feedback on `memory` by `source`; `events`: the turns a wrong one holds back."""
         rows = fetch(
             self.conn,
             "INSERT INTO memory_feedback (memory_id, app, user_id, rating, reason, source, "
             f"source_events) VALUES (%s, %s, %s, %s, %s, %s, %s::uuid[]) RETURNING {_COLUMNS}",
-            (memory_id, app, user_id, rating, reason, source, source_events),
+            (memory.id, memory.app, memory.user_id, rating, reason, source, events),
         )
         return _rows(rows)[0]
 

@@ -41,21 +41,20 @@ class Given:
 
 def give_feedback(
     units: Callable[[], UnitOfWork],
-    app: str,
-    user_id: str,
-    memory_id: str,
+    target: tuple[str, str, str],
     rating: str,
     reason: str,
     *,
     source: str,
     now: datetime,
 ) -> Given:
-    """Record the feedback on the user's live memory (`MemoryRefused` 404 or 409
-    when it is not one); a wrong one also retires it."""
+    """Record the feedback on the user's live memory `target` (app, user, id), or
+    `MemoryRefused` 404 or 409 when it is not one; a wrong one also retires it."""
+    app, user_id, memory_id = target
     with user_transaction(units, app, user_id) as uow:
         memory = editable(uow.memories.get(app, user_id, memory_id))
         events = uow.feedback.source_events(memory_id) if rating == WRONG else []
-        row = uow.feedback.record(app, user_id, memory_id, rating, reason, source, events)
+        row = uow.feedback.record(memory, rating, reason, source, events)
         if rating == WRONG:
             memory = uow.memories.retire(memory, now, None, source=source)
         return Given(row, memory, uow.memories.revisions(memory_id), uow.feedback.tally(memory_id))

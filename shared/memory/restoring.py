@@ -13,7 +13,6 @@ from __future__ import annotations
 from datetime import datetime
 
 from shared.db.feedback import FeedbackRow
-from shared.db.memory_restore import reopen
 from shared.db.memory_rows import MemoryEdit, MemoryRow, Revision
 from shared.db.planned_write import Done, StalePlan, write_for_user
 from shared.db.unit_of_work import UnitOfWork, UnitsOfWork
@@ -37,17 +36,16 @@ def chosen(revisions: list[Revision], revision: int) -> Revision:
 def restore(
     units: UnitsOfWork,
     embedder: Embedder,
-    app: str,
-    user_id: str,
-    memory_id: str,
+    target: tuple[str, str, str],
     revision: int,
-    *,
     source: str,
     now: datetime,
     attempts: int,
 ) -> Edited | None:
-    """Make the memory live again as revision `revision` left it, if wrong feedback
-    retired it; None if it is not such a memory (a rollback goes on as an edit)."""
+    """Make the memory `target` (app, user, id) live again as revision `revision`
+    left it, if wrong feedback retired it; None if it is not such a memory (a
+    rollback goes on as an edit)."""
+    app, user_id, memory_id = target
 
     def plan() -> Plan | Done[Edited | None]:
         with units() as uow:
@@ -58,12 +56,12 @@ def restore(
             revisions = uow.memories.revisions(memory_id)
         if standing is None:
             return Done(None)
-        target = chosen(revisions, revision)
-        if target.new_text is None:
+        back_to = chosen(revisions, revision)
+        if back_to.new_text is None:
             raise MemoryRefused(
                 422, "revision", f"revision {revision} left no text (it retired the memory)"
             )
-        edit = restored(memory, target, now, source)
+        edit = restored(memory, back_to, now, source)
         embedding = embedder.embed([edit.text])[0] if edit.text != memory.text else None
         return memory, standing, edit, embedding
 
@@ -74,9 +72,7 @@ def restore(
         if uow.feedback.standing(memory_id) != standing:
             raise StalePlan("the memory's retirement changed since it was read")
         entity_free(uow, memory, edit, reopening=True)
-        assert uow.conn is not None
-        live = reopen(uow.conn, memory, edit, embedding)
-        assert live is not None  # the row was read retired under this lock
+        live = uow.memories.edit(memory, edit, embedding, reopen=True)
         uow.feedback.restore(standing.id, now)
         return Edited(live, uow.memories.revisions(memory_id))
 

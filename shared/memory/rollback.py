@@ -34,25 +34,16 @@ def rollback(
     attempts: int,
 ) -> Edited:
     # A memory that wrong feedback retired comes back; any other is edited.
-    back = restoring.restore(
-        units,
-        embedder,
-        app,
-        user_id,
-        memory_id,
-        revision,
-        source=source,
-        now=now,
-        attempts=attempts,
-    )
+    target = (app, user_id, memory_id)
+    back = restoring.restore(units, embedder, target, revision, source, now, attempts)
     if back is not None:
         return back
 
-    def target(memory: MemoryRow, revisions: list[Revision]) -> MemoryEdit:
+    def edited(memory: MemoryRow, revisions: list[Revision]) -> MemoryEdit:
         # A live memory has no DELETED revision: every revision it has left a text.
         edit = restored(memory, restoring.chosen(revisions, revision), now, source)
         if unchanged(memory, edit):
             raise MemoryRefused(409, "revision", f"revision {revision}'s text is already current")
         return edit
 
-    return write_edit(units, embedder, app, user_id, memory_id, target, attempts)
+    return write_edit(units, embedder, app, user_id, memory_id, edited, attempts)

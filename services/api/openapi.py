@@ -52,7 +52,8 @@ ROUTE_ERRORS: dict[tuple[str, str], dict[int, str]] = {
     ("post", "/v1/compactions"): {403: "Compaction needs an admin key of the app."},
     ("post", "/v1/memories/{memory_id}:rollback"): {
         404: "No such memory for this user.",
-        409: "The memory is deleted, or that revision's text is already current.",
+        409: "The memory is deleted (not by wrong feedback), that revision's text is already "
+        "current, or another live memory of its scope has its entity.",
     },
     ("post", "/v1/memories/{memory_id}:feedback"): {
         404: "No such memory for this user.",

@@ -195,7 +195,8 @@ async def edit_memory(
 async def rollback_memory(
     memory_id: str, body: RollbackRequest, app_id: AppIdDep, caller: CallerDep, api: ApiDep
 ) -> MemoryDetail:
-    """Make revision N current again, as a new revision (the history stays)."""
+    """Make revision N current again, as a new revision (the history stays); a
+    memory that `wrong` feedback retired is live again."""
     target = (app_id, body.user_id, memory_id)
     return await _edited(api, rollback.rollback, target, body.revision, caller)
 

@@ -19,7 +19,6 @@ import argparse
 import json
 import os
 import random
-import statistics
 import sys
 import time
 from dataclasses import replace
@@ -29,7 +28,7 @@ import psycopg
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from bench.common import MachineTime, bench_stack, describe_machine, percentile  # noqa: E402
+from bench.common import MachineTime, against, bench_stack, describe_machine  # noqa: E402
 from bench.retrieval import load, question  # noqa: E402
 from shared.db.run import run  # noqa: E402
 from shared.db.search import search_memories  # noqa: E402
@@ -67,12 +66,12 @@ def rate(database_url: str, app: str, share: float) -> int:
 
 
 def main() -> int:
+    os.environ.setdefault("AM_POSTGRES_SHARED_BUFFERS", "1GB")
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--memories", type=int, default=100_000)
     parser.add_argument("--rounds", type=int, default=200)
     parser.add_argument("--rated", type=float, default=0.1, help="share of memories rated")
     args = parser.parse_args()
-    os.environ.setdefault("AM_POSTGRES_SHARED_BUFFERS", "1GB")
     with bench_stack(services=()) as (_stack, endpoints, settings):
         embedder = make_embedder(settings)
         app = settings.default_app
@@ -115,18 +114,11 @@ def main() -> int:
                 for name, fusion in variants.items():
                     took[name].append(search(query, embedding, fusion))
             machine = machine_time.report()
-    base = statistics.median(took["without feedback"])
-    results = {}
-    for name, values in took.items():
-        p50 = statistics.median(values)
-        results[name] = {
-            "p50_ms": round(p50, 2),
-            "p99_ms": round(percentile(values, 99), 2),
-            "p50_ratio": round(p50 / base, 2),
-        }
+    results = against(took, "without feedback")
+    for name, figures in results.items():
         print(
-            f"{name:>17}: p50 {p50:7.2f} ms, p99 {percentile(values, 99):7.2f} ms, "
-            f"p50 x{p50 / base:.2f} of without"
+            f"{name:>17}: p50 {figures['p50_ms']:7.2f} ms, p99 {figures['p99_ms']:7.2f} ms, "
+            f"p50 x{figures['p50_ratio']:.2f} of without"
         )
     print(f"  {describe_machine(machine)}")
     print(json.dumps({"load_seconds": timings, "rounds": args.rounds, "results": results}))

@@ -7,6 +7,7 @@ import json
 import os
 import shutil
 import signal
+import statistics
 import sys
 import tempfile
 from collections.abc import Iterable, Iterator
@@ -48,6 +49,20 @@ def bench_stack(
             os.environ.pop("PUBSUB_EMULATOR_HOST", None)
         else:
             os.environ["PUBSUB_EMULATOR_HOST"] = emulator
+
+
+def against(took: dict[str, list[float]], base: str) -> dict[str, dict[str, float]]:
+    """Each variant's p50 and p99 (ms) and its p50 against `base`'s: timings of one
+    run, taken side by side."""
+    reference = statistics.median(took[base])
+    return {
+        name: {
+            "p50_ms": round(statistics.median(values), 2),
+            "p99_ms": round(percentile(values, 99), 2),
+            "p50_ratio": round(statistics.median(values) / reference, 2),
+        }
+        for name, values in took.items()
+    }
 
 
 def percentile(values: list[float], p: float) -> float:

@@ -19,13 +19,12 @@ import argparse
 import json
 import os
 import random
-import statistics
 import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from bench.common import MachineTime, bench_stack, describe_machine, percentile  # noqa: E402
+from bench.common import MachineTime, against, bench_stack, describe_machine  # noqa: E402
 from bench.retrieval import Client, load, question  # noqa: E402
 from shared.embeddings import make_embedder  # noqa: E402
 
@@ -89,20 +88,14 @@ def main() -> int:
                 took[name].append(ms)
                 found[name].append(len(answer["memories"]))
         machine = machine_time.report()
-    base = statistics.median(took["unfiltered"])
-    results = {}
-    for name, values in took.items():
-        p50 = statistics.median(values)
-        results[name] = {
-            "p50_ms": round(p50, 2),
-            "p99_ms": round(percentile(values, 99), 2),
-            "p50_ratio": round(p50 / base, 2),
-            "results_min": min(found[name]),
-        }
-        verdict = "" if name == "unfiltered" else (" PASS" if p50 / base <= TARGET else " FAIL")
+    results = against(took, "unfiltered")
+    for name, figures in results.items():
+        figures["results_min"] = min(found[name])
+        ratio = figures["p50_ratio"]
+        verdict = "" if name == "unfiltered" else (" PASS" if ratio <= TARGET else " FAIL")
         print(
-            f"{name:>22}: p50 {p50:7.2f} ms, p99 {percentile(values, 99):7.2f} ms, "
-            f"p50 x{p50 / base:.2f} of unfiltered (target <= {TARGET}){verdict}; "
+            f"{name:>22}: p50 {figures['p50_ms']:7.2f} ms, p99 {figures['p99_ms']:7.2f} ms, "
+            f"p50 x{ratio:.2f} of unfiltered (target <= {TARGET}){verdict}; "
             f"at least {min(found[name])} results"
         )
     print(f"  {describe_machine(machine)}")

@@ -118,6 +118,10 @@ class Settings(ServiceSettings):
     search_entity_weight: float = Field(default=0.3, ge=0)
     """weight of the entity ranking in reciprocal rank fusion: the rows that mention an entity the
     query names (by name or alias) and, after them, those of the entities one fact away; `0`: off"""
+    search_feedback_weight: float = Field(default=0.25, ge=0, le=1)
+    """how far callers' feedback moves a memory in a search: its fused score times
+    `1 + weight * balance`, the balance being (useful - not useful) / (both + 1) over each caller's
+    latest feedback, so strictly within `1 ± weight`; `0`: feedback does not rank"""
     search_rrf_k: int = Field(default=20, ge=1)
     """the `k` of reciprocal rank fusion (`weight / (k + rank)`)"""
     search_candidates: int = Field(default=30, ge=1, le=1000)

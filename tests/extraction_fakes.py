@@ -49,6 +49,7 @@ class CopyingUow:
     def __init__(self, shared) -> None:
         self.shared = shared
         self.ledger = self.windows = self.episodes = self.memories = self.tombstones = self
+        self.feedback = self
 
     def __enter__(self):
         self.db = copy.deepcopy(self.shared)
@@ -159,6 +160,12 @@ class Uow(CopyingUow):
         )  # fmt: skip
         self.db.memories.append(row)
         return row
+
+    # feedback (what Consolidator asks of each candidate): none marked a memory wrong
+    def suppressing(
+        self, app: str, user_id: str, event_id: str, entity_name: str, texts: list[str]
+    ) -> str | None:
+        return None
 
 
 def units_of(db: Db):

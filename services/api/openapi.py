@@ -7,7 +7,7 @@ with what it cannot know added.
   error status an operation can answer, in place of FastAPI's `{"detail": [...]}`,
   which this API never sends.
 - Links: how an answer's ids feed the next operation (a memory written, then
-  read, rolled back, deleted; a turn recorded, then its session read), for
+  read, given feedback, rolled back, deleted; a turn recorded, then its session read), for
   clients and for a fuzzer's stateful phase.
 """
 
@@ -52,7 +52,12 @@ ROUTE_ERRORS: dict[tuple[str, str], dict[int, str]] = {
     ("post", "/v1/compactions"): {403: "Compaction needs an admin key of the app."},
     ("post", "/v1/memories/{memory_id}:rollback"): {
         404: "No such memory for this user.",
-        409: "The memory is deleted, or that revision's text is already current.",
+        409: "The memory is deleted (not by wrong feedback), that revision's text is already "
+        "current, or another live memory of its scope has its entity.",
+    },
+    ("post", "/v1/memories/{memory_id}:feedback"): {
+        404: "No such memory for this user.",
+        409: "The memory is deleted or expired.",
     },
     ("patch", "/v1/memories/{memory_id}"): {
         404: "No such memory for this user.",
@@ -85,6 +90,9 @@ _WRITTEN = {"path.memory_id": "$response.body#/memory/id", "query.user_id": _BOD
 _SESSION = "/v1/sessions/{session_id}"
 _TURNS_SESSION = {"path.session_id": "$request.path.session_id"}
 _RULE = {"path.rule_id": "$response.body#/id", "query.user_id": "$response.body#/user_id"}
+# The memory an answer is (`_READ_BACK`) or holds (`_GIVEN`), read as the body's user.
+_READ_BACK = {"path.memory_id": "$response.body#/id", "query.user_id": _BODY_USER}
+_GIVEN = {"path.memory_id": "$response.body#/memory/id"}
 
 # (method, path) -> {status: {name: link}}: what a success's answer leads to.
 LINKS: dict[tuple[str, str], dict[int, dict[str, dict]]] = {
@@ -111,26 +119,22 @@ LINKS: dict[tuple[str, str], dict[int, dict[str, dict]]] = {
                 {"path.memory_id": "$response.body#/id"},
                 user_id="$request.query.user_id",
             ),
-        }
-    },
-    ("patch", _MEMORY): {
-        200: {
-            "GetMemory": _link(
-                "get",
-                _MEMORY,
-                {"path.memory_id": "$response.body#/id", "query.user_id": _BODY_USER},
+            "GiveFeedback": _link(
+                "post",
+                f"{_MEMORY}:feedback",
+                {"path.memory_id": "$response.body#/id"},
+                user_id="$request.query.user_id",
             ),
         }
     },
-    ("post", f"{_MEMORY}:rollback"): {
+    ("patch", _MEMORY): {200: {"GetMemory": _link("get", _MEMORY, _READ_BACK)}},
+    ("post", f"{_MEMORY}:feedback"): {
         200: {
-            "GetMemory": _link(
-                "get",
-                _MEMORY,
-                {"path.memory_id": "$response.body#/id", "query.user_id": _BODY_USER},
-            ),
+            "GetMemory": _link("get", _MEMORY, {**_GIVEN, "query.user_id": _BODY_USER}),
+            "RollbackMemory": _link("post", f"{_MEMORY}:rollback", _GIVEN, user_id=_BODY_USER),
         }
     },
+    ("post", f"{_MEMORY}:rollback"): {200: {"GetMemory": _link("get", _MEMORY, _READ_BACK)}},
     ("post", f"{_SESSION}/turns"): {
         202: {
             "GetSession": _link("get", _SESSION, {**_TURNS_SESSION, "query.user_id": _BODY_USER}),

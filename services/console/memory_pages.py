@@ -1,8 +1,8 @@
 """A user's memory as the console shows it: find a user of the app, their memories
 by scope (with kind, entity and project filters, and the hybrid search), each
 memory's revisions and the event behind each, editing a memory, rolling it back to
-a revision, deleting it (after asking), the user's sessions with their buffered turns and
-rolling summary, and the archive search.
+a revision, its feedback and giving some, deleting it (after asking), the user's
+sessions with their buffered turns and rolling summary, and the archive search.
 
 The lists (users, a user's memories and sessions) are read from Postgres a page
 at a time, with how many there are (shared.db.console_reads); everything else
@@ -22,6 +22,8 @@ from services.console.pages import Viewer, client, page
 from shared.client.models import MemoryDetail
 from shared.db import console_reads as reads
 from shared.db import entity_reads
+from shared.db import feedback as feedback_reads
+from shared.db.feedback import MAX_REASON, RATINGS
 from shared.db.memory_rows import MemoryRow
 
 router = APIRouter(include_in_schema=False)
@@ -115,14 +117,41 @@ async def rollback_memory(request: Request) -> HTMLResponse:
     return await _memory_page(request, user_id, detail, outcome)
 
 
+@router.post(MEMORY + "/feedback", response_class=HTMLResponse)
+async def memory_feedback(request: Request) -> HTMLResponse:
+    form = await access.checked_form(request)
+    user_id, memory_id = _memory_of(form)
+    rating = inputs.choice(form, "rating", RATINGS)
+    if not rating:
+        raise access.Refused(422, "rating: is required")
+    reason = inputs.text(form, "reason", limit=MAX_REASON)
+    async with client(request) as api:
+        given = await api.give_feedback(user_id, memory_id, rating, reason=reason or None)
+    outcome = f"recorded as {rating.replace('_', ' ')}"
+    if given.memory.deleted_at:
+        outcome += ": the memory is retired (roll it back to bring it back)"
+    return await _memory_page(request, user_id, given.memory, outcome)
+
+
 async def _memory_page(
     request: Request, user_id: str, detail: MemoryDetail, outcome: str | None
 ) -> HTMLResponse:
-    """The memory's page, with links to the entities it mentions."""
-    named = entity_reads.of_memory(Viewer(request).app, user_id, detail.id)
-    entities = await queries.read(request.app.state.apool, named)
+    """The memory's page, with links to the entities it mentions and its feedback."""
+    app, pool = Viewer(request).app, request.app.state.apool
+    entities = await queries.read(pool, entity_reads.of_memory(app, user_id, detail.id))
+    given = await queries.read(pool, feedback_reads.of_memory(app, user_id, detail.id))
+    # A memory that wrong feedback retired can be rolled back to life.
+    restorable = any(f.rating == "wrong" and f.restored_at is None for f in given)
     return page(
-        request, "memory.html", user_id=user_id, memory=detail, outcome=outcome, entities=entities
+        request,
+        "memory.html",
+        user_id=user_id,
+        memory=detail,
+        outcome=outcome,
+        entities=entities,
+        feedback=given,
+        ratings=RATINGS,
+        restorable=bool(detail.deleted_at) and restorable,
     )
 
 

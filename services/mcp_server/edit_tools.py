@@ -1,4 +1,5 @@
-"""The MCP tools that change one memory the agent names by its id: edit it.
+"""The MCP tools that change one memory the agent names by its id: edit it, give
+feedback on it.
 
 A mixin of `services.mcp_server.tools.MemoryTools`, which gives it `_call` and
 `_user`. No `from __future__ import annotations`: the SDK reads the signatures.
@@ -13,6 +14,7 @@ from pydantic import Field
 from shared.client import AsyncMemoryClient
 
 Kind = Literal["preference", "fact", "rule", "event"]
+Rating = Literal["useful", "not_useful", "wrong"]
 UserId = Annotated[
     str | None,
     Field(description="The user the memory belongs to (default: the server's configured user)"),
@@ -50,4 +52,32 @@ class EditTools:
         fields = ("id", "scope", "kind", "entity_name", "text", "metadata", "updated_at")
         return {name: getattr(edited, name) for name in fields} | {
             "revisions": len(edited.revisions)
+        }
+
+    async def memory_feedback(
+        self,
+        memory_id: Annotated[str, Field(description="The memory's id (from a search or list)")],
+        rating: Annotated[
+            Rating,
+            Field(
+                description="useful or not_useful (ranks it higher or lower); wrong (retires "
+                "it, and the conversation it came from does not bring it back)"
+            ),
+        ],
+        ctx: Context,
+        reason: Annotated[str | None, Field(description="Why, briefly")] = None,
+        user_id: UserId = None,
+    ) -> dict[str, Any]:
+        """Say whether a memory helped: a memory that is wrong is retired at once
+        (kept in its history, and a rollback brings it back); useful or not useful
+        weighs it in later searches."""
+        user = self._user(user_id)
+        given = await self._call(
+            ctx, lambda c: c.give_feedback(user, memory_id, rating, reason=reason)
+        )
+        return {
+            "id": given.memory.id,
+            "rating": given.feedback.rating,
+            "retired": given.memory.deleted_at is not None,
+            "tally": given.tally.model_dump(),
         }

@@ -348,6 +348,8 @@ TOOLS = {
     "list_memories": _READ_ONLY,
     "entities": _READ_ONLY,
     "edit_memory": _WRITES,
+    # `wrong` retires the memory (a rollback brings it back).
+    "memory_feedback": _DELETES,
     "forget": _DELETES,
     # It consumes a one-time grant when one matches: not read-only.
     "check_tool_permission": _WRITES,

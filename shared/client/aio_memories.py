@@ -233,13 +233,26 @@ class AsyncMemoryRoutes(AsyncConnection):
 
     async def rollback_memory(self, user_id: str, memory_id: str, revision: int) -> m.MemoryDetail:
         """Make revision `revision`'s text current again, as a new revision; the
-        memory with its revisions. NotFoundError for an unknown memory, ConflictError
-        for a deleted one or a text already current, InvalidRequestError for a revision
-        it does not have."""
+        memory with its revisions (one that `wrong` feedback retired is live again).
+        NotFoundError for an unknown memory, ConflictError for one deleted otherwise
+        or a text already current, InvalidRequestError for a revision it does not have."""
         # Not retried: after a lost answer, a second attempt finds the text current (409).
         path = f"/v1/memories/{segment(memory_id)}:rollback"
         body = {"user_id": user_id, "revision": revision}
         return await self._send(Call("POST", path, one(m.MemoryDetail), json=body))
+
+    async def give_feedback(
+        self, user_id: str, memory_id: str, rating: str, *, reason: str | None = None
+    ) -> m.FeedbackResponse:
+        """Feedback on a live memory: `useful` or `not_useful` (they weigh it in
+        searches; the caller's latest counts) or `wrong` (it is retired; a rollback
+        brings it back), with an optional reason. The feedback recorded, each
+        rating's count and the memory after it. NotFoundError for an unknown memory,
+        ConflictError for a deleted one."""
+        # Not retried: every feedback is recorded, and a second `wrong` finds it retired.
+        path = f"/v1/memories/{segment(memory_id)}:feedback"
+        body = present(user_id=user_id, rating=rating, reason=reason)
+        return await self._send(Call("POST", path, one(m.FeedbackResponse), json=body))
 
     async def delete_memories(
         self,

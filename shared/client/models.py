@@ -265,6 +265,33 @@ class FactView(ApiModel):
     """The memory that states it."""
 
 
+class FeedbackResponse(ApiModel):
+    feedback: FeedbackView
+    tally: FeedbackTally
+    memory: MemoryDetail
+
+
+class FeedbackTally(ApiModel):
+    """How many callers' latest feedback on the memory is each rating."""
+
+    useful: int
+    not_useful: int
+    wrong: int
+
+
+class FeedbackView(ApiModel):
+    id: int
+    memory_id: str
+    rating: str
+    """One of: useful, not_useful, wrong."""
+    reason: str
+    source: str
+    """Who gave it: 'key:<id>' of the caller's API key."""
+    created_at: datetime
+    restored_at: datetime | None = None
+    """For `wrong`: when a rollback made the memory live again."""
+
+
 class FlushSessionResponse(ApiModel):
     session_id: str
     event_id: str

@@ -1,7 +1,7 @@
 """Erasure: every row of a user, or of one of the user's projects, across the
-tables that hold them (memories with their revisions, episodes, entities with
-their aliases, mentions and facts, turns waiting in extraction windows,
-permission rules, and for a user also operations and flush marks). In the
+tables that hold them (memories with their revisions and feedback, episodes,
+entities with their aliases, mentions and facts, turns waiting in extraction
+windows, permission rules, and for a user also operations and flush marks). In the
 caller's transaction, which holds the user's lock
 (`shared.db.memories.user_lock`)."""
 
@@ -19,6 +19,7 @@ _PROJECT_TABLES = ("entities", "memories", "episodes", "extraction_pending", "pe
 _USER_TABLES = (
     "entities",
     "memory_revisions",
+    "memory_feedback",
     "memories",
     "episodes",
     "extraction_pending",
@@ -38,11 +39,12 @@ class Erasure:
         scope = {"app": app, "user_id": user_id, "project": project_id}
         self._announce(app, user_id, "AND project_id = %(project)s", scope)
         done = {
-            "memory_revisions": self.conn.execute(
-                "DELETE FROM memory_revisions r USING memories m WHERE r.memory_id = m.id "
+            table: self.conn.execute(
+                f"DELETE FROM {table} r USING memories m WHERE r.memory_id = m.id "
                 "AND m.app = %(app)s AND m.user_id = %(user_id)s AND m.project_id = %(project)s",
                 scope,
             ).rowcount
+            for table in ("memory_revisions", "memory_feedback")
         }
         for table in _PROJECT_TABLES:
             done[table] = self.conn.execute(

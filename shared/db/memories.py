@@ -226,16 +226,20 @@ class Memories:
         self._link(updated, event_id)
         return updated
 
-    def edit(self, memory: MemoryRow, edit: MemoryEdit, embedding: Any) -> MemoryRow:
+    def edit(
+        self, memory: MemoryRow, edit: MemoryEdit, embedding: Any, reopen: bool = False
+    ) -> MemoryRow:
         """Set what a caller's edit names (a PATCH, a rollback), with a revision whose
-        source is the caller; `embedding` the new text's (None: the text is kept)."""
+        source is the caller; `embedding` the new text's (None: the text is kept).
+        `reopen`: the memory is retired, and is live again after it (the rollback of
+        one that wrong feedback retired: `shared.memory.restoring`)."""
         edited = self._memory(
             f"""
             UPDATE memories AS m SET text = %s, kind = %s, entity_name = %s, topic = %s,
                    metadata = %s, expire_at = %s, embedding = coalesce(%s, m.embedding),
-                   observed_at = %s,
+                   observed_at = %s, valid_to = NULL,
                    updated_at = now(), source_event_id = NULL
-            WHERE m.id = %s AND m.valid_to IS NULL
+            WHERE m.id = %s AND m.valid_to IS {"NOT NULL" if reopen else "NULL"}
             RETURNING {MEMORY_COLUMNS}
             """,
             (
@@ -261,7 +265,7 @@ class Memories:
             change=edit.change,
             source=edit.source,
         )
-        if embedding is not None:  # a new text names its own entities and fact
+        if embedding is not None or reopen:  # a new text (or a retired one) names them anew
             self._link(edited, None)
         return edited
 
@@ -271,9 +275,11 @@ class Memories:
         observed_at: datetime,
         event_id: str | None,
         change: str | None = None,
+        source: str = "",
     ) -> MemoryRow:
         """Close the memory; returns it as it is now (with `valid_to`). `change`: what
-        the outbox calls it (DELETED by default; retire_expired's is EXPIRED)."""
+        the outbox calls it (DELETED by default; retire_expired's is EXPIRED);
+        `source`: the caller who retired it ('' the pipeline)."""
         retired = self._memory(
             f"""
             UPDATE memories AS m SET valid_to = now(), updated_at = now(), observed_at = %s
@@ -283,7 +289,16 @@ class Memories:
             (observed_at, memory.id),
         )
         assert retired is not None
-        self.revise(memory, Action.DELETED, memory.text, None, event_id, observed_at, change=change)
+        self.revise(
+            memory,
+            Action.DELETED,
+            memory.text,
+            None,
+            event_id,
+            observed_at,
+            change=change,
+            source=source,
+        )
         entity_facts.close_of_memory(self.conn, memory.id, observed_at)
         return retired
 

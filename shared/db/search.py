@@ -50,6 +50,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from shared.db.context_reads import CITED_COLUMNS, Cited, pop_cited
+from shared.db.feedback import BALANCE_SQL
 from shared.db.memory_reads import LIVE, MEMORY_COLUMNS, as_of_columns
 from shared.db.memory_rows import MemoryRow, NewMemory
 from shared.db.run import Statement, Steps
@@ -117,6 +118,7 @@ def hybrid_sql(
     exact: bool | None = None,
     entities: bool = False,
     as_of: bool = False,
+    feedback: bool = False,
 ) -> str:
     """The statement: fused rows (`pinned` false) and, if asked, every rule the
     filter admits (`pinned` true; score 0), each with `exact`, whether the vector
@@ -125,9 +127,10 @@ def hybrid_sql(
     (`where` if not given: a filter admitting at least `where`'s rows, cheaper to
     count); given (a count a recent statement made, `SCOPE_SIZES`), it only has
     the one ranking to plan and run. `entities`: with the entity ranking
-    (`shared.db.search_entities`; its facts true at `as_of` when given)."""
+    (`shared.db.search_entities`; its facts true at `as_of` when given). `feedback`:
+    each memory's score weighed by its feedback (`shared.db.feedback.BALANCE_SQL`)."""
     fused, ranked, was_exact = hybrid_parts(
-        table, columns, where, count_where, exact, entities, as_of
+        table, columns, where, count_where, exact, entities, as_of, feedback
     )
     if not pinned_rules:
         return f"{fused}\n{ranked}"
@@ -149,6 +152,7 @@ def hybrid_parts(
     exact: bool | None,
     entities: bool = False,
     as_of: bool = False,
+    feedback: bool = False,
 ) -> tuple[str, str, str]:
     """`hybrid_sql`'s parts: the WITH clause up to the fused scores (`fused`), the
     query of the ranked rows (in parentheses, so that a caller may name it as one
@@ -252,10 +256,12 @@ fused AS (
         FROM ent e JOIN weights w ON w.qi = e.qi
     ) s GROUP BY id
 )"""
+    score = f"f.score * (1 + %(wf)s::float8 * {BALANCE_SQL})" if feedback else "f.score"
     ranked = f"""(
-    SELECT {columns}, f.score, f.vrank, f.trank, f.erank, false AS pinned, {was_exact} AS exact
+    SELECT {columns}, {score} AS score, f.vrank, f.trank, f.erank, false AS pinned,
+           {was_exact} AS exact
     FROM fused f JOIN {table} m ON m.id = f.id
-    ORDER BY f.score DESC, m.id LIMIT %(limit)s
+    ORDER BY score DESC, m.id LIMIT %(limit)s
 )"""
     return fused, ranked, was_exact
 
@@ -279,6 +285,7 @@ def fusion_params(
         "wv": fusion.vector_weight,
         "wt": fusion.text_weight,
         "we": fusion.entity_weight,
+        "wf": fusion.feedback_weight,
         "rrf_k": fusion.k,
         "top": fusion.top,
         "floor": fusion.floor if fusion.top else 1.0,
@@ -331,6 +338,7 @@ def search_memories(
         exact=exact,
         entities=fusion.entity_weight > 0,
         as_of="as_of" in params,
+        feedback=fusion.feedback_weight > 0,
     )
     rows = yield Statement(sql, params)
     if exact is None and rows:

@@ -32,6 +32,7 @@ from shared.db.app_settings import AppSettings
 from shared.db.clock import database_now
 from shared.db.episodes import Episodes
 from shared.db.erasure import Erasure
+from shared.db.feedback import Feedback
 from shared.db.ledger import Ledger
 from shared.db.memories import Memories
 from shared.db.operations import Operations
@@ -53,6 +54,7 @@ class UnitOfWork:
     api_keys: ApiKeys
     windows: Windows
     app_settings: AppSettings
+    feedback: Feedback
 
     def __init__(self, pool: ConnectionPool, worker: str = "") -> None:
         self._pool = pool
@@ -76,6 +78,7 @@ class UnitOfWork:
         self.api_keys = ApiKeys(conn)
         self.windows = Windows(conn)
         self.app_settings = AppSettings(conn)
+        self.feedback = Feedback(conn)
         return self
 
     def run(self, steps: Steps[T]) -> T:

@@ -6,10 +6,10 @@ pgvector prints it, which is already a JSON array of the shortest numbers that
 read back as the same 32-bit floats, and no row becomes Python objects on the way.
 The rows are read through a server-side (named) cursor, `BATCH_ROWS` at a time,
 so the exporting process holds one batch whatever the user's size. Every cursor
-runs in one REPEATABLE READ, READ ONLY transaction: memories, their revisions,
-episodes and entities come from one snapshot, and a change committed during the
-export is in none of it. The transaction stays open while the lines are written out (to a file
-or a client): it holds no lock a writer waits for, only its snapshot.
+runs in one REPEATABLE READ, READ ONLY transaction: memories, their revisions and
+feedback, episodes and entities come from one snapshot, and a change committed
+during the export is in none of it. The transaction stays open while the lines
+are written out (to a file or a client): it holds no lock a writer waits for, only its snapshot.
 
 The same statements run on a sync connection (the CLI) and an async one (the API).
 """
@@ -40,6 +40,14 @@ _REVISIONS = """
      FROM memory_revisions r WHERE r.memory_id = m.id)
 """
 
+_FEEDBACK = """
+    (SELECT coalesce(json_agg(json_build_object(
+                'rating', f.rating, 'reason', f.reason, 'source', f.source,
+                'source_events', f.source_events, 'restored_at', f.restored_at,
+                'created_at', f.created_at) ORDER BY f.id), '[]')
+     FROM memory_feedback f WHERE f.memory_id = m.id)
+"""
+
 # In the order of memories_user_entity (no sort of the user's rows before the
 # first line goes out).
 MEMORY_LINES = f"""
@@ -50,7 +58,7 @@ SELECT json_build_object(
     'observed_at', m.observed_at, 'created_at', m.created_at, 'updated_at', m.updated_at,
     'valid_from', m.valid_from, 'valid_to', m.valid_to, 'source_event_id', m.source_event_id,
     'embedding', m.embedding::text::json, 'revisions', {_REVISIONS},
-    'metadata', m.metadata)::text
+    'metadata', m.metadata, 'feedback', {_FEEDBACK})::text
 FROM memories m
 WHERE m.app = %(app)s AND m.user_id = %(user_id)s
 ORDER BY m.scope, m.project_id, m.session_id, lower(m.entity_name), m.observed_at, m.id

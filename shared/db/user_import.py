@@ -1,5 +1,5 @@
-"""Writing an imported memory (with its revisions) or episode, in the caller's
-transaction, which holds the user's lock (`shared.db.memories.user_lock`).
+"""Writing an imported memory (with its revisions and feedback) or episode, in the
+caller's transaction, which holds the user's lock (`shared.db.memories.user_lock`).
 
 A row whose id is there already is left as it is (a memory keeps its revisions):
 importing twice writes nothing the second time. An episode whose session and turn
@@ -109,6 +109,27 @@ def write_memory(
                         None if r.state is None else Jsonb(r.state),
                     )
                     for r in m.revisions
+                ],
+            )
+    if m.feedback:
+        with conn.cursor() as cur:
+            cur.executemany(
+                "INSERT INTO memory_feedback (memory_id, app, user_id, rating, reason, source, "
+                "source_events, restored_at, created_at) VALUES (%s, %s, %s, %s, %s, %s, %s, "
+                "%s, %s)",
+                [
+                    (
+                        memory_id,
+                        app,
+                        user_id,
+                        f.rating,
+                        f.reason,
+                        f.source,
+                        f.source_events,
+                        f.restored_at,
+                        f.created_at,
+                    )
+                    for f in m.feedback
                 ],
             )
     if derive:

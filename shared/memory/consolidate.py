@@ -117,10 +117,11 @@ class Consolidator:
     def __init__(self, uow: UnitOfWork) -> None:
         self.uow = uow
         self.store = uow.memories
+        self.feedback = uow.feedback
 
     def apply(self, new: NewMemory, source: Source, decision: Decision | None) -> Applied:
         """`decision` None: written as it is (a direct write that skips consolidation)."""
-        if not new.text:
+        if not new.text or self._held_back(new, source, decision):
             return Applied(Action.NONE, None, "")
         if decision is None:
             return self._create(new, source)
@@ -160,6 +161,19 @@ class Consolidator:
             return Applied(Action.DELETED, retired, target.text)
         text = decision.text.strip() or new.text
         return self._create(replace(new, text=text), source)
+
+    def _held_back(self, new: NewMemory, source: Source, decision: Decision | None) -> bool:
+        """Whether the candidate would write its turn again into a memory that wrong
+        feedback retired (`shared.memory.feedback`): however often the turn is
+        extracted (its event redelivered, its window extracted again), not into the
+        same memory. A candidate that retires a memory goes on."""
+        if source.event_id is None or (decision and decision.action == Action.DELETED):
+            return False
+        texts = [new.text] + ([decision.text] if decision and decision.text else [])
+        held = self.feedback.suppressing(
+            new.app, new.user_id, source.event_id, new.entity_name, texts
+        )
+        return held is not None
 
     def _create(self, new: NewMemory, source: Source) -> Applied:
         latest = self.store.latest_of_entity(new)

@@ -115,16 +115,21 @@ def write_edit(
         memory, edit, embedding = planned
         if uow.memories.get(app, user_id, memory_id) != memory:
             raise StalePlan("the memory changed since it was read")
-        _entity_free(uow, memory, edit)
+        entity_free(uow, memory, edit)
         edited = uow.memories.edit(memory, edit, embedding)
         return Edited(edited, uow.memories.revisions(memory_id))
 
     return write_for_user(units, app, user_id, attempts, f"memory {memory_id}", plan, write)
 
 
-def _entity_free(uow: UnitOfWork, memory: MemoryRow, edit: MemoryEdit) -> None:
-    """One live memory per entity in a scope: refuse an entity another one has."""
-    if not edit.entity_name or edit.entity_name.casefold() == memory.entity_name.casefold():
+def entity_free(
+    uow: UnitOfWork, memory: MemoryRow, edit: MemoryEdit, reopening: bool = False
+) -> None:
+    """One live memory per entity in a scope: refuse an entity another one has (one
+    the memory keeps is its own, unless it is `reopening`: retired, it holds none)."""
+    if not edit.entity_name:
+        return
+    if not reopening and edit.entity_name.casefold() == memory.entity_name.casefold():
         return
     probe = NewMemory(
         memory.app,

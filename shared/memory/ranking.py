@@ -49,6 +49,9 @@ class Fusion:
     text_weight: float = 0.6
     # The entity ranking's (`shared.db.search_entities`); 0: not ranked at all.
     entity_weight: float = 0.0
+    # How far feedback moves a memory: its score times 1 + this * its balance
+    # (`shared.db.feedback.BALANCE_SQL`, within -1 and 1); 0: not at all.
+    feedback_weight: float = 0.0
     k: int = 20
     top: int = 5
     floor: float = 0.01
@@ -72,6 +75,7 @@ class Fusion:
             vector_weight=vector_weight,
             text_weight=settings.search_text_weight,
             entity_weight=settings.search_entity_weight,
+            feedback_weight=settings.search_feedback_weight,
             k=settings.search_rrf_k,
             candidates=settings.search_candidates,
             text_scan=settings.search_text_scan_limit,

@@ -4,7 +4,8 @@ A file (or a response body) is JSON Lines, one JSON object per line:
 
 1. the header: `{format, version, app, user_id, exported_at, embedding_dim,
    entities}`;
-2. one `{"type": "memory", ...}` per memory, live or closed, with its revisions;
+2. one `{"type": "memory", ...}` per memory, live or closed, with its revisions
+   and its feedback;
 3. one `{"type": "episode", ...}` per archived turn;
 4. one `{"type": "entity", ...}` per entity, with its aliases and mentions, then
    one `{"type": "fact", ...}` per fact and one `{"type": "merge", ...}` per merge
@@ -34,6 +35,7 @@ from uuid import UUID
 import orjson
 from pydantic import AfterValidator, Field, TypeAdapter, ValidationError, model_validator
 
+from shared.db.feedback import MAX_REASON
 from shared.memory.metadata import checked
 from shared.portability.entity_records import EntityRecord, FactRecord, MergeRecord
 from shared.portability.fields import (
@@ -91,6 +93,15 @@ class RevisionRecord(Line):
     state: dict[str, Any] | None = None
 
 
+class FeedbackRecord(Line):
+    rating: Literal["useful", "not_useful", "wrong"]
+    reason: Annotated[Text, Field(max_length=MAX_REASON)]
+    source: Annotated[str, Field(max_length=200)]
+    source_events: list[UUID]
+    restored_at: OptionalTime
+    created_at: Time
+
+
 class MemoryRecord(Line):
     type: Literal["memory"]
     id: UUID
@@ -112,6 +123,8 @@ class MemoryRecord(Line):
     revisions: list[RevisionRecord]
     # Absent from exports made before memories carried metadata.
     metadata: Annotated[dict[str, Any], AfterValidator(checked)] = {}
+    # Absent from exports made before memories took feedback.
+    feedback: list[FeedbackRecord] = []
 
     @model_validator(mode="after")
     def _scoped(self) -> MemoryRecord:

@@ -169,6 +169,7 @@ def test_a_page_of_another_port_that_tosses_cookies_and_posts_the_forms_changes_
         "/console/user/memory/delete": {"user": user, "id": memory_id, "confirm": "yes"},
         "/console/user/memory/rollback": {"user": user, "id": memory_id, "revision": "1"},
         "/console/user/memory/edit": {"user": user, "id": memory_id, "text": "edited"},
+        "/console/user/memory/feedback": {"user": user, "id": memory_id, "rating": "wrong"},
         "/console/dead-letters/turns-extraction/replay": {"event_id": event_id},
         "/console/dead-letters/turns-extraction/purge": {"event_id": event_id, "confirm": "yes"},
         "/console/sign-out": {},
@@ -444,6 +445,44 @@ def test_a_users_memory_found_by_search_its_revisions_then_deleted(
     assert dialogs == []
     page.context.close()
     _trail(stack, browser, shots, turn["event_id"])
+
+
+def test_feedback_on_a_memory_is_given_shown_and_a_wrong_one_rolled_back(
+    stack: Stack, browser: Browser, shots: Path
+) -> None:
+    user = "u-feedback"
+    body = {"user_id": user, "kind": "fact", "scope": "global", "entity_name": "car"}
+    written = stack.api("POST", "/v1/memories", json={**body, "text": "Drives a red <b>van</b>."})
+    memory_id = written["memory"]["id"]
+    page = signed_in(browser, stack)
+    page.goto(f"{stack.url}/console/user/memory?user={user}&id={memory_id}")
+    expect(page.locator("#feedback tbody")).to_have_text("No feedback yet.")
+    page.select_option("#feedback-rating", "useful")
+    page.fill("#feedback-reason", "<i>booked</i> the van")
+    page.click("#send-feedback")
+    expect(page.locator("#outcome")).to_have_text("recorded as useful")
+    rows = page.locator("#feedback tbody tr")
+    expect(rows.locator("td.rating")).to_have_text(["useful"])
+    expect(rows.locator("td:nth-child(3)")).to_have_text(["<i>booked</i> the van"])
+    expect(rows.locator("td.source")).to_have_text([re.compile("^key:[0-9a-f-]{36}$")])
+    page.select_option("#feedback-rating", "wrong")
+    page.click("#send-feedback")
+    expect(page.locator("#outcome")).to_have_text(
+        "recorded as wrong: the memory is retired (roll it back to bring it back)"
+    )
+    expect(page.locator("#memory-state")).to_contain_text("deleted")
+    expect(rows.locator("td.rating")).to_have_text(["useful", "wrong"])
+    expect(page.locator("#give-feedback")).to_have_count(0)
+    actions = page.locator("#revisions tbody tr td:nth-child(3)")
+    expect(actions).to_have_text(["CREATED", "DELETED"])
+    shoot(page, shots, "memory-feedback")
+    page.locator("#revisions tbody tr").nth(0).locator("button.rollback").click()
+    expect(page.locator("#memory-state")).to_have_text("live")
+    expect(actions).to_have_text(["CREATED", "DELETED", "UPDATED"])
+    expect(rows.nth(1).locator("td:nth-child(5)")).to_contain_text("restored")
+    detail = stack.api("GET", f"/v1/memories/{memory_id}", params={"user_id": user})
+    assert (detail["deleted_at"], detail["text"]) == (None, "Drives a red <b>van</b>.")
+    page.context.close()
 
 
 def _trail(stack: Stack, browser: Browser, shots: Path, event_id: str) -> None:

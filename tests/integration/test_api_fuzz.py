@@ -102,6 +102,7 @@ DOCUMENTED_REFUSALS = (
     ("created_at", "in the future", "how far ahead a turn may be depends on the clock"),
     ("expire_at", "must be in the future", "depends on the clock"),
     ("revision", "no revision", "which revisions a memory has is the store's state"),
+    ("revision", "left no text", "which revision retired a memory is the store's state"),
     ("custom_topics", "each name once", "uniqueItems compares whole items, not their names"),
     ("cursor", "not a cursor this API returned", "only a cursor the API returned is one"),
     ("pattern", "is not an RE2 pattern", "only RE2 knows RE2's syntax"),
@@ -127,8 +128,12 @@ USER_DELETED = (410, "user_deleted")
 # so a 405's `Allow` names its methods only (services.api.custom_methods): the
 # CLI's coverage phase finds no `Allow` mismatch and no undeclared method answered.
 ROLLBACK = "/v1/memories/{memory_id}:rollback"
-# An edit names its user in its body too.
-BODY_NAMES_USER = {("POST", ROLLBACK), ("PATCH", "/v1/memories/{memory_id}")}
+# An edit and feedback name their user in their body too.
+BODY_NAMES_USER = {
+    ("POST", ROLLBACK),
+    ("PATCH", "/v1/memories/{memory_id}"),
+    ("POST", "/v1/memories/{memory_id}:feedback"),
+}
 
 
 def _documented_refusal(response) -> bool:

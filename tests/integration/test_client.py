@@ -393,8 +393,9 @@ def test_deletions_compaction_and_health(client, base_url, keys, ids):
     project = client.delete_project(user, "P")
     assert (project.user_id, project.project_id, project.deleted_at) == (user, "P", None)
     assert project.deleted == {
-        "entities": 2,  # "P" and "Go", the project's
         "memory_revisions": 1,
+        "memory_feedback": 0,
+        "entities": 2,  # "P" and "Go", the project's
         "memories": 1,
         "episodes": 0,
         "extraction_pending": 0,
@@ -408,6 +409,7 @@ def test_deletions_compaction_and_health(client, base_url, keys, ids):
     assert deleted.deleted == {
         "entities": 0,
         "memory_revisions": 1,
+        "memory_feedback": 0,
         "memories": 1,
         "episodes": 0,
         "extraction_pending": 0,

@@ -147,6 +147,12 @@ FORMS = [
         ("user", "id", "text"),
     ),
     Form(
+        "POST",
+        "/console/user/memory/feedback",
+        {"user": "{user}", "id": "{memory}", "rating": "useful", "reason": "it helped"},
+        ("user", "id", "rating"),
+    ),
+    Form(
         "POST", "/console/user/memory/delete", {"user": "{user}", "id": "{memory}"}, ("user", "id")
     ),
     Form(

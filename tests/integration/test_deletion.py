@@ -78,9 +78,14 @@ def test_deleting_a_project_removes_everything_of_it_and_nothing_else(
     client, extraction, pool, valkey_client, ids
 ):
     user = ids["user_id"]
-    write(client, user, "User prefers tea", entity_name="drink")
-    write(client, user, "P deploys on Fridays", "project", project_id="P", entity_name="deploy")
+    tea = write(client, user, "User prefers tea", entity_name="drink")
+    fridays = write(
+        client, user, "P deploys on Fridays", "project", project_id="P", entity_name="deploy"
+    )
     write(client, user, "Q deploys on Mondays", "project", project_id="Q", entity_name="deploy")
+    for memory in (tea, fridays):
+        rated = {"user_id": user, "rating": "useful"}
+        assert client.post(f"/v1/memories/{memory['id']}:feedback", json=rated).status_code == 200
     # An entity of the project (its memory's), and one of the user's own.
     write(client, user, "Priya Patel approves every deploy", "project", project_id="P")
     write(client, user, "Dana Lee likes tea", entity_name="dana")
@@ -103,8 +108,9 @@ def test_deleting_a_project_removes_everything_of_it_and_nothing_else(
         "user_id": user,
         "project_id": "P",
         "deleted": {
-            "entities": 1,
             "memory_revisions": 2,
+            "memory_feedback": 1,
+            "entities": 1,
             "memories": 2,
             "episodes": 2,
             "extraction_pending": 0,
@@ -125,6 +131,8 @@ def test_deleting_a_project_removes_everything_of_it_and_nothing_else(
         pool, "SELECT name FROM entities WHERE app = %s AND user_id = %s", ids["app"], user
     )
     assert names == [("Dana Lee",)]
+    kept = pool_rows(pool, "SELECT memory_id::text FROM memory_feedback WHERE user_id = %s", user)
+    assert kept == [(tea["id"],)]
     episodes = count(
         pool, "SELECT count(*) FROM episodes WHERE app = %s AND user_id = %s", ids["app"], user
     )
@@ -138,7 +146,9 @@ def test_deleting_a_user_removes_everything_and_late_events_create_nothing(
     client, extraction, pool, valkey_client, app_settings, ids
 ):
     user, app = ids["user_id"], ids["app"]
-    write(client, user, "User prefers tea", entity_name="drink")
+    tea = write(client, user, "User prefers tea", entity_name="drink")
+    rated = {"user_id": user, "rating": "useful", "reason": "asked for tea"}
+    assert client.post(f"/v1/memories/{tea['id']}:feedback", json=rated).status_code == 200
     write(client, user, "P deploys on Fridays", "project", project_id="P", entity_name="deploy")
     early = make_turn(ids, 1, user="Remember that my name is Ada.")
     assert extraction.handle_turn(early, None) == "applied"
@@ -163,6 +173,7 @@ def test_deleting_a_user_removes_everything_and_late_events_create_nothing(
     assert result["deleted"] == {
         "entities": 1,  # Ada
         "memory_revisions": 3,  # two written memories and one extracted
+        "memory_feedback": 1,
         "memories": 3,
         "episodes": 1,
         "extraction_pending": 0,
@@ -176,6 +187,7 @@ def test_deleting_a_user_removes_everything_and_late_events_create_nothing(
     for table in (
         "memories",
         "memory_revisions",
+        "memory_feedback",
         "episodes",
         "permission_rules",
         "entities",

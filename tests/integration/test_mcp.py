@@ -49,6 +49,7 @@ TOOLS = {
     "list_memories",
     "entities",
     "edit_memory",
+    "memory_feedback",
     "forget",
     "check_tool_permission",
 }
@@ -159,6 +160,18 @@ async def scenario(session: ClientSession, ids: dict, rules: MemoryClient, **who
     assert [m["id"] for m in found["memories"]] == [memory_id]
     listing = await call(session, "list_memories", filter=by_other, **_user(who))
     assert listing["memories"] == []
+    rated = await call(
+        session, "memory_feedback", memory_id=memory_id, rating="useful", reason="yes", **_user(who)
+    )
+    assert rated == {
+        "id": memory_id,
+        "rating": "useful",
+        "retired": False,
+        "tally": {"useful": 1, "not_useful": 0, "wrong": 0},
+    }
+    assert "rating" in await error_of(
+        session, "memory_feedback", memory_id=memory_id, rating="great", **_user(who)
+    )
 
     assert await call(session, "forget", memory_id=memory_id, **_user(who)) == {
         "deleted": [memory_id]

@@ -111,6 +111,27 @@ def test_each_change_through_the_api_is_pushed_once_in_order(client, webhook, id
     assert (revisions, left) == (4, 0)
 
 
+def test_wrong_feedback_and_its_rollback_are_pushed_as_changes(client, webhook, ids):
+    user = ids["user_id"]
+    body = {"user_id": user, "kind": "fact", "scope": "global", "text": "Owns a boat."}
+    created = client.post("/v1/memories", json=body)
+    assert created.status_code == 201, created.text
+    memory_id = created.json()["memory"]["id"]
+    useful = {"user_id": user, "rating": "useful"}
+    assert client.post(f"/v1/memories/{memory_id}:feedback", json=useful).status_code == 200
+    wrong = {"user_id": user, "rating": "wrong", "reason": "sold it"}
+    assert client.post(f"/v1/memories/{memory_id}:feedback", json=wrong).status_code == 200
+    rollback = {"user_id": user, "revision": 1}
+    assert client.post(f"/v1/memories/{memory_id}:rollback", json=rollback).status_code == 200
+    wait_for(lambda: len(webhook.of(ids["app"])) >= 3, 30, "three changes pushed")
+    stays(lambda: len(webhook.of(ids["app"])) == 3, 2, "useful feedback is no change")
+    assert _changes(webhook.of(ids["app"])) == [
+        ("CREATED", "Owns a boat.", ""),
+        ("DELETED", "", "Owns a boat."),
+        ("ROLLED_BACK", "Owns a boat.", "Owns a boat."),
+    ]
+
+
 def test_a_change_committed_by_a_process_that_died_is_published_by_another(
     settings, topology, webhook, ids
 ):

@@ -56,6 +56,7 @@ def test_migrate_creates_the_tables_and_is_idempotent(fresh_database):
         "entity_mentions",
         "entity_facts",
         "entity_merges",
+        "memory_feedback",
     }
     assert applied == [
         (1, "init"),
@@ -74,10 +75,12 @@ def test_migrate_creates_the_tables_and_is_idempotent(fresh_database):
         (14, "memory_lifecycle"),
         (15, "entities"),
         (16, "memory_edits"),
+        (18, "memory_feedback"),
     ]
     assert "USING hnsw (embedding vector_cosine_ops)" in indexes["memories_embedding"]
     assert "USING gin (tsv)" in indexes["memories_tsv"]
     assert "USING gin (metadata jsonb_path_ops)" in indexes["memories_metadata"]
+    assert "(memory_id, source, id)" in indexes["memory_feedback_memory"]
     assert "USING hnsw (embedding vector_cosine_ops)" in indexes["episodes_embedding"]
     assert "(app, user_id, session_id, created_at, turn_id)" in indexes["episodes_session_order"]
     live = indexes["memories_live_entity"]

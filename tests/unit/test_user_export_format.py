@@ -55,6 +55,16 @@ MEMORY = {
 }
 
 
+FEEDBACK = {
+    "rating": "wrong",
+    "reason": "moved away",
+    "source": "key:k1",
+    "source_events": ["0b6f2b1e-54d1-4c4c-9a49-0e3cbbbd56a4"],
+    "restored_at": None,
+    "created_at": TIME,
+}
+
+
 def line(record: dict, **changes: object) -> bytes:
     return json.dumps({**record, **changes}).encode()
 
@@ -66,6 +76,12 @@ def test_a_memory_line_reads_back_whole():
     assert memory.updated_at == datetime(2026, 1, 1, tzinfo=UTC)
     assert memory.embedding == [0.5, -0.25, 1e-07]
     assert [r.action for r in memory.revisions] == ["CREATED"]
+    assert memory.feedback == []  # absent from exports made before feedback
+    rated = parse_record(2, line(MEMORY, feedback=[FEEDBACK]), 3)
+    assert isinstance(rated, MemoryRecord)
+    assert [(f.rating, f.reason, [str(e) for e in f.source_events]) for f in rated.feedback] == [
+        ("wrong", "moved away", FEEDBACK["source_events"])
+    ]
 
 
 @pytest.mark.parametrize(
@@ -81,6 +97,11 @@ def test_a_memory_line_reads_back_whole():
         ({"colour": "red"}, "colour: is not a known field"),
         ({"revisions": [{**MEMORY["revisions"][0], "applied": "yes"}]},
          "revisions[0].applied: Input should be a valid boolean"),
+        ({"feedback": [{**FEEDBACK, "rating": "meh"}]},
+         "feedback[0].rating: 'meh' is not one of 'useful', 'not_useful' or 'wrong'"),
+        ({"feedback": [{**FEEDBACK, "source_events": ["x"]}]},
+         "feedback[0].source_events[0]: Input should be a valid UUID, invalid character: "
+         "found `x` at 0"),
     ],
 )  # fmt: skip
 def test_each_problem_is_named_by_its_field(changes, reason):

@@ -120,7 +120,7 @@ async def list_memories(
 async def get_memory(
     memory_id: str, app_id: AppIdDep, api: ApiDep, user_id: Annotated[Identifier, Query()]
 ) -> MemoryDetail:
-    _require_uuid(memory_id)
+    require_uuid(memory_id)
 
     def read(uow: UnitOfWork) -> tuple[MemoryRow | None, list[Revision]]:
         memory = uow.memories.get(app_id, user_id, memory_id)
@@ -168,7 +168,7 @@ async def write_memory(
 async def delete_memory(
     memory_id: str, app_id: AppIdDep, api: ApiDep, user_id: Annotated[Identifier, Query()]
 ) -> DeleteMemoryResponse:
-    _require_uuid(memory_id)
+    require_uuid(memory_id)
     deleted = await postgres_or_503(
         in_thread(
             api.pool,
@@ -195,7 +195,8 @@ async def edit_memory(
 async def rollback_memory(
     memory_id: str, body: RollbackRequest, app_id: AppIdDep, caller: CallerDep, api: ApiDep
 ) -> MemoryDetail:
-    """Make revision N current again, as a new revision (the history stays)."""
+    """Make revision N current again, as a new revision (the history stays); a
+    memory that `wrong` feedback retired is live again."""
     target = (app_id, body.user_id, memory_id)
     return await _edited(api, rollback.rollback, target, body.revision, caller)
 
@@ -209,7 +210,7 @@ async def _edited(
 ) -> MemoryDetail:
     """`change(...)` of the memory `target` (app, user, id) on a worker thread, made
     by `caller`; its refusals as the API's errors."""
-    _require_uuid(target[2])
+    require_uuid(target[2])
     units = UnitsOfWork(api.pool, "api")
     try:
         done = await postgres_or_503(
@@ -225,15 +226,20 @@ async def _edited(
             )
         )
     except editing.MemoryRefused as exc:
-        code = {404: "not_found", 409: "conflict", 422: "invalid_request"}[exc.status]
-        message = f"{exc.field}: {exc}" if exc.field else f"{exc}"
-        raise ApiError(exc.status, code, message, field=exc.field) from None
+        raise refused(exc) from None
     except StalePlan as exc:
         raise ApiError(409, "conflict", f"{exc}") from None
     return memory_detail(done.memory, done.revisions)
 
 
-def _require_uuid(value: str) -> None:
+def refused(exc: editing.MemoryRefused) -> ApiError:
+    """A memory change's refusal as the API's error."""
+    code = {404: "not_found", 409: "conflict", 422: "invalid_request"}[exc.status]
+    message = f"{exc.field}: {exc}" if exc.field else f"{exc}"
+    return ApiError(exc.status, code, message, field=exc.field)
+
+
+def require_uuid(value: str) -> None:
     try:
         uuid.UUID(value)
     except ValueError:

@@ -5,18 +5,13 @@ A mixin of `services.mcp_server.tools.MemoryTools`, which gives it `_call` and
 """
 
 from collections.abc import Callable
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any
 
 from mcp.server.mcpserver import Context
 from pydantic import Field
 
+from services.mcp_server.arguments import Kind, UserId
 from shared.client import AsyncMemoryClient
-
-Kind = Literal["preference", "fact", "rule", "event"]
-UserId = Annotated[
-    str | None,
-    Field(description="The user the memory belongs to (default: the server's configured user)"),
-]
 
 
 class EditTools:

@@ -15,7 +15,6 @@ from functools import partial
 import pytest
 import valkey
 from prometheus_client import REGISTRY
-from pydantic import SecretStr
 
 from services.dev.localstack.process import free_port
 from shared.bootstrap import bootstrap, make_valkey
@@ -35,6 +34,7 @@ from shared.tokens import estimate_tokens
 from tests.bus_helpers import Recorder, make_turn, summary_handler
 from tests.fake_gemini import error_reply, json_reply, text_reply
 from tests.support import stays, wait_for
+from tests.window_helpers import gemini as gemini_settings
 
 INP = ExtractionInput.single(
     session_id="sess-1",
@@ -61,17 +61,8 @@ MEMORIES = {
 
 
 def _gemini(settings, fake, **updates):
-    return settings.model_copy(
-        update={
-            "llm_provider": "gemini",
-            "gemini_api_key": SecretStr("test-key"),
-            "gemini_base_url": fake.url,
-            "llm_retry_initial_seconds": 0.01,
-            "llm_retry_seconds": 5.0,
-            "llm_timeout_seconds": 2.0,
-            **updates,
-        }
-    )
+    # A longer retry budget than window_helpers' 0.2 s: these calls wait out rate limits.
+    return gemini_settings(settings, fake, **{"llm_retry_seconds": 5.0, **updates})
 
 
 def _calls(app: str, purpose: str, result: str) -> float:

@@ -289,12 +289,14 @@ def main(argv: list[str] | None = None) -> int:
     files = render(openapi())
     PACKAGE.mkdir(exist_ok=True)
     current = [write(PACKAGE / name, text, args.check) for name, text in files.items()]
-    for path in stale_modules(files):
-        state = f"stale; run `{COMMAND}`" if args.check else "removed"
-        print(f"{path.relative_to(REPO)}: {state}")
+    stale = stale_modules(files)
+    for path in stale:
+        print(
+            f"{path.relative_to(REPO)}: " + (f"stale; run `{COMMAND}`" if args.check else "removed")
+        )
         if not args.check:
             path.unlink()
-    return 0 if all(current) and not stale_modules(files) or not args.check else 1
+    return 1 if args.check and (stale or not all(current)) else 0
 
 
 def stale_modules(files: dict[str, str]) -> list[Path]:

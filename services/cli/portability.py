@@ -100,7 +100,8 @@ def run_export(args: argparse.Namespace, settings: Settings) -> int:
         return _fail("export", "the output was closed before the export ended")
     end = orjson.loads(last)
     print(
-        f"exported {end['memories']} memories, {end['episodes']} episodes of user "
+        f"exported {end['memories']} memories, {end['episodes']} episodes, "
+        f"{end['entities']} entities, {end['facts']} facts, {end['merges']} merges of user "
         f"{args.user!r} (app {app!r})",
         file=sys.stderr,
     )

@@ -39,7 +39,6 @@ from shared.events import (
     TurnRecorded,
     derived_event_id,
     encode,
-    utcnow,
 )
 from shared.memory.worth import skip_reason
 from shared.metrics import EXTRACTION_SKIPPED
@@ -92,16 +91,20 @@ def pending_of(event: TurnRecorded, published_at: datetime | None) -> PendingTur
     )
 
 
-def request(session: WindowKey, reason: str, window_id: str) -> ExtractionRequested:
+def request(
+    session: WindowKey, reason: str, window_id: str, created_at: datetime
+) -> ExtractionRequested:
     """The request that extracts `session`'s window `window_id` (the turns it closed
-    with; for a flush and the next session's start, every turn waiting)."""
+    with; for a flush and the next session's start, every turn waiting). Its
+    `created_at` is the turn's that closed the window, or the database's time for
+    the idle sweep: never this worker's own clock, which may be off."""
     return ExtractionRequested(
         event_id=window_id,
         app=session.app,
         user_id=session.user_id,
         session_id=session.session_id,
         reason=reason,
-        created_at=utcnow(),
+        created_at=created_at,
     )
 
 
@@ -208,7 +211,7 @@ class Archiver:
             # A redelivery: the request its first delivery made may not have gone out.
             closed = uow.windows.window_of(session, event.event_id)
             if closed is not None:
-                requests.append(request(session, "full", closed))
+                requests.append(request(session, "full", closed, event.created_at))
         else:
             flushed = uow.windows.flushed_through(session)
             if flushed is not None and published_at is not None and published_at <= flushed:
@@ -222,7 +225,7 @@ class Archiver:
             if reason:
                 closing = window_id(session, reason, event.event_id)
                 if uow.windows.close(session, closing):
-                    requests.append(request(session, reason, closing))
+                    requests.append(request(session, reason, closing, event.created_at))
         if event.prev_session_id and event.prev_session_id != event.session_id:
             previous = WindowKey(event.app, event.user_id, event.prev_session_id)
             if uow.windows.flushed_through(previous) is None:
@@ -232,5 +235,5 @@ class Archiver:
                 # previous session that goes on beside this one closes its windows by
                 # itself after that.
                 closing = window_id(previous, "next_session", event.event_id)
-                requests.append(request(previous, "next_session", closing))
+                requests.append(request(previous, "next_session", closing, event.created_at))
         return requests

@@ -60,10 +60,11 @@ class IdleWindows:
             closed += uow.windows.unfinished(RESEND_SECONDS, CLAIM_LIMIT)
             uow.windows.forget_flushes(FLUSH_MARK_SECONDS)
             EXTRACTION_WINDOWS_WAITING.set(uow.windows.waiting())
+            now = uow.now()
             uow.commit()
         for session, window_id in closed:
             # A failed publish leaves the window closed: it is closed again later.
-            self.publish(request(session, "idle", window_id))
+            self.publish(request(session, "idle", window_id, now))
         return len(closed)
 
     def start(self) -> None:

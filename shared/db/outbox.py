@@ -22,9 +22,10 @@ from datetime import datetime
 import psycopg
 from psycopg.types.json import Jsonb
 
+from shared.db.clock import database_now
 from shared.db.memory_rows import MemoryRow
 from shared.db.run import fetch
-from shared.events import MemoryChanged, format_time, utcnow
+from shared.events import MemoryChanged, format_time
 
 _CLAIM_LOCK = 0x616D5F6F7574626F  # "am_outbo": one claim at a time
 # A claim's most changes of one user: published one after another, they take well
@@ -58,7 +59,7 @@ def record(
         previous_text=previous_text,
         source_event_id=source_event_id or "",
         expire_at=format_time(memory.expire_at) if memory.expire_at else "",
-        changed_at=utcnow(),
+        changed_at=database_now(conn),
     )
     conn.execute(
         "INSERT INTO memory_changes (event_id, app, user_id, memory_id, change, body) "

@@ -20,6 +20,7 @@ import random
 import time
 from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager, contextmanager
+from datetime import datetime
 from types import TracebackType
 from typing import TypeVar
 
@@ -28,6 +29,7 @@ from psycopg_pool import ConnectionPool
 
 from shared.db.api_keys import ApiKeys
 from shared.db.app_settings import AppSettings
+from shared.db.clock import database_now
 from shared.db.episodes import Episodes
 from shared.db.erasure import Erasure
 from shared.db.ledger import Ledger
@@ -80,6 +82,11 @@ class UnitOfWork:
         """Run a query written as `Steps` (`shared.db.search`) in this transaction."""
         assert self.conn is not None
         return run(self.conn, steps)
+
+    def now(self) -> datetime:
+        """The database's time of this transaction (shared.db.clock)."""
+        assert self.conn is not None
+        return database_now(self.conn)
 
     def commit(self) -> None:
         assert self.conn is not None

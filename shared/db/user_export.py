@@ -1,14 +1,14 @@
-"""Reading one user's memories and episodes as export lines
+"""Reading one user's memories, episodes and entities as export lines
 (`shared.portability.records`).
 
 Postgres writes each line itself (`json_build_object`): the embedding goes out as
 pgvector prints it, which is already a JSON array of the shortest numbers that
 read back as the same 32-bit floats, and no row becomes Python objects on the way.
 The rows are read through a server-side (named) cursor, `BATCH_ROWS` at a time,
-so the exporting process holds one batch whatever the user's size. Both cursors
-run in one REPEATABLE READ, READ ONLY transaction: memories, their revisions and
-episodes come from one snapshot, and a change committed during the export is in
-none of it. The transaction stays open while the lines are written out (to a file
+so the exporting process holds one batch whatever the user's size. Every cursor
+runs in one REPEATABLE READ, READ ONLY transaction: memories, their revisions,
+episodes and entities come from one snapshot, and a change committed during the
+export is in none of it. The transaction stays open while the lines are written out (to a file
 or a client): it holds no lock a writer waits for, only its snapshot.
 
 The same statements run on a sync connection (the CLI) and an async one (the API).
@@ -21,6 +21,7 @@ from datetime import datetime
 
 import psycopg
 
+from shared.db import entity_export
 from shared.portability.records import end_line, header_line
 
 # Rows per FETCH: a memory line with a 768-dimension embedding is about 10 kB.
@@ -70,6 +71,13 @@ WHERE e.app = %(app)s AND e.user_id = %(user_id)s
 ORDER BY e.session_id, e.created_at, e.turn_id
 """
 
+# Every kind of line in the file's order (the end line counts each).
+_LINES = (
+    ("export_memories", MEMORY_LINES),
+    ("export_episodes", EPISODE_LINES),
+    *entity_export.LINES,
+)
+
 HAS_ROWS = """
 SELECT EXISTS (SELECT 1 FROM memories WHERE app = %(app)s AND user_id = %(user_id)s)
     OR EXISTS (SELECT 1 FROM episodes WHERE app = %(app)s AND user_id = %(user_id)s)
@@ -102,7 +110,7 @@ def export_lines(
         conn.execute(_SNAPSHOT)
         conn.execute(_UTC)
         yield header_line(app, user_id, now, dim)
-        for name, sql in (("export_memories", MEMORY_LINES), ("export_episodes", EPISODE_LINES)):
+        for name, sql in _LINES:
             count = 0
             with conn.cursor(name=name) as cur:
                 cur.execute(sql, params)
@@ -123,7 +131,7 @@ async def aexport_lines(
         await conn.execute(_SNAPSHOT)
         await conn.execute(_UTC)
         yield header_line(app, user_id, now, dim)
-        for name, sql in (("export_memories", MEMORY_LINES), ("export_episodes", EPISODE_LINES)):
+        for name, sql in _LINES:
             count = 0
             async with conn.cursor(name=name) as cur:
                 await cur.execute(sql, params)

@@ -6,9 +6,9 @@ importing twice writes nothing the second time. An episode whose session and tur
 are archived already is the same turn under another id, and is left too. The
 lexeme counts the full-text search weighs words with (`lexeme_counts`, migrations
 0009 and 0010) follow the inserted rows by the tables' own triggers, as for any
-write: a closed memory does not count, an episode does. So do the entities: an
-imported memory's and turn's mentions and facts are derived as their writes
-derive them (the export holds the memories and turns, not what follows from them).
+write: a closed memory does not count, an episode does. An export that carries
+its entities (`shared.db.entity_import`) brings them as they were, merges too;
+from an older one they are derived, as the writes that made them derive them.
 """
 
 from __future__ import annotations
@@ -32,7 +32,8 @@ class Written(Enum):
     OTHERS = "others"  # the id is another user's row
 
 
-def _owner(conn: psycopg.Connection, table: str, row_id: UUID, app: str, user_id: str) -> Written:
+def owner_of(conn: psycopg.Connection, table: str, row_id: UUID, app: str, user_id: str) -> Written:
+    """Whose row of `table` with this id is there: the user's (or gone) or another's."""
     row = conn.execute(
         f"SELECT app = %s AND user_id = %s FROM {table} WHERE id = %s", (app, user_id, row_id)
     ).fetchone()
@@ -40,7 +41,12 @@ def _owner(conn: psycopg.Connection, table: str, row_id: UUID, app: str, user_id
 
 
 def write_memory(
-    conn: psycopg.Connection, app: str, user_id: str, memory_id: UUID, m: MemoryRecord
+    conn: psycopg.Connection,
+    app: str,
+    user_id: str,
+    memory_id: UUID,
+    m: MemoryRecord,
+    derive: bool,
 ) -> Written:
     """Insert the memory and its revisions unless a memory of this id exists.
     A live memory of the same entity in the same scope under another id raises
@@ -78,7 +84,7 @@ def write_memory(
         ),
     ).fetchone()
     if inserted is None:
-        return _owner(conn, "memories", memory_id, app, user_id)
+        return owner_of(conn, "memories", memory_id, app, user_id)
     if m.revisions:
         with conn.cursor() as cur:
             # In the file's order, which is their order of ids (history order).
@@ -105,14 +111,14 @@ def write_memory(
                     for r in m.revisions
                 ],
             )
-    _link_memory(conn, Owner(app, user_id, m.project_id or ""), str(memory_id), m)
+    if derive:
+        _link_memory(conn, Owner(app, user_id, m.project_id or ""), str(memory_id), m)
     return Written.NEW
 
 
 def _link_memory(conn: psycopg.Connection, owner: Owner, memory_id: str, m: MemoryRecord) -> None:
     """The memory's entities and facts, as its history made them: each revision in
-    order, at its own time (the entities are not in the export; they are derived
-    again, as the writes that made them derive them)."""
+    order, at its own time, as the writes that made them derived them."""
     entities = Entities(conn)
     if not m.revisions:
         entities.link_memory(owner, memory_id, m.text, m.observed_at, None)
@@ -127,7 +133,12 @@ def _link_memory(conn: psycopg.Connection, owner: Owner, memory_id: str, m: Memo
 
 
 def write_episode(
-    conn: psycopg.Connection, app: str, user_id: str, episode_id: UUID, e: EpisodeRecord
+    conn: psycopg.Connection,
+    app: str,
+    user_id: str,
+    episode_id: UUID,
+    e: EpisodeRecord,
+    derive: bool,
 ) -> Written:
     """Insert the episode unless its id, or its session's turn, is there; its
     full-text vector is computed as the archive computes it."""
@@ -162,6 +173,8 @@ def write_episode(
         """,
         params,
     ).fetchone()
+    if inserted is not None and not derive:
+        return Written.NEW
     if inserted is not None:
         said = f"{e.user_text}\n{e.assistant_text}"
         Entities(conn).link_episode(
@@ -173,4 +186,4 @@ def write_episode(
         "AND turn_id = %s",
         (app, user_id, e.session_id, e.turn_id),
     ).fetchone()
-    return Written.THERE if same_turn else _owner(conn, "episodes", episode_id, app, user_id)
+    return Written.THERE if same_turn else owner_of(conn, "episodes", episode_id, app, user_id)

@@ -19,7 +19,6 @@ from typing import Any
 from shared.db.memory_rows import COMPACTED_ENTITY, MemoryRow, NewMemory
 from shared.db.search import similar_memories
 from shared.db.unit_of_work import UnitOfWork
-from shared.events import utcnow
 from shared.llm.base import KINDS, SCOPES, Action, Candidate, Decision, ExistingMemory
 from shared.memory.ranking import Fusion
 
@@ -81,8 +80,10 @@ def new_memory(candidate: Candidate, source: Source, embedding: Any) -> NewMemor
     )
 
 
-def expired(memory: MemoryRow) -> bool:
-    return memory.expire_at is not None and memory.expire_at <= utcnow()
+def expired(memory: MemoryRow, now: datetime) -> bool:
+    """Past its expiry at `now`, the database's time (`UnitOfWork.now`), as the
+    reads decide it: a writer whose own clock is off decides the same."""
+    return memory.expire_at is not None and memory.expire_at <= now
 
 
 def neighbours(uow: UnitOfWork, new: NewMemory, fusion: Fusion, limit: int) -> list[MemoryRow]:
@@ -92,7 +93,7 @@ def neighbours(uow: UnitOfWork, new: NewMemory, fusion: Fusion, limit: int) -> l
     retires it, so it is never a neighbour."""
     found = uow.run(similar_memories(new, fusion, limit, except_entity=COMPACTED_ENTITY))
     same = uow.memories.live_of_entity(new) if new.entity_name != COMPACTED_ENTITY else None
-    if same is not None and not expired(same):
+    if same is not None and not (same.expire_at and expired(same, uow.now())):
         found = [same, *[m for m in found if m.id != same.id]][:limit]
     return found
 
@@ -114,6 +115,7 @@ class Consolidator:
     have changed or retired it."""
 
     def __init__(self, uow: UnitOfWork) -> None:
+        self.uow = uow
         self.store = uow.memories
 
     def apply(self, new: NewMemory, source: Source, decision: Decision | None) -> Applied:
@@ -166,7 +168,7 @@ class Consolidator:
             # event must not bring an old value back.
             return self._history(latest, Action.CREATED, None, new.text, source)
         live = self.store.live_of_entity(new)
-        if live is not None and expired(live):
+        if live is not None and live.expire_at and expired(live, self.uow.now()):
             # Out of sight already, the sweep's to retire: retired now, and the new
             # memory made afresh (it holds the entity's slot until it is retired).
             self.store.retire(live, source.observed_at, None, change="EXPIRED")

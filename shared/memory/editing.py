@@ -46,13 +46,13 @@ class Edited:
 Plan = tuple[MemoryRow, MemoryEdit, list[float] | None]
 
 
-def editable(memory: MemoryRow | None) -> MemoryRow:
+def editable(memory: MemoryRow | None, now: datetime) -> MemoryRow:
     """`memory` if a caller may change it, else why not."""
     if memory is None:
         raise MemoryRefused(404, None, "no memory with this id for this user")
     if memory.valid_to is not None:
         raise MemoryRefused(409, None, "the memory is deleted: write it anew instead")
-    if expired(memory):
+    if expired(memory, now):
         raise MemoryRefused(409, None, "the memory expired: write it anew instead")
     return memory
 
@@ -103,7 +103,8 @@ def write_edit(
         with units() as uow:
             memory = uow.memories.get(app, user_id, memory_id)
             revisions = uow.memories.revisions(memory_id) if memory is not None else []
-        edit = target(editable(memory), revisions)
+            now = uow.now()
+        edit = target(editable(memory, now), revisions)
         assert memory is not None
         if unchanged(memory, edit):
             return Done(Edited(memory, revisions))

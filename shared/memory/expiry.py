@@ -129,9 +129,9 @@ def retire_expired(units: Callable[[], UnitOfWork], app: str) -> Retired:
 
 
 def _retire(units: Callable[[], UnitOfWork], app: str, user_id: str, ids: list[str]) -> int:
-    now = utcnow()
     retired = 0
     with user_transaction(units, app, user_id) as uow:
+        now = uow.now()  # the clock the sweep chose them by, not this process's
         for memory_id in ids:
             memory = uow.memories.get(app, user_id, memory_id)
             if memory is None or memory.valid_to is not None:

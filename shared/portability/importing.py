@@ -32,14 +32,16 @@ from uuid import UUID
 
 import psycopg
 
+from shared.db.entity_import import Unlinked, write_entity, write_fact, write_merge
 from shared.db.planned_write import user_transaction_on
 from shared.db.tombstones import Tombstones
 from shared.db.user_import import Written, write_episode, write_memory
+from shared.portability.entity_records import EntityRecord, FactRecord
 from shared.portability.records import (
     MAX_LINE_BYTES,
     BadLine,
+    Data,
     EndRecord,
-    EpisodeRecord,
     Header,
     MemoryRecord,
     Record,
@@ -73,6 +75,9 @@ class UserDeleted(Exception):
 class ImportReport:
     memories: int = 0
     episodes: int = 0
+    entities: int = 0
+    facts: int = 0
+    merges: int = 0
     skipped: int = 0  # already there
     bad_lines: int = 0
     complete: bool = False  # the export's end line was read (and nothing after it)
@@ -81,7 +86,8 @@ class ImportReport:
 
     def summary(self) -> str:
         return (
-            f"imported {self.memories} memories, {self.episodes} episodes; "
+            f"imported {self.memories} memories, {self.episodes} episodes, "
+            f"{self.entities} entities, {self.facts} facts, {self.merges} merges; "
             f"skipped {self.skipped} already there; {self.bad_lines} bad lines"
         )
 
@@ -119,7 +125,7 @@ def import_lines(
     importer = _Importer(conn, report, header, on_bad)
     with conn.transaction():
         importer.check_tombstone()
-    batch: list[tuple[int, MemoryRecord | EpisodeRecord]] = []
+    batch: list[tuple[int, Data]] = []
     for number, raw in lines:
         if raw is not None and not raw.strip():
             continue
@@ -179,6 +185,8 @@ class _Importer:
         self.app, self.user_id = report.app, report.user_id
         # The export's own user keeps its ids; a copy's are derived.
         self.keep_ids = (self.app, self.user_id) == (header.app, header.user_id)
+        # An older export has no entity lines: the writes derive them.
+        self.derive = not header.entities
 
     def bad(self, line: BadLine) -> None:
         self.report.bad_lines += 1
@@ -192,7 +200,7 @@ class _Importer:
     def target_id(self, original: UUID) -> UUID:
         return original if self.keep_ids else copy_id(original, self.app, self.user_id)
 
-    def write(self, batch: list[tuple[int, MemoryRecord | EpisodeRecord]]) -> None:
+    def write(self, batch: list[tuple[int, Data]]) -> None:
         """One transaction under the user's lock; each record in a savepoint."""
         with user_transaction_on(self.conn, self.app, self.user_id):
             self.check_tombstone()  # a deletion may have committed since the last batch
@@ -205,27 +213,35 @@ class _Importer:
                         raise
                     self.bad(BadLine(number, _refused(exc, record)))
                     continue
+                except Unlinked as exc:
+                    self.bad(BadLine(number, str(exc)))
+                    continue
                 self._count(number, record, written)
 
-    def _write(self, record: MemoryRecord | EpisodeRecord) -> Written:
-        row_id = self.target_id(record.id)
+    def _write(self, record: Data) -> Written:
+        conn, app, user_id, target = self.conn, self.app, self.user_id, self.target_id
         if isinstance(record, MemoryRecord):
-            return write_memory(self.conn, self.app, self.user_id, row_id, record)
-        return write_episode(self.conn, self.app, self.user_id, row_id, record)
+            return write_memory(conn, app, user_id, target(record.id), record, self.derive)
+        if isinstance(record, EntityRecord):
+            return write_entity(conn, app, user_id, record, target)
+        if isinstance(record, FactRecord):
+            return write_fact(conn, app, user_id, record, target)
+        if record.type == "merge":
+            return write_merge(conn, app, user_id, record, target)
+        return write_episode(conn, app, user_id, target(record.id), record, self.derive)
 
-    def _count(self, number: int, record: MemoryRecord | EpisodeRecord, written: Written) -> None:
+    def _count(self, number: int, record: Data, written: Written) -> None:
         kind = record.type
         if written is Written.THERE:
             self.report.skipped += 1
         elif written is Written.OTHERS:
             self.bad(BadLine(number, f"id {record.id} is another user's {kind}; not imported"))
-        elif kind == "memory":
-            self.report.memories += 1
         else:
-            self.report.episodes += 1
+            counted = {"memory": "memories", "entity": "entities"}.get(kind, f"{kind}s")
+            setattr(self.report, counted, getattr(self.report, counted) + 1)
 
 
-def _refused(exc: psycopg.Error, record: MemoryRecord | EpisodeRecord) -> str:
+def _refused(exc: psycopg.Error, record: Data) -> str:
     """Why Postgres refused a record, in a line."""
     if getattr(exc.diag, "constraint_name", None) == "memories_live_entity":
         assert isinstance(record, MemoryRecord)

@@ -2,11 +2,19 @@
 
 A file (or a response body) is JSON Lines, one JSON object per line:
 
-1. the header: `{format, version, app, user_id, exported_at, embedding_dim}`;
+1. the header: `{format, version, app, user_id, exported_at, embedding_dim,
+   entities}`;
 2. one `{"type": "memory", ...}` per memory, live or closed, with its revisions;
 3. one `{"type": "episode", ...}` per archived turn;
-4. the end: `{"type": "end", memories, episodes}`, the counts written. A file
-   without it was cut short (an export that failed half-way).
+4. one `{"type": "entity", ...}` per entity, with its aliases and mentions, then
+   one `{"type": "fact", ...}` per fact and one `{"type": "merge", ...}` per merge
+   (`entity_records`);
+5. the end: `{"type": "end", memories, episodes, entities, facts, merges}`, the
+   counts written. A file without it was cut short (an export that failed half-way).
+
+A header without `entities: true` (an export made before exports carried them)
+has no entity lines: importing it derives the entities from the memories and
+turns, as their writes did.
 
 Every field the export writes is required when read back (null where the
 database allows none), and no other field is accepted, so that an edited or
@@ -18,26 +26,26 @@ numbers, as pgvector prints them (the shortest text that reads back as the same
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import datetime
 from typing import Annotated, Any, Literal
 from uuid import UUID
 
 import orjson
-from pydantic import (
-    AfterValidator,
-    BaseModel,
-    ConfigDict,
-    Field,
-    TypeAdapter,
-    ValidationError,
-    ValidationInfo,
-    model_validator,
-)
+from pydantic import AfterValidator, Field, TypeAdapter, ValidationError, model_validator
 
-from shared.identifiers import identifier_problem, text_problem
 from shared.memory.metadata import checked
+from shared.portability.entity_records import EntityRecord, FactRecord, MergeRecord
+from shared.portability.fields import (
+    Embedding,
+    Identifier,
+    Line,
+    OptionalId,
+    OptionalText,
+    OptionalTime,
+    Text,
+    Time,
+)
 
 FORMAT = "agent-memory/user-export"
 VERSION = 1
@@ -47,7 +55,6 @@ MEDIA_TYPE = "application/x-ndjson"
 MAX_LINE_BYTES = 8 * 1024 * 1024
 # Each bad line's reason names at most this many of its problems.
 _PROBLEMS_PER_LINE = 3
-_FLOAT32_MAX = 3.4028234663852886e38
 
 
 @dataclass(frozen=True)
@@ -59,78 +66,18 @@ class BadLine:
         return f"line {self.number}: {self.reason}"
 
 
-def _identifier(value: str) -> str:
-    problem = identifier_problem(value)
-    if problem:
-        raise ValueError(problem)
-    return value
-
-
-def _optional_identifier(value: str | None) -> str:
-    """None and "" are both "none" (the database's "")."""
-    return _identifier(value) if value else ""
-
-
-def _text(value: str) -> str:
-    problem = text_problem(value)
-    if problem:
-        raise ValueError(problem)
-    return value
-
-
-def _optional_text(value: str | None) -> str | None:
-    return None if value is None else _text(value)
-
-
-def _fits(value: list[float] | None, info: ValidationInfo) -> list[float] | None:
-    """An embedding of the database's dimension (`dim` in the context), each number a
-    finite 32-bit float (what pgvector stores)."""
-    dim = (info.context or {}).get("dim")
-    if value is None:
-        return None
-    if dim is not None and len(value) != dim:
-        raise ValueError(
-            f"has {len(value)} numbers; this database's embeddings have {dim} (AM_EMBEDDING_DIM)"
-        )
-    for i, number in enumerate(value):
-        if not math.isfinite(number) or abs(number) > _FLOAT32_MAX:
-            raise ValueError(f"its number {i} ({number}) is not a finite 32-bit float")
-    return value
-
-
-def _utc(value: datetime) -> datetime:
-    """A time without an offset is UTC, as everywhere in the API."""
-    return value.replace(tzinfo=UTC) if value.tzinfo is None else value
-
-
-def _optional_utc(value: datetime | None) -> datetime | None:
-    return None if value is None else _utc(value)
-
-
-Identifier = Annotated[str, AfterValidator(_identifier)]
-OptionalId = Annotated[str | None, AfterValidator(_optional_identifier)]
-Text = Annotated[str, AfterValidator(_text)]
-OptionalText = Annotated[str | None, AfterValidator(_optional_text)]
-Time = Annotated[datetime, AfterValidator(_utc)]
-OptionalTime = Annotated[datetime | None, AfterValidator(_optional_utc)]
-Embedding = Annotated[list[float] | None, AfterValidator(_fits)]
-
-
-class _Line(BaseModel):
-    # Strict: a number is not a time, a string not a number.
-    model_config = ConfigDict(extra="forbid", strict=True, frozen=True)
-
-
-class Header(_Line):
+class Header(Line):
     format: str
     version: int
     app: Identifier
     user_id: Identifier
     exported_at: Time
     embedding_dim: int = Field(ge=1)
+    # Whether entity, fact and merge lines follow (absent: an older export).
+    entities: bool = False
 
 
-class RevisionRecord(_Line):
+class RevisionRecord(Line):
     action: Literal["CREATED", "UPDATED", "DELETED"]
     old_text: OptionalText
     new_text: OptionalText
@@ -144,7 +91,7 @@ class RevisionRecord(_Line):
     state: dict[str, Any] | None = None
 
 
-class MemoryRecord(_Line):
+class MemoryRecord(Line):
     type: Literal["memory"]
     id: UUID
     scope: Literal["global", "project", "session"]
@@ -181,7 +128,7 @@ class MemoryRecord(_Line):
         return self
 
 
-class EpisodeRecord(_Line):
+class EpisodeRecord(Line):
     type: Literal["episode"]
     id: UUID
     project_id: OptionalId
@@ -198,16 +145,25 @@ class EpisodeRecord(_Line):
     embedding: Embedding
 
 
-class EndRecord(_Line):
+class EndRecord(Line):
     type: Literal["end"]
     memories: int = Field(ge=0)
     episodes: int = Field(ge=0)
+    entities: int = Field(0, ge=0)
+    facts: int = Field(0, ge=0)
+    merges: int = Field(0, ge=0)
 
 
-Record = MemoryRecord | EpisodeRecord | EndRecord
+# What an import writes, and every line after the header.
+Data = MemoryRecord | EpisodeRecord | EntityRecord | FactRecord | MergeRecord
+Record = Data | EndRecord
+_TYPES = "memory, episode, entity, fact, merge or end"
 _HEADER = TypeAdapter(Header)
 _RECORD: TypeAdapter[Record] = TypeAdapter(
-    Annotated[MemoryRecord | EpisodeRecord | EndRecord, Field(discriminator="type")]
+    Annotated[
+        MemoryRecord | EpisodeRecord | EntityRecord | FactRecord | MergeRecord | EndRecord,
+        Field(discriminator="type"),
+    ]
 )
 
 
@@ -219,12 +175,17 @@ def header_line(app: str, user_id: str, exported_at: datetime, embedding_dim: in
         "user_id": user_id,
         "exported_at": exported_at,
         "embedding_dim": embedding_dim,
+        "entities": True,
     }
     return orjson.dumps(header) + b"\n"
 
 
-def end_line(memories: int, episodes: int) -> bytes:
-    return orjson.dumps({"type": "end", "memories": memories, "episodes": episodes}) + b"\n"
+END_COUNTS = ("memories", "episodes", "entities", "facts", "merges")
+
+
+def end_line(*counts: int) -> bytes:
+    """The end line with the number of lines of each kind, in `END_COUNTS`' order."""
+    return orjson.dumps({"type": "end", **dict(zip(END_COUNTS, counts, strict=True))}) + b"\n"
 
 
 def parse_header(number: int, raw: bytes, embedding_dim: int) -> Header | BadLine:
@@ -248,7 +209,7 @@ def parse_header(number: int, raw: bytes, embedding_dim: int) -> Header | BadLin
 
 
 def parse_record(number: int, raw: bytes, embedding_dim: int) -> Record | BadLine:
-    """A memory, episode or end line, or why it cannot be imported."""
+    """A data or end line, or why it cannot be imported."""
     try:
         return _RECORD.validate_json(_utf8(raw), context={"dim": embedding_dim})
     except ValidationError as exc:
@@ -301,9 +262,9 @@ def _problem(item: Any, path: str) -> str:
         where = str(ctx.get("error", message)).replace(" at line 1 column", " at column")
         return f"not JSON ({where})"
     if kind == "union_tag_invalid":
-        return f"unknown type {ctx.get('tag')!r} (memory, episode or end)"
+        return f"unknown type {ctx.get('tag')!r} ({_TYPES})"
     if kind == "union_tag_not_found":
-        return "no type (memory, episode or end)"
+        return f"no type ({_TYPES})"
     if kind in ("dict_type", "model_type") and not path:
         return "not a JSON object"
     if kind == "missing":

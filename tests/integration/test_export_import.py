@@ -32,7 +32,25 @@ MEMORY_QUERIES = [
     ("what does atlas deploy on?", "atlas"),
     ("tea in the morning", None),
 ]
+STRANGER = "0b6f4a3e-5d2c-4e8f-9a7b-0c3d2e1f4a5b"  # an id no row of the test has
 ARCHIVE_QUERIES = [("the pottery class", None), ("atlas deploy failed", "atlas")]
+FACTS = [
+    "Dana lives in Paris.",
+    "Dana moved to Berlin.",
+    "Liz Taylor plays chess.",
+    "Beth Taylor lives in Leeds.",
+    "Kim Park owns a bakery.",
+    "Sam Park plays the cello.",
+]
+
+
+KINDS = ("memory", "episode", "entity", "fact", "merge")
+
+
+def kinds(path: Path) -> dict[str, int]:
+    """How many lines of each kind the export holds."""
+    lines = [json.loads(line) for line in path.read_text().splitlines()[1:-1]]
+    return {kind: sum(line["type"] == kind for line in lines) for kind in KINDS}
 
 
 def write(client, user, text, scope="global", kind="preference", **extra):
@@ -70,6 +88,26 @@ def populate(client, extraction, ids) -> None:
     for n, (said, answered, project) in enumerate(TURNS):
         turn = make_turn(ids, n, user=said, assistant=answered, project_id=project)
         assert extraction.handle_turn(turn, None) == "applied"
+    populate_entities(client, user)
+
+
+def populate_entities(client, user) -> None:
+    """Facts that changed over time, a merge in place and one undone."""
+    for text in FACTS:
+        write(client, user, text, kind="fact")
+    named = {e["name"]: e["id"] for e in entities(client, user)}
+    for merged, into in (("Beth Taylor", "Liz Taylor"), ("Kim Park", "Sam Park")):
+        body = {"user_id": user, "into": named[into]}
+        answer = client.post(f"/v1/entities/{named[merged]}:merge", json=body)
+        assert answer.status_code == 200, answer.text
+    undone = client.post(f"/v1/entities/{named['Kim Park']}:unmerge", json={"user_id": user})
+    assert undone.status_code == 200, undone.text
+
+
+def entities(client, user) -> list[dict]:
+    answer = client.get("/v1/entities", params={"user_id": user, "limit": 100})
+    assert answer.status_code == 200, answer.text
+    return answer.json()["entities"]
 
 
 def searches(client, user) -> list[dict]:
@@ -112,12 +150,36 @@ def table_counts(database_url: str, app: str, user: str) -> dict[str, object]:
             "WHERE f.app = %s AND f.user_id = %s ORDER BY 1, 2, 5",
             (app, user),
         ).fetchall()
+        counts["merged"] = conn.execute(
+            "SELECT e.name, i.name FROM entities e JOIN entities i ON i.id = e.merged_into "
+            "WHERE e.app = %s AND e.user_id = %s ORDER BY 1",
+            (app, user),
+        ).fetchall()
+        counts["merges"] = conn.execute(
+            "SELECT m.name, i.name, g.undone_at IS NULL, g.merged_at, "
+            "jsonb_array_length(g.moved -> 'mentions'), g.moved -> 'aliases', "
+            "jsonb_array_length(g.moved -> 'subject_facts') "
+            "FROM entity_merges g JOIN entities m ON m.id = g.merged_id "
+            "JOIN entities i ON i.id = g.into_id WHERE g.app = %s AND g.user_id = %s ORDER BY 4",
+            (app, user),
+        ).fetchall()
         counts["lexeme_counts"] = conn.execute(
             "SELECT tbl, lexeme, rows FROM lexeme_counts WHERE app = %s AND user_id = %s "
             "ORDER BY tbl, lexeme",
             (app, user),
         ).fetchall()
     return counts
+
+
+def table_ids(database_url: str, app: str, user: str, name: str) -> str:
+    """The id of the user's entity of this name."""
+    with psycopg.connect(database_url) as conn:
+        return str(
+            conn.execute(
+                "SELECT id FROM entities WHERE app = %s AND user_id = %s AND name = %s",
+                (app, user, name),
+            ).fetchone()[0]
+        )
 
 
 def without_ids(value: object) -> object:
@@ -157,11 +219,31 @@ def test_the_export_holds_every_memory_revision_and_episode(client, populated, a
         "app": app,
         "user_id": user,
         "embedding_dim": EMBEDDING_DIM,
+        "entities": True,
     }
-    memories = [r for r in records if r["type"] == "memory"]
-    episodes = [r for r in records if r["type"] == "episode"]
-    assert records == memories + episodes  # memories first
-    assert end == {"type": "end", "memories": len(memories), "episodes": len(episodes)}
+    typed = {kind: [r for r in records if r["type"] == kind] for kind in KINDS}
+    memories, episodes = typed["memory"], typed["episode"]
+    # What a line points at comes before it.
+    assert records == [r for kind in KINDS for r in typed[kind]]
+    assert end == {
+        "type": "end",
+        "memories": len(memories),
+        "episodes": len(episodes),
+        "entities": len(typed["entity"]),
+        "facts": len(typed["fact"]),
+        "merges": 2,
+    }
+    # Kim's merge was undone: its moved mention is Kim's own again.
+    assert [(g["undone_at"] is None, len(g["moved"]["mentions"])) for g in typed["merge"]] == [
+        (True, 1),
+        (False, 1),
+    ]
+    dana = next(e["id"] for e in typed["entity"] if e["name"] == "Dana")
+    lived = [f for f in typed["fact"] if f["subject_id"] == dana]
+    assert [(f["value"], f["valid_to"] is None) for f in lived] == [
+        ("paris", False),
+        ("berlin", True),
+    ]
     assert len(episodes) == len(TURNS)
     assert {m["scope"] for m in memories} == {"global", "project", "session"}
     theme = next(m for m in memories if m["entity_name"] == "theme")
@@ -169,7 +251,7 @@ def test_the_export_holds_every_memory_revision_and_episode(client, populated, a
     drink = next(m for m in memories if m["entity_name"] == "drink")
     assert drink["valid_to"] is not None
     assert [r["action"] for r in drink["revisions"]] == ["CREATED", "DELETED"]
-    for record in records:
+    for record in memories + episodes:
         assert len(record["embedding"]) == EMBEDDING_DIM
     detail = client.get(f"/v1/memories/{theme['id']}", params={"user_id": user}).json()
     assert [r["new_text"] for r in theme["revisions"]] == [
@@ -180,8 +262,9 @@ def test_the_export_holds_every_memory_revision_and_episode(client, populated, a
     assert cli.returncode == 0, cli.stderr
     assert cli.stdout.splitlines()[1:] == populated.read_text().splitlines()[1:]
     assert cli.stderr.splitlines()[-1] == (
-        f"exported {len(memories)} memories, {len(episodes)} episodes of user {user!r} "
-        f"(app {app!r})"
+        f"exported {len(memories)} memories, {len(episodes)} episodes, "
+        f"{len(typed['entity'])} entities, {len(typed['fact'])} facts, 2 merges of user "
+        f"{user!r} (app {app!r})"
     )
 
 
@@ -193,26 +276,41 @@ def test_a_round_trip_into_a_fresh_database_searches_the_same(
     fresh = app_settings.model_copy(update={"database_url": fresh_database})
     before = searches(client, user)
     records = len(populated.read_text().splitlines()) - 2
-    memories = sum('"type" : "memory"' in line for line in populated.read_text().splitlines())
+    n = kinds(populated)
 
     done = run_cli(fresh, "import", str(populated))
     assert (done.returncode, done.stderr) == (0, ""), done.stderr
     assert done.stdout == (
-        f"imported {memories} memories, {records - memories} episodes; skipped 0 already "
-        f"there; 0 bad lines (user {user!r} of app {app!r})\n"
+        f"imported {n['memory']} memories, {n['episode']} episodes, {n['entity']} entities, "
+        f"{n['fact']} facts, {n['merge']} merges; skipped 0 already there; 0 bad lines "
+        f"(user {user!r} of app {app!r})\n"
     )
-    with TestClient(create_app(fresh), raise_server_exceptions=False) as restored:
-        assert searches(restored, user) == before
     counts = table_counts(fresh_database, app, user)
     assert counts == table_counts(app_settings.database_url, app, user)
-    assert [row[:3] for row in counts["entities"]] == [("Postgres", "other", "atlas")]
+    assert ("Postgres", "other", "atlas") in [row[:3] for row in counts["entities"]]
+    assert counts["merged"] == [("Beth Taylor", "Liz Taylor")]
 
     again = run_cli(fresh, "import", str(populated))
     assert again.returncode == 0, again.stderr
     assert again.stdout.startswith(
-        f"imported 0 memories, 0 episodes; skipped {records} already there; 0 bad lines"
+        "imported 0 memories, 0 episodes, 0 entities, 0 facts, 0 merges; "
+        f"skipped {records} already there; 0 bad lines"
     )
     assert table_counts(fresh_database, app, user) == counts
+    with TestClient(create_app(fresh), raise_server_exceptions=False) as restored:
+        assert searches(restored, user) == before
+        assert entities(restored, user) == entities(client, user)  # ids, counts, times
+        # The imported merge is undone as the original would be.
+        into = next(e["id"] for e in entities(client, user) if e["name"] == "Liz Taylor")
+        merged = table_ids(fresh_database, app, user, "Beth Taylor")
+        undone = restored.post(f"/v1/entities/{merged}:unmerge", json={"user_id": user})
+        assert undone.status_code == 200, undone.text
+        facts = restored.get(f"/v1/entities/{merged}", params={"user_id": user}).json()["facts"]
+        assert [(f["subject"], f["predicate"], f["object"]) for f in facts] == [
+            ("Beth Taylor", "location", "Leeds")
+        ]
+        liz = restored.get(f"/v1/entities/{into}", params={"user_id": user}).json()
+        assert liz["facts"] == []
 
 
 def test_importing_under_another_user_through_the_route(client, populated, app_settings, ids):
@@ -223,15 +321,19 @@ def test_importing_under_another_user_through_the_route(client, populated, app_s
     answer = client.post(f"/v1/users/{copy}:import", content=body)
     assert answer.status_code == 200, answer.text
     result = answer.json()
+    n = kinds(populated)
     assert result == {
         "user_id": copy,
-        "memories": result["memories"],
+        "memories": n["memory"],
         "episodes": len(TURNS),
+        "entities": n["entity"],
+        "facts": n["fact"],
+        "merges": 2,
         "skipped": 0,
         "bad_lines": 0,
         "complete": True,
     }
-    assert result["memories"] + result["episodes"] == records
+    assert sum(n.values()) == records
     assert without_ids(searches(client, copy)) == without_ids(searches(client, user))
     counts = table_counts(app_settings.database_url, app, copy)
     original = table_counts(app_settings.database_url, app, user)
@@ -243,7 +345,8 @@ def test_importing_under_another_user_through_the_route(client, populated, app_s
     assert not original_ids & {line["id"] for line in lines[1:-1]}
 
     again = client.post(f"/v1/users/{copy}:import", content=body)
-    assert again.json() == result | {"memories": 0, "episodes": 0, "skipped": records}
+    nothing = {"memories": 0, "episodes": 0, "entities": 0, "facts": 0, "merges": 0}
+    assert again.json() == result | nothing | {"skipped": records}
     assert table_counts(app_settings.database_url, app, copy) == counts
     # Imported again from the copy's own export into the copy: the same rows.
     mine = "\n".join(json.dumps(line) for line in lines).encode()
@@ -270,9 +373,35 @@ def test_a_deleted_user_is_not_imported_into(client, populated, app_settings, id
         "episodes": 0,
         "entities": [],
         "facts": [],
+        "merged": [],
+        "merges": [],
         "lexeme_counts": [],
     }
     assert client.get(f"/v1/users/{user}:export").status_code == 404
+
+
+def test_an_export_from_before_entities_derives_them_on_import(client, populated, ids):
+    """A header without `entities` and no entity lines: the writes' own derivation."""
+    user, copy = ids["user_id"], f"{ids['user_id']}-old"
+    lines = [json.loads(line) for line in populated.read_text().splitlines()]
+    header, rows, end = lines[0], lines[1:-1], lines[-1]
+    old = [{k: v for k, v in header.items() if k != "entities"}]
+    old += [r for r in rows if r["type"] in ("memory", "episode")]
+    old += [{"type": "end", "memories": end["memories"], "episodes": end["episodes"]}]
+    body = "\n".join(json.dumps(line) for line in old).encode()
+
+    answer = client.post(f"/v1/users/{copy}:import", content=body)
+    assert answer.status_code == 200, answer.text
+    assert (answer.json()["entities"], answer.json()["merges"]) == (0, 0)
+    original = sorted(e["name"] for e in entities(client, user))
+    # Derived as the writes derived them: the merge is not in such a file.
+    assert sorted(e["name"] for e in entities(client, copy)) == sorted([*original, "Beth Taylor"])
+    dana = next(e["id"] for e in entities(client, copy) if e["name"] == "Dana")
+    facts = client.get(f"/v1/entities/{dana}", params={"user_id": copy}).json()["facts"]
+    assert [(f["object"], f["valid_to"] is None) for f in facts] == [
+        ("Paris", False),
+        ("Berlin", True),
+    ]
 
 
 def bad_file(populated: Path) -> tuple[bytes, list[tuple[int, str]]]:
@@ -283,7 +412,7 @@ def bad_file(populated: Path) -> tuple[bytes, list[tuple[int, str]]]:
     memories = [json.loads(line) for line in lines[1:-1] if b'"type" : "memory"' in line]
     episode = next(line for line in lines[1:-1] if b'"type" : "episode"' in line)
     theme = next(m for m in memories if m["entity_name"] == "theme")
-    other = next(m for m in memories if m["entity_name"] != "theme")
+    other = next(m for m in memories if m["entity_name"] == "drink")  # deleted: no rival
     unknown_kind = {**other, "kind": "opinion"}
     missing = {k: v for k, v in other.items() if k != "text"}
     short = {**other, "embedding": other["embedding"][:-1]}
@@ -292,6 +421,10 @@ def bad_file(populated: Path) -> tuple[bytes, list[tuple[int, str]]]:
     # Valid, but over what Postgres indexes (a btree entry is at most 2,704 bytes).
     noise = "".join(hashlib.sha256(bytes([i])).hexdigest() for i in range(94))  # incompressible
     huge = {**other, "id": "7c2f4a3e-5d2c-4e8f-9a7b-0c3d2e1f4a5b", "entity_name": noise}
+    # Entity lines pointing at what the file does not bring.
+    rest = [json.loads(line) for line in lines[1:-1]]
+    fact, entity = (next(r for r in rest if r["type"] == kind) for kind in ("fact", "entity"))
+    merge = next(r for r in rest if r["type"] == "merge")
     body = [
         header,
         json.dumps(theme).encode(),
@@ -304,6 +437,9 @@ def bad_file(populated: Path) -> tuple[bytes, list[tuple[int, str]]]:
         episode,
         json.dumps(rival).encode(),
         json.dumps(huge).encode(),
+        json.dumps({**fact, "subject_id": STRANGER}).encode(),
+        json.dumps({**entity, "kind": "alien"}).encode(),
+        json.dumps(merge).encode(),
     ]
     expected = [
         (3, "not JSON (expected ident at column 2)"),
@@ -314,7 +450,13 @@ def bad_file(populated: Path) -> tuple[bytes, list[tuple[int, str]]]:
             f"embedding: has {EMBEDDING_DIM - 1} numbers; this database's embeddings have "
             f"{EMBEDDING_DIM} (AM_EMBEDDING_DIM)",
         ),
-        (8, "unknown type 'note' (memory, episode or end)"),
+        (8, "unknown type 'note' (memory, episode, entity, fact, merge or end)"),
+        # A line that does not read is reported as it is read; the others as written.
+        (
+            13,
+            "kind: 'alien' is not one of 'person', 'organisation', 'project', 'place', "
+            "'tool', 'pet', 'event' or 'other'",
+        ),
         (
             10,
             "the user has a live memory of entity 'theme' in this scope under another id; "
@@ -325,6 +467,8 @@ def bad_file(populated: Path) -> tuple[bytes, list[tuple[int, str]]]:
             "refused by the database: index row size 6080 exceeds btree version 4 maximum "
             '2704 for index "memories_user_entity"',
         ),
+        (12, f"subject_id: no entity {STRANGER} of this user; not imported"),
+        (14, f"merged_id: no entity {merge['merged_id']} of this user; not imported"),
     ]
     return b"\n".join(body) + b"\n", expected
 
@@ -343,14 +487,17 @@ def test_bad_lines_are_reported_and_the_good_ones_imported_by_the_cli(
         f"agent-memory import: {path}: line {n}: {reason}" for n, reason in expected
     ]
     assert done.stdout == (
-        "imported 1 memories, 1 episodes; skipped 0 already there; 7 bad lines "
+        "imported 1 memories, 1 episodes, 0 entities, 0 facts, 0 merges; skipped 0 already "
+        "there; 10 bad lines "
         f"(user {user!r} of app {app!r})\n"
     )
     counts = table_counts(app_settings.database_url, app, user)
     assert (counts["memories"], counts["memory_revisions"], counts["episodes"]) == (1, 2, 1)
     again = run_cli(app_settings, "import", str(path), "--as-user", user)
     assert again.returncode == 2
-    assert again.stdout.startswith("imported 0 memories, 0 episodes; skipped 2 already there")
+    assert again.stdout.startswith(
+        "imported 0 memories, 0 episodes, 0 entities, 0 facts, 0 merges; skipped 2 already there"
+    )
     assert table_counts(app_settings.database_url, app, user) == counts
 
 
@@ -366,8 +513,8 @@ def test_bad_lines_answer_422_naming_them_and_the_good_ones_are_imported(
     assert error["code"] == "invalid_request"
     assert error["fields"] == [{"field": f"line {n}", "message": r} for n, r in expected]
     assert error["message"] == (
-        "imported 1 memories, 1 episodes; skipped 0 already there; 7 bad lines: "
-        + "; ".join(f"line {n}: {reason}" for n, reason in expected)
+        "imported 1 memories, 1 episodes, 0 entities, 0 facts, 0 merges; skipped 0 already "
+        "there; 10 bad lines: " + "; ".join(f"line {n}: {reason}" for n, reason in expected)
     )
     counts = table_counts(app_settings.database_url, app, user)
     assert (counts["memories"], counts["memory_revisions"], counts["episodes"]) == (1, 2, 1)

@@ -44,7 +44,10 @@ class ImportResponse(BaseModel):
     user_id: str
     memories: int = Field(description="memories imported (with their revisions)")
     episodes: int = Field(description="episodes imported")
-    skipped: int = Field(description="memories and episodes that were there already")
+    entities: int = Field(description="entities imported (with their aliases and mentions)")
+    facts: int = Field(description="facts between entities imported")
+    merges: int = Field(description="merges of entities imported (undone ones too)")
+    skipped: int = Field(description="records that were there already")
     bad_lines: int = Field(description="always 0 here: a body with bad lines answers 422")
     complete: bool = Field(description="the body ended with the export's end line")
 
@@ -124,6 +127,9 @@ async def import_user(
         user_id=user_id,
         memories=report.memories,
         episodes=report.episodes,
+        entities=report.entities,
+        facts=report.facts,
+        merges=report.merges,
         skipped=report.skipped,
         bad_lines=0,
         complete=report.complete,

@@ -23,8 +23,14 @@ class ImportResponse(ApiModel):
     """Memories imported (with their revisions)."""
     episodes: int
     """Episodes imported."""
+    entities: int
+    """Entities imported (with their aliases and mentions)."""
+    facts: int
+    """Facts between entities imported."""
+    merges: int
+    """Merges of entities imported (undone ones too)."""
     skipped: int
-    """Memories and episodes that were there already."""
+    """Records that were there already."""
     bad_lines: int
     """Always 0 here: a body with bad lines answers 422."""
     complete: bool

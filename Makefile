@@ -63,7 +63,7 @@ format: $(STAMP)
 	$(BIN)/ruff format .
 	$(BIN)/ruff check --fix .
 
-# The client written once: models.py from the API's OpenAPI document, the blocking
+# The client written once: models/ from the API's OpenAPI document, the blocking
 # client (sync*.py) from the asyncio one (aio*.py). tests/unit/test_client_generated.py
 # fails when a committed file differs from what these write.
 client: $(STAMP)

@@ -147,6 +147,19 @@ class Asker:
         return answer.json(), took
 
 
+def question_body(prefix: str, n: int, q: dict[str, Any]) -> tuple[str, dict[str, Any]]:
+    """The user who asks the `n`-th question `q`, and the context request asking it
+    (in a session of its own)."""
+    user = user_of(prefix, q["conversation_id"])
+    body = {
+        "user_id": user,
+        "session_id": f"{user}-ask-{n}",
+        "query": q["question"],
+        "asked_at": q["asked_at"],
+    }
+    return user, body
+
+
 def ask(api_url: str, key: str, data: dict, prefix: str, rounds: int) -> dict[str, Any]:
     """Every question, as the module's docstring says; per question its figures, and
     the two 2,000-token contexts' latencies over `rounds` passes of the questions."""
@@ -154,13 +167,7 @@ def ask(api_url: str, key: str, data: dict, prefix: str, rounds: int) -> dict[st
     rows: list[dict[str, Any]] = []
     latency: dict[str, list[float]] = {"context": [], "before": []}
     for n, q in enumerate(data["questions"]):
-        user = user_of(prefix, q["conversation_id"])
-        body = {
-            "user_id": user,
-            "session_id": f"{user}-ask-{n}",
-            "query": q["question"],
-            "asked_at": q["asked_at"],
-        }
+        user, body = question_body(prefix, n, q)
         row: dict[str, Any] = {"kind": q["kind"], "evidence": q["evidence"]}
         # Alternate which goes first, so that neither always meets a warmer cache.
         order = ("context", "before") if n % 2 else ("before", "context")
@@ -180,14 +187,7 @@ def ask(api_url: str, key: str, data: dict, prefix: str, rounds: int) -> dict[st
     # More samples of the two latencies, for a steadier p99: every question again.
     for _round in range(1, rounds):
         for n, q in enumerate(data["questions"]):
-            user = user_of(prefix, q["conversation_id"])
-            body = {
-                "user_id": user,
-                "session_id": f"{user}-ask-{n}",
-                "query": q["question"],
-                "asked_at": q["asked_at"],
-                "token_budget": MEASURED,
-            }
+            body = question_body(prefix, n, q)[1] | {"token_budget": MEASURED}
             order = ("context", "before") if n % 2 else ("before", "context")
             for which in order:
                 extra = {"sections": BEFORE} if which == "before" else {}

@@ -35,9 +35,10 @@ from pgvector.psycopg import register_vector  # noqa: E402
 
 from bench import entity_recall_data  # noqa: E402
 from bench.recall import (  # noqa: E402
-    DIMENSIONS,
     KEYS,
     TOLERANCE,
+    add_corpus_options,
+    chosen_providers,
     ingest,
     provider_database,
     rank,
@@ -141,15 +142,10 @@ def report(provider: str, results: dict[str, Any]) -> None:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--providers", default="hash", help="comma separated: hash, e5")
-    parser.add_argument("--conversations", type=int, default=10)
-    parser.add_argument("--seed", type=int, default=7)
+    add_corpus_options(parser)
     parser.add_argument("--entity-weight", type=float, default=None)
     args = parser.parse_args()
-    providers = [p.strip() for p in args.providers.split(",") if p.strip()]
-    unknown = [p for p in providers if p not in DIMENSIONS]
-    if unknown:
-        parser.error(f"--providers: unknown provider {', '.join(unknown)} (hash, e5)")
+    providers = chosen_providers(parser, args)
     data = generate(args.seed, args.conversations)
     own = entity_recall_data.generate(args.seed, args.conversations)
     data = {

@@ -291,14 +291,7 @@ def main() -> int:
     results: dict[str, dict] = {}
     pools: dict[int, list[float]] = {4: [], 32: []}
     with bench_stack(services=("api",)) as (stack, endpoints, settings):
-        gemini, url = start_gemini(stack, args)
-        # The workers' environment is this process's (LocalStack.child_environment).
-        os.environ.update(
-            AM_LLM_PROVIDER="gemini",
-            AM_EMBEDDING_PROVIDER="gemini",
-            AM_GEMINI_API_KEY="bench-key",
-            AM_GEMINI_BASE_URL=url,
-        )
+        gemini = start_gemini(stack, args)
         publisher = EventPublisher(
             settings.model_copy(update={"pubsub_emulator_host": endpoints.pubsub_emulator_host})
         )

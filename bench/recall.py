@@ -284,16 +284,27 @@ def provider_database(
     return settings
 
 
-def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+def add_corpus_options(parser: argparse.ArgumentParser) -> None:
+    """The options of the recall benchmarks: the providers, and the corpus generated."""
     parser.add_argument("--providers", default="hash", help="comma separated: hash, e5")
     parser.add_argument("--conversations", type=int, default=10)
     parser.add_argument("--seed", type=int, default=7)
-    args = parser.parse_args()
+
+
+def chosen_providers(parser: argparse.ArgumentParser, args: argparse.Namespace) -> list[str]:
+    """The providers `--providers` names; a usage error for one it does not know."""
     providers = [p.strip() for p in args.providers.split(",") if p.strip()]
     unknown = [p for p in providers if p not in DIMENSIONS]
     if unknown:
         parser.error(f"--providers: unknown provider {', '.join(unknown)} (hash, e5)")
+    return providers
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    add_corpus_options(parser)
+    args = parser.parse_args()
+    providers = chosen_providers(parser, args)
     data = generate(args.seed, args.conversations)
     turns = sum(len(s["turns"]) for c in data["conversations"] for s in c["sessions"])
     print(

@@ -190,7 +190,9 @@ def written(stack: LocalStack, run: str, users: int, turns: int) -> dict[str, in
     return {"episodes": episodes, "memories": memories}
 
 
-def start_gemini(stack: LocalStack, args: argparse.Namespace) -> tuple[ManagedProcess, str]:
+def start_gemini(stack: LocalStack, args: argparse.Namespace) -> ManagedProcess:
+    """The fake Gemini (bench/slow_gemini.py), listening, and the workers started
+    after it pointed at it."""
     argv = [sys.executable, "-m", "bench.slow_gemini", "--generate-ms", str(args.generate_ms)]
     argv += ["--embed-ms", str(args.embed_ms), "--jitter", str(args.jitter)]
     log_path = stack.log_dir / "slow-gemini.log"
@@ -204,10 +206,18 @@ def start_gemini(stack: LocalStack, args: argparse.Namespace) -> tuple[ManagedPr
         return found[1] if found else None
 
     try:
-        return proc, poll(url, 30, "the fake Gemini to listen", interval=0.1)
+        address = poll(url, 30, "the fake Gemini to listen", interval=0.1)
     except BaseException:
         proc.stop(2)
         raise
+    # The workers' environment is this process's (LocalStack.child_environment).
+    os.environ.update(
+        AM_LLM_PROVIDER="gemini",
+        AM_EMBEDDING_PROVIDER="gemini",
+        AM_GEMINI_API_KEY="bench-key",
+        AM_GEMINI_BASE_URL=address,
+    )
+    return proc
 
 
 def summary_drain(burst: int) -> dict:
@@ -262,14 +272,7 @@ MODEL_BOUND = {
 def extraction_runs(args: argparse.Namespace) -> list[dict]:
     per_event = (2 * args.generate_ms + args.embed_ms) / 1000 + 0.1
     with bench_stack(services=()) as (stack, endpoints, settings):
-        gemini, url = start_gemini(stack, args)
-        # The workers' environment is this process's (LocalStack.child_environment).
-        os.environ.update(
-            AM_LLM_PROVIDER="gemini",
-            AM_EMBEDDING_PROVIDER="gemini",
-            AM_GEMINI_API_KEY="bench-key",
-            AM_GEMINI_BASE_URL=url,
-        )
+        gemini = start_gemini(stack, args)
         publisher = EventPublisher(
             settings.model_copy(update={"pubsub_emulator_host": endpoints.pubsub_emulator_host})
         )

@@ -11,6 +11,7 @@ from functools import partial
 from typing import overload
 
 import valkey
+from prometheus_client import REGISTRY
 
 from services.summary_worker.handlers import handlers
 from shared.bootstrap import Resources
@@ -32,6 +33,17 @@ from shared.events import Event, ExtractionRequested, TurnRecorded
 from shared.llm import LLM, OfflineLLM
 from shared.probes import check_valkey
 from shared.session_buffer import SessionBuffer
+
+
+def attempts_spent(subscription: str) -> float:
+    """Messages of `subscription` this process has nacked or dead-lettered so far."""
+    return sum(
+        REGISTRY.get_sample_value(
+            "agent_memory_messages_total", {"subscription": subscription, "outcome": outcome}
+        )
+        or 0.0
+        for outcome in ("retried", "dead_lettered")
+    )
 
 
 def make_turn(ids: dict[str, str], n: int, **overrides: object) -> TurnRecorded:

@@ -11,14 +11,10 @@ from typing import Annotated, Any, Literal
 from mcp.server.mcpserver import Context
 from pydantic import Field
 
+from services.mcp_server.arguments import Kind, UserId
 from shared.client import AsyncMemoryClient
 
-Kind = Literal["preference", "fact", "rule", "event"]
 Rating = Literal["useful", "not_useful", "wrong"]
-UserId = Annotated[
-    str | None,
-    Field(description="The user the memory belongs to (default: the server's configured user)"),
-]
 
 
 class EditTools:

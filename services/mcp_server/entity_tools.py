@@ -12,17 +12,9 @@ from mcp.server.mcpserver import Context
 from mcp.server.mcpserver.exceptions import ToolError
 from pydantic import Field
 
+from services.mcp_server.arguments import ProjectId, UserId
 from shared.client import AsyncMemoryClient
 from shared.entities.names import normalise
-
-UserId = Annotated[
-    str | None,
-    Field(description="The user the memory belongs to (default: the server's configured user)"),
-]
-ProjectId = Annotated[
-    str | None,
-    Field(description="A project to scope to (default: the server's configured project, if any)"),
-]
 
 
 class EntityTools:

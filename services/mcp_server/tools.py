@@ -13,19 +13,27 @@ import logging
 from collections.abc import Callable
 from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any
 
 from mcp.server.mcpserver import Context, MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
 from mcp.types import ToolAnnotations
 from pydantic import Field
 
+from services.mcp_server.arguments import (
+    Filter,
+    K,
+    Kind,
+    ProjectId,
+    Query,
+    Scope,
+    SessionId,
+    UserId,
+)
 from services.mcp_server.edit_tools import EditTools
 from services.mcp_server.entity_tools import EntityTools
 from shared.client import AsyncMemoryClient, MemoryClientError
 
-Kind = Literal["preference", "fact", "rule", "event"]
-Scope = Literal["global", "project", "session"]
 # Opens the API client for one tool call: the stdio server's one client, or on
 # HTTP a client of the app in process carrying the caller's key.
 Connect = Callable[[Context], AbstractAsyncContextManager[AsyncMemoryClient]]
@@ -37,28 +45,6 @@ INSTRUCTIONS = (
     "from the conversation, and end_session when the conversation is over; "
     "check_tool_permission before running a risky tool."
 )
-
-UserId = Annotated[
-    str | None,
-    Field(description="The user the memory belongs to (default: the server's configured user)"),
-]
-SessionId = Annotated[
-    str | None,
-    Field(description="The conversation's id (default: the server's configured session)"),
-]
-ProjectId = Annotated[
-    str | None,
-    Field(description="A project to scope to (default: the server's configured project, if any)"),
-]
-Query = Annotated[str, Field(description="What to look for, in natural language")]
-K = Annotated[int | None, Field(description="How many results at most (1-100)")]
-Filter = Annotated[
-    dict[str, Any] | None,
-    Field(
-        description='Only the memories this filter expression admits, e.g. {"metadata.team": '
-        '"infra"} or {"and": [{"kind": {"in": ["fact", "rule"]}}, {"not": {"topic": "x"}}]}'
-    ),
-]
 
 
 @dataclass(frozen=True)

@@ -92,6 +92,20 @@ def connect_kwargs(settings: Settings) -> dict[str, Any]:
     return {**TCP_TIMEOUTS, **_login(settings)()}
 
 
+def _pool_options(settings: Settings, max_size: int, name: str) -> dict[str, Any]:
+    """What both pools are opened with: not yet open, so that each opens as it waits."""
+    if not settings.database_url:
+        raise RuntimeError("AM_DATABASE_URL is not set")
+    return {
+        "conninfo": settings.database_url,
+        "min_size": 1,
+        "max_size": max_size,
+        "name": name,
+        "timeout": settings.db_connect_timeout_seconds,
+        "open": False,
+    }
+
+
 def _pool_kwargs(settings: Settings) -> KwargsParam:
     fixed = _connection_kwargs(settings)
     if not settings.database_iam_auth:
@@ -115,17 +129,10 @@ def _async_pool_kwargs(settings: Settings) -> AsyncKwargsParam:
 
 def make_pool(settings: Settings, max_size: int, name: str) -> ConnectionPool:
     """Open a pool of at most `max_size` connections (sized to the worker's concurrency)."""
-    if not settings.database_url:
-        raise RuntimeError("AM_DATABASE_URL is not set")
     pool = ConnectionPool(
-        settings.database_url,
-        min_size=1,
-        max_size=max_size,
-        name=name,
+        **_pool_options(settings, max_size, name),
         configure=_configure,
         kwargs=_pool_kwargs(settings),
-        timeout=settings.db_connect_timeout_seconds,
-        open=False,
     )
     pool.open(wait=True, timeout=settings.db_connect_timeout_seconds)
     return pool
@@ -133,17 +140,10 @@ def make_pool(settings: Settings, max_size: int, name: str) -> ConnectionPool:
 
 async def make_async_pool(settings: Settings, max_size: int, name: str) -> AsyncConnectionPool:
     """The API's pool: queries run on its event loop."""
-    if not settings.database_url:
-        raise RuntimeError("AM_DATABASE_URL is not set")
     pool = AsyncConnectionPool(
-        settings.database_url,
-        min_size=1,
-        max_size=max_size,
-        name=name,
+        **_pool_options(settings, max_size, name),
         configure=_configure_async,
         kwargs=_async_pool_kwargs(settings),
-        timeout=settings.db_connect_timeout_seconds,
-        open=False,
     )
     # Not waiting: the API starts (and answers what it can) while Postgres is down.
     await pool.open(wait=False)

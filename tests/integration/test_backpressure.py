@@ -32,8 +32,7 @@ from shared.bus.publisher import EventPublisher
 from shared.bus.worker import SubscriberRuntime
 from shared.events import TurnRecorded
 from shared.session_buffer import SessionBuffer, SessionKey
-from tests.bus_helpers import make_turn, summary_handler, watched_valkey
-from tests.integration.test_outages import _spent
+from tests.bus_helpers import attempts_spent, make_turn, summary_handler, watched_valkey
 from tests.support import stays, wait_for
 
 
@@ -69,7 +68,7 @@ def test_a_full_valkey_refuses_turns_with_503_and_the_worker_holds_until_memory_
     dependencies = watched_valkey(client)
     key = SessionKey(ids["app"], ids["user_id"], ids["session_id"])
     table = {TurnRecorded: summary_handler(settings, buffer)}
-    spent = _spent("turns-summary")
+    spent = attempts_spent("turns-summary")
     runtime = SubscriberRuntime(
         settings, "turns-summary", table, publisher, concurrency=4, dependencies=dependencies
     )
@@ -94,7 +93,7 @@ def test_a_full_valkey_refuses_turns_with_503_and_the_worker_holds_until_memory_
                 publisher.publish(make_turn(ids, n)).result(timeout=10)
             wait_for(lambda: "valkey" in dependencies.down(), 30, "the worker to see Valkey full")
             assert "OutOfMemoryError" in dependencies.down()["valkey"]
-            stays(lambda: _spent("turns-summary") == spent, 3.0, "no attempt spent")
+            stays(lambda: attempts_spent("turns-summary") == spent, 3.0, "no attempt spent")
             # Reads still work: the context has the session's one buffered turn.
             context = api.post(
                 "/v1/context",
@@ -118,7 +117,7 @@ def test_a_full_valkey_refuses_turns_with_503_and_the_worker_holds_until_memory_
         runtime.stop(timeout=10)
         dependencies.close()
         client.close()
-    assert _spent("turns-summary") == spent
+    assert attempts_spent("turns-summary") == spent
     assert DeadLetterQueues(settings).peek("turns-summary") == []
 
 

@@ -33,11 +33,16 @@ OLD = timedelta(days=40)  # older than the 30 days' retention of the requests he
 RECENT = timedelta(days=5)
 
 
-@pytest.fixture
-def compaction(settings, topology, publisher, pool):
+def _compaction(pool, settings, publisher):
+    """The compaction worker's handler over the offline provider, publishing with `publisher`."""
     return Compaction(
         UnitsOfWork(pool, "compaction"), OfflineLLM(), make_embedder(settings), settings, publisher
     )
+
+
+@pytest.fixture
+def compaction(settings, topology, publisher, pool):
+    return _compaction(pool, settings, publisher)
 
 
 def no_embeddings(texts):
@@ -310,13 +315,7 @@ def test_a_continuation_whose_publish_failed_is_published_by_the_redelivery(
     settings, topology, publisher, pool, ids
 ):
     _add(pool, ids, ["I prefer tea.", "Never deploy on Fridays.", "We decided to use Go."])
-    compaction = Compaction(
-        UnitsOfWork(pool, "compaction"),
-        OfflineLLM(),
-        make_embedder(settings),
-        settings,
-        _FailingOnce(publisher),
-    )
+    compaction = _compaction(pool, settings, _FailingOnce(publisher))
     recorder = Recorder()
     table = {CompactionRequested: recorder.wrap(compaction.handle_request)}
     event = _request(ids, batch_limit=2)
@@ -347,13 +346,7 @@ def test_a_sweep_compacts_each_user_with_old_episodes_once_even_when_redelivered
     _add(pool, ids, ["I use vim."], age=RECENT, user_id=recent_only)
     # The sweep's first attempt fails on its first publish: the redelivery (same
     # publish time) publishes the same requests again.
-    compaction = Compaction(
-        UnitsOfWork(pool, "compaction"),
-        OfflineLLM(),
-        make_embedder(settings),
-        settings,
-        _FailingOnce(publisher),
-    )
+    compaction = _compaction(pool, settings, _FailingOnce(publisher))
     recorder = Recorder()
     # The users' requests wait until the redelivered sweep has run: had the second
     # user's first request been applied before, the redelivery would find no old
@@ -438,9 +431,7 @@ def test_the_compact_command_publishes_requests_the_worker_applies(
     settings, topology, publisher, pool, ids, capsys
 ):
     local = settings.model_copy(update={"default_app": ids["app"]})
-    compaction = Compaction(
-        UnitsOfWork(pool, "compaction"), OfflineLLM(), make_embedder(local), local, publisher
-    )
+    compaction = _compaction(pool, local, publisher)
     users = {name: f"{ids['user_id']}-{name}" for name in ("a", "b", "c")}
     _add(pool, ids, ["I prefer tea."], user_id=users["a"])
     _add(pool, ids, ["Never deploy on Fridays."], user_id=users["b"], project="Alpha")

@@ -6,7 +6,6 @@ from functools import partial
 
 import pytest
 from prometheus_client import REGISTRY
-from pydantic import SecretStr
 
 from shared.bus.dependencies import Dependencies, Probe
 from shared.bus.dlq import DeadLetterQueues
@@ -20,20 +19,12 @@ from shared.session_buffer import SessionBuffer, SessionKey
 from tests.bus_helpers import Recorder, make_turn, running, summary_handler
 from tests.fake_gemini import Reply, error_reply, json_reply
 from tests.support import stays, wait_for
+from tests.window_helpers import gemini
 
 
 @pytest.fixture
 def gemini_settings(settings, fake):
-    return settings.model_copy(
-        update={
-            "llm_provider": "gemini",
-            "gemini_api_key": SecretStr("test-key"),
-            "gemini_base_url": fake.url,
-            "llm_retry_initial_seconds": 0.01,
-            "llm_retry_seconds": 5.0,
-            "llm_timeout_seconds": 1.0,
-        }
-    )
+    return gemini(settings, fake, llm_retry_seconds=5.0, llm_timeout_seconds=1.0)
 
 
 def _turns(ids, count):

@@ -15,7 +15,6 @@ from functools import partial
 import pytest
 import valkey
 from prometheus_client import REGISTRY
-from pydantic import SecretStr
 
 from services.dev.localstack.process import free_port
 from shared.bootstrap import bootstrap, make_valkey
@@ -32,9 +31,10 @@ from shared.llm.throttle import KEY_PREFIX, Throttle
 from shared.probes import check_gemini_generation
 from shared.session_buffer import SessionBuffer, SessionKey
 from shared.tokens import estimate_tokens
-from tests.bus_helpers import Recorder, make_turn, summary_handler
+from tests.bus_helpers import Recorder, attempts_spent, make_turn, summary_handler
 from tests.fake_gemini import error_reply, json_reply, text_reply
 from tests.support import stays, wait_for
+from tests.window_helpers import gemini as gemini_settings
 
 INP = ExtractionInput.single(
     session_id="sess-1",
@@ -61,17 +61,8 @@ MEMORIES = {
 
 
 def _gemini(settings, fake, **updates):
-    return settings.model_copy(
-        update={
-            "llm_provider": "gemini",
-            "gemini_api_key": SecretStr("test-key"),
-            "gemini_base_url": fake.url,
-            "llm_retry_initial_seconds": 0.01,
-            "llm_retry_seconds": 5.0,
-            "llm_timeout_seconds": 2.0,
-            **updates,
-        }
-    )
+    # A longer retry budget than window_helpers' 0.2 s: these calls wait out rate limits.
+    return gemini_settings(settings, fake, **{"llm_retry_seconds": 5.0, **updates})
 
 
 def _calls(app: str, purpose: str, result: str) -> float:
@@ -87,17 +78,6 @@ def _tokens(app: str, purpose: str, direction: str) -> float:
 def _throttled(app: str) -> float:
     labels = {"app": app, "worker": worker()}
     return REGISTRY.get_sample_value("agent_memory_llm_throttled_seconds_total", labels) or 0.0
-
-
-def _spent(subscription: str) -> float:
-    """Messages of `subscription` this process has nacked or dead-lettered so far."""
-    return sum(
-        REGISTRY.get_sample_value(
-            "agent_memory_messages_total", {"subscription": subscription, "outcome": outcome}
-        )
-        or 0.0
-        for outcome in ("retried", "dead_lettered")
-    )
 
 
 @pytest.fixture
@@ -265,7 +245,7 @@ def test_a_quota_the_probe_passes_holds_the_message_without_spending_attempts(
     key = SessionKey(ids["app"], ids["user_id"], ids["session_id"])
     probe = partial(check_gemini_generation, make_client(gemini), gemini.llm_model)
     dependencies = Dependencies({"llm": Probe(probe)}, retry_min=0.05, retry_max=0.1)
-    spent = _spent("turns-summary")
+    spent = attempts_spent("turns-summary")
     results = ("ok", "retried", "failed", "rate_limited")
     before = {r: _calls(ids["app"], "summarize", r) for r in results}
 
@@ -288,7 +268,7 @@ def test_a_quota_the_probe_passes_holds_the_message_without_spending_attempts(
         wait_for(lambda: len(buffer.read(key).turns) == 10, 30, "ten turns buffered")
         publisher.publish(turns[10]).result(timeout=10)
         wait_for(lambda: len(refused()) > SETBACKS_ALLOWED + 2, 60, "more refusals than setbacks")
-        assert _spent("turns-summary") == spent
+        assert attempts_spent("turns-summary") == spent
         assert buffer.read(key).summary.version == 0
 
         quota["exhausted"] = False
@@ -298,7 +278,7 @@ def test_a_quota_the_probe_passes_holds_the_message_without_spending_attempts(
         runtime.stop(timeout=10)
         dependencies.close()
     assert set(refused()) == {1}  # held every time: no delivery attempt spent
-    assert _spent("turns-summary") == spent
+    assert attempts_spent("turns-summary") == spent
     assert DeadLetterQueues(gemini).peek("turns-summary") == []
     # Every attempt counted for the turns' app: each 429 (retried, or the last of
     # its task failed), and the one that answered.

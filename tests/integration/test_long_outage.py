@@ -15,8 +15,8 @@ from shared.bus.dlq import DeadLetterQueues
 from shared.bus.worker import PREFETCH_FACTOR, SubscriberRuntime
 from shared.events import TurnRecorded
 from shared.session_buffer import SessionBuffer, SessionKey
-from tests.bus_helpers import make_turn, summary_handler, watched_valkey
-from tests.integration.test_outages import Attempts, _spent, own_valkey  # noqa: F401
+from tests.bus_helpers import attempts_spent, make_turn, summary_handler, watched_valkey
+from tests.integration.test_outages import Attempts, own_valkey  # noqa: F401
 from tests.support import stays, wait_for
 
 SHORT = 10  # seconds: the shortest ack deadline and lease extension the settings take
@@ -50,7 +50,7 @@ def test_an_outage_longer_than_a_lease_redelivers_nothing(
         folded = [turn for version in sorted(view.folds) for turn in view.folds[version]]
         return folded + [t.turn_id for t in view.turns]
 
-    spent = _spent("turns-summary")
+    spent = attempts_spent("turns-summary")
     own_valkey.process.kill()
     for n in range(1, 9):
         for session in sessions:
@@ -75,5 +75,5 @@ def test_an_outage_longer_than_a_lease_redelivers_nothing(
         dependencies.close()
         client.close()
     assert set(attempts.seen) == {1}
-    assert _spent("turns-summary") == spent
+    assert attempts_spent("turns-summary") == spent
     assert DeadLetterQueues(settings).peek("turns-summary") == []

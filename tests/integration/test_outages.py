@@ -33,24 +33,19 @@ from shared.llm import OfflineLLM
 from shared.metrics import serve_metrics
 from shared.probes import check_postgres, drop_broken_connections
 from shared.session_buffer import SessionBuffer, SessionKey
-from tests.bus_helpers import inline_extraction, make_turn, summary_handler, watched_valkey
+from tests.bus_helpers import (
+    attempts_spent,
+    inline_extraction,
+    make_turn,
+    summary_handler,
+    watched_valkey,
+)
 from tests.conftest import EMBEDDING_DIM
 from tests.support import stays, wait_for
 
 # A burst of retries on the emulator (0-1 s backoff in the tests' settings) would
 # spend all five attempts within a few seconds; the outages below last longer.
 OUTAGE_SECONDS = 4.0
-
-
-def _spent(subscription: str) -> float:
-    """Messages of `subscription` this process has nacked or dead-lettered so far."""
-    return sum(
-        REGISTRY.get_sample_value(
-            "agent_memory_messages_total", {"subscription": subscription, "outcome": outcome}
-        )
-        or 0.0
-        for outcome in ("retried", "dead_lettered")
-    )
 
 
 class Attempts:
@@ -125,7 +120,7 @@ def test_turns_wait_out_a_valkey_outage_and_are_applied_once_in_order(
         folded = [turn for version in sorted(view.folds) for turn in view.folds[version]]
         return folded + [t.turn_id for t in view.turns]
 
-    spent = _spent("turns-summary")
+    spent = attempts_spent("turns-summary")
     runtime = _runtime(settings, "turns-summary", table, publisher, dependencies)
     try:
         for n in range(1, 6):
@@ -137,14 +132,14 @@ def test_turns_wait_out_a_valkey_outage_and_are_applied_once_in_order(
             publisher.publish(make_turn(ids, n)).result(timeout=10)
         wait_for(lambda: "valkey" in dependencies.down(), 30, "the worker to see Valkey down")
         assert _gauge("agent_memory_dependency_up", dependency="valkey") == 0
-        stays(lambda: _spent("turns-summary") == spent, OUTAGE_SECONDS, "no attempt spent")
+        stays(lambda: attempts_spent("turns-summary") == spent, OUTAGE_SECONDS, "no attempt spent")
 
         own_valkey.start()  # the same port and append-only file
         expected = [f"turn-{n:04d}" for n in range(1, 16)]
         wait_for(lambda: applied() == expected, 60, "every turn, once, in order")
         # Settled, folds included (a stop would hand back what is still queued).
         wait_for(lambda: runtime.in_flight() == 0, 30, "every message settled")
-        assert _spent("turns-summary") == spent
+        assert attempts_spent("turns-summary") == spent
     finally:
         runtime.stop(timeout=10)
         dependencies.close()
@@ -192,7 +187,7 @@ def test_extraction_waits_out_postgres_stopped_and_killed_and_archives_each_turn
 
     attempts = Attempts()
     table = {TurnRecorded: attempts.single(extraction.handle_turn)}
-    spent = _spent("turns-extraction")
+    spent = attempts_spent("turns-extraction")
     runtime = _runtime(settings, "turns-extraction", table, publisher, dependencies)
     try:
         for n in range(1, 6):
@@ -223,14 +218,16 @@ def test_extraction_waits_out_postgres_stopped_and_killed_and_archives_each_turn
         for n in range(11, 21):
             publisher.publish(make_turn(ids, n)).result(timeout=10)
         wait_for(lambda: "postgres" in dependencies.down(), 30, "Postgres seen down")
-        stays(lambda: _spent("turns-extraction") == spent, OUTAGE_SECONDS, "no attempt spent")
+        stays(
+            lambda: attempts_spent("turns-extraction") == spent, OUTAGE_SECONDS, "no attempt spent"
+        )
         own_postgres.process.wait(5)
         wait_for(_started(own_postgres), 60, "PostgreSQL to start again")
         expected = [f"turn-{n:04d}" for n in range(1, 21)]
         wait_for(lambda: archived() == expected, 60, "every turn archived once")
         assert httpx.get(readyz, timeout=5).status_code == 200
         wait_for(lambda: runtime.in_flight() == 0, 30, "every message settled")
-        assert _spent("turns-extraction") == spent
+        assert attempts_spent("turns-extraction") == spent
     finally:
         runtime.stop(timeout=10)
         dependencies.close()

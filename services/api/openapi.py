@@ -26,6 +26,8 @@ SECURITY_SCHEME = "ApiKey"
 # unavailable; with a body, also one that cannot be read or is too large.
 COMMON_ERRORS = {
     401: "Missing, unknown or revoked API key.",
+    403: "The key is limited to one agent: the request named another (`fields` names "
+    "it), or the operation serves the whole user or app.",
     422: "A field is wrong; `fields` names each one.",
     503: "A store, the bus or a model endpoint is unavailable; retry later.",
 }
@@ -61,6 +63,7 @@ ROUTE_ERRORS: dict[tuple[str, str], dict[int, str]] = {
     },
     ("put", "/v1/config/ttl"): {403: "The app's TTLs need an admin key of the app."},
     ("put", "/v1/config/extraction"): {403: "The extraction topics need an admin key of the app."},
+    ("put", "/v1/config/agents"): {403: "The agents' sharing needs an admin key of the app."},
     ("post", "/v1/users/{user_id}:import"): {
         409: "The user was deleted (GDPR); nothing is imported.",
     },
@@ -184,6 +187,7 @@ LINKS: dict[tuple[str, str], dict[int, dict[str, dict]]] = {
     ("put", "/v1/config/extraction"): {
         200: {"GetExtraction": _link("get", "/v1/config/extraction")}
     },
+    ("put", "/v1/config/agents"): {200: {"GetAgents": _link("get", "/v1/config/agents")}},
 }
 
 

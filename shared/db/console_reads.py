@@ -73,6 +73,7 @@ class MemoryFilter:
     kind: str = ""
     entity: str = ""  # a part of the entity's name, in any case
     project_id: str = ""
+    agent_id: str = ""  # this agent's own memories only
 
 
 @dataclass
@@ -161,6 +162,9 @@ def memories(where: MemoryFilter, number: int, size: int) -> Steps[Page[MemoryRo
     if where.project_id:
         clauses.append("m.project_id = %(project_id)s")
         params["project_id"] = where.project_id
+    if where.agent_id:
+        clauses.append("m.agent_id = %(agent_id)s")
+        params["agent_id"] = where.agent_id
     if where.entity:
         clauses.append("m.entity_name ILIKE %(entity)s")
         params["entity"] = _like(where.entity, prefix=False)

@@ -165,6 +165,8 @@ class MemoryRecord(_Line):
     revisions: list[RevisionRecord]
     # Absent from exports made before memories carried metadata.
     metadata: Annotated[dict[str, Any], AfterValidator(checked)] = {}
+    # The agent it belongs to; null (or absent, from exports made before agents): the user's.
+    agent_id: OptionalId = None
 
     @model_validator(mode="after")
     def _scoped(self) -> MemoryRecord:
@@ -196,6 +198,7 @@ class EpisodeRecord(_Line):
     created_at: Time
     archived_at: Time
     embedding: Embedding
+    agent_id: OptionalId = None  # the agent that said it; null (or absent): none
 
 
 class EndRecord(_Line):

@@ -36,6 +36,7 @@ def defaults_from(env: Mapping[str, str]) -> Defaults:
     return Defaults(
         user_id=env.get("AGENT_MEMORY_USER_ID") or None,
         project_id=env.get("AGENT_MEMORY_PROJECT_ID") or None,
+        agent_id=env.get("AGENT_MEMORY_AGENT_ID") or None,
         session_id=env.get("AGENT_MEMORY_SESSION_ID") or f"mcp-{uuid.uuid4().hex[:12]}",
     )
 

@@ -64,6 +64,7 @@ class OldEpisode:
     user_text: str
     assistant_text: str
     created_at: datetime
+    agent_id: str = ""  # its agent's turns fold into that agent's summary
 
 
 @dataclass(frozen=True)
@@ -312,7 +313,7 @@ class Episodes:
         rows = fetch(
             self.conn,
             "SELECT id::text AS id, project_id, session_id, turn_id, user_text, "
-            "assistant_text, created_at FROM episodes "
+            "assistant_text, created_at, agent_id FROM episodes "
             "WHERE app = %(app)s AND user_id = %(user_id)s AND created_at < %(cutoff)s "
             f"{project}ORDER BY created_at, id LIMIT %(limit)s",
             {

@@ -12,14 +12,20 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Iterator
+from datetime import timedelta
 
 import psycopg
 import pytest
 from fastapi.testclient import TestClient
 
 from services.api.app import create_app
+from services.compaction_worker.handlers import SUMMARY_ENTITY, Compaction
+from services.compaction_worker.requests import compaction_request
 from shared.api_keys import create_key
+from shared.db.episodes import Episode, Episodes
+from shared.db.unit_of_work import UnitsOfWork
 from shared.embeddings import make_embedder
+from shared.events import utcnow
 from shared.llm.offline import OfflineLLM
 from tests.bus_helpers import extraction_worker
 from tests.support import wait_for
@@ -41,6 +47,15 @@ def api(app_settings, topology) -> Iterator[TestClient]:
     settings = app_settings.model_copy(update={"auth_disabled": False, "auth_cache_seconds": 0})
     with TestClient(create_app(settings), raise_server_exceptions=False) as client:
         yield client
+
+
+def _archived(pool, ids) -> int:
+    with pool.connection() as conn:
+        row = conn.execute(
+            "SELECT count(*) FROM episodes WHERE app = %s AND user_id = %s",
+            (ids["app"], ids["user_id"]),
+        ).fetchone()
+    return row[0] if row else 0
 
 
 def _as(key: str) -> dict[str, str]:
@@ -86,7 +101,10 @@ def learnt(api, app_settings, ids, pool, publisher):
         _turn(
             api, keys["app"], ids, "code-1", 1, "I prefer dark mode in my editor.", agent_id="coder"
         )
+        # Nothing to keep in it: recalled as a turn, not carried by a memory.
+        _turn(api, keys["coder"], ids, "code-1", 2, "How is the weather in Lisbon today?")
         wait_for(lambda: len(live_texts(pool, ids)) == 3, 60, "the three memories")
+        wait_for(lambda: _archived(pool, ids) == 4, 60, "the four turns archived")
     return keys
 
 
@@ -117,19 +135,29 @@ def test_an_agent_reads_its_own_memories_and_the_users_never_another_agents(api,
     assert _ranked(planner_search)[0] == (TABS, "planner")
     context = api.post(
         "/v1/context",
-        json=user | {"session_id": "code-2", "query": "editor tabs spaces deploy"},
+        json=user | {"session_id": "code-2", "query": "editor tabs deploy weather Lisbon"},
         headers=_as(learnt["coder"]),
     )
     assert context.status_code == 200, context.text
     instruction = context.json()["system_instruction"]
     assert DARK in instruction and FRIDAYS in instruction and TABS not in instruction
     assert "tabs over spaces" not in instruction  # nor the planner's archived turn
+    # The coder's own archived turn is recalled, the planner's never.
+    recalled = {(t["session_id"], t["turn_id"]) for t in context.json()["recalled_turns"]}
+    assert recalled == {("code-1", "t2")}
+    planner_context = api.post(
+        "/v1/context",
+        json=user | {"session_id": "plan-2", "query": "weather in Lisbon"},
+        headers=_as(learnt["planner"]),
+    )
+    assert planner_context.json()["recalled_turns"] == []
     archive = api.post(
         "/v1/archive:search", json=user | {"query": "tabs spaces"}, headers=_as(learnt["coder"])
     )
     assert archive.status_code == 200, archive.text
-    # Of the three archived turns, the coder's own one only.
-    assert [e["session_id"] for e in archive.json()["episodes"]] == ["code-1"]
+    # Of the four archived turns, the coder's own two only.
+    assert sorted(e["turn_id"] for e in archive.json()["episodes"]) == ["t1", "t2"]
+    assert {e["session_id"] for e in archive.json()["episodes"]} == {"code-1"}
     planner_archive = api.post(
         "/v1/archive:search", json=user | {"query": "tabs spaces"}, headers=_as(learnt["planner"])
     )
@@ -307,3 +335,57 @@ def test_a_bad_agent_id_is_a_422_naming_it(client, ids, body, field):
     bad_config = client.put("/v1/config/agents", json={"shared_kinds": ["gossip"]})
     assert bad_config.status_code == 422
     assert [f["field"] for f in bad_config.json()["error"]["fields"]] == ["shared_kinds.0"]
+
+
+def test_an_agents_old_turns_are_compacted_into_a_summary_of_its_own(
+    client, app_settings, publisher, pool, ids
+):
+    said = [
+        ("planner", "I prefer Python for scripts."),
+        ("coder", "The API timeout must be 30 seconds."),
+        ("", "Never deploy on Fridays."),
+    ]
+    with pool.connection() as conn:
+        for n, (agent, text) in enumerate(said):
+            Episodes(conn).archive_locally(
+                Episode(
+                    app=ids["app"],
+                    user_id=ids["user_id"],
+                    project_id="",
+                    session_id=f"s-{agent or 'none'}",
+                    turn_id=f"t{n}",
+                    event_id=str(uuid.uuid4()),
+                    user_text=text,
+                    assistant_text="Noted.",
+                    tool_events=[],
+                    created_at=utcnow() - timedelta(days=40, seconds=-n),
+                    agent_id=agent,
+                ),
+                lambda texts: [None] * len(texts),
+                neighbours=2,
+                dated=True,
+            )
+    units = UnitsOfWork(pool, "compaction")
+    compaction = Compaction(
+        units, OfflineLLM(), make_embedder(app_settings), app_settings, publisher
+    )
+    request = compaction_request(ids["app"], ids["user_id"], "", 30, 100)
+    assert compaction.handle_request(request, None) == "applied"
+    with pool.connection() as conn:
+        summaries = conn.execute(
+            "SELECT agent_id, text FROM memories WHERE app = %s AND user_id = %s "
+            "AND entity_name = %s AND valid_to IS NULL ORDER BY agent_id",
+            (ids["app"], ids["user_id"], SUMMARY_ENTITY),
+        ).fetchall()
+    assert summaries == [
+        ("", "User: Never deploy on Fridays."),
+        ("coder", "User: The API timeout must be 30 seconds."),
+        ("planner", "User: I prefer Python for scripts."),
+    ]
+    body = {"user_id": ids["user_id"], "session_id": "s-new", "query": "python timeout deploy"}
+    context = client.post("/v1/context", json=body | {"agent_id": "coder"})
+    assert context.status_code == 200, context.text
+    assert sorted(s["text"] for s in context.json()["long_term_summaries"]) == [
+        "User: Never deploy on Fridays.",
+        "User: The API timeout must be 30 seconds.",
+    ]

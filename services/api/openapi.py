@@ -84,7 +84,14 @@ def _link(method: str, path: str, parameters: dict[str, str] | None = None, **bo
 
 _BODY_USER = "$request.body#/user_id"
 _MEMORY = "/v1/memories/{memory_id}"
-_WRITTEN = {"path.memory_id": "$response.body#/memory/id", "query.user_id": _BODY_USER}
+# The written memory's agent (null: the user's), which reads it: the user's memory
+# needs none, an agent's its own.
+_WRITTEN_AGENT = "$response.body#/memory/agent_id"
+_WRITTEN = {
+    "path.memory_id": "$response.body#/memory/id",
+    "query.user_id": _BODY_USER,
+    "query.agent_id": _WRITTEN_AGENT,
+}
 _SESSION = "/v1/sessions/{session_id}"
 _TURNS_SESSION = {"path.session_id": "$request.path.session_id"}
 _RULE = {"path.rule_id": "$response.body#/id", "query.user_id": "$response.body#/user_id"}
@@ -99,9 +106,14 @@ LINKS: dict[tuple[str, str], dict[int, dict[str, dict]]] = {
                 f"{_MEMORY}:rollback",
                 {"path.memory_id": "$response.body#/memory/id"},
                 user_id=_BODY_USER,
+                agent_id=_WRITTEN_AGENT,
             ),
             "DeleteMemory": _link("delete", _MEMORY, _WRITTEN),
-            "ListMemories": _link("get", "/v1/memories", {"query.user_id": _BODY_USER}),
+            "ListMemories": _link(
+                "get",
+                "/v1/memories",
+                {"query.user_id": _BODY_USER, "query.agent_id": _WRITTEN_AGENT},
+            ),
             "ExportUser": _link("get", "/v1/users/{user_id}:export", {"path.user_id": _BODY_USER}),
         }
     },
@@ -113,6 +125,7 @@ LINKS: dict[tuple[str, str], dict[int, dict[str, dict]]] = {
                 _MEMORY,
                 {"path.memory_id": "$response.body#/id"},
                 user_id="$request.query.user_id",
+                agent_id="$response.body#/agent_id",
             ),
         }
     },
@@ -121,7 +134,11 @@ LINKS: dict[tuple[str, str], dict[int, dict[str, dict]]] = {
             "GetMemory": _link(
                 "get",
                 _MEMORY,
-                {"path.memory_id": "$response.body#/id", "query.user_id": _BODY_USER},
+                {
+                    "path.memory_id": "$response.body#/id",
+                    "query.user_id": _BODY_USER,
+                    "query.agent_id": "$response.body#/agent_id",
+                },
             ),
         }
     },
@@ -130,7 +147,11 @@ LINKS: dict[tuple[str, str], dict[int, dict[str, dict]]] = {
             "GetMemory": _link(
                 "get",
                 _MEMORY,
-                {"path.memory_id": "$response.body#/id", "query.user_id": _BODY_USER},
+                {
+                    "path.memory_id": "$response.body#/id",
+                    "query.user_id": _BODY_USER,
+                    "query.agent_id": "$response.body#/agent_id",
+                },
             ),
         }
     },
@@ -187,7 +208,6 @@ LINKS: dict[tuple[str, str], dict[int, dict[str, dict]]] = {
     ("put", "/v1/config/extraction"): {
         200: {"GetExtraction": _link("get", "/v1/config/extraction")}
     },
-    ("put", "/v1/config/agents"): {200: {"GetAgents": _link("get", "/v1/config/agents")}},
 }
 
 

@@ -109,7 +109,7 @@ async def user(request: Request) -> HTMLResponse:
 
 @router.get(MEMORY, response_class=HTMLResponse)
 async def memory(request: Request) -> HTMLResponse:
-    user_id, memory_id, agent = _memory_of(request.query_params)
+    user_id, memory_id, agent = await _memory_of(request, request.query_params)
     async with client(request) as api:
         detail = await api.get_memory(user_id, memory_id, agent_id=agent)
     return await _memory_page(request, user_id, detail, None)
@@ -118,7 +118,7 @@ async def memory(request: Request) -> HTMLResponse:
 @router.post(MEMORY + "/rollback", response_class=HTMLResponse)
 async def rollback_memory(request: Request) -> HTMLResponse:
     form = await access.checked_form(request)
-    user_id, memory_id, agent = _memory_of(form)
+    user_id, memory_id, agent = await _memory_of(request, form)
     revision = inputs.number(form, "revision")
     async with client(request) as api:
         detail = await api.rollback_memory(user_id, memory_id, revision, agent_id=agent)
@@ -141,7 +141,7 @@ async def _memory_page(
 @router.post(MEMORY + "/edit", response_class=HTMLResponse)
 async def edit_memory(request: Request) -> HTMLResponse:
     form = await access.checked_form(request)
-    user_id, memory_id, agent = _memory_of(form)
+    user_id, memory_id, agent = await _memory_of(request, form)
     text = inputs.text(form, "text", required=True)
     kind = inputs.choice(form, "kind", KINDS)
     entity = inputs.text(form, "entity_name", limit=200).strip()
@@ -165,7 +165,7 @@ async def edit_memory(request: Request) -> HTMLResponse:
 @router.post(MEMORY + "/delete")
 async def delete_memory(request: Request) -> Response:
     form = await access.checked_form(request)
-    user_id, memory_id, agent = _memory_of(form)
+    user_id, memory_id, agent = await _memory_of(request, form)
     if form.get("confirm") != "yes":
         # Asked first, on a page of its own: it works without scripts.
         async with client(request) as api:
@@ -191,13 +191,18 @@ def memory_url(user_id: str, memory_id: str, agent: str | None = None) -> str:
     return f"{MEMORY}?{urlencode(query)}"
 
 
-def _memory_of(source: inputs.Source) -> tuple[str, str, str | None]:
-    """The user, the memory and the agent (None: the user's memory) a request names:
-    an agent's memory is read, changed and deleted as that agent."""
+async def _memory_of(request: Request, source: inputs.Source) -> tuple[str, str, str | None]:
+    """The user, the memory and its agent (None: the user's memory): an agent's memory
+    is read, changed and deleted as that agent. The agent is the request's, or read
+    from the memory (links that do not name it: an entity's memories)."""
     user_id, memory_id = inputs.identifier(source, "user"), inputs.identifier(source, "id")
     if queries.event_uuid(memory_id) is None:
         raise access.Refused(422, "id: a memory id is a UUID")
-    return user_id, memory_id, inputs.identifier(source, "agent", required=False) or None
+    agent = inputs.identifier(source, "agent", required=False)
+    if not agent:
+        owner = reads.agent_of_memory(Viewer(request).app, user_id, memory_id)
+        agent = await queries.read(request.app.state.apool, owner)
+    return user_id, memory_id, agent or None
 
 
 def _page_links(

@@ -182,6 +182,16 @@ def memories(where: MemoryFilter, number: int, size: int) -> Steps[Page[MemoryRo
     return Page([MemoryRow.from_row(row) for row in rows], _count(total), number, size)
 
 
+def agent_of_memory(app: str, user_id: str, memory_id: str) -> Steps[str]:
+    """The agent the user's memory belongs to ('' the user's, or no such memory)."""
+    rows = yield Statement(
+        "SELECT agent_id FROM memories WHERE app = %(app)s AND user_id = %(user_id)s "
+        "AND id = %(id)s::uuid",
+        {"app": app, "user_id": user_id, "id": memory_id},
+    )
+    return str(rows[0]["agent_id"]) if rows else ""
+
+
 def user_known(app: str, user_id: str) -> Steps[bool]:
     """Whether the app holds anything of the user: a memory (live or not) or a turn."""
     rows = yield Statement(

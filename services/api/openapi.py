@@ -109,11 +109,7 @@ LINKS: dict[tuple[str, str], dict[int, dict[str, dict]]] = {
                 agent_id=_WRITTEN_AGENT,
             ),
             "DeleteMemory": _link("delete", _MEMORY, _WRITTEN),
-            "ListMemories": _link(
-                "get",
-                "/v1/memories",
-                {"query.user_id": _BODY_USER, "query.agent_id": _WRITTEN_AGENT},
-            ),
+            "ListMemories": _link("get", "/v1/memories", {"query.user_id": _BODY_USER}),
             "ExportUser": _link("get", "/v1/users/{user_id}:export", {"path.user_id": _BODY_USER}),
         }
     },

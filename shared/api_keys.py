@@ -40,14 +40,22 @@ def new_key() -> str:
 
 
 def create_key(
-    conn: psycopg.Connection, app: str, admin: bool = False, name: str = ""
+    conn: psycopg.Connection, app: str, admin: bool = False, name: str = "", agent_id: str = ""
 ) -> tuple[str, ApiKey]:
-    """Store a new key of `app`; returns the key (never stored) and its record."""
+    """Store a new key of `app`; returns the key (never stored) and its record. With
+    `agent_id` the key acts as that agent only (an app's admin key is never one)."""
     problem = identifier_problem(app)
     if problem:
         raise ValueError(f"app: {problem}")
+    if agent_id:
+        problem = identifier_problem(agent_id)
+        if problem:
+            raise ValueError(f"agent: {problem}")
+        if admin:
+            raise ValueError("agent: an admin key serves the whole app, not one agent")
     key = new_key()
-    return key, ApiKeys(conn).insert(app, name, key_hash(key), key[:SHOWN_PREFIX], admin)
+    digest, shown = key_hash(key), key[:SHOWN_PREFIX]
+    return key, ApiKeys(conn).insert(app, name, digest, shown, admin, agent_id)
 
 
 def list_keys(conn: psycopg.Connection, app: str | None = None) -> list[ApiKey]:

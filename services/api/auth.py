@@ -66,6 +66,7 @@ class Authentication:
         state = scope.setdefault("state", {})
         if settings.auth_disabled:
             state["app_id"], state["admin"], state["key_id"] = settings.default_app, True, ""
+            state["agent_id"] = ""
             await self.app(scope, receive, send)
             return
         try:
@@ -108,23 +109,36 @@ class Authentication:
                 if len(self._known) >= MAX_CACHED_KEYS:
                     self._known.clear()
                 known = _Known(
-                    found.app, found.admin, found.key_id, now + settings.auth_cache_seconds, now
+                    found.app,
+                    found.admin,
+                    found.key_id,
+                    now + settings.auth_cache_seconds,
+                    now,
+                    found.agent_id,
                 )
                 self._known[digest] = known
+        if on_console and known.agent_id:
+            # The console reads every agent's memories of a user: a whole app's key.
+            message = "the console needs a key of the whole app, not one limited to an agent"
+            await deny(scope, receive, send, 403, message)
+            return
         state["app_id"], state["admin"], state["key_id"] = known.app, known.admin, known.key_id
+        state["agent_id"] = known.agent_id
         await self.app(scope, receive, send)
 
 
 @dataclass(frozen=True, slots=True)
 class _Known:
     """A key found valid: its app, whether it is an admin key, its id, until when
-    it is trusted without a lookup, and when it was last looked up."""
+    it is trusted without a lookup, when it was last looked up, and the agent it
+    is limited to ('' none)."""
 
     app: str
     admin: bool
     key_id: str
     trusted_until: float
     verified_at: float
+    agent_id: str = ""
 
 
 async def within(call: Awaitable[T], seconds: float) -> T:

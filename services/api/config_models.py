@@ -6,7 +6,7 @@ from typing import Annotated, Literal, cast
 
 from pydantic import BeforeValidator, ConfigDict, Field, model_validator
 
-from services.api.memory_models import ScopeName
+from services.api.memory_models import Kind, ScopeName
 from services.api.models import RequestBody, json_integer
 from shared.llm.topics import MANAGED
 from shared.memory.expiry import MAX_SECONDS, MIN_SECONDS
@@ -112,3 +112,21 @@ class ExtractionConfig(RequestBody):
         if clash:
             raise ValueError(f"custom_topics: {clash[0]!r} is a managed topic's name")
         return self
+
+
+class AgentsConfig(RequestBody):
+    """What an agent learns for the user rather than for itself: a memory extracted
+    from an agent's turns of one of these kinds or topics is the user's, read by
+    every agent of the user. Not set: nothing is shared, each agent keeps what it
+    learns. A change applies to what is extracted from then on."""
+
+    model_config = ConfigDict(
+        json_schema_extra={
+            "examples": [{"shared_kinds": ["preference"], "shared_topics": ["personal_info"]}]
+        },
+    )
+
+    shared_kinds: list[Kind] = Field(default=[], max_length=4)
+    shared_topics: list[Annotated[str, Field(pattern="^[a-z][a-z0-9_]{0,39}$")]] = Field(
+        default=[], max_length=50
+    )

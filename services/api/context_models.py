@@ -16,7 +16,14 @@ from services.api.memory_models import (
     ScoredMemory,
     _Request,
 )
-from services.api.models import Count, Identifier, OptionalId, RequestBody, json_integer
+from services.api.models import (
+    AgentRead,
+    Count,
+    Identifier,
+    OptionalId,
+    RequestBody,
+    json_integer,
+)
 from services.api.time_models import TimeFields
 
 Cap = Annotated[int, Field(ge=0, le=100_000), BeforeValidator(json_integer)]
@@ -55,6 +62,7 @@ class ContextRequest(_Request, TimeFields):
 
     session_id: Identifier
     project_id: OptionalId = None
+    agent_id: AgentRead = None
     prev_session_id: OptionalId = None
     query: QueryText
     k: Count = Field(default=8, ge=1, le=100, description="memories weighed at most")

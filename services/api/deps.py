@@ -24,6 +24,7 @@ from fastapi.dependencies.utils import get_flat_params
 from fastapi.routing import APIRoute
 from psycopg_pool import AsyncConnectionPool, ConnectionPool
 
+from services.api.agents import refuse_outside_agent_routes
 from services.api.errors import ApiError
 from services.api.tenant import app_of, caller_of, is_admin
 from shared.bootstrap import Resources
@@ -104,13 +105,15 @@ async def get_app_id(request: Request) -> str:
     """The request's tenant, from its API key (services.api.auth); also the app of
     the model calls the request makes (their metrics). Set in the request's own
     task, which the route runs in, and gone with it. Every `/v1` route takes it,
-    so it also refuses a query parameter the route does not declare."""
+    so it also refuses a query parameter the route does not declare, and a key
+    limited to an agent on a route that serves no agent (services.api.agents)."""
     unknown = sorted(set(request.query_params) - _declared(request.scope["route"]))
     if unknown:
         name = unknown[0]
         raise ApiError(
             422, "invalid_request", f"{name}: is not a known query parameter", field=name
         )
+    refuse_outside_agent_routes(request)
     app = app_of(request)
     set_app(app)
     return app

@@ -13,6 +13,8 @@ from services.api.filter_models import FilterJson
 from services.api.models import (
     BLANK,
     TEXT_SCHEMA,
+    AgentOfTurn,
+    AgentRead,
     Count,
     Identifier,
     OptionalId,
@@ -99,6 +101,7 @@ class SearchRequest(_Request, TimeFields):
     )
 
     project_id: OptionalId = None
+    agent_id: AgentRead = None
     query: QueryText
     k: Count = Field(default=10, ge=1, le=100)
     kinds: list[Kind] | None = None
@@ -116,6 +119,7 @@ class MemoryIdentity(BaseModel):
     session_id: str | None
     entity_name: str
     text: str
+    agent_id: str | None = None  # the agent it belongs to; null: the user's, every agent reads it
 
 
 class MemoryView(MemoryIdentity):
@@ -144,6 +148,7 @@ class ArchiveSearchRequest(_Request):
     )
 
     project_id: OptionalId = None
+    agent_id: AgentRead = None
     query: QueryText
     k: Count = Field(default=3, ge=1, le=100)
     before: AwareTime = None
@@ -255,6 +260,7 @@ class ContentEventIn(RequestBody):
 class GenerateScope(RequestBody):
     project_id: OptionalId = None
     session_id: OptionalId = None
+    agent_id: AgentOfTurn = None
 
 
 class GenerateRequest(_Request):
@@ -289,6 +295,7 @@ class Operation(BaseModel):
 
 class DeleteByQueryRequest(_Request):
     project_id: OptionalId = None
+    agent_id: AgentRead = None
     query: QueryText
     filter: FilterJson | None = None
 

@@ -14,6 +14,7 @@ from pydantic import (
     BaseModel,
     BeforeValidator,
     ConfigDict,
+    Field,
     Strict,
     WithJsonSchema,
     field_validator,
@@ -57,6 +58,27 @@ OptionalId = Annotated[
     AfterValidator(_optional_id),
     WithJsonSchema({"anyOf": [IDENTIFIER_SCHEMA, {"type": "null"}]}),
 ]
+
+
+# An `agent_id` field (shared.memory.agents), by what the request does with it.
+_KEY = " A key limited to an agent acts as that agent and may name no other (403)."
+READ_AS = (
+    "The agent reading: it sees its own memories and the user's (those of no agent); "
+    "none: the user's only." + _KEY
+)
+WRITE_AS = (
+    "The agent the memory belongs to, which alone reads it; none: the user's, which "
+    "every agent of the user reads." + _KEY
+)
+TURN_OF = (
+    "The agent taking part: what is extracted from the turn is that agent's, unless "
+    "the app shares its kind or topic (`/v1/config/agents`); its archived turn is "
+    "recalled for that agent only." + _KEY
+)
+
+AgentRead = Annotated[OptionalId, Field(description=READ_AS)]
+AgentWrite = Annotated[OptionalId, Field(description=WRITE_AS)]
+AgentOfTurn = Annotated[OptionalId, Field(description=TURN_OF)]
 
 
 class RequestBody(BaseModel):
@@ -160,6 +182,7 @@ class RecordTurnRequest(RequestBody):
 
     user_id: Identifier
     project_id: OptionalId = None
+    agent_id: AgentOfTurn = None
     prev_session_id: OptionalId = None
     turn_id: OptionalId = None
     created_at: Time | None = None

@@ -26,6 +26,8 @@ SECURITY_SCHEME = "ApiKey"
 # unavailable; with a body, also one that cannot be read or is too large.
 COMMON_ERRORS = {
     401: "Missing, unknown or revoked API key.",
+    403: "The key is limited to one agent: the request named another (`fields` names "
+    "it), or the operation serves the whole user or app.",
     422: "A field is wrong; `fields` names each one.",
     503: "A store, the bus or a model endpoint is unavailable; retry later.",
 }
@@ -66,6 +68,7 @@ ROUTE_ERRORS: dict[tuple[str, str], dict[int, str]] = {
     },
     ("put", "/v1/config/ttl"): {403: "The app's TTLs need an admin key of the app."},
     ("put", "/v1/config/extraction"): {403: "The extraction topics need an admin key of the app."},
+    ("put", "/v1/config/agents"): {403: "The agents' sharing needs an admin key of the app."},
     ("post", "/v1/users/{user_id}:import"): {
         409: "The user was deleted (GDPR); nothing is imported.",
     },
@@ -86,12 +89,23 @@ def _link(method: str, path: str, parameters: dict[str, str] | None = None, **bo
 
 _BODY_USER = "$request.body#/user_id"
 _MEMORY = "/v1/memories/{memory_id}"
-_WRITTEN = {"path.memory_id": "$response.body#/memory/id", "query.user_id": _BODY_USER}
+# The written memory's agent (null: the user's), which reads it: the user's memory
+# needs none, an agent's its own.
+_WRITTEN_AGENT = "$response.body#/memory/agent_id"
+_WRITTEN = {
+    "path.memory_id": "$response.body#/memory/id",
+    "query.user_id": _BODY_USER,
+    "query.agent_id": _WRITTEN_AGENT,
+}
 _SESSION = "/v1/sessions/{session_id}"
 _TURNS_SESSION = {"path.session_id": "$request.path.session_id"}
 _RULE = {"path.rule_id": "$response.body#/id", "query.user_id": "$response.body#/user_id"}
 # The memory an answer is (`_READ_BACK`) or holds (`_GIVEN`), read as the body's user.
-_READ_BACK = {"path.memory_id": "$response.body#/id", "query.user_id": _BODY_USER}
+_READ_BACK = {
+    "path.memory_id": "$response.body#/id",
+    "query.user_id": _BODY_USER,
+    "query.agent_id": "$response.body#/agent_id",
+}
 _GIVEN = {"path.memory_id": "$response.body#/memory/id"}
 
 # (method, path) -> {status: {name: link}}: what a success's answer leads to.
@@ -104,6 +118,7 @@ LINKS: dict[tuple[str, str], dict[int, dict[str, dict]]] = {
                 f"{_MEMORY}:rollback",
                 {"path.memory_id": "$response.body#/memory/id"},
                 user_id=_BODY_USER,
+                agent_id=_WRITTEN_AGENT,
             ),
             "DeleteMemory": _link("delete", _MEMORY, _WRITTEN),
             "ListMemories": _link("get", "/v1/memories", {"query.user_id": _BODY_USER}),
@@ -118,6 +133,7 @@ LINKS: dict[tuple[str, str], dict[int, dict[str, dict]]] = {
                 _MEMORY,
                 {"path.memory_id": "$response.body#/id"},
                 user_id="$request.query.user_id",
+                agent_id="$response.body#/agent_id",
             ),
             "GiveFeedback": _link(
                 "post",
@@ -130,8 +146,22 @@ LINKS: dict[tuple[str, str], dict[int, dict[str, dict]]] = {
     ("patch", _MEMORY): {200: {"GetMemory": _link("get", _MEMORY, _READ_BACK)}},
     ("post", f"{_MEMORY}:feedback"): {
         200: {
-            "GetMemory": _link("get", _MEMORY, {**_GIVEN, "query.user_id": _BODY_USER}),
-            "RollbackMemory": _link("post", f"{_MEMORY}:rollback", _GIVEN, user_id=_BODY_USER),
+            "GetMemory": _link(
+                "get",
+                _MEMORY,
+                {
+                    **_GIVEN,
+                    "query.user_id": _BODY_USER,
+                    "query.agent_id": "$response.body#/memory/agent_id",
+                },
+            ),
+            "RollbackMemory": _link(
+                "post",
+                f"{_MEMORY}:rollback",
+                {"path.memory_id": "$response.body#/memory/id"},
+                user_id=_BODY_USER,
+                agent_id="$response.body#/memory/agent_id",
+            ),
         }
     },
     ("post", f"{_MEMORY}:rollback"): {200: {"GetMemory": _link("get", _MEMORY, _READ_BACK)}},

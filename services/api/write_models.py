@@ -21,7 +21,14 @@ from services.api.memory_models import (
     _only_its_scope_names,
     _Request,
 )
-from services.api.models import Count, Identifier, RequestBody, json_integer
+from services.api.models import (
+    AgentRead,
+    AgentWrite,
+    Count,
+    Identifier,
+    RequestBody,
+    json_integer,
+)
 from shared.db.memory_rows import COMPACTED_ENTITY
 from shared.events import utcnow
 from shared.memory.expiry import MAX_SECONDS, MIN_SECONDS
@@ -77,6 +84,7 @@ class WriteMemoryRequest(_Request):
     kind: Kind
     project_id: OptionalId = None
     session_id: OptionalId = None
+    agent_id: AgentWrite = None
     entity_name: EntityName = ""
     consolidate: bool = True
     # When it expires: a time, or seconds from now; neither: as the app's TTLs say.
@@ -123,6 +131,7 @@ class EditMemoryRequest(RequestBody):
     )
 
     user_id: Identifier
+    agent_id: AgentRead = None
     text: QueryText | None = None
     kind: Kind | None = None
     entity_name: EntityName | None = None
@@ -135,7 +144,7 @@ class EditMemoryRequest(RequestBody):
 
     @model_validator(mode="after")
     def _names_a_change(self) -> EditMemoryRequest:
-        if not self.model_fields_set - {"user_id"}:
+        if not self.model_fields_set - {"user_id", "agent_id"}:
             raise ValueError("body: names no field to change")
         _expiry_of(self.expire_at, self.ttl_seconds)
         return self
@@ -162,6 +171,7 @@ class RollbackRequest(RequestBody):
     # No example: one needs a memory with revisions (the documented examples are run).
 
     user_id: Identifier
+    agent_id: AgentRead = None
     revision: Count = Field(
         ge=1, description="The revision whose text becomes current: its number in `revisions`."
     )

@@ -24,18 +24,19 @@ def run_keys_command(args: argparse.Namespace, settings: Settings) -> int:
     with conn:
         if args.keys_command == "create":
             try:
-                key, record = create_key(conn, args.app, args.admin, args.name)
+                key, record = create_key(conn, args.app, args.admin, args.name, args.agent)
             except ValueError as exc:
                 print(f"agent-memory: {exc}", file=sys.stderr)
                 return 2
             kind = "admin key" if record.admin else "key"
-            print(f"created {kind} {record.id} for app {record.app} (shown once, keep it):")
+            agent = f", agent {record.agent_id} only" if record.agent_id else ""
+            print(f"created {kind} {record.id} for app {record.app}{agent} (shown once, keep it):")
             print(key)
             return 0
         if args.keys_command == "list":
             for k in list_keys(conn, args.app):
                 state = f"revoked {k.revoked_at:%Y-%m-%d %H:%M}" if k.revoked_at else "active"
-                role = "admin" if k.admin else "-"
+                role = "admin" if k.admin else f"agent={k.agent_id}" if k.agent_id else "-"
                 print(
                     f"{k.id}  app={k.app}  {k.prefix}…  {role}  {state}  "
                     f"created {k.created_at:%Y-%m-%d %H:%M}  {k.name}"

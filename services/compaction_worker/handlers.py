@@ -108,7 +108,9 @@ def continuation_of(event: CompactionRequested) -> CompactionRequested:
     return replace(event, event_id=derived_event_id(event.event_id, "continue"))
 
 
-def _summary_key(event: CompactionRequested, project_id: str) -> NewMemory:
+def _summary_key(event: CompactionRequested, project_id: str, agent_id: str) -> NewMemory:
+    """The summary of one project (or none) and one agent (or none): an agent's turns
+    are summed up for that agent alone, as its memories are (shared.memory.agents)."""
     return NewMemory(
         app=event.app,
         user_id=event.user_id,
@@ -120,6 +122,7 @@ def _summary_key(event: CompactionRequested, project_id: str) -> NewMemory:
         text="",
         embedding=None,
         observed_at=event.created_at,
+        agent_id=agent_id,
     )
 
 
@@ -134,10 +137,11 @@ def _tombstoned(uow: UnitOfWork, event: CompactionRequested) -> bool:
     return uow.tombstones.covers(event.app, event.user_id, event.created_at)
 
 
-def _by_project(episodes: list[OldEpisode]) -> dict[str, list[OldEpisode]]:
-    groups: dict[str, list[OldEpisode]] = {}
+def _by_owner(episodes: list[OldEpisode]) -> dict[tuple[str, str], list[OldEpisode]]:
+    """The episodes by project and agent: one summary each."""
+    groups: dict[tuple[str, str], list[OldEpisode]] = {}
     for episode in episodes:
-        groups.setdefault(episode.project_id, []).append(episode)
+        groups.setdefault((episode.project_id, episode.agent_id), []).append(episode)
     return groups
 
 
@@ -223,11 +227,11 @@ class Compaction:
             episodes = _old_episodes(uow.episodes, event, old_before, event.batch_limit)
             memories = uow.memories
             planned = [
-                (episodes_of, memories.live_of_entity(_summary_key(event, project)), project)
-                for project, episodes_of in _by_project(episodes).items()
+                (episodes_of, memories.live_of_entity(_summary_key(event, *owner)), owner)
+                for owner, episodes_of in _by_owner(episodes).items()
             ]
         compactions = []
-        for episodes_of, previous, project in planned:
+        for episodes_of, previous, owner in planned:
             previous_text = previous.text if previous is not None else ""
             text = self.llm.compact(
                 previous_text,
@@ -237,7 +241,7 @@ class Compaction:
             newest = max(e.created_at for e in episodes_of)
             if previous is not None:
                 newest = max(newest, previous.observed_at)
-            key = replace(_summary_key(event, project), text=text, observed_at=newest)
+            key = replace(_summary_key(event, *owner), text=text, observed_at=newest)
             compactions.append(ScopeCompaction(key, episodes_of, previous))
         texts = [f.key.text for f in compactions if f.key.text]
         vectors = iter(self.embedder.embed(texts) if texts else [])

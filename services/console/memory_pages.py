@@ -55,6 +55,7 @@ async def user(request: Request) -> HTMLResponse:
         "kind": inputs.choice(query, "kind", KINDS),
         "entity": inputs.text(query, "entity", limit=200),
         "project": inputs.identifier(query, "project", required=False),
+        "agent": inputs.identifier(query, "agent", required=False),
         "q": inputs.text(query, "q"),
         "archive": inputs.text(query, "archive"),
     }
@@ -63,20 +64,31 @@ async def user(request: Request) -> HTMLResponse:
     pool = request.app.state.apool
     if not await queries.read(pool, reads.user_known(viewer.app, user_id)):
         raise access.Refused(404, f"user_id: no user {user_id!r} in app {viewer.app!r}")
-    project = filters["project"] or None
+    # With an agent, its view: its memories and the user's, as it searches them.
+    project, agent = filters["project"] or None, filters["agent"] or None
     found = episodes = None
     async with client(request) as api:
         if filters["q"]:
             kinds = [filters["kind"]] if filters["kind"] else None
             found = await api.search(
-                user_id, filters["q"], project_id=project, k=FOUND, kinds=kinds
+                user_id, filters["q"], project_id=project, agent_id=agent, k=FOUND, kinds=kinds
             )
         if filters["archive"]:
             episodes = await api.archive_search(
-                user_id, filters["archive"], project_id=project, k=EPISODES, context_turns=1
+                user_id,
+                filters["archive"],
+                project_id=project,
+                agent_id=agent,
+                k=EPISODES,
+                context_turns=1,
             )
     where = reads.MemoryFilter(
-        viewer.app, user_id, filters["kind"], filters["entity"], filters["project"]
+        viewer.app,
+        user_id,
+        filters["kind"],
+        filters["entity"],
+        filters["project"],
+        filters["agent"],
     )
     memories = await queries.read(pool, reads.memories(where, number, queries.PAGE_SIZE))
     sessions = await queries.read(
@@ -99,19 +111,19 @@ async def user(request: Request) -> HTMLResponse:
 
 @router.get(MEMORY, response_class=HTMLResponse)
 async def memory(request: Request) -> HTMLResponse:
-    user_id, memory_id = _memory_of(request.query_params)
+    user_id, memory_id, agent = await _memory_of(request, request.query_params)
     async with client(request) as api:
-        detail = await api.get_memory(user_id, memory_id)
+        detail = await api.get_memory(user_id, memory_id, agent_id=agent)
     return await _memory_page(request, user_id, detail, None)
 
 
 @router.post(MEMORY + "/rollback", response_class=HTMLResponse)
 async def rollback_memory(request: Request) -> HTMLResponse:
     form = await access.checked_form(request)
-    user_id, memory_id = _memory_of(form)
+    user_id, memory_id, agent = await _memory_of(request, form)
     revision = inputs.number(form, "revision")
     async with client(request) as api:
-        detail = await api.rollback_memory(user_id, memory_id, revision)
+        detail = await api.rollback_memory(user_id, memory_id, revision, agent_id=agent)
     newest = detail.revisions[-1].revision if detail.revisions else revision
     outcome = f"revision {revision}'s text is current again, as revision {newest}"
     return await _memory_page(request, user_id, detail, outcome)
@@ -120,7 +132,8 @@ async def rollback_memory(request: Request) -> HTMLResponse:
 @router.post(MEMORY + "/feedback", response_class=HTMLResponse)
 async def memory_feedback(request: Request) -> HTMLResponse:
     form = await access.checked_form(request)
-    user_id, memory_id = _memory_of(form)
+    # Feedback names no agent: the console's key is the app's, which reads every agent's.
+    user_id, memory_id, _agent = await _memory_of(request, form)
     rating = inputs.choice(form, "rating", RATINGS)
     if not rating:
         raise access.Refused(422, "rating: is required")
@@ -158,13 +171,13 @@ async def _memory_page(
 @router.post(MEMORY + "/edit", response_class=HTMLResponse)
 async def edit_memory(request: Request) -> HTMLResponse:
     form = await access.checked_form(request)
-    user_id, memory_id = _memory_of(form)
+    user_id, memory_id, agent = await _memory_of(request, form)
     text = inputs.text(form, "text", required=True)
     kind = inputs.choice(form, "kind", KINDS)
     entity = inputs.text(form, "entity_name", limit=200).strip()
     metadata = inputs.json_object(form, "metadata")
     async with client(request) as api:
-        before = len((await api.get_memory(user_id, memory_id)).revisions)
+        before = len((await api.get_memory(user_id, memory_id, agent_id=agent)).revisions)
         detail = await api.edit_memory(
             user_id,
             memory_id,
@@ -172,6 +185,7 @@ async def edit_memory(request: Request) -> HTMLResponse:
             kind=kind or None,
             entity_name=entity,
             metadata=metadata,
+            agent_id=agent,
         )
     added = len(detail.revisions) - before
     outcome = f"saved as revision {len(detail.revisions)}" if added else "nothing changed"
@@ -181,16 +195,16 @@ async def edit_memory(request: Request) -> HTMLResponse:
 @router.post(MEMORY + "/delete")
 async def delete_memory(request: Request) -> Response:
     form = await access.checked_form(request)
-    user_id, memory_id = _memory_of(form)
+    user_id, memory_id, agent = await _memory_of(request, form)
     if form.get("confirm") != "yes":
         # Asked first, on a page of its own: it works without scripts.
         async with client(request) as api:
-            detail = await api.get_memory(user_id, memory_id)
+            detail = await api.get_memory(user_id, memory_id, agent_id=agent)
         return page(request, "memory_delete.html", user_id=user_id, memory=detail)
     async with client(request) as api:
-        await api.delete_memory(user_id, memory_id)
+        await api.delete_memory(user_id, memory_id, agent_id=agent)
     # Back to the memory: it now shows as deleted, with its DELETED revision.
-    return RedirectResponse(memory_url(user_id, memory_id), status_code=303)
+    return RedirectResponse(memory_url(user_id, memory_id, agent), status_code=303)
 
 
 @router.get(USER + "/session", response_class=HTMLResponse)
@@ -202,16 +216,23 @@ async def session_page(request: Request) -> HTMLResponse:
     return page(request, "session.html", user_id=user_id, view=view)
 
 
-def memory_url(user_id: str, memory_id: str) -> str:
-    return f"{MEMORY}?{urlencode({'user': user_id, 'id': memory_id})}"
+def memory_url(user_id: str, memory_id: str, agent: str | None = None) -> str:
+    query = {"user": user_id, "id": memory_id, **({"agent": agent} if agent else {})}
+    return f"{MEMORY}?{urlencode(query)}"
 
 
-def _memory_of(source: inputs.Source) -> tuple[str, str]:
-    """The user and the memory a request names."""
+async def _memory_of(request: Request, source: inputs.Source) -> tuple[str, str, str | None]:
+    """The user, the memory and its agent (None: the user's memory): an agent's memory
+    is read, changed and deleted as that agent. The agent is the request's, or read
+    from the memory (links that do not name it: an entity's memories)."""
     user_id, memory_id = inputs.identifier(source, "user"), inputs.identifier(source, "id")
     if queries.event_uuid(memory_id) is None:
         raise access.Refused(422, "id: a memory id is a UUID")
-    return user_id, memory_id
+    agent = inputs.identifier(source, "agent", required=False)
+    if not agent:
+        owner = reads.agent_of_memory(Viewer(request).app, user_id, memory_id)
+        agent = await queries.read(request.app.state.apool, owner)
+    return user_id, memory_id, agent or None
 
 
 def _page_links(

@@ -74,7 +74,9 @@ def list_url(path: str, **query: object) -> str:
 TEMPLATES.filters["age"] = age
 TEMPLATES.filters["clock"] = clock
 TEMPLATES.globals["user_url"] = lambda user: _url("/user", id=user)
-TEMPLATES.globals["memory_url"] = lambda user, memory: _url("/user/memory", user=user, id=memory)
+TEMPLATES.globals["memory_url"] = lambda user, memory, agent=None: _url(
+    "/user/memory", user=user, id=memory, **({"agent": agent} if agent else {})
+)
 TEMPLATES.globals["list_url"] = list_url
 TEMPLATES.globals["session_url"] = lambda user, sid: _url("/user/session", user=user, id=sid)
 TEMPLATES.globals["entity_url"] = lambda user, entity, project: _url(

@@ -75,6 +75,7 @@ def episode_of(event: TurnRecorded) -> Episode:
             for t in event.tool_events
         ],
         created_at=event.created_at,
+        agent_id=event.agent_id,
     )
 
 
@@ -88,6 +89,7 @@ def pending_of(event: TurnRecorded, published_at: datetime | None) -> PendingTur
         user_text=event.user,
         assistant_text=event.assistant,
         published_at=published_at,
+        agent_id=event.agent_id,
     )
 
 

@@ -121,6 +121,7 @@ class Extraction:
             event.session_id,
             event.created_at,
             event.event_id,
+            agent_id=event.agent_id,
         )
         with self.units() as uow:
             seen = peeked(uow.ledger, GENERATE_SUBSCRIPTION, event)

@@ -16,7 +16,7 @@ from shared.embeddings.base import Embedder
 from shared.llm import extraction_prompts
 from shared.llm.base import LLM, ExtractionInput
 from shared.llm.topics import EXTRACTION_SETTING, of_setting
-from shared.memory import expiry
+from shared.memory import agents, expiry
 from shared.memory.consolidate import Source, correct, new_memory
 from shared.memory.decisions import Planned, weigh
 from shared.memory.ranking import Fusion
@@ -63,6 +63,7 @@ class Planner:
         with self.units() as uow:
             inp = replace(inp, topics=of_setting(uow.app_settings.get(app, EXTRACTION_SETTING)))
             ttl = expiry.load(uow, app)
+            sharing = agents.of_setting(uow.app_settings.get(app, agents.AGENTS_SETTING))
         found = []
         for part in split(inp, self.settings.llm_max_input_tokens):
             found += self.llm.extract(part).value
@@ -76,6 +77,9 @@ class Planner:
         for item in found:
             source = sources[item.turn_id]
             candidate = correct(item.candidate, source)
+            if source.agent_id:  # the agent's, unless the app shares its kind or topic
+                owner = agents.owner(source.agent_id, candidate.kind, candidate.topic, sharing)
+                source = replace(source, agent_id=owner)
             if candidate.text.strip():
                 candidates.append((candidate, source))
         candidates = _latest(candidates)
@@ -100,10 +104,11 @@ class Planner:
 
 
 def _latest(candidates: list) -> list:
-    """Each candidate once: of the same text in the same scope, the latest turn's
-    (a statement repeated within a window is one memory)."""
-    kept: dict[tuple[str, str, str, str], int] = {}
-    for index, (candidate, _source) in enumerate(candidates):
-        key = (candidate.scope, candidate.project_id, candidate.entity_name, candidate.text.strip())
+    """Each candidate once: of the same text in the same scope and owner, the latest
+    turn's (a statement repeated within a window is one memory)."""
+    kept: dict[tuple[str, str, str, str, str], int] = {}
+    for index, (candidate, source) in enumerate(candidates):
+        text = candidate.text.strip()
+        key = (candidate.scope, candidate.project_id, source.agent_id, candidate.entity_name, text)
         kept[key] = index
     return [candidates[i] for i in sorted(kept.values())]

@@ -62,7 +62,13 @@ def window_input(session: WindowKey, turns: list[PendingTurn]) -> ExtractionInpu
 def sources_of(session: WindowKey, turns: list[PendingTurn]) -> dict[str, Source]:
     return {
         t.turn_id: Source(
-            session.app, session.user_id, t.project_id, session.session_id, t.created_at, t.event_id
+            session.app,
+            session.user_id,
+            t.project_id,
+            session.session_id,
+            t.created_at,
+            t.event_id,
+            agent_id=t.agent_id,
         )
         for t in turns
     }

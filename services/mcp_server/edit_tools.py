@@ -24,6 +24,9 @@ class EditTools:
     def _user(self, given: str | None) -> str:
         raise NotImplementedError  # MemoryTools'
 
+    def _agent(self) -> str | None:
+        raise NotImplementedError  # MemoryTools'
+
     async def edit_memory(
         self,
         memory_id: Annotated[str, Field(description="The memory's id (from a search or list)")],
@@ -38,11 +41,17 @@ class EditTools:
     ) -> dict[str, Any]:
         """Correct a memory in place (what is not given stays): the change is kept
         as a revision, which can be rolled back, unlike forgetting and remembering anew."""
-        user = self._user(user_id)
+        user, agent = self._user(user_id), self._agent()
         edited = await self._call(
             ctx,
             lambda c: c.edit_memory(
-                user, memory_id, text=text, kind=kind, entity_name=entity_name, metadata=metadata
+                user,
+                memory_id,
+                text=text,
+                kind=kind,
+                entity_name=entity_name,
+                metadata=metadata,
+                agent_id=agent,
             ),
         )
         fields = ("id", "scope", "kind", "entity_name", "text", "metadata", "updated_at")

@@ -8,6 +8,7 @@ the API's own `AM_*` settings: this process only calls the API over HTTP):
 - `AGENT_MEMORY_USER_ID`, `AGENT_MEMORY_PROJECT_ID`, `AGENT_MEMORY_SESSION_ID`:
   the ids a tool call that omits them gets. Without a session id each run of the
   server is a session of its own.
+- `AGENT_MEMORY_AGENT_ID`: the agent every tool call acts as (no tool takes it).
 
 stdout carries the protocol: every log line goes to stderr.
 """
@@ -36,6 +37,7 @@ def defaults_from(env: Mapping[str, str]) -> Defaults:
     return Defaults(
         user_id=env.get("AGENT_MEMORY_USER_ID") or None,
         project_id=env.get("AGENT_MEMORY_PROJECT_ID") or None,
+        agent_id=env.get("AGENT_MEMORY_AGENT_ID") or None,
         session_id=env.get("AGENT_MEMORY_SESSION_ID") or f"mcp-{uuid.uuid4().hex[:12]}",
     )
 

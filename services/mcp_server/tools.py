@@ -54,6 +54,9 @@ class Defaults:
     user_id: str | None = None
     project_id: str | None = None
     session_id: str | None = None
+    # The agent the server acts as (no tool argument: an agent is what it is
+    # configured as, not what the model says; over HTTP, a key limited to it).
+    agent_id: str | None = None
 
 
 class MemoryTools(EditTools, EntityTools):
@@ -94,6 +97,7 @@ class MemoryTools(EditTools, EntityTools):
                 session,
                 query,
                 project_id=project,
+                agent_id=self._defaults.agent_id,
                 token_budget=token_budget,
                 sections=sections,
             ),
@@ -129,6 +133,7 @@ class MemoryTools(EditTools, EntityTools):
                 kind=kind,
                 project_id=project,
                 session_id=session,
+                agent_id=self._defaults.agent_id,
                 entity_name=entity_name,
             ),
         )
@@ -147,8 +152,12 @@ class MemoryTools(EditTools, EntityTools):
         the background (seconds later), and it joins the session's summary."""
         who, session = self._user(user_id), self._session(session_id)
         project = self._project(project_id)
+        agent = self._defaults.agent_id
         answer = await self._call(
-            ctx, lambda c: c.record_turn(session, who, user, assistant, project_id=project)
+            ctx,
+            lambda c: c.record_turn(
+                session, who, user, assistant, project_id=project, agent_id=agent
+            ),
         )
         return answer.model_dump(mode="json")
 
@@ -173,10 +182,12 @@ class MemoryTools(EditTools, EntityTools):
     ) -> dict[str, Any]:
         """Search the user's long-term memories (facts, preferences, rules, events)
         by meaning and by words; the best matches first, each with its id."""
-        user, project = self._user(user_id), self._project(project_id)
+        user, project, agent = self._user(user_id), self._project(project_id), self._agent()
         found = await self._call(
             ctx,
-            lambda c: c.search(user, query, project_id=project, k=k, kinds=kinds, filter=filter),
+            lambda c: c.search(
+                user, query, project_id=project, agent_id=agent, k=k, kinds=kinds, filter=filter
+            ),
         )
         return {"memories": [_brief(m.model_dump(mode="json")) for m in found]}
 
@@ -206,6 +217,7 @@ class MemoryTools(EditTools, EntityTools):
                 user,
                 query,
                 project_id=project,
+                agent_id=self._defaults.agent_id,
                 k=k,
                 before=before,
                 after=after,
@@ -234,6 +246,7 @@ class MemoryTools(EditTools, EntityTools):
             lambda c: c.list_memories(
                 user,
                 project_id=project,
+                agent_id=self._defaults.agent_id,
                 scope=scope,
                 kind=kind,
                 limit=limit,
@@ -259,13 +272,17 @@ class MemoryTools(EditTools, EntityTools):
         exactly one of memory_id and query."""
         if (memory_id is None) == (query is None):
             raise ToolError("give exactly one of memory_id and query")
-        user = self._user(user_id)
+        user, agent = self._user(user_id), self._agent()
         if memory_id is not None:
-            answer = await self._call(ctx, lambda c: c.delete_memory(user, memory_id))
+            answer = await self._call(
+                ctx, lambda c: c.delete_memory(user, memory_id, agent_id=agent)
+            )
             return {"deleted": [answer.memory_id] if answer.deleted else []}
         project = self._project(project_id)
         assert query is not None  # exactly one of the two, checked above
-        gone = await self._call(ctx, lambda c: c.delete_memories(user, query, project_id=project))
+        gone = await self._call(
+            ctx, lambda c: c.delete_memories(user, query, project_id=project, agent_id=agent)
+        )
         return {"deleted": [m.id for m in gone]}
 
     async def check_tool_permission(
@@ -313,6 +330,9 @@ class MemoryTools(EditTools, EntityTools):
 
     def _project(self, given: str | None) -> str | None:
         return given or self._defaults.project_id
+
+    def _agent(self) -> str | None:
+        return self._defaults.agent_id
 
 
 def _brief(memory: dict[str, Any]) -> dict[str, Any]:

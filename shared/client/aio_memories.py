@@ -33,6 +33,7 @@ class AsyncMemoryRoutes(AsyncConnection):
         query: str,
         *,
         project_id: str | None = None,
+        agent_id: str | None = None,
         k: int | None = None,
         kinds: Sequence[str] | None = None,
         decompose: bool = False,
@@ -50,6 +51,7 @@ class AsyncMemoryRoutes(AsyncConnection):
             query=query,
             decompose=decompose,
             project_id=project_id,
+            agent_id=agent_id,
             k=k,
             kinds=kinds,
             as_of=rfc3339(as_of),
@@ -67,6 +69,7 @@ class AsyncMemoryRoutes(AsyncConnection):
         query: str,
         *,
         project_id: str | None = None,
+        agent_id: str | None = None,
         k: int | None = None,
         before: datetime | str | None = None,
         after: datetime | str | None = None,
@@ -83,6 +86,7 @@ class AsyncMemoryRoutes(AsyncConnection):
             user_id=user_id,
             query=query,
             project_id=project_id,
+            agent_id=agent_id,
             k=k,
             before=rfc3339(before),
             after=rfc3339(after),
@@ -101,6 +105,7 @@ class AsyncMemoryRoutes(AsyncConnection):
         user_id: str,
         *,
         project_id: str | None = None,
+        agent_id: str | None = None,
         scope: str | None = None,
         kind: str | None = None,
         limit: int | None = None,
@@ -115,6 +120,7 @@ class AsyncMemoryRoutes(AsyncConnection):
         params = present(
             user_id=user_id,
             project_id=project_id,
+            agent_id=agent_id,
             scope=scope,
             kind=kind,
             limit=limit,
@@ -131,6 +137,7 @@ class AsyncMemoryRoutes(AsyncConnection):
         user_id: str,
         *,
         project_id: str | None = None,
+        agent_id: str | None = None,
         scope: str | None = None,
         kind: str | None = None,
         limit: int | None = None,
@@ -138,7 +145,8 @@ class AsyncMemoryRoutes(AsyncConnection):
         filter: dict[str, Any] | None = None,
     ) -> AsyncIterator[m.MemoryView]:
         """Every live memory (that `filter` admits), page after page (`limit` per page)."""
-        filters = {"project_id": project_id, "scope": scope, "kind": kind, "topic": topic}
+        filters = {"project_id": project_id, "agent_id": agent_id, "scope": scope, "kind": kind}
+        filters["topic"] = topic
         cursor = None
         while True:
             page = await self.list_memories(
@@ -150,9 +158,13 @@ class AsyncMemoryRoutes(AsyncConnection):
                 return
             cursor = page.next_cursor
 
-    async def get_memory(self, user_id: str, memory_id: str) -> m.MemoryDetail:
-        """The memory (also a deleted one) with its revisions."""
-        path, params = f"/v1/memories/{segment(memory_id)}", {"user_id": user_id}
+    async def get_memory(
+        self, user_id: str, memory_id: str, *, agent_id: str | None = None
+    ) -> m.MemoryDetail:
+        """The memory (also a deleted one) with its revisions; with `agent_id`, one of
+        that agent's or the user's (NotFoundError for another agent's)."""
+        path = f"/v1/memories/{segment(memory_id)}"
+        params = present(user_id=user_id, agent_id=agent_id)
         parse = one(m.MemoryDetail)
         return await self._send(Call("GET", path, parse, params=params, retry_safe=True))
 
@@ -164,6 +176,7 @@ class AsyncMemoryRoutes(AsyncConnection):
         scope: str = "global",
         kind: str = "fact",
         project_id: str | None = None,
+        agent_id: str | None = None,
         session_id: str | None = None,
         entity_name: str = "",
         consolidate: bool = True,
@@ -181,6 +194,7 @@ class AsyncMemoryRoutes(AsyncConnection):
             scope=scope,
             kind=kind,
             project_id=project_id,
+            agent_id=agent_id,
             session_id=session_id,
             entity_name=entity_name,
             consolidate=consolidate,
@@ -189,9 +203,13 @@ class AsyncMemoryRoutes(AsyncConnection):
         )
         return await self._send(Call("POST", "/v1/memories", one(m.WriteMemoryResponse), json=body))
 
-    async def delete_memory(self, user_id: str, memory_id: str) -> m.DeleteMemoryResponse:
-        """Retire a live memory (NotFoundError if it is not live)."""
-        path, params = f"/v1/memories/{segment(memory_id)}", {"user_id": user_id}
+    async def delete_memory(
+        self, user_id: str, memory_id: str, *, agent_id: str | None = None
+    ) -> m.DeleteMemoryResponse:
+        """Retire a live memory (NotFoundError if it is not live, or not one the agent
+        `agent_id` reads)."""
+        path = f"/v1/memories/{segment(memory_id)}"
+        params = present(user_id=user_id, agent_id=agent_id)
         parse = one(m.DeleteMemoryResponse)
         return await self._send(Call("DELETE", path, parse, params=params, retry_safe=True))
 
@@ -208,6 +226,7 @@ class AsyncMemoryRoutes(AsyncConnection):
         expire_at: datetime | str | None = None,
         ttl_seconds: int | None = None,
         never_expire: bool = False,
+        agent_id: str | None = None,
     ) -> m.MemoryDetail:
         """Change the fields given (the others stay) as one revision whose source is
         this client's key; `never_expire` clears the expiry. The memory with its
@@ -215,6 +234,7 @@ class AsyncMemoryRoutes(AsyncConnection):
         one or an entity another live memory has."""
         body = present(
             user_id=user_id,
+            agent_id=agent_id,
             text=text,
             kind=kind,
             entity_name=entity_name,
@@ -231,14 +251,16 @@ class AsyncMemoryRoutes(AsyncConnection):
             Call("PATCH", path, one(m.MemoryDetail), json=body, retry_safe=True)
         )
 
-    async def rollback_memory(self, user_id: str, memory_id: str, revision: int) -> m.MemoryDetail:
+    async def rollback_memory(
+        self, user_id: str, memory_id: str, revision: int, *, agent_id: str | None = None
+    ) -> m.MemoryDetail:
         """Make revision `revision`'s text current again, as a new revision; the
         memory with its revisions (one that `wrong` feedback retired is live again).
         NotFoundError for an unknown memory, ConflictError for one deleted otherwise
         or a text already current, InvalidRequestError for a revision it does not have."""
         # Not retried: after a lost answer, a second attempt finds the text current (409).
         path = f"/v1/memories/{segment(memory_id)}:rollback"
-        body = {"user_id": user_id, "revision": revision}
+        body = present(user_id=user_id, revision=revision, agent_id=agent_id)
         return await self._send(Call("POST", path, one(m.MemoryDetail), json=body))
 
     async def give_feedback(
@@ -260,6 +282,7 @@ class AsyncMemoryRoutes(AsyncConnection):
         query: str,
         *,
         project_id: str | None = None,
+        agent_id: str | None = None,
         filter: dict[str, Any] | None = None,
     ) -> list[m.MemoryView]:
         """Retire the memories whose text holds every word of `query` (and that
@@ -267,7 +290,9 @@ class AsyncMemoryRoutes(AsyncConnection):
         Not retried."""
         # Not retried: a second attempt after a lost answer would find nothing left to
         # delete and answer an empty list, hiding what the first one deleted.
-        body = present(user_id=user_id, query=query, project_id=project_id, filter=filter)
+        body = present(
+            user_id=user_id, query=query, project_id=project_id, agent_id=agent_id, filter=filter
+        )
         parse = listed(m.MemoryView, "deleted")
         return await self._send(Call("POST", "/v1/memories:delete", parse, json=body))
 
@@ -278,13 +303,14 @@ class AsyncMemoryRoutes(AsyncConnection):
         *,
         project_id: str | None = None,
         session_id: str | None = None,
+        agent_id: str | None = None,
         wait: bool = False,
     ) -> m.Operation:
         """Extract memories from `events` (`{role, text}` or `(role, text)`, role
         `user` or `model`) in the background; see `wait_operation`. Not retried."""
         body = {
             "user_id": user_id,
-            "scope": present(project_id=project_id, session_id=session_id),
+            "scope": present(project_id=project_id, session_id=session_id, agent_id=agent_id),
             "events": events_body(events),
             "wait": wait,
         }

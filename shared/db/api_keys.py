@@ -12,8 +12,10 @@ from psycopg.rows import tuple_row
 
 from shared.db.run import Statement, Steps, run
 
-LOOKUP_SQL = "SELECT app, admin, id::text FROM api_keys WHERE key_hash = %s AND revoked_at IS NULL"
-_COLUMNS = "id, app, name, prefix, admin, created_at, revoked_at"
+LOOKUP_SQL = (
+    "SELECT app, admin, id::text, agent_id FROM api_keys WHERE key_hash = %s AND revoked_at IS NULL"
+)
+_COLUMNS = "id, app, name, prefix, admin, created_at, revoked_at, agent_id"
 
 
 @dataclass(frozen=True)
@@ -25,15 +27,17 @@ class ApiKey:
     admin: bool
     created_at: datetime
     revoked_at: datetime | None
+    agent_id: str = ""  # the one agent it acts as ('' any)
 
 
 class Holder(NamedTuple):
-    """What a live key is: its app, whether it is an admin key, and its id (what an
-    edit made with it names as its source)."""
+    """What a live key is: its app, whether it is an admin key, its id (what an
+    edit made with it names as its source) and the agent it is limited to ('' none)."""
 
     app: str
     admin: bool
     key_id: str
+    agent_id: str = ""
 
 
 def lookup(digest: bytes) -> Steps[Holder | None]:
@@ -41,22 +45,24 @@ def lookup(digest: bytes) -> Steps[Holder | None]:
     Run on the API's event loop by every authenticated request that misses the key
     cache, and by `agent-memory up`."""
     rows = yield Statement(LOOKUP_SQL, (digest,), tuple_row)
-    return Holder(rows[0][0], bool(rows[0][1]), rows[0][2]) if rows else None
+    return Holder(rows[0][0], bool(rows[0][1]), rows[0][2], rows[0][3]) if rows else None
 
 
 def _record(row: tuple) -> ApiKey:
-    return ApiKey(str(row[0]), row[1], row[2], row[3], row[4], row[5], row[6])
+    return ApiKey(str(row[0]), row[1], row[2], row[3], row[4], row[5], row[6], row[7])
 
 
 class ApiKeys:
     def __init__(self, conn: psycopg.Connection) -> None:
         self.conn = conn
 
-    def insert(self, app: str, name: str, digest: bytes, prefix: str, admin: bool) -> ApiKey:
+    def insert(
+        self, app: str, name: str, digest: bytes, prefix: str, admin: bool, agent_id: str = ""
+    ) -> ApiKey:
         row = self.conn.execute(
-            "INSERT INTO api_keys (app, name, key_hash, prefix, admin) VALUES (%s, %s, %s, %s, %s) "
-            f"RETURNING {_COLUMNS}",
-            (app, name, digest, prefix, admin),
+            "INSERT INTO api_keys (app, name, key_hash, prefix, admin, agent_id) "
+            f"VALUES (%s, %s, %s, %s, %s, %s) RETURNING {_COLUMNS}",
+            (app, name, digest, prefix, admin, agent_id),
         ).fetchone()
         assert row is not None  # an INSERT ... RETURNING gives its row
         return _record(row)

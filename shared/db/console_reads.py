@@ -73,6 +73,7 @@ class MemoryFilter:
     kind: str = ""
     entity: str = ""  # a part of the entity's name, in any case
     project_id: str = ""
+    agent_id: str = ""  # this agent's own memories only
 
 
 @dataclass
@@ -161,6 +162,9 @@ def memories(where: MemoryFilter, number: int, size: int) -> Steps[Page[MemoryRo
     if where.project_id:
         clauses.append("m.project_id = %(project_id)s")
         params["project_id"] = where.project_id
+    if where.agent_id:
+        clauses.append("m.agent_id = %(agent_id)s")
+        params["agent_id"] = where.agent_id
     if where.entity:
         clauses.append("m.entity_name ILIKE %(entity)s")
         params["entity"] = _like(where.entity, prefix=False)
@@ -176,6 +180,16 @@ def memories(where: MemoryFilter, number: int, size: int) -> Steps[Page[MemoryRo
         {**params, "limit": size, "offset": (number - 1) * size},
     )
     return Page([MemoryRow.from_row(row) for row in rows], _count(total), number, size)
+
+
+def agent_of_memory(app: str, user_id: str, memory_id: str) -> Steps[str]:
+    """The agent the user's memory belongs to ('' the user's, or no such memory)."""
+    rows = yield Statement(
+        "SELECT agent_id FROM memories WHERE app = %(app)s AND user_id = %(user_id)s "
+        "AND id = %(id)s::uuid",
+        {"app": app, "user_id": user_id, "id": memory_id},
+    )
+    return str(rows[0]["agent_id"]) if rows else ""
 
 
 def user_known(app: str, user_id: str) -> Steps[bool]:

@@ -74,8 +74,10 @@ def pop_cited(row: dict[str, Any]) -> Cited:
 
 def long_term_summaries(scope: Scope, citations: dict[str, Cited]) -> Steps[list[MemoryRow]]:
     """The live long-term summaries `scope` may see (the user's global one and its
-    project's), the project's first; where each comes from, into `citations`."""
-    where, params = memory_filter(Scope(scope.app, scope.user_id, scope.project_id), None)
+    project's, and its agent's of each), the project's first; where each comes
+    from, into `citations`."""
+    whose = Scope(scope.app, scope.user_id, scope.project_id, agent_id=scope.agent_id)
+    where, params = memory_filter(whose, None)
     params["entity"] = COMPACTED_ENTITY
     rows = yield Statement(
         f"""SELECT {MEMORY_COLUMNS}{CITED_COLUMNS} FROM memories m

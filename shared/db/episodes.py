@@ -45,6 +45,7 @@ class Episode:
     assistant_text: str
     tool_events: list[dict[str, str]]
     created_at: datetime
+    agent_id: str = ""  # the agent that said it ('' none)
 
     @property
     def text(self) -> str:
@@ -63,6 +64,7 @@ class OldEpisode:
     user_text: str
     assistant_text: str
     created_at: datetime
+    agent_id: str = ""  # its agent's turns fold into that agent's summary
 
 
 @dataclass(frozen=True)
@@ -150,10 +152,11 @@ class Episodes:
             f"""
             INSERT INTO episodes (app, user_id, project_id, session_id, turn_id, event_id,
                                   user_text, assistant_text, tool_events, text, context,
-                                  tsv, embedding, created_at)
+                                  tsv, embedding, created_at, agent_id)
             VALUES (%(app)s, %(user_id)s, %(project_id)s, %(session_id)s, %(turn_id)s,
                     %(event_id)s, %(user_text)s, %(assistant_text)s, %(tool_events)s,
-                    %(text)s, %(context)s, {tsv}, %(embedding)s, %(created_at)s)
+                    %(text)s, %(context)s, {tsv}, %(embedding)s, %(created_at)s,
+                    %(agent_id)s)
             ON CONFLICT (app, user_id, session_id, turn_id) DO NOTHING
             RETURNING id::text
             """,
@@ -171,6 +174,7 @@ class Episodes:
                 "context": context,
                 "embedding": embedding,
                 "created_at": episode.created_at,
+                "agent_id": episode.agent_id,
             },
         ).fetchone()
         if row is None:
@@ -309,7 +313,7 @@ class Episodes:
         rows = fetch(
             self.conn,
             "SELECT id::text AS id, project_id, session_id, turn_id, user_text, "
-            "assistant_text, created_at FROM episodes "
+            "assistant_text, created_at, agent_id FROM episodes "
             "WHERE app = %(app)s AND user_id = %(user_id)s AND created_at < %(cutoff)s "
             f"{project}ORDER BY created_at, id LIMIT %(limit)s",
             {

@@ -84,6 +84,8 @@ class Memories:
         params: dict[str, Any] = {"app": where.app, "user_id": where.user_id, "limit": limit}
         live, observed = time_clauses(where.time, params)
         clauses = ["m.app = %(app)s", "m.user_id = %(user_id)s", live + observed]
+        clauses.append("m.agent_id = ANY(%(agents)s)")
+        params["agents"] = list(where.agents)
         for column in ("project_id", "scope", "kind", "topic"):
             value = getattr(where, column)
             if value:
@@ -102,20 +104,26 @@ class Memories:
         )
 
     def live_matching(
-        self, app: str, user_id: str, project_id: str, query: str, matching: Node | None = None
+        self,
+        app: str,
+        user_id: str,
+        project_id: str,
+        query: str,
+        matching: Node | None = None,
+        agents: tuple[str, ...] = ("",),
     ) -> list[MemoryRow]:
         """The user's live memories whose text holds every word of `query` (full
         text, AND of its lexemes) and that the filter `matching` admits: with a
-        project, that project's memories only; without one, global memories only.
-        Oldest first."""
+        project, that project's memories only; without one, global memories only;
+        of the owners `agents` (shared.memory.agents.visible_to). Oldest first."""
+        params: dict[str, Any] = {"app": app, "user_id": user_id, "query": query}
         if project_id:
-            where, params = (
-                "scope = 'project' AND project_id = %(project)s",
-                {"project": project_id},
-            )
+            where = "scope = 'project' AND project_id = %(project)s"
+            params["project"] = project_id
         else:
-            where, params = "scope = 'global'", {}
-        params.update({"app": app, "user_id": user_id, "query": query})
+            where = "scope = 'global'"
+        where += " AND agent_id = ANY(%(agents)s)"
+        params["agents"] = list(agents)
         if matching is not None:
             where += " AND " + filter_sql.where(matching, params)
         return self._memories(
@@ -141,9 +149,17 @@ class Memories:
             return None
         return self._memory(
             f"SELECT {MEMORY_COLUMNS} FROM memories m WHERE m.app = %s AND m.user_id = %s "
-            "AND m.scope = %s AND m.project_id = %s AND m.session_id = %s "
+            "AND m.scope = %s AND m.project_id = %s AND m.session_id = %s AND m.agent_id = %s "
             f"AND lower(m.entity_name) = lower(%s) {tail}",
-            (new.app, new.user_id, new.scope, new.project_id, new.session_id, new.entity_name),
+            (
+                new.app,
+                new.user_id,
+                new.scope,
+                new.project_id,
+                new.session_id,
+                new.agent_id,
+                new.entity_name,
+            ),
         )
 
     def create(self, new: NewMemory, event_id: str | None) -> MemoryRow:
@@ -151,8 +167,8 @@ class Memories:
             f"""
             INSERT INTO memories AS m (app, user_id, project_id, session_id, scope, kind,
                                        entity_name, text, embedding, observed_at,
-                                       source_event_id, expire_at, topic, metadata)
-            VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s)
+                                       source_event_id, expire_at, topic, metadata, agent_id)
+            VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s)
             RETURNING {MEMORY_COLUMNS}
             """,
             (
@@ -170,6 +186,7 @@ class Memories:
                 new.expire_at,
                 new.topic,
                 Jsonb(new.metadata),
+                new.agent_id,
             ),
         )
         assert memory is not None

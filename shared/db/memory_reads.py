@@ -12,7 +12,7 @@ from shared.memory.ranking import TimeFilter
 MEMORY_COLUMNS = (
     "m.id::text AS id, m.app, m.user_id, m.project_id, m.session_id, m.scope, m.kind, "
     "m.entity_name, m.text, m.observed_at, m.created_at, m.updated_at, m.valid_to, "
-    "m.topic, m.expire_at, m.metadata"
+    "m.topic, m.expire_at, m.metadata, m.agent_id"
 )
 
 

@@ -35,6 +35,7 @@ class MemoryRow:
     topic: str = ""
     expire_at: datetime | None = None
     metadata: dict[str, Any] = field(default_factory=dict)  # the caller's JSON object
+    agent_id: str = ""  # '' the user's, shared with their agents (shared/memory/agents.py)
 
     @classmethod
     def from_row(cls, row: dict[str, Any]) -> MemoryRow:
@@ -50,6 +51,7 @@ class MemoryRow:
             "project_id": self.project_id or None,
             "session_id": self.session_id or None,
             "entity_name": self.entity_name,
+            "agent_id": self.agent_id or None,
         }
 
 
@@ -84,6 +86,7 @@ class NewMemory:
     topic: str = ""
     entities: tuple[Mention, ...] = ()  # the entities the model named in it (beside its text's)
     metadata: dict[str, Any] = field(default_factory=dict)
+    agent_id: str = ""
 
 
 @dataclass(frozen=True)
@@ -100,6 +103,7 @@ class PageFilter:
     topic: str | None = None
     time: TimeFilter | None = None
     matching: Node | None = None  # a caller's filter (shared.memory.filters)
+    agents: tuple[str, ...] = ("",)  # the owners it sees (shared.memory.agents.visible_to)
 
 
 @dataclass(frozen=True)

@@ -359,12 +359,13 @@ def search_memories(
 def similar_memories(
     new: NewMemory, fusion: Fusion, limit: int, except_entity: str
 ) -> Steps[list[MemoryRow]]:
-    """The live memories most similar to `new` of exactly its user, scope, project
-    and session, but none of the entity `except_entity`."""
+    """The live memories most similar to `new` of exactly its user, scope, project,
+    session and agent, but none of the entity `except_entity`."""
     where = (
         f"m.app = %(app)s AND m.user_id = %(user_id)s AND {LIVE} "
         "AND m.scope = %(scope)s AND m.project_id = %(project_id)s "
-        "AND m.session_id = %(session_id)s AND m.entity_name <> %(except_entity)s"
+        "AND m.session_id = %(session_id)s AND m.agent_id = %(agent_id)s "
+        "AND m.entity_name <> %(except_entity)s"
     )
     params = {
         "app": new.app,
@@ -372,6 +373,7 @@ def similar_memories(
         "scope": new.scope,
         "project_id": new.project_id,
         "session_id": new.session_id,
+        "agent_id": new.agent_id,
         "except_entity": except_entity,
     }
     params |= fusion_params(fusion, [new.embedding], [new.text], limit)

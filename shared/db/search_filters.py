@@ -11,6 +11,7 @@ from typing import Any
 from shared.db import filter_sql
 from shared.db.memory_reads import time_clauses
 from shared.expiring import Expiring
+from shared.memory.agents import visible_to
 from shared.memory.filters import Node
 from shared.memory.ranking import Scope
 
@@ -32,7 +33,8 @@ class ScopeSizes(Expiring[tuple[str, str, str, str, str, int], bool]):
     @staticmethod
     def archive_key(scope: Scope, exact_below: int) -> tuple[str, str, str, str, str, int]:
         # What an archive search without a period counts: `episode_filter`'s rows.
-        return ("episodes", "", scope.app, scope.user_id, scope.project_id, exact_below)
+        agent = f"agent_id = {scope.agent_id}"  # its rows differ by agent (`episode_filter`)
+        return ("episodes", agent, scope.app, scope.user_id, scope.project_id, exact_below)
 
 
 SCOPE_SIZES = ScopeSizes()
@@ -62,7 +64,8 @@ def memory_filter(
         params["session_id"] = scope.session_id
     live, observed = time_clauses(scope.time, params)
     session = "(m.scope = 'session' AND m.session_id = %(session_id)s)"
-    clause = _in_scope(scope, live, session) + observed
+    clause = _in_scope(scope, live, session) + observed + " AND m.agent_id = ANY(%(agents)s)"
+    params["agents"] = list(visible_to(scope.agent_id))
     if kinds:
         clause += " AND m.kind = ANY(%(kinds)s)"
         params["kinds"] = list(kinds)
@@ -83,13 +86,18 @@ def episode_filter(
     scope: Scope, before: datetime | None, after: datetime | None
 ) -> tuple[str, dict[str, Any]]:
     """The WHERE clause (alias `m`) of the episodes `scope` may see: with a project,
-    that project's and those recorded without one; without, those without one."""
+    that project's and those recorded without one; without, those without one;
+    the agent's and those of no agent (shared.memory.agents)."""
     params: dict[str, Any] = {
         "app": scope.app,
         "user_id": scope.user_id,
         "project_id": scope.project_id,
     }
-    clause = "m.app = %(app)s AND m.user_id = %(user_id)s AND m.project_id IN (%(project_id)s, '')"
+    clause = (
+        "m.app = %(app)s AND m.user_id = %(user_id)s AND m.project_id IN (%(project_id)s, '') "
+        "AND m.agent_id = ANY(%(agents)s)"
+    )
+    params["agents"] = list(visible_to(scope.agent_id))
     time = scope.time
     if time is not None and time.as_of is not None:
         clause += " AND m.created_at <= %(as_of)s"

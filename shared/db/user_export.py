@@ -58,7 +58,7 @@ SELECT json_build_object(
     'observed_at', m.observed_at, 'created_at', m.created_at, 'updated_at', m.updated_at,
     'valid_from', m.valid_from, 'valid_to', m.valid_to, 'source_event_id', m.source_event_id,
     'embedding', m.embedding::text::json, 'revisions', {_REVISIONS},
-    'metadata', m.metadata, 'feedback', {_FEEDBACK})::text
+    'metadata', m.metadata, 'feedback', {_FEEDBACK}, 'agent_id', nullif(m.agent_id, ''))::text
 FROM memories m
 WHERE m.app = %(app)s AND m.user_id = %(user_id)s
 ORDER BY m.scope, m.project_id, m.session_id, lower(m.entity_name), m.observed_at, m.id
@@ -73,7 +73,7 @@ SELECT json_build_object(
     'user_text', e.user_text, 'assistant_text', e.assistant_text,
     'tool_events', e.tool_events, 'text', e.text, 'context', e.context,
     'created_at', e.created_at, 'archived_at', e.archived_at,
-    'embedding', e.embedding::text::json)::text
+    'embedding', e.embedding::text::json, 'agent_id', nullif(e.agent_id, ''))::text
 FROM episodes e
 WHERE e.app = %(app)s AND e.user_id = %(user_id)s
 ORDER BY e.session_id, e.created_at, e.turn_id

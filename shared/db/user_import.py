@@ -56,8 +56,8 @@ def write_memory(
         INSERT INTO memories (id, app, user_id, project_id, session_id, scope, kind,
                               entity_name, text, topic, expire_at, embedding, observed_at,
                               created_at, updated_at, valid_from, valid_to, source_event_id,
-                              metadata)
-        VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s)
+                              metadata, agent_id)
+        VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s)
         ON CONFLICT (id) DO NOTHING
         RETURNING 1
         """,
@@ -81,6 +81,7 @@ def write_memory(
             m.valid_to,
             m.source_event_id,
             Jsonb(m.metadata),
+            m.agent_id or "",
         ),
     ).fetchone()
     if inserted is None:
@@ -180,15 +181,17 @@ def write_episode(
         "embedding": as_vector(e.embedding),
         "created_at": e.created_at,
         "archived_at": e.archived_at,
+        "agent_id": e.agent_id or "",
     }
     inserted = conn.execute(
         f"""
         INSERT INTO episodes (id, app, user_id, project_id, session_id, turn_id, event_id,
                               user_text, assistant_text, tool_events, text, context, tsv,
-                              embedding, created_at, archived_at)
+                              embedding, created_at, archived_at, agent_id)
         VALUES (%(id)s, %(app)s, %(user_id)s, %(project_id)s, %(session_id)s, %(turn_id)s,
                 %(event_id)s, %(user_text)s, %(assistant_text)s, %(tool_events)s, %(text)s,
-                %(context)s, {tsv}, %(embedding)s, %(created_at)s, %(archived_at)s)
+                %(context)s, {tsv}, %(embedding)s, %(created_at)s, %(archived_at)s,
+                %(agent_id)s)
         ON CONFLICT DO NOTHING
         RETURNING 1
         """,

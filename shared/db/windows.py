@@ -15,7 +15,7 @@ from shared.db.run import fetch
 _SESSION = "app = %(app)s AND user_id = %(user_id)s AND session_id = %(session_id)s"
 _TURN_COLUMNS = (
     "event_id::text AS event_id, turn_id, project_id, prev_session_id, created_at, "
-    "user_text, assistant_text, published_at"
+    "user_text, assistant_text, published_at, agent_id"
 )
 
 
@@ -43,6 +43,7 @@ class PendingTurn:
     user_text: str
     assistant_text: str
     published_at: datetime | None  # Pub/Sub's publish time of the turn event
+    agent_id: str = ""  # the agent that said it ('' none)
 
 
 class Windows:
@@ -54,9 +55,10 @@ class Windows:
         row = self.conn.execute(
             "INSERT INTO extraction_pending (app, user_id, session_id, event_id, turn_id, "
             "project_id, prev_session_id, created_at, user_text, assistant_text, message, "
-            "published_at) VALUES (%(app)s, %(user_id)s, %(session_id)s, %(event_id)s, "
+            "published_at, agent_id) VALUES (%(app)s, %(user_id)s, %(session_id)s, %(event_id)s, "
             "%(turn_id)s, %(project_id)s, %(prev_session_id)s, %(created_at)s, %(user_text)s, "
-            "%(assistant_text)s, %(message)s, %(published_at)s) ON CONFLICT DO NOTHING RETURNING 1",
+            "%(assistant_text)s, %(message)s, %(published_at)s, %(agent_id)s) "
+            "ON CONFLICT DO NOTHING RETURNING 1",
             {**session.params(), **turn.__dict__, "message": message},
         ).fetchone()
         return row is not None

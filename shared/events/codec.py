@@ -131,7 +131,7 @@ def _rules_problem(event_type: str, record: dict[str, Any], limits: Limits) -> s
         if problem:
             return f"{name}: {problem}"
     for name in optional:
-        if record[name] != "":
+        if record.get(name, "") != "":
             problem = identifier_problem(record[name])
             if problem:
                 return f"{name}: {problem}"
@@ -179,9 +179,12 @@ def _turn_problem(record: dict[str, Any], limits: Limits) -> str | None:
 _IDENTIFIERS: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
     TurnRecorded.EVENT_TYPE: (
         ("app", "user_id", "session_id", "turn_id"),
-        ("project_id", "prev_session_id"),
+        ("project_id", "prev_session_id", "agent_id"),
     ),
-    MemoriesGenerate.EVENT_TYPE: (("app", "user_id", "operation"), ("project_id", "session_id")),
+    MemoriesGenerate.EVENT_TYPE: (
+        ("app", "user_id", "operation"),
+        ("project_id", "session_id", "agent_id"),
+    ),
     # An empty user_id is a sweep of the app (services/compaction_worker).
     CompactionRequested.EVENT_TYPE: (("app",), ("user_id", "project_id")),
     ExtractionRequested.EVENT_TYPE: (("app", "user_id", "session_id"), ()),

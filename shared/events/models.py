@@ -64,7 +64,11 @@ class _Record:
     def from_record(cls, record: dict[str, Any]) -> Any:
         # A class is hashable (the cache's key); mypy takes the instances' __hash__.
         converters = _converters(cls)  # type: ignore[arg-type]
-        return cls(**{name: convert(record[name]) for name, convert in converters})
+        # A field a producer left out is one the schema gives a default (the
+        # dataclass's too): one added later, such as a turn's agent_id.
+        return cls(
+            **{name: convert(record[name]) for name, convert in converters if name in record}
+        )
 
 
 @cache
@@ -122,6 +126,7 @@ class TurnRecorded(_Record):
     project_id: str = ""
     prev_session_id: str = ""
     tool_events: tuple[ToolEvent, ...] = field(default_factory=tuple)
+    agent_id: str = ""  # the agent that took part ('' none): its memories are the agent's
 
     @property
     def ordering_key(self) -> str:
@@ -150,6 +155,7 @@ class MemoriesGenerate(_Record):
     events: tuple[ContentEvent, ...]
     project_id: str = ""
     session_id: str = ""
+    agent_id: str = ""  # the agent the contents are of ('' none), as a turn's
 
     @property
     def ordering_key(self) -> str:

@@ -34,6 +34,7 @@ class Source:
     observed_at: datetime
     event_id: str | None
     metadata: dict[str, Any] = field(default_factory=dict)  # the caller's, on what it writes
+    agent_id: str = ""  # the agent whose memory it becomes ('' the user's: shared/memory/agents.py)
 
 
 @dataclass(frozen=True)
@@ -77,6 +78,7 @@ def new_memory(candidate: Candidate, source: Source, embedding: Any) -> NewMemor
         topic=candidate.topic,
         entities=candidate.entities,
         metadata=source.metadata,
+        agent_id=source.agent_id,
     )
 
 
@@ -88,7 +90,7 @@ def expired(memory: MemoryRow, now: datetime) -> bool:
 
 def neighbours(uow: UnitOfWork, new: NewMemory, fusion: Fusion, limit: int) -> list[MemoryRow]:
     """The live memory of the same entity first, then the most similar live
-    memories of exactly this user, scope, project and session. The compacted
+    memories of exactly this user, scope, project, session and agent. The compacted
     summary is the compaction worker's alone: a new fact never updates or
     retires it, so it is never a neighbour."""
     found = uow.run(similar_memories(new, fusion, limit, except_entity=COMPACTED_ENTITY))
@@ -130,6 +132,8 @@ class Consolidator:
             target = self.store.get(new.app, new.user_id, decision.target_id)
             if target is not None and target.valid_to is not None:
                 target = None  # retired meanwhile, by an earlier candidate of the window
+            if target is not None and target.agent_id != new.agent_id:
+                target = None  # another owner's: an agent never changes what it does not own
         if decision.action == Action.NONE:
             return Applied(Action.NONE, target, "")
         if decision.action == Action.DELETED and target is None:

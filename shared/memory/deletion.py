@@ -53,13 +53,15 @@ def delete_matching(
     query: str,
     now: datetime,
     admits: Node | None = None,
+    agents: tuple[str, ...] = ("",),
 ) -> list[MemoryRow]:
     """Retire the user's live memories whose text holds every word of `query`
     (a deletion is precise, unlike a search) and that the filter `admits`: with a
-    project, that project's memories only; without one, global memories only. Each
-    gets a DELETED revision. Returns them as they are now."""
+    project, that project's memories only; without one, global memories only; of
+    the owners `agents` (those a read as the agent sees). Each gets a DELETED
+    revision. Returns them as they are now."""
     uow.memories.lock_user(app, user_id)
-    matching = uow.memories.live_matching(app, user_id, project_id, query, admits)
+    matching = uow.memories.live_matching(app, user_id, project_id, query, admits, agents)
     return [uow.memories.retire(memory, now, None) for memory in matching]
 
 

@@ -12,7 +12,7 @@ The grammar (docs/api.md, Filters):
                | { op: value, ... }       every op must hold
     op        := eq | ne | in (a list of 1 to MAX_IN scalars) | gt | gte | lt | lte
                | exists (true or false)
-    FIELD     := scope | kind | topic | entity_name | project_id | session_id
+    FIELD     := scope | kind | topic | entity_name | project_id | session_id | agent_id
                | created_at | updated_at | observed_at
                | metadata.KEY[.KEY...]     a key of the memory's metadata (at most
                                           MAX_DEPTH keys deep)
@@ -37,7 +37,7 @@ from pydantic import TypeAdapter, ValidationError
 
 from shared.memory.metadata import KEY_PATTERN, MAX_DEPTH
 
-TEXT_FIELDS = ("scope", "kind", "topic", "entity_name", "project_id", "session_id")
+TEXT_FIELDS = ("scope", "kind", "topic", "entity_name", "project_id", "session_id", "agent_id")
 TIME_FIELDS = ("created_at", "updated_at", "observed_at")
 RANGES = ("gt", "gte", "lt", "lte")
 OPERATORS = {

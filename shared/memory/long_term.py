@@ -106,7 +106,13 @@ def _memory_part(
 def _turn_part(
     q: LongTermQuery, search: MemorySearch, embedding: str, period: Period | None
 ) -> Steps[tuple[list[FoundEpisode], dict[str, list[dict[str, Any]]]]]:
-    scope = Scope(q.scope.app, q.scope.user_id, q.scope.project_id, time=q.scope.time)
+    scope = Scope(
+        q.scope.app,
+        q.scope.user_id,
+        q.scope.project_id,
+        time=q.scope.time,
+        agent_id=q.scope.agent_id,
+    )
     start, end = (period.start, period.end) if period is not None else (None, None)
     rows, around = yield from archive_search.recall(
         scope, q.query, embedding, q.hits, search.fusion, q.neighbours, start, end

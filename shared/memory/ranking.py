@@ -33,6 +33,7 @@ class Scope:
     project_id: str = ""
     session_id: str = ""  # also this session's own memories (the context path)
     time: TimeFilter | None = None
+    agent_id: str = ""  # this agent's memories too, beside the user's ('': the user's only)
 
 
 @dataclass(frozen=True)

@@ -125,6 +125,8 @@ class MemoryRecord(Line):
     metadata: Annotated[dict[str, Any], AfterValidator(checked)] = {}
     # Absent from exports made before memories took feedback.
     feedback: list[FeedbackRecord] = []
+    # The agent it belongs to; null (or absent, from exports made before agents): the user's.
+    agent_id: OptionalId = None
 
     @model_validator(mode="after")
     def _scoped(self) -> MemoryRecord:
@@ -156,6 +158,7 @@ class EpisodeRecord(Line):
     created_at: Time
     archived_at: Time
     embedding: Embedding
+    agent_id: OptionalId = None  # the agent that said it; null (or absent): none
 
 
 class EndRecord(Line):

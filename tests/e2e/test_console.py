@@ -629,3 +629,43 @@ def test_an_entity_page_is_reached_from_a_memory_that_mentions_it(
     assert entity_url is not None
     other = page.goto(f"{stack.url}{entity_url.replace('u-entity', 'u-other')}")
     assert other is not None and other.status == 404
+
+
+def test_an_agents_memory_shows_its_agent_and_is_edited_as_that_agent(
+    stack: Stack, browser: Browser, shots: Path
+) -> None:
+    user = "u-agents"
+    body = {"user_id": user, "kind": "preference", "scope": "global"}
+    stack.api(
+        "POST",
+        "/v1/memories",
+        json={**body, "text": "Prefers terse answers.", "agent_id": "planner"},
+    )
+    stack.api("POST", "/v1/memories", json={**body, "text": "Speaks Portuguese."})
+    page = signed_in(browser, stack)
+    page.goto(f"{stack.url}/console/user?id={user}")
+    # The latest change first: the user's memory, then the planner's own.
+    expect(page.locator("#memories td.agent")).to_have_text(["—", "planner"])
+    page.fill("input[name=agent]", "planner")
+    page.click("form.filters button")
+    expect(page.locator("#memories td.agent")).to_have_text(["planner"])
+    page.locator("#memories a", has_text="Prefers terse answers.").click()
+    expect(page.locator("#memory-agent")).to_have_text("planner")
+    page.fill("#edit-text", "Prefers short answers.")
+    page.click("#save-memory")
+    expect(page.locator("#outcome")).to_have_text("saved as revision 2")
+    expect(page.locator("#memory-agent")).to_have_text("planner")
+    shoot(page, shots, "memory-of-an-agent")
+    # Opened without its agent in the link (as an entity's page links it): found all the same.
+    memory_id = page.locator("#memory-id").inner_text()
+    page.goto(f"{stack.url}/console/user/memory?user={user}&id={memory_id}")
+    expect(page.locator("#memory-text")).to_have_text("Prefers short answers.")
+    page.context.close()
+    # A key limited to an agent reads every agent's memories nowhere: not here either.
+    created = stack.cli("keys", "create", "--app", "default", "--agent", "planner")
+    key = re.search(r"am_[A-Za-z0-9_-]+", created)[0]
+    limited = signed_in(browser, stack, key)
+    answer = limited.goto(f"{stack.url}/console/user?id={user}")
+    assert answer is not None and answer.status == 403
+    expect(limited.locator("main")).to_contain_text("not one limited to an agent")
+    limited.context.close()

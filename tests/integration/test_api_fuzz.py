@@ -316,6 +316,7 @@ def test_the_documented_examples_are_accepted(client):
                 assert response.status_code < 300, (name, response.text)
                 tried.append(name)
     assert sorted(tried) == [
+        "AgentsConfig",
         "ArchiveSearchRequest",
         "ContextRequest",
         "EvaluateRequest",

@@ -55,8 +55,20 @@ def test_the_body_is_plain_json_with_every_field_present():
     assert record["created_at"] == "2026-01-02T03:04:05.678901Z"
     assert set(record) == {
         "event_id", "app", "user_id", "session_id", "project_id", "prev_session_id",
-        "turn_id", "created_at", "user", "assistant", "tool_events",
+        "turn_id", "created_at", "user", "assistant", "tool_events", "agent_id",
     }  # fmt: skip
+
+
+def test_a_turn_of_a_producer_that_knows_no_agents_is_of_no_agent():
+    message = encode(make_turn(agent_id="planner"))
+    record = json.loads(message.data)
+    assert record["agent_id"] == "planner"
+    del record["agent_id"]
+    older = decode(json.dumps(record).encode(), message.attributes)
+    assert older == make_turn(event_id=record["event_id"], agent_id="")
+    record["agent_id"] = "bad\u0007id"
+    with pytest.raises(InvalidEvent, match="agent_id: must not contain control characters"):
+        decode(json.dumps(record).encode(), message.attributes)
 
 
 def test_derived_event_ids_are_stable_and_distinct():

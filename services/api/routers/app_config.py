@@ -1,53 +1,63 @@
-"""An app's settings: its memories' time-to-live (`/v1/config/ttl`) and what the
-extraction keeps (`/v1/config/extraction`). Anyone of the app reads them; only its
-admin key changes them. A change reaches every process of the app at once: each
-write and each extraction reads them anew."""
+"""An app's settings: its memories' time-to-live (`/v1/config/ttl`), what the
+extraction keeps (`/v1/config/extraction`) and what its agents share with the
+user (`/v1/config/agents`). Anyone of the app reads them; only its admin key
+changes them. A change reaches every process of the app at once: each write and
+each extraction reads them anew."""
 
 from __future__ import annotations
 
+from typing import Any
+
 from fastapi import APIRouter
 
-from services.api.config_models import ExtractionConfig, TtlConfig
-from services.api.deps import AdminDep, ApiDep, AppIdDep
+from services.api.config_models import AgentsConfig, ExtractionConfig, TtlConfig
+from services.api.deps import AdminDep, Api, ApiDep, AppIdDep
 from services.api.errors import ApiError, postgres_or_503
 from shared.db.unit_of_work import UnitOfWork, in_thread
 from shared.llm.topics import EXTRACTION_SETTING
+from shared.memory.agents import AGENTS_SETTING
 from shared.memory.expiry import TTL_SETTING
 
 router = APIRouter()
 
 
+async def _read(api: Api, app_id: str, name: str) -> dict[str, Any]:
+    stored = await postgres_or_503(
+        in_thread(api.pool, lambda uow: uow.app_settings.get(app_id, name), commit=False)
+    )
+    return stored or {}
+
+
+async def _write(api: Api, admin: bool, app_id: str, name: str, value: dict[str, Any]) -> None:
+    """Replace the app's setting `name`: 403 for a key that is not an admin key."""
+    if not admin:
+        what = {TTL_SETTING: "the app's TTLs", EXTRACTION_SETTING: "the extraction topics"}
+        needs = what.get(name, "the agents' sharing")
+        raise ApiError(403, "forbidden", f"{needs} need an admin key of this app")
+
+    def put(uow: UnitOfWork) -> None:
+        uow.app_settings.put(app_id, name, value)
+
+    await postgres_or_503(in_thread(api.pool, put, commit=True))
+
+
 @router.get("/v1/config/ttl", response_model=TtlConfig)
 async def get_ttl(app_id: AppIdDep, api: ApiDep) -> TtlConfig:
-    stored = await postgres_or_503(
-        in_thread(api.pool, lambda uow: uow.app_settings.get(app_id, TTL_SETTING), commit=False)
-    )
-    return TtlConfig.model_validate(stored or {})
+    return TtlConfig.model_validate(await _read(api, app_id, TTL_SETTING))
 
 
 @router.put("/v1/config/ttl", response_model=TtlConfig)
 async def put_ttl(body: TtlConfig, admin: AdminDep, app_id: AppIdDep, api: ApiDep) -> TtlConfig:
     """Replace the app's TTLs. They apply to what is written from now on: a memory
     keeps the expiry it was given (an update by the extraction moves it)."""
-    if not admin:
-        raise ApiError(403, "forbidden", "the app's TTLs need an admin key of this app")
     stored = body.model_dump(exclude_none=True)
-
-    def put(uow: UnitOfWork) -> None:
-        uow.app_settings.put(app_id, TTL_SETTING, stored)
-
-    await postgres_or_503(in_thread(api.pool, put, commit=True))
+    await _write(api, admin, app_id, TTL_SETTING, stored)
     return TtlConfig.model_validate(stored)
 
 
 @router.get("/v1/config/extraction", response_model=ExtractionConfig)
 async def get_extraction(app_id: AppIdDep, api: ApiDep) -> ExtractionConfig:
-    stored = await postgres_or_503(
-        in_thread(
-            api.pool, lambda uow: uow.app_settings.get(app_id, EXTRACTION_SETTING), commit=False
-        )
-    )
-    return ExtractionConfig.model_validate(stored or {})
+    return ExtractionConfig.model_validate(await _read(api, app_id, EXTRACTION_SETTING))
 
 
 @router.put("/v1/config/extraction", response_model=ExtractionConfig)
@@ -55,12 +65,20 @@ async def put_extraction(
     body: ExtractionConfig, admin: AdminDep, app_id: AppIdDep, api: ApiDep
 ) -> ExtractionConfig:
     """Replace what the extraction keeps; it applies to the windows extracted from now."""
-    if not admin:
-        raise ApiError(403, "forbidden", "the extraction topics need an admin key of this app")
-    stored = body.model_dump()
+    await _write(api, admin, app_id, EXTRACTION_SETTING, body.model_dump())
+    return body
 
-    def put(uow: UnitOfWork) -> None:
-        uow.app_settings.put(app_id, EXTRACTION_SETTING, stored)
 
-    await postgres_or_503(in_thread(api.pool, put, commit=True))
+@router.get("/v1/config/agents", response_model=AgentsConfig)
+async def get_agents(app_id: AppIdDep, api: ApiDep) -> AgentsConfig:
+    return AgentsConfig.model_validate(await _read(api, app_id, AGENTS_SETTING))
+
+
+@router.put("/v1/config/agents", response_model=AgentsConfig)
+async def put_agents(
+    body: AgentsConfig, admin: AdminDep, app_id: AppIdDep, api: ApiDep
+) -> AgentsConfig:
+    """Replace what the app's agents share with the user; it applies to the windows
+    extracted from now (a memory keeps the owner it was made with)."""
+    await _write(api, admin, app_id, AGENTS_SETTING, body.model_dump())
     return body

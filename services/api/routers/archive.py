@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from fastapi import APIRouter
 
+from services.api.agents import KeyAgentDep, acting
 from services.api.deps import ApiDep, AppIdDep
 from services.api.errors import postgres_or_503
 from services.api.memory_models import ArchiveSearchRequest, ArchiveSearchResponse
@@ -18,9 +19,10 @@ router = APIRouter()
 
 @router.post("/v1/archive:search", response_model=ArchiveSearchResponse)
 async def archive_search(
-    body: ArchiveSearchRequest, app_id: AppIdDep, api: ApiDep
+    body: ArchiveSearchRequest, app_id: AppIdDep, key_agent: KeyAgentDep, api: ApiDep
 ) -> ArchiveSearchResponse:
-    scope = Scope(app_id, body.user_id, body.project_id or "")
+    agent = acting(key_agent, body.agent_id)
+    scope = Scope(app_id, body.user_id, body.project_id or "", agent_id=agent)
     period = None
     if body.read_period and body.before is None and body.after is None:
         period = find_period(body.query, body.asked_at or utcnow())

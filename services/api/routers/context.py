@@ -10,6 +10,7 @@ import structlog
 from fastapi import APIRouter, Response
 
 from services.api import filter_models
+from services.api.agents import KeyAgentDep, acting
 from services.api.context_models import ContextRequest, ContextResponse, over_budget
 from services.api.deps import ApiDep, AppIdDep
 from services.api.errors import ApiError
@@ -30,7 +31,9 @@ _WITHOUT = {
 
 
 @router.post("/v1/context", response_model=ContextResponse)
-async def context(body: ContextRequest, app_id: AppIdDep, api: ApiDep) -> Response:
+async def context(
+    body: ContextRequest, app_id: AppIdDep, key_agent: KeyAgentDep, api: ApiDep
+) -> Response:
     settings = api.settings
     budget = body.token_budget or settings.context_token_budget
     caps = body.sections.given() if body.sections is not None else {}
@@ -41,7 +44,14 @@ async def context(body: ContextRequest, app_id: AppIdDep, api: ApiDep) -> Respon
             field, message = str(exc).split(": ", 1)
             raise ApiError(422, "invalid_request", f"{field}: {message}", field=field) from None
     query = ContextQuery(
-        scope=Scope(app_id, body.user_id, body.project_id or "", body.session_id, body.time()),
+        scope=Scope(
+            app_id,
+            body.user_id,
+            body.project_id or "",
+            body.session_id,
+            body.time(),
+            acting(key_agent, body.agent_id),
+        ),
         prev_session_id=body.prev_session_id or "",
         query=body.query,
         k=body.k,

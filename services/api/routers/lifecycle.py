@@ -18,6 +18,7 @@ from fastapi import APIRouter, Path
 from psycopg_pool import ConnectionPool
 
 from services.api import filter_models
+from services.api.agents import KeyAgentDep, acting
 from services.api.custom_methods import ResourceRoute
 from services.api.deps import ApiDep, AppIdDep
 from services.api.errors import postgres_or_503, valkey_or_503
@@ -30,6 +31,7 @@ from services.api.memory_models import (
 from services.api.routers.views import memory_view
 from shared.db.unit_of_work import UnitOfWork, in_thread
 from shared.events import utcnow
+from shared.memory.agents import visible_to
 from shared.memory.deletion import (
     delete_matching,
     delete_project,
@@ -47,15 +49,18 @@ PathId = Annotated[Identifier, Path()]
 
 @router.post("/v1/memories:delete", response_model=DeleteByQueryResponse)
 async def delete_by_query(
-    body: DeleteByQueryRequest, app_id: AppIdDep, api: ApiDep
+    body: DeleteByQueryRequest, app_id: AppIdDep, key_agent: KeyAgentDep, api: ApiDep
 ) -> DeleteByQueryResponse:
     """adk-memory's semantics: with a project, that project's memories only;
-    without one, global memories only (project memories are untouched)."""
+    without one, global memories only (project memories are untouched); of what
+    the agent reads (its own and the user's; no agent: the user's only)."""
     project_id, now = body.project_id or "", utcnow()
+    agents = visible_to(acting(key_agent, body.agent_id))
+    admits = filter_models.read(body.filter)
     retired = await _committed(
         api.pool,
         lambda uow: delete_matching(
-            uow, app_id, body.user_id, project_id, body.query, now, filter_models.read(body.filter)
+            uow, app_id, body.user_id, project_id, body.query, now, admits, agents
         ),
     )
     return DeleteByQueryResponse(deleted=[memory_view(m) for m in retired])

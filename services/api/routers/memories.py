@@ -24,6 +24,7 @@ from fastapi import APIRouter, Query, Response
 from pydantic import BeforeValidator
 
 from services.api import filter_models
+from services.api.agents import KeyAgentDep, acting
 from services.api.custom_methods import ResourceRoute
 from services.api.deps import Api, ApiDep, AppIdDep, CallerDep
 from services.api.errors import ApiError, postgres_or_503
@@ -37,7 +38,7 @@ from services.api.memory_models import (
     SearchRequest,
     SearchResponse,
 )
-from services.api.models import json_response, query_integer
+from services.api.models import READ_AS, json_response, query_integer
 from services.api.routers.views import found_fields, memory_detail, memory_view
 from services.api.time_models import (
     AS_OF,
@@ -59,6 +60,7 @@ from shared.db.unit_of_work import UnitOfWork, UnitsOfWork, in_thread
 from shared.events import utcnow
 from shared.llm.base import Candidate
 from shared.memory import decisions, deletion, editing, rollback
+from shared.memory.agents import visible_to
 from shared.memory.consolidate import Source
 from shared.memory.ranking import Scope
 from shared.memory.search import sub_queries
@@ -68,8 +70,11 @@ router = APIRouter(route_class=ResourceRoute)
 
 
 @search_router.post("/v1/memories:search", response_model=SearchResponse)
-async def memories_search(body: SearchRequest, app_id: AppIdDep, api: ApiDep) -> Response:
-    scope = Scope(app_id, body.user_id, body.project_id or "", time=body.time())
+async def memories_search(
+    body: SearchRequest, app_id: AppIdDep, key_agent: KeyAgentDep, api: ApiDep
+) -> Response:
+    agent = acting(key_agent, body.agent_id)
+    scope = Scope(app_id, body.user_id, body.project_id or "", time=body.time(), agent_id=agent)
     queries = await sub_queries(api.llm, body.query) if body.decompose else [body.query]
     matching = filter_models.read(body.filter)
     found, _ = await postgres_or_503(
@@ -82,9 +87,11 @@ async def memories_search(body: SearchRequest, app_id: AppIdDep, api: ApiDep) ->
 @router.get("/v1/memories", response_model=MemoryPage)
 async def list_memories(
     app_id: AppIdDep,
+    key_agent: KeyAgentDep,
     api: ApiDep,
     user_id: Annotated[Identifier, Query()],
     project_id: Annotated[Identifier | None, Query()] = None,
+    agent_id: Annotated[Identifier | None, Query(description=READ_AS)] = None,
     scope: Annotated[ScopeName | None, Query()] = None,
     kind: Annotated[Kind | None, Query()] = None,
     limit: Annotated[int, Query(ge=1, le=500), BeforeValidator(query_integer)] = 100,
@@ -104,7 +111,10 @@ async def list_memories(
         raise ApiError(422, "invalid_request", message, field="observed_before")
     time = time_filter(as_of, observed_after, observed_before)
     matching = filter_models.read_query(filter)
-    where = PageFilter(app_id, user_id, project_id, scope, kind, after, topic, time, matching)
+    agents = visible_to(acting(key_agent, agent_id))
+    where = PageFilter(
+        app_id, user_id, project_id, scope, kind, after, topic, time, matching, agents
+    )
     # One more than the page: whether there is a next one.
     rows = await postgres_or_503(
         in_thread(api.pool, lambda uow: uow.memories.page(where, limit + 1), commit=False)
@@ -118,16 +128,22 @@ async def list_memories(
 
 @router.get("/v1/memories/{memory_id}", response_model=MemoryDetail)
 async def get_memory(
-    memory_id: str, app_id: AppIdDep, api: ApiDep, user_id: Annotated[Identifier, Query()]
+    memory_id: str,
+    app_id: AppIdDep,
+    key_agent: KeyAgentDep,
+    api: ApiDep,
+    user_id: Annotated[Identifier, Query()],
+    agent_id: Annotated[Identifier | None, Query(description=READ_AS)] = None,
 ) -> MemoryDetail:
     require_uuid(memory_id)
+    agents = visible_to(acting(key_agent, agent_id))
 
     def read(uow: UnitOfWork) -> tuple[MemoryRow | None, list[Revision]]:
         memory = uow.memories.get(app_id, user_id, memory_id)
         return memory, uow.memories.revisions(memory_id) if memory is not None else []
 
     memory, revisions = await postgres_or_503(in_thread(api.pool, read, commit=False))
-    if memory is None:
+    if memory is None or memory.agent_id not in agents:
         raise ApiError(404, "not_found", f"no memory {memory_id} for this user")
     return memory_detail(memory, revisions)
 
@@ -136,12 +152,20 @@ async def get_memory(
 async def write_memory(
     body: WriteMemoryRequest,
     app_id: AppIdDep,
+    key_agent: KeyAgentDep,
     api: ApiDep,
 ) -> WriteMemoryResponse:
     project_id = body.project_id or ""
     candidate = Candidate(body.entity_name, body.kind, body.scope, project_id, body.text)
     source = Source(
-        app_id, body.user_id, project_id, body.session_id or "", utcnow(), None, body.metadata
+        app_id,
+        body.user_id,
+        project_id,
+        body.session_id or "",
+        utcnow(),
+        None,
+        body.metadata,
+        acting(key_agent, body.agent_id),
     )
     try:
         applied = await postgres_or_503(
@@ -166,9 +190,15 @@ async def write_memory(
 
 @router.delete("/v1/memories/{memory_id}", response_model=DeleteMemoryResponse)
 async def delete_memory(
-    memory_id: str, app_id: AppIdDep, api: ApiDep, user_id: Annotated[Identifier, Query()]
+    memory_id: str,
+    app_id: AppIdDep,
+    key_agent: KeyAgentDep,
+    api: ApiDep,
+    user_id: Annotated[Identifier, Query()],
+    agent_id: Annotated[Identifier | None, Query(description=READ_AS)] = None,
 ) -> DeleteMemoryResponse:
     require_uuid(memory_id)
+    await _require_visible(api, (app_id, user_id, memory_id), acting(key_agent, agent_id))
     deleted = await postgres_or_503(
         in_thread(
             api.pool,
@@ -183,21 +213,33 @@ async def delete_memory(
 
 @router.patch("/v1/memories/{memory_id}", response_model=MemoryDetail)
 async def edit_memory(
-    memory_id: str, body: EditMemoryRequest, app_id: AppIdDep, caller: CallerDep, api: ApiDep
+    memory_id: str,
+    body: EditMemoryRequest,
+    app_id: AppIdDep,
+    caller: CallerDep,
+    key_agent: KeyAgentDep,
+    api: ApiDep,
 ) -> MemoryDetail:
     """Change the fields the body names, as one `UPDATED` revision whose source is
     the caller (re-embedded when the text changes); nothing changed, nothing written."""
     target = (app_id, body.user_id, memory_id)
+    await _require_visible(api, target, acting(key_agent, body.agent_id))
     return await _edited(api, editing.edit_memory, target, body.changes(), caller)
 
 
 @router.post("/v1/memories/{memory_id}:rollback", response_model=MemoryDetail)
 async def rollback_memory(
-    memory_id: str, body: RollbackRequest, app_id: AppIdDep, caller: CallerDep, api: ApiDep
+    memory_id: str,
+    body: RollbackRequest,
+    app_id: AppIdDep,
+    caller: CallerDep,
+    key_agent: KeyAgentDep,
+    api: ApiDep,
 ) -> MemoryDetail:
     """Make revision N current again, as a new revision (the history stays); a
     memory that `wrong` feedback retired is live again."""
     target = (app_id, body.user_id, memory_id)
+    await _require_visible(api, target, acting(key_agent, body.agent_id))
     return await _edited(api, rollback.rollback, target, body.revision, caller)
 
 
@@ -237,6 +279,18 @@ def refused(exc: editing.MemoryRefused) -> ApiError:
     code = {404: "not_found", 409: "conflict", 422: "invalid_request"}[exc.status]
     message = f"{exc.field}: {exc}" if exc.field else f"{exc}"
     return ApiError(exc.status, code, message, field=exc.field)
+
+
+async def _require_visible(api: Api, target: tuple[str, str, str], agent: str) -> None:
+    """404 unless the memory `target` (app, user, id) is one `agent` reads (its own or
+    the user's): an agent changes only what it sees. A memory never changes owner,
+    so what this finds holds for the change that follows."""
+    require_uuid(target[2])
+    memory = await postgres_or_503(
+        in_thread(api.pool, lambda uow: uow.memories.get(*target), commit=False)
+    )
+    if memory is not None and memory.agent_id not in visible_to(agent):
+        raise ApiError(404, "not_found", f"no memory {target[2]} for this user")
 
 
 def require_uuid(value: str) -> None:

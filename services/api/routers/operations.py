@@ -12,6 +12,7 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Path, Query
 from psycopg_pool import ConnectionPool
 
+from services.api.agents import KeyAgentDep, acting
 from services.api.deps import ApiDep, AppIdDep
 from services.api.errors import ApiError, encode_or_4xx, postgres_or_503, published_or_503
 from services.api.memory_models import GenerateRequest, Identifier, Operation
@@ -29,11 +30,13 @@ UNPUBLISHED = "Pub/Sub did not confirm the request; send it again"
 async def generate(
     body: GenerateRequest,
     app_id: AppIdDep,
+    key_agent: KeyAgentDep,
     api: ApiDep,
 ) -> Operation:
     settings, pool = api.settings, api.pool
     name = f"operations/generate-{uuid.uuid4()}"
-    message = encode_or_4xx(_generate_event(app_id, name, body), api.publisher.limits)
+    event = _generate_event(app_id, name, body, key_agent)
+    message = encode_or_4xx(event, api.publisher.limits)
     await _commit(pool, lambda uow: uow.operations.start(name, app_id, body.user_id, "generate"))
     try:
         await published_or_503(
@@ -63,7 +66,9 @@ async def get_operation(
     return operation
 
 
-def _generate_event(app_id: str, name: str, body: GenerateRequest) -> MemoriesGenerate:
+def _generate_event(
+    app_id: str, name: str, body: GenerateRequest, key_agent: str
+) -> MemoriesGenerate:
     return MemoriesGenerate(
         event_id=str(uuid.uuid4()),
         app=app_id,
@@ -73,6 +78,7 @@ def _generate_event(app_id: str, name: str, body: GenerateRequest) -> MemoriesGe
         events=tuple(ContentEvent(e.role, e.text) for e in body.events),
         project_id=body.scope.project_id or "",
         session_id=body.scope.session_id or "",
+        agent_id=acting(key_agent, body.scope.agent_id, "scope.agent_id"),
     )
 
 

@@ -17,6 +17,7 @@ import structlog
 import valkey
 from fastapi import APIRouter, Path, Query, Response
 
+from services.api.agents import KeyAgentDep, acting
 from services.api.custom_methods import ResourceRoute
 from services.api.deps import ApiDep, AppIdDep
 from services.api.errors import (
@@ -69,10 +70,12 @@ async def record_turn(
     body: RecordTurnRequest,
     response: Response,
     app_id: AppIdDep,
+    key_agent: KeyAgentDep,
     api: ApiDep,
 ) -> RecordTurnResponse:
     settings = api.settings
-    event, message = _turn_event(app_id, session_id, body, settings)
+    agent = acting(key_agent, body.agent_id)
+    event, message = _turn_event(app_id, session_id, agent, body, settings)
     if api.publisher.full():
         # Refused before the buffer takes it: a turn the client must send again.
         log.warning("publish queue full", event_id=event.event_id)
@@ -224,7 +227,7 @@ def _session_body(
 
 
 def _turn_event(
-    app_id: str, session_id: str, body: RecordTurnRequest, settings: Settings
+    app_id: str, session_id: str, agent_id: str, body: RecordTurnRequest, settings: Settings
 ) -> tuple[TurnRecorded, OutgoingMessage]:
     """The turn's event and its encoded message, or a 422 naming the first field
     that is wrong (the encoder applies the schema, the text and the size rules: the
@@ -260,6 +263,7 @@ def _turn_event(
         user=body.user,
         assistant=body.assistant,
         tool_events=_tool_events(body),
+        agent_id=agent_id,
     )
     return event, encode_or_4xx(event, Limits.from_settings(settings))
 

@@ -18,6 +18,7 @@ from shared.client.models.common import (
 )
 from shared.client.models.compactions import CompactionAccepted
 from shared.client.models.config import (
+    AgentsConfig,
     CustomTopicConfig,
     ExtractionConfig,
     TopicExample,
@@ -76,6 +77,7 @@ from shared.client.models.sessions import (
 from shared.client.models.users import DeletionCounts, ImportResponse
 
 __all__ = [
+    "AgentsConfig",
     "AliasView",
     "ArchiveSearchResponse",
     "CarriedSummary",

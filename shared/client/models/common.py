@@ -23,6 +23,7 @@ class MemoryIdentity(ApiModel):
     session_id: str | None
     entity_name: str
     text: str
+    agent_id: str | None = None
 
 
 class MemoryView(MemoryIdentity):

@@ -8,6 +8,18 @@ from __future__ import annotations
 from shared.client.request import ApiModel
 
 
+class AgentsConfig(ApiModel):
+    """What an agent learns for the user rather than for itself: a memory extracted from an
+    agent's turns of one of these kinds or topics is the user's, read by every agent of the
+    user. Not set: nothing is shared, each agent keeps what it learns. A change applies to
+    what is extracted from then on.
+    """
+
+    shared_kinds: list[str] = []
+    """Each one of: preference, fact, rule, event."""
+    shared_topics: list[str] = []
+
+
 class CustomTopicConfig(ApiModel):
     name: str
     description: str

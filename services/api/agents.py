@@ -1,0 +1,86 @@
+"""Which agent a request acts as: the `agent_id` it names, checked against its
+key's. A key limited to an agent (`agent-memory keys create --agent`) acts as
+that agent when the request names none, is refused (403 naming the field) when
+it names another, and is refused on the routes that have no agent dimension
+(`AGENT_ROUTES` lists those that do): a user's entities, exports and deletes
+cover every agent of the user, so only a key of the whole app reaches them.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+from fastapi import Depends, Request
+
+from services.api.errors import ApiError
+
+# The routes a key limited to an agent may call (method, path template): those
+# whose reads and writes name the agent, and what reads no memory (an app's
+# configuration, a permission check, an operation by its name).
+AGENT_ROUTES = frozenset(
+    {
+        ("POST", "/v1/sessions/{session_id}/turns"),
+        ("GET", "/v1/sessions/{session_id}"),
+        ("POST", "/v1/sessions/{session_id}:flush"),
+        ("DELETE", "/v1/sessions/{session_id}"),
+        ("POST", "/v1/memories:search"),
+        ("GET", "/v1/memories"),
+        ("POST", "/v1/memories"),
+        ("GET", "/v1/memories/{memory_id}"),
+        ("PATCH", "/v1/memories/{memory_id}"),
+        ("DELETE", "/v1/memories/{memory_id}"),
+        ("POST", "/v1/memories/{memory_id}:rollback"),
+        ("POST", "/v1/memories:delete"),
+        ("POST", "/v1/memories:generate"),
+        ("GET", "/v1/operations/{name:path}"),
+        ("POST", "/v1/context"),
+        ("POST", "/v1/archive:search"),
+        ("POST", "/v1/permissions:evaluate"),
+        ("GET", "/v1/config/ttl"),
+        ("GET", "/v1/config/extraction"),
+        ("GET", "/v1/config/agents"),
+    }
+)
+
+
+def key_agent(request: Request) -> str:
+    """The agent the request's key is limited to ('' none)."""
+    return str(getattr(request.state, "agent_id", "") or "")
+
+
+def refuse_outside_agent_routes(request: Request) -> None:
+    """403 for a key limited to an agent on a route outside `AGENT_ROUTES`."""
+    agent = key_agent(request)
+    if not agent:
+        return
+    route = request.scope.get("route")
+    path = getattr(route, "path", request.url.path)
+    if (request.method, path) not in AGENT_ROUTES:
+        raise ApiError(
+            403,
+            "forbidden",
+            f"this key is limited to agent {agent}; {request.method} {path} serves the whole "
+            "user or app, which needs a key that is not limited to an agent",
+        )
+
+
+def acting(key_agent_id: str, named: str | None, field: str = "agent_id") -> str:
+    """The agent a request acts as ('' none): the one it names, or its key's when it
+    names none; 403 naming `field` when a limited key names another agent."""
+    if not key_agent_id:
+        return named or ""
+    if named and named != key_agent_id:
+        raise ApiError(
+            403,
+            "forbidden",
+            f"{field}: this key is limited to agent {key_agent_id}, not {named}",
+            field=field,
+        )
+    return key_agent_id
+
+
+async def get_key_agent(request: Request) -> str:
+    return key_agent(request)
+
+
+KeyAgentDep = Annotated[str, Depends(get_key_agent)]

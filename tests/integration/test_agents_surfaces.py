@@ -1,0 +1,200 @@
+"""Agents through every surface but the HTTP routes themselves, on the real stack:
+the Python client (blocking and asyncio) over real HTTP, the MCP tools on both
+transports (stdio configured with AGENT_MEMORY_AGENT_ID; `/mcp` with a key
+limited to an agent), a user's export and import, and the GDPR delete."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import sys
+from collections.abc import AsyncIterator, Iterator
+from contextlib import asynccontextmanager
+from pathlib import Path
+
+import httpx
+import psycopg
+import pytest
+from mcp import ClientSession, StdioServerParameters, stdio_client
+
+from shared.api_keys import create_key
+from shared.client import AsyncMemoryClient, MemoryClient
+from shared.client.errors import NotFoundError, PermissionDeniedError
+from tests.integration.test_mcp import call, http_session
+from tests.support import REPO, serve_api
+
+
+@pytest.fixture
+def api_settings(app_settings):
+    return app_settings.model_copy(update={"auth_disabled": False, "auth_cache_seconds": 0})
+
+
+@pytest.fixture
+def keys(stack, ids) -> dict[str, str]:
+    with psycopg.connect(stack.database_url, autocommit=True) as conn:
+        return {
+            "app": create_key(conn, ids["app"])[0],
+            "admin": create_key(conn, ids["app"], admin=True)[0],
+            "planner": create_key(conn, ids["app"], agent_id="planner")[0],
+            "coder": create_key(conn, ids["app"], agent_id="coder")[0],
+        }
+
+
+@pytest.fixture
+def base_url(api_settings, topology) -> Iterator[str]:
+    with serve_api(api_settings) as url:
+        yield url
+
+
+def _texts(memories) -> list[tuple[str, str | None]]:
+    return sorted((m.text, m.agent_id) for m in memories)
+
+
+def test_the_blocking_client_acts_as_its_keys_agent(base_url, keys, ids):
+    user = ids["user_id"]
+    with (
+        MemoryClient(base_url, api_key=keys["planner"]) as planner,
+        MemoryClient(base_url, api_key=keys["coder"]) as coder,
+        MemoryClient(base_url, api_key=keys["app"]) as app,
+    ):
+        mine = planner.write_memory(user, "Plans in two-week sprints.", entity_name="cadence")
+        assert mine.memory is not None and mine.memory.agent_id == "planner"
+        shared = app.write_memory(user, "Works from Lisbon.", entity_name="city").memory
+        assert shared is not None and shared.agent_id is None
+        # The app's key writes as any agent it names.
+        coded = app.write_memory(user, "Reviews in pairs.", agent_id="coder").memory
+        assert coded is not None and coded.agent_id == "coder"
+        assert _texts(planner.iter_memories(user)) == [
+            ("Plans in two-week sprints.", "planner"),
+            ("Works from Lisbon.", None),
+        ]
+        assert _texts(coder.list_memories(user).memories) == [
+            ("Reviews in pairs.", "coder"),
+            ("Works from Lisbon.", None),
+        ]
+        assert _texts(app.search(user, "sprints lisbon pairs")) == [("Works from Lisbon.", None)]
+        found = app.search(user, "sprints", agent_id="planner")
+        assert found[0].text == "Plans in two-week sprints."
+        memory_id = mine.memory.id
+        with pytest.raises(NotFoundError):
+            coder.get_memory(user, memory_id)
+        with pytest.raises(NotFoundError):
+            coder.edit_memory(user, memory_id, text="Plans in sprints.")
+        with pytest.raises(PermissionDeniedError) as refused:
+            coder.search(user, "sprints", agent_id="planner")
+        assert "agent_id: this key is limited to agent coder" in str(refused.value)
+        edited = planner.edit_memory(user, memory_id, text="Plans in one-week sprints.")
+        assert (edited.agent_id, len(edited.revisions)) == ("planner", 2)
+        rolled = planner.rollback_memory(user, memory_id, 1)
+        assert rolled.text == "Plans in two-week sprints."
+        context = coder.context(user, "c-1", "how does the team work?")
+        assert "sprints" not in context.system_instruction
+        assert "Reviews in pairs." in context.system_instruction
+        assert [m.text for m in coder.delete_memories(user, "sprints")] == []
+        assert planner.delete_memory(user, memory_id).deleted
+
+
+def test_the_asyncio_client_acts_as_the_agent_it_names(base_url, keys, ids):
+    user = ids["user_id"]
+
+    async def run() -> tuple[list, list, str]:
+        async with AsyncMemoryClient(base_url, api_key=keys["app"]) as app:
+            await app.write_memory(user, "Drafts specs first.", agent_id="planner")
+            await app.write_memory(user, "Writes tests first.", agent_id="coder")
+            turn = await app.record_turn("s-1", user, "Hello", "Hi", agent_id="coder")
+            planner = (await app.list_memories(user, agent_id="planner")).memories
+            coder = await app.search(user, "first", agent_id="coder")
+            return _texts(planner), _texts(coder), turn.turn_id
+
+    planner, coder, turn_id = asyncio.run(run())
+    assert planner == [("Drafts specs first.", "planner")]
+    assert coder == [("Writes tests first.", "coder")]
+    assert turn_id
+
+
+@asynccontextmanager
+async def stdio_as(
+    url: str, key: str, ids: dict, agent: str, log: Path
+) -> AsyncIterator[ClientSession]:
+    env = {
+        "AGENT_MEMORY_URL": url,
+        "AGENT_MEMORY_API_KEY": key,
+        "AGENT_MEMORY_USER_ID": ids["user_id"],
+        "AGENT_MEMORY_SESSION_ID": ids["session_id"],
+        "AGENT_MEMORY_AGENT_ID": agent,
+        "PYTHONPATH": str(REPO),
+    }
+    server = StdioServerParameters(
+        command=sys.executable, args=["-m", "services.cli", "mcp"], env=env, cwd=str(REPO)
+    )
+    with log.open("w") as errlog:
+        async with (
+            stdio_client(server, errlog=errlog) as (read, write),
+            ClientSession(read, write) as session,
+        ):
+            await session.initialize()
+            yield session
+
+
+def test_the_mcp_tools_act_as_their_agent_on_both_transports(base_url, keys, ids, tmp_path):
+    user = {"user_id": ids["user_id"]}
+
+    async def run() -> dict[str, list[str]]:
+        async with stdio_as(base_url, keys["app"], ids, "planner", tmp_path / "mcp.log") as stdio:
+            made = await call(stdio, "remember", text="Keeps a decision log.", entity_name="log")
+            assert made["memory"]["agent_id"] == "planner"
+            planner = await call(stdio, "list_memories")
+        async with http_session(base_url, keys["coder"]) as http:
+            await call(http, "remember", text="Prefers small pull requests.", **user)
+            coder = await call(http, "search_memories", query="decision log pull requests", **user)
+            context = await call(
+                http, "get_context", query="decision log", session_id="c-1", **user
+            )
+            assert "decision log" not in context
+            missing = planner["memories"][0]["id"]
+            refused = await http.call_tool("forget", {"memory_id": missing, **user})
+            assert refused.is_error and "no memory" in refused.content[0].text
+        return {
+            "planner": [m["text"] for m in planner["memories"]],
+            "coder": [m["text"] for m in coder["memories"]],
+        }
+
+    assert asyncio.run(run()) == {
+        "planner": ["Keeps a decision log."],
+        "coder": ["Prefers small pull requests."],
+    }
+
+
+def test_export_import_keeps_each_memorys_agent_and_the_user_delete_takes_all(base_url, keys, ids):
+    user, copy = ids["user_id"], f"{ids['user_id']}-copy"
+    with MemoryClient(base_url, api_key=keys["admin"]) as admin:
+        admin.write_memory(user, "Tracks the roadmap.", agent_id="planner")
+        admin.write_memory(user, "Owns the CI config.", agent_id="coder")
+        admin.write_memory(user, "Is called Sam.")
+        headers = {"Authorization": f"Bearer {keys['admin']}"}
+        exported = httpx.get(f"{base_url}/v1/users/{user}:export", headers=headers, timeout=30)
+        assert exported.status_code == 200, exported.text
+        lines = [json.loads(line) for line in exported.text.splitlines()]
+        owners = sorted((r["text"], r["agent_id"]) for r in lines if r.get("type") == "memory")
+        assert owners == [
+            ("Is called Sam.", None),
+            ("Owns the CI config.", "coder"),
+            ("Tracks the roadmap.", "planner"),
+        ]
+        imported = httpx.post(
+            f"{base_url}/v1/users/{copy}:import", content=exported.content, headers=headers
+        )
+        assert imported.status_code == 200, imported.text
+        copied = {
+            agent: _texts(admin.list_memories(copy, agent_id=agent).memories)
+            for agent in ("planner", "coder")
+        }
+        assert copied == {
+            "planner": [("Is called Sam.", None), ("Tracks the roadmap.", "planner")],
+            "coder": [("Is called Sam.", None), ("Owns the CI config.", "coder")],
+        }
+        assert admin.delete_user(user).deleted["memories"] == 3
+        for agent in ("planner", "coder", None):
+            assert admin.list_memories(user, agent_id=agent).memories == []
+        # The copy is another user's: the delete left it whole.
+        assert _texts(admin.list_memories(copy, agent_id="coder").memories) == copied["coder"]

@@ -33,6 +33,7 @@ from shared.db.erasure import Erasure
 from shared.db.ledger import Ledger
 from shared.db.memories import Memories
 from shared.db.operations import Operations
+from shared.db.profiles import Profiles
 from shared.db.run import Steps, run
 from shared.db.tombstones import Tombstones
 from shared.db.windows import Windows
@@ -51,6 +52,7 @@ class UnitOfWork:
     api_keys: ApiKeys
     windows: Windows
     app_settings: AppSettings
+    profiles: Profiles
 
     def __init__(self, pool: ConnectionPool, worker: str = "") -> None:
         self._pool = pool
@@ -74,6 +76,7 @@ class UnitOfWork:
         self.api_keys = ApiKeys(conn)
         self.windows = Windows(conn)
         self.app_settings = AppSettings(conn)
+        self.profiles = Profiles(conn)
         return self
 
     def run(self, steps: Steps[T]) -> T:

@@ -4,7 +4,7 @@ schema and strict parser (`shared.llm.task_prompts`, `shared.llm.extraction_prom
 so a `gemini` and an `openai` model are asked the same and read the same.
 
 Tasks (the metrics' `purpose` label): "summarize", and the memory tasks
-"compact", "extract", "consolidate" and "decompose".
+"compact", "extract", "profile" (fill a profile), "consolidate" and "decompose".
 """
 
 from __future__ import annotations
@@ -14,9 +14,18 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from shared.config import Settings
 from shared.llm import extraction_prompts as write_prompts
+from shared.llm import profile_prompts
 from shared.llm import task_prompts as prompts
 from shared.llm.asking import ChatMessage, Prompt, Transport, ask
-from shared.llm.base import Completion, Decision, DialogueTurn, ExtractionInput, Found, Weighing
+from shared.llm.base import (
+    Completion,
+    Decision,
+    DialogueTurn,
+    ExtractionInput,
+    Found,
+    ProfileFound,
+    Weighing,
+)
 
 if TYPE_CHECKING:
     from shared.llm.throttle import Throttle
@@ -27,6 +36,7 @@ T = TypeVar("T")
 EXTRACT_MAX_OUTPUT_TOKENS = 4096
 CONSOLIDATE_MAX_OUTPUT_TOKENS = 1024
 DECOMPOSE_MAX_OUTPUT_TOKENS = 512
+PROFILE_MAX_OUTPUT_TOKENS = 1024  # a value per field at most, a few dozen tokens each
 
 
 class ModelTasks:
@@ -75,6 +85,16 @@ class ModelTasks:
             # A memory or two a turn, each a few dozen tokens of JSON: room grows with
             # the window, so a dense one is never cut off (and asked again).
             max_output_tokens=EXTRACT_MAX_OUTPUT_TOKENS * max(1, -(-len(inp.turns) // 5)),
+        )
+
+    def fill_profile(self, inp: ExtractionInput) -> Completion[list[ProfileFound]]:
+        return self.generate_json(
+            task="profile",
+            system=profile_prompts.PROFILE_INSTRUCTION,
+            prompt=profile_prompts.profile_prompt(inp),
+            schema=profile_prompts.profile_schema(inp),
+            parse=lambda value: profile_prompts.parse_profile(value, inp),
+            max_output_tokens=PROFILE_MAX_OUTPUT_TOKENS,
         )
 
     def consolidate(self, weighings: list[Weighing]) -> Completion[list[Decision]]:

@@ -22,6 +22,7 @@ from pydantic import Field
 
 from services.mcp_server.edit_tools import EditTools
 from services.mcp_server.entity_tools import EntityTools
+from services.mcp_server.profile_tools import ProfileTools
 from shared.client import AsyncMemoryClient, MemoryClientError
 
 Kind = Literal["preference", "fact", "rule", "event"]
@@ -70,7 +71,7 @@ class Defaults:
     session_id: str | None = None
 
 
-class MemoryTools(EditTools, EntityTools):
+class MemoryTools(EditTools, EntityTools, ProfileTools):
     """The tools, bound to how they reach the API and to the default ids."""
 
     def __init__(self, connect: Connect, defaults: Defaults) -> None:
@@ -91,12 +92,12 @@ class MemoryTools(EditTools, EntityTools):
             dict[str, int] | None,
             Field(
                 description="Caps in tokens per section (0 leaves it out): rules, summary, "
-                "recent_turns, memories, long_term_summaries, recalled_turns"
+                "recent_turns, profile, memories, long_term_summaries, recalled_turns"
             ),
         ] = None,
     ) -> str:
-        """The system instruction to work with for this query: the user's rules, the
-        memories relevant to it, the session's summary and its recent turns, and the
+        """The system instruction to work with for this query: the user's rules and
+        profile, the memories relevant to it, the session's summary and its recent turns, and the
         turns of earlier conversations that bear on it, with their dates. Call it at
         the start of a task, with the task as the query."""
         user, session = self._user(user_id), self._session(session_id)
@@ -348,6 +349,8 @@ TOOLS = {
     "list_memories": _READ_ONLY,
     "entities": _READ_ONLY,
     "edit_memory": _WRITES,
+    "get_profile": _READ_ONLY,
+    "update_profile": _WRITES,
     "forget": _DELETES,
     # It consumes a one-time grant when one matches: not read-only.
     "check_tool_permission": _WRITES,

@@ -25,6 +25,12 @@ class ArchiveSearchResponse(ApiModel):
     """The period the query named, searched first; null if none."""
 
 
+class BooleanField(ApiModel):
+    name: str
+    description: str = ""
+    type: str
+
+
 class CarriedSummary(ApiModel):
     """The rolling summary of the session this one continues (`prev_session_id`)."""
 
@@ -91,6 +97,8 @@ class ContextResponse(ApiModel):
     carried_summary: ContextSummary | None
     recent_turns: list[ContextTurn]
     pinned_rules: list[CitedRule]
+    profile: dict[str, str | float | bool] = {}
+    """The user's profile fields the instruction carries, by name."""
     memories: list[CitedMemory]
     long_term_summaries: list[LongTermSummary] = []
     recalled_turns: list[RecalledTurnView] = []
@@ -205,6 +213,13 @@ class EntityTurnView(ApiModel):
     turn_id: str
     created_at: datetime
     text: str
+
+
+class EnumField(ApiModel):
+    name: str
+    description: str = ""
+    type: str
+    values: list[str]
 
 
 class EpisodeView(ApiModel):
@@ -325,6 +340,12 @@ class MergeResponse(ApiModel):
     """The entity merged (or, undone, unmerged)."""
 
 
+class NumberField(ApiModel):
+    name: str
+    description: str = ""
+    type: str
+
+
 class Operation(ApiModel):
     name: str
     done: bool
@@ -338,6 +359,56 @@ class PeriodView(ApiModel):
     phrase: str
     start: str
     end: str
+
+
+class Profile(ApiModel):
+    """The user's profile: the value of each field of the app's schema that has one."""
+
+    user_id: str
+    values: dict[str, str | float | bool]
+    """Each field's value by name."""
+    fields: list[ProfileFieldValue]
+    """Each value and where it comes from."""
+
+
+class ProfileConfig(ApiModel):
+    """The fields of the app's users' profiles. A string holds at most 200 characters; an enum
+    one of its values; a number any finite number. Changing the schema keeps the values of
+    the fields it still names; no field: no profile.
+    """
+
+    fields: list[Any] = []
+
+
+class ProfileFieldValue(ApiModel):
+    name: str
+    value: str | float | bool
+    observed_at: datetime
+    """When the value was observed (RFC 3339)."""
+    updated_at: datetime
+    source: str
+    """'' the extraction, 'key:<id>' a write through the API."""
+
+
+class ProfileHistory(ApiModel):
+    user_id: str
+    revisions: list[ProfileRevision]
+    """Oldest first."""
+
+
+class ProfileRevision(ApiModel):
+    field: str
+    action: str
+    """HISTORY: an observation older than the value, kept but not applied. One of: SET,
+    CLEARED, HISTORY.
+    """
+    value: str | float | bool | None
+    previous: str | float | bool | None
+    observed_at: datetime
+    applied: bool
+    source: str
+    source_event_id: str
+    created_at: datetime
 
 
 class RecalledTurnView(ApiModel):
@@ -417,6 +488,12 @@ class SourceTurnView(ApiModel):
     turn_id: str
     session_id: str
     created_at: datetime
+
+
+class StringField(ApiModel):
+    name: str
+    description: str = ""
+    type: str
 
 
 class SummaryView(ApiModel):

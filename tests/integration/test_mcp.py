@@ -49,6 +49,8 @@ TOOLS = {
     "list_memories",
     "entities",
     "edit_memory",
+    "get_profile",
+    "update_profile",
     "forget",
     "check_tool_permission",
 }

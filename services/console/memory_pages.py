@@ -1,5 +1,6 @@
 """A user's memory as the console shows it: find a user of the app, their profile
-(services.console.profile_pages), their memories by scope (with kind, entity and project filters, and the hybrid search), each
+(services.console.profile_pages), their memories by scope (with kind, entity and
+project filters, and the hybrid search), each
 memory's revisions and the event behind each, editing a memory, rolling it back to
 a revision, deleting it (after asking), the user's sessions with their buffered turns and
 rolling summary, and the archive search.

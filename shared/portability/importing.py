@@ -34,7 +34,7 @@ import psycopg
 
 from shared.db.planned_write import user_transaction_on
 from shared.db.tombstones import Tombstones
-from shared.db.user_import import Written, write_episode, write_memory
+from shared.db.user_import import Written, write_episode, write_memory, write_profile_field
 from shared.portability.records import (
     MAX_LINE_BYTES,
     BadLine,
@@ -42,6 +42,7 @@ from shared.portability.records import (
     EpisodeRecord,
     Header,
     MemoryRecord,
+    ProfileRecord,
     Record,
     parse_header,
     parse_record,
@@ -56,6 +57,7 @@ _REFUSALS = ("22", "23", "54")
 
 Line = tuple[int, bytes | None]  # its number, and its bytes (None: over MAX_LINE_BYTES)
 OnBad = Callable[[BadLine], None]
+Imported = MemoryRecord | EpisodeRecord | ProfileRecord
 
 
 class UserDeleted(Exception):
@@ -73,6 +75,7 @@ class UserDeleted(Exception):
 class ImportReport:
     memories: int = 0
     episodes: int = 0
+    profiles: int = 0  # profile fields
     skipped: int = 0  # already there
     bad_lines: int = 0
     complete: bool = False  # the export's end line was read (and nothing after it)
@@ -81,7 +84,8 @@ class ImportReport:
 
     def summary(self) -> str:
         return (
-            f"imported {self.memories} memories, {self.episodes} episodes; "
+            f"imported {self.memories} memories, {self.episodes} episodes, "
+            f"{self.profiles} profile fields; "
             f"skipped {self.skipped} already there; {self.bad_lines} bad lines"
         )
 
@@ -119,7 +123,7 @@ def import_lines(
     importer = _Importer(conn, report, header, on_bad)
     with conn.transaction():
         importer.check_tombstone()
-    batch: list[tuple[int, MemoryRecord | EpisodeRecord]] = []
+    batch: list[tuple[int, Imported]] = []
     for number, raw in lines:
         if raw is not None and not raw.strip():
             continue
@@ -192,7 +196,7 @@ class _Importer:
     def target_id(self, original: UUID) -> UUID:
         return original if self.keep_ids else copy_id(original, self.app, self.user_id)
 
-    def write(self, batch: list[tuple[int, MemoryRecord | EpisodeRecord]]) -> None:
+    def write(self, batch: list[tuple[int, Imported]]) -> None:
         """One transaction under the user's lock; each record in a savepoint."""
         with user_transaction_on(self.conn, self.app, self.user_id):
             self.check_tombstone()  # a deletion may have committed since the last batch
@@ -207,25 +211,29 @@ class _Importer:
                     continue
                 self._count(number, record, written)
 
-    def _write(self, record: MemoryRecord | EpisodeRecord) -> Written:
+    def _write(self, record: Imported) -> Written:
+        if isinstance(record, ProfileRecord):
+            return write_profile_field(self.conn, self.app, self.user_id, record)
         row_id = self.target_id(record.id)
         if isinstance(record, MemoryRecord):
             return write_memory(self.conn, self.app, self.user_id, row_id, record)
         return write_episode(self.conn, self.app, self.user_id, row_id, record)
 
-    def _count(self, number: int, record: MemoryRecord | EpisodeRecord, written: Written) -> None:
+    def _count(self, number: int, record: Imported, written: Written) -> None:
         kind = record.type
         if written is Written.THERE:
             self.report.skipped += 1
-        elif written is Written.OTHERS:
+        elif written is Written.OTHERS and not isinstance(record, ProfileRecord):
             self.bad(BadLine(number, f"id {record.id} is another user's {kind}; not imported"))
         elif kind == "memory":
             self.report.memories += 1
+        elif kind == "profile":
+            self.report.profiles += 1
         else:
             self.report.episodes += 1
 
 
-def _refused(exc: psycopg.Error, record: MemoryRecord | EpisodeRecord) -> str:
+def _refused(exc: psycopg.Error, record: Imported) -> str:
     """Why Postgres refused a record, in a line."""
     if getattr(exc.diag, "constraint_name", None) == "memories_live_entity":
         assert isinstance(record, MemoryRecord)

@@ -5,7 +5,9 @@ A file (or a response body) is JSON Lines, one JSON object per line:
 1. the header: `{format, version, app, user_id, exported_at, embedding_dim}`;
 2. one `{"type": "memory", ...}` per memory, live or closed, with its revisions;
 3. one `{"type": "episode", ...}` per archived turn;
-4. the end: `{"type": "end", memories, episodes}`, the counts written. A file
+4. one `{"type": "profile", ...}` per field of the user's profile that has a value
+   or a history, with its revisions;
+5. the end: `{"type": "end", memories, episodes, profiles}`, the counts written. A file
    without it was cut short (an export that failed half-way).
 
 Every field the export writes is required when read back (null where the
@@ -38,6 +40,7 @@ from pydantic import (
 
 from shared.identifiers import identifier_problem, text_problem
 from shared.memory.metadata import checked
+from shared.profiles.schema import FIELD_PATTERN, MAX_STRING
 
 FORMAT = "agent-memory/user-export"
 VERSION = 1
@@ -198,16 +201,52 @@ class EpisodeRecord(_Line):
     embedding: Embedding
 
 
+ProfileValue = Annotated[str, Field(max_length=MAX_STRING, pattern="^[^\\u0000]*$")] | float | bool
+Source = Annotated[str, Field(max_length=200)]
+
+
+class ProfileRevisionRecord(_Line):
+    action: Literal["SET", "CLEARED", "HISTORY"]
+    value: ProfileValue | None
+    previous: ProfileValue | None
+    observed_at: Time
+    applied: bool
+    source: Source
+    source_event_id: Source
+    created_at: Time
+
+
+class ProfileRecord(_Line):
+    """A profile field: its value (null: none now) and its history."""
+
+    type: Literal["profile"]
+    field: Annotated[str, Field(pattern=FIELD_PATTERN)]
+    value: ProfileValue | None
+    observed_at: OptionalTime
+    updated_at: OptionalTime
+    source: Source
+    source_event_id: Source
+    revisions: list[ProfileRevisionRecord]
+
+    @model_validator(mode="after")
+    def _timed(self) -> ProfileRecord:
+        if self.value is not None and (self.observed_at is None or self.updated_at is None):
+            raise ValueError("observed_at: a value needs the times it was observed and updated")
+        return self
+
+
 class EndRecord(_Line):
     type: Literal["end"]
     memories: int = Field(ge=0)
     episodes: int = Field(ge=0)
+    # Absent from exports made before profiles.
+    profiles: int = Field(default=0, ge=0)
 
 
-Record = MemoryRecord | EpisodeRecord | EndRecord
+Record = MemoryRecord | EpisodeRecord | ProfileRecord | EndRecord
 _HEADER = TypeAdapter(Header)
 _RECORD: TypeAdapter[Record] = TypeAdapter(
-    Annotated[MemoryRecord | EpisodeRecord | EndRecord, Field(discriminator="type")]
+    Annotated[MemoryRecord | EpisodeRecord | ProfileRecord | EndRecord, Field(discriminator="type")]
 )
 
 
@@ -223,8 +262,9 @@ def header_line(app: str, user_id: str, exported_at: datetime, embedding_dim: in
     return orjson.dumps(header) + b"\n"
 
 
-def end_line(memories: int, episodes: int) -> bytes:
-    return orjson.dumps({"type": "end", "memories": memories, "episodes": episodes}) + b"\n"
+def end_line(memories: int, episodes: int, profiles: int) -> bytes:
+    end = {"type": "end", "memories": memories, "episodes": episodes, "profiles": profiles}
+    return orjson.dumps(end) + b"\n"
 
 
 def parse_header(number: int, raw: bytes, embedding_dim: int) -> Header | BadLine:
@@ -248,7 +288,7 @@ def parse_header(number: int, raw: bytes, embedding_dim: int) -> Header | BadLin
 
 
 def parse_record(number: int, raw: bytes, embedding_dim: int) -> Record | BadLine:
-    """A memory, episode or end line, or why it cannot be imported."""
+    """A memory, episode, profile or end line, or why it cannot be imported."""
     try:
         return _RECORD.validate_json(_utf8(raw), context={"dim": embedding_dim})
     except ValidationError as exc:

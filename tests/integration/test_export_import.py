@@ -161,7 +161,12 @@ def test_the_export_holds_every_memory_revision_and_episode(client, populated, a
     memories = [r for r in records if r["type"] == "memory"]
     episodes = [r for r in records if r["type"] == "episode"]
     assert records == memories + episodes  # memories first
-    assert end == {"type": "end", "memories": len(memories), "episodes": len(episodes)}
+    assert end == {
+        "type": "end",
+        "memories": len(memories),
+        "episodes": len(episodes),
+        "profiles": 0,
+    }
     assert len(episodes) == len(TURNS)
     assert {m["scope"] for m in memories} == {"global", "project", "session"}
     theme = next(m for m in memories if m["entity_name"] == "theme")
@@ -198,7 +203,8 @@ def test_a_round_trip_into_a_fresh_database_searches_the_same(
     done = run_cli(fresh, "import", str(populated))
     assert (done.returncode, done.stderr) == (0, ""), done.stderr
     assert done.stdout == (
-        f"imported {memories} memories, {records - memories} episodes; skipped 0 already "
+        f"imported {memories} memories, {records - memories} episodes, 0 profile fields; "
+        "skipped 0 already "
         f"there; 0 bad lines (user {user!r} of app {app!r})\n"
     )
     with TestClient(create_app(fresh), raise_server_exceptions=False) as restored:
@@ -210,7 +216,8 @@ def test_a_round_trip_into_a_fresh_database_searches_the_same(
     again = run_cli(fresh, "import", str(populated))
     assert again.returncode == 0, again.stderr
     assert again.stdout.startswith(
-        f"imported 0 memories, 0 episodes; skipped {records} already there; 0 bad lines"
+        "imported 0 memories, 0 episodes, 0 profile fields; "
+        f"skipped {records} already there; 0 bad lines"
     )
     assert table_counts(fresh_database, app, user) == counts
 
@@ -227,6 +234,7 @@ def test_importing_under_another_user_through_the_route(client, populated, app_s
         "user_id": copy,
         "memories": result["memories"],
         "episodes": len(TURNS),
+        "profiles": 0,
         "skipped": 0,
         "bad_lines": 0,
         "complete": True,
@@ -343,14 +351,16 @@ def test_bad_lines_are_reported_and_the_good_ones_imported_by_the_cli(
         f"agent-memory import: {path}: line {n}: {reason}" for n, reason in expected
     ]
     assert done.stdout == (
-        "imported 1 memories, 1 episodes; skipped 0 already there; 7 bad lines "
+        "imported 1 memories, 1 episodes, 0 profile fields; skipped 0 already there; 7 bad lines "
         f"(user {user!r} of app {app!r})\n"
     )
     counts = table_counts(app_settings.database_url, app, user)
     assert (counts["memories"], counts["memory_revisions"], counts["episodes"]) == (1, 2, 1)
     again = run_cli(app_settings, "import", str(path), "--as-user", user)
     assert again.returncode == 2
-    assert again.stdout.startswith("imported 0 memories, 0 episodes; skipped 2 already there")
+    assert again.stdout.startswith(
+        "imported 0 memories, 0 episodes, 0 profile fields; skipped 2 already there"
+    )
     assert table_counts(app_settings.database_url, app, user) == counts
 
 
@@ -366,7 +376,7 @@ def test_bad_lines_answer_422_naming_them_and_the_good_ones_are_imported(
     assert error["code"] == "invalid_request"
     assert error["fields"] == [{"field": f"line {n}", "message": r} for n, r in expected]
     assert error["message"] == (
-        "imported 1 memories, 1 episodes; skipped 0 already there; 7 bad lines: "
+        "imported 1 memories, 1 episodes, 0 profile fields; skipped 0 already there; 7 bad lines: "
         + "; ".join(f"line {n}: {reason}" for n, reason in expected)
     )
     counts = table_counts(app_settings.database_url, app, user)

@@ -6,6 +6,7 @@ erased with the user."""
 
 from __future__ import annotations
 
+import json
 from datetime import UTC, datetime, timedelta
 
 import pytest
@@ -236,3 +237,27 @@ def test_deleting_the_user_erases_the_profile_and_announces_it(profiled, ids, po
             (app,),
         ).fetchall()
     assert ids_of_name == [(field_id,)]
+
+
+def test_the_profile_is_exported_with_its_history_and_imported_once(profiled, ids):
+    user, copy = ids["user_id"], ids["user_id"] + "-copy"
+    profiled.patch(f"/v1/users/{user}/profile", json={"values": {"name": "Ada", "on_call": True}})
+    profiled.patch(f"/v1/users/{user}/profile", json={"values": {"on_call": None}})
+    exported = profiled.get(f"/v1/users/{user}:export")
+    assert exported.status_code == 200
+    lines = [json.loads(line) for line in exported.text.splitlines()]
+    profile_lines = [line for line in lines if line.get("type") == "profile"]
+    assert [(p["field"], p["value"], len(p["revisions"])) for p in profile_lines] == [
+        ("name", "Ada", 1),
+        ("on_call", None, 2),
+    ]
+    assert lines[-1] == {"type": "end", "memories": 0, "episodes": 0, "profiles": 2}
+    headers = {"Content-Type": "application/x-ndjson"}
+    imported = profiled.post(f"/v1/users/{copy}:import", content=exported.content, headers=headers)
+    assert imported.status_code == 200, imported.text
+    assert (imported.json()["profiles"], imported.json()["skipped"]) == (2, 0)
+    assert _profile(profiled, copy)["values"] == {"name": "Ada"}
+    assert _revisions(profiled, copy) == _revisions(profiled, user)
+    again = profiled.post(f"/v1/users/{copy}:import", content=exported.content, headers=headers)
+    assert (again.json()["profiles"], again.json()["skipped"]) == (0, 2)
+    assert _revisions(profiled, copy) == _revisions(profiled, user)

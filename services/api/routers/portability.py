@@ -44,7 +44,8 @@ class ImportResponse(BaseModel):
     user_id: str
     memories: int = Field(description="memories imported (with their revisions)")
     episodes: int = Field(description="episodes imported")
-    skipped: int = Field(description="memories and episodes that were there already")
+    profiles: int = Field(default=0, description="profile fields imported (with their history)")
+    skipped: int = Field(description="memories, episodes and profile fields there already")
     bad_lines: int = Field(description="always 0 here: a body with bad lines answers 422")
     complete: bool = Field(description="the body ended with the export's end line")
 
@@ -57,8 +58,9 @@ class ImportResponse(BaseModel):
     },
 )
 async def export_user(user_id: PathId, app_id: AppIdDep, api: ApiDep) -> Response:
-    """Every memory of the user (live and deleted, with its revisions) and every
-    archived turn, as JSON Lines; `404` if the app has nothing of the user."""
+    """Every memory of the user (live and deleted, with its revisions), every
+    archived turn and the user's profile (each field with its history), as JSON
+    Lines; `404` if the app has nothing of the user."""
 
     async def found() -> bool:
         async with api.apool.connection() as conn:
@@ -124,6 +126,7 @@ async def import_user(
         user_id=user_id,
         memories=report.memories,
         episodes=report.episodes,
+        profiles=report.profiles,
         skipped=report.skipped,
         bad_lines=0,
         complete=report.complete,

@@ -126,7 +126,7 @@ def _profile(prompt: str) -> list[dict[str, str]]:
         for m in _FIELD.finditer(prompt.split("\n\nTurns, oldest first:", 1)[0])
     )
     inp = ExtractionInput("", "", _turns(prompt), profile=fields)
-    return [f.__dict__ for f in fill_profile(inp)]
+    return [{"turn": f.turn_id, "field": f.field, "value": f.value} for f in fill_profile(inp)]
 
 
 def _extract(prompt: str) -> list[dict[str, str]]:

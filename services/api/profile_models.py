@@ -106,7 +106,7 @@ class ProfileConfig(RequestBody):
         )
 
 
-ProfileValue = Annotated[str, Field(max_length=MAX_STRING)] | float | bool
+ProfileValue = Annotated[str, Field(max_length=MAX_STRING, pattern="^[^\\u0000]*$")] | float | bool
 
 
 class ProfilePatch(RequestBody):
@@ -117,7 +117,12 @@ class ProfilePatch(RequestBody):
         json_schema_extra={"examples": [{"values": {"timezone": "Europe/Paris", "role": None}}]}
     )
 
-    values: dict[FieldName, ProfileValue | None] = Field(min_length=1, max_length=MAX_FIELDS)
+    values: dict[FieldName, ProfileValue | None] = Field(
+        min_length=1,
+        max_length=MAX_FIELDS,
+        # A name that is no field's name is no field's: the key's pattern is the rule.
+        json_schema_extra={"additionalProperties": False},
+    )
 
 
 class ProfileFieldValue(BaseModel):

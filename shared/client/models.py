@@ -310,8 +310,10 @@ class ImportResponse(ApiModel):
     """Memories imported (with their revisions)."""
     episodes: int
     """Episodes imported."""
+    profiles: int = 0
+    """Profile fields imported (with their history)."""
     skipped: int
-    """Memories and episodes that were there already."""
+    """Memories, episodes and profile fields there already."""
     bad_lines: int
     """Always 0 here: a body with bad lines answers 422."""
     complete: bool

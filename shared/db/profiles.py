@@ -61,6 +61,36 @@ def profile_of(app: str, user_id: str) -> Steps[list[ProfileValueRow]]:
     return [ProfileValueRow(**row) for row in rows]
 
 
+def insert_revision(
+    conn: psycopg.Connection,
+    app: str,
+    user_id: str,
+    field: str,
+    r: Any,
+    created_at: datetime | None,
+) -> None:
+    """A revision of `field` from `r` (anything with a revision's fields: a row, an
+    imported record), created at `created_at` (None: now)."""
+    conn.execute(
+        "INSERT INTO profile_revisions (app, user_id, field, action, value, previous, "
+        "observed_at, applied, source, source_event_id, created_at) "
+        "VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, coalesce(%s, now()))",
+        (
+            app,
+            user_id,
+            field,
+            r.action,
+            None if r.value is None else Jsonb(r.value),
+            None if r.previous is None else Jsonb(r.previous),
+            r.observed_at,
+            r.applied,
+            r.source,
+            r.source_event_id,
+            created_at,
+        ),
+    )
+
+
 class Profiles:
     def __init__(self, conn: psycopg.Connection) -> None:
         self.conn = conn
@@ -98,23 +128,7 @@ class Profiles:
     ) -> None:
         """Record `change` (its id and created_at are the database's) and, when it
         applies, make it the field's value and a change event."""
-        self.conn.execute(
-            "INSERT INTO profile_revisions (app, user_id, field, action, value, previous, "
-            "observed_at, applied, source, source_event_id) "
-            "VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s)",
-            (
-                app,
-                user_id,
-                change.field,
-                change.action,
-                None if change.value is None else Jsonb(change.value),
-                None if change.previous is None else Jsonb(change.previous),
-                change.observed_at,
-                change.applied,
-                change.source,
-                change.source_event_id,
-            ),
-        )
+        insert_revision(self.conn, app, user_id, change.field, change, None)
         if not change.applied:
             return
         if change.action == "CLEARED":
@@ -153,27 +167,6 @@ class Profiles:
             change.value,
             change.previous,
             change.source_event_id,
-        )
-
-    def restore(self, app: str, user_id: str, revision: ProfileRevisionRow) -> None:
-        """An imported revision, as it was (no change event: nothing changed now)."""
-        self.conn.execute(
-            "INSERT INTO profile_revisions (app, user_id, field, action, value, previous, "
-            "observed_at, applied, source, source_event_id, created_at) "
-            "VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s)",
-            (
-                app,
-                user_id,
-                revision.field,
-                revision.action,
-                None if revision.value is None else Jsonb(revision.value),
-                None if revision.previous is None else Jsonb(revision.previous),
-                revision.observed_at,
-                revision.applied,
-                revision.source,
-                revision.source_event_id,
-                revision.created_at,
-            ),
         )
 
     def erase(self, app: str, user_id: str) -> dict[str, int]:

@@ -23,6 +23,7 @@ from shared.db import entity_facts
 from shared.db.entities import Entities, Owner
 from shared.db.episodes import EPISODE_TSV
 from shared.db.pool import as_vector
+from shared.db.profiles import insert_revision
 from shared.portability.records import EpisodeRecord, MemoryRecord, ProfileRecord
 
 
@@ -189,24 +190,7 @@ def write_profile_field(
     if there is not None:
         return Written.THERE
     for r in p.revisions:
-        conn.execute(
-            "INSERT INTO profile_revisions (app, user_id, field, action, value, previous, "
-            "observed_at, applied, source, source_event_id, created_at) "
-            "VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s)",
-            (
-                app,
-                user_id,
-                p.field,
-                r.action,
-                None if r.value is None else Jsonb(r.value),
-                None if r.previous is None else Jsonb(r.previous),
-                r.observed_at,
-                r.applied,
-                r.source,
-                r.source_event_id,
-                r.created_at,
-            ),
-        )
+        insert_revision(conn, app, user_id, p.field, r, r.created_at)
     if p.value is not None:
         conn.execute(
             "INSERT INTO profile_values (app, user_id, field, value, observed_at, updated_at, "

@@ -10,7 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 from shared.llm import replies
-from shared.llm.base import ExtractionInput, Fault, MalformedReply, ProfileFound
+from shared.llm.base import ExtractionInput, Fault, ProfileFound
 from shared.llm.extraction_prompts import turn_labels, turn_lines
 
 PROFILE_INSTRUCTION = "\n".join(
@@ -47,36 +47,22 @@ def profile_prompt(inp: ExtractionInput) -> str:
 
 
 def profile_schema(inp: ExtractionInput) -> dict[str, Any]:
-    return {
-        "type": "object",
-        "properties": {
-            "profile": {
-                "type": "array",
-                "items": {
-                    "type": "object",
-                    "properties": {
-                        "turn": {"type": "string", "enum": turn_labels(inp)},
-                        "field": {"type": "string", "enum": [f.name for f in inp.profile]},
-                        "value": {"type": "string"},
-                    },
-                    "required": ["turn", "field", "value"],
-                },
-            }
-        },
-        "required": ["profile"],
-    }
+    """Each value: a turn's label, a field's name (both enums) and the value's text."""
+    enums = {"turn": turn_labels(inp), "field": [f.name for f in inp.profile], "value": []}
+    item = {name: {"type": "string", **({"enum": e} if e else {})} for name, e in enums.items()}
+    value = {"type": "object", "properties": item, "required": list(item)}
+    answer = {"profile": {"type": "array", "items": value}}
+    return {"type": "object", "properties": answer, "required": list(answer)}
 
 
 def parse_profile(value: Any, inp: ExtractionInput) -> list[ProfileFound]:
-    items = replies.field(value, "profile", list, "the reply")
     turns = dict(zip(turn_labels(inp), inp.turns, strict=True))
     fields = tuple(f.name for f in inp.profile)
-    found = []
-    for index, item in enumerate(items):
-        where = f"profile[{index}]"
-        if not isinstance(item, dict):
-            raise MalformedReply(f"{where} is not an object")
-        turn = turns[replies.choice(item, "turn", tuple(turns), where, Fault.UNKNOWN_ID)]
-        field = replies.choice(item, "field", fields, where)
-        found.append(ProfileFound(turn.turn_id, field, replies.text(item, "value", where)))
-    return found
+    return [
+        ProfileFound(
+            turns[replies.choice(item, "turn", tuple(turns), where, Fault.UNKNOWN_ID)].turn_id,
+            replies.choice(item, "field", fields, where),
+            replies.text(item, "value", where),
+        )
+        for where, item in replies.objects(value, "profile")
+    ]

@@ -10,6 +10,7 @@ Tasks (the metrics' `purpose` label): "summarize", and the memory tasks
 from __future__ import annotations
 
 from collections.abc import Callable
+from functools import partial
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from shared.config import Settings
@@ -17,17 +18,10 @@ from shared.llm import extraction_prompts as write_prompts
 from shared.llm import profile_prompts
 from shared.llm import task_prompts as prompts
 from shared.llm.asking import ChatMessage, Prompt, Transport, ask
-from shared.llm.base import (
-    Completion,
-    Decision,
-    DialogueTurn,
-    ExtractionInput,
-    Found,
-    ProfileFound,
-    Weighing,
-)
+from shared.llm.base import Completion, Decision, DialogueTurn, ExtractionInput, Found, Weighing
 
 if TYPE_CHECKING:
+    from shared.llm.base import ProfileFound
     from shared.llm.throttle import Throttle
 
 T = TypeVar("T")
@@ -88,14 +82,13 @@ class ModelTasks:
         )
 
     def fill_profile(self, inp: ExtractionInput) -> Completion[list[ProfileFound]]:
+        system, prompt = profile_prompts.PROFILE_INSTRUCTION, profile_prompts.profile_prompt(inp)
+        schema, bound = profile_prompts.profile_schema(inp), PROFILE_MAX_OUTPUT_TOKENS
+        parse = partial(profile_prompts.parse_profile, inp=inp)
         return self.generate_json(
-            task="profile",
-            system=profile_prompts.PROFILE_INSTRUCTION,
-            prompt=profile_prompts.profile_prompt(inp),
-            schema=profile_prompts.profile_schema(inp),
-            parse=lambda value: profile_prompts.parse_profile(value, inp),
-            max_output_tokens=PROFILE_MAX_OUTPUT_TOKENS,
-        )
+            task="profile", system=system, prompt=prompt, schema=schema, parse=parse,
+            max_output_tokens=bound,
+        )  # fmt: skip
 
     def consolidate(self, weighings: list[Weighing]) -> Completion[list[Decision]]:
         return self.generate_json(

@@ -9,9 +9,7 @@ from __future__ import annotations
 from datetime import UTC, datetime
 
 import pytest
-from pydantic import SecretStr
 
-from shared.config import load_settings
 from shared.embeddings import make_embedder
 from shared.llm import ExtractionInput, make_llm
 from shared.llm.base import ExtractionTurn, ProfileFound
@@ -22,6 +20,7 @@ from tests.bus_helpers import inline_extraction, make_turn
 from tests.fake_gemini import json_reply
 from tests.fake_gemini_model import offline_chat
 from tests.fake_openai import FakeOpenAI
+from tests.integration.test_openai_provider import _settings as openai_settings
 from tests.window_helpers import gemini, rules_fake
 
 FIELDS = (
@@ -75,14 +74,7 @@ def test_an_answer_naming_another_field_is_asked_again(fake, gemini_llm):
 def test_openai_fills_the_profile_with_its_schema_as_the_response_format():
     with FakeOpenAI() as server:
         server.defaults["chat"] = offline_chat
-        settings = load_settings(
-            llm_provider="openai",
-            openai_base_url=server.url,
-            openai_api_key=SecretStr("test-key"),
-            llm_retry_initial_seconds=0.01,
-            llm_retry_seconds=0.2,
-            llm_timeout_seconds=2.0,
-        )
+        settings = openai_settings(server)
         assert make_llm(settings).fill_profile(INP).value == EXPECTED
         (call,) = server.calls("chat")
         assert call.body["response_format"] == {

@@ -5,10 +5,12 @@ write and each extraction reads them anew."""
 
 from __future__ import annotations
 
+from typing import Any
+
 from fastapi import APIRouter
 
 from services.api.config_models import ExtractionConfig, TtlConfig
-from services.api.deps import AdminDep, ApiDep, AppIdDep
+from services.api.deps import AdminDep, Api, ApiDep, AppIdDep
 from services.api.errors import ApiError, postgres_or_503
 from shared.db.unit_of_work import UnitOfWork, in_thread
 from shared.llm.topics import EXTRACTION_SETTING
@@ -17,36 +19,45 @@ from shared.memory.expiry import TTL_SETTING
 router = APIRouter()
 
 
+async def read_setting(api: Api, app_id: str, name: str) -> dict[str, Any] | None:
+    """The app's setting `name` as stored (None: never set)."""
+    return await postgres_or_503(
+        in_thread(api.pool, lambda uow: uow.app_settings.get(app_id, name), commit=False)
+    )
+
+
+async def write_setting(
+    api: Api, app_id: str, name: str, stored: dict[str, Any], admin: bool, refusal: str
+) -> None:
+    """Replace the app's setting `name`; a key that is not the app's admin key is
+    refused with `refusal` (403)."""
+    if not admin:
+        raise ApiError(403, "forbidden", refusal)
+
+    def put(uow: UnitOfWork) -> None:
+        uow.app_settings.put(app_id, name, stored)
+
+    await postgres_or_503(in_thread(api.pool, put, commit=True))
+
+
 @router.get("/v1/config/ttl", response_model=TtlConfig)
 async def get_ttl(app_id: AppIdDep, api: ApiDep) -> TtlConfig:
-    stored = await postgres_or_503(
-        in_thread(api.pool, lambda uow: uow.app_settings.get(app_id, TTL_SETTING), commit=False)
-    )
-    return TtlConfig.model_validate(stored or {})
+    return TtlConfig.model_validate(await read_setting(api, app_id, TTL_SETTING) or {})
 
 
 @router.put("/v1/config/ttl", response_model=TtlConfig)
 async def put_ttl(body: TtlConfig, admin: AdminDep, app_id: AppIdDep, api: ApiDep) -> TtlConfig:
     """Replace the app's TTLs. They apply to what is written from now on: a memory
     keeps the expiry it was given (an update by the extraction moves it)."""
-    if not admin:
-        raise ApiError(403, "forbidden", "the app's TTLs need an admin key of this app")
     stored = body.model_dump(exclude_none=True)
-
-    def put(uow: UnitOfWork) -> None:
-        uow.app_settings.put(app_id, TTL_SETTING, stored)
-
-    await postgres_or_503(in_thread(api.pool, put, commit=True))
+    refusal = "the app's TTLs need an admin key of this app"
+    await write_setting(api, app_id, TTL_SETTING, stored, admin, refusal)
     return TtlConfig.model_validate(stored)
 
 
 @router.get("/v1/config/extraction", response_model=ExtractionConfig)
 async def get_extraction(app_id: AppIdDep, api: ApiDep) -> ExtractionConfig:
-    stored = await postgres_or_503(
-        in_thread(
-            api.pool, lambda uow: uow.app_settings.get(app_id, EXTRACTION_SETTING), commit=False
-        )
-    )
+    stored = await read_setting(api, app_id, EXTRACTION_SETTING)
     return ExtractionConfig.model_validate(stored or {})
 
 
@@ -55,12 +66,6 @@ async def put_extraction(
     body: ExtractionConfig, admin: AdminDep, app_id: AppIdDep, api: ApiDep
 ) -> ExtractionConfig:
     """Replace what the extraction keeps; it applies to the windows extracted from now."""
-    if not admin:
-        raise ApiError(403, "forbidden", "the extraction topics need an admin key of this app")
-    stored = body.model_dump()
-
-    def put(uow: UnitOfWork) -> None:
-        uow.app_settings.put(app_id, EXTRACTION_SETTING, stored)
-
-    await postgres_or_503(in_thread(api.pool, put, commit=True))
+    refusal = "the extraction topics need an admin key of this app"
+    await write_setting(api, app_id, EXTRACTION_SETTING, body.model_dump(), admin, refusal)
     return body

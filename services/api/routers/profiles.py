@@ -5,6 +5,7 @@ by the extraction and by `PATCH` (shared.profiles)."""
 from __future__ import annotations
 
 import asyncio
+from dataclasses import asdict
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Path
@@ -19,8 +20,9 @@ from services.api.profile_models import (
     ProfilePatch,
     ProfileRevision,
 )
+from services.api.routers.app_config import read_setting, write_setting
 from shared.db.profiles import ProfileValueRow, profile_of
-from shared.db.unit_of_work import UnitOfWork, UnitsOfWork, in_thread
+from shared.db.unit_of_work import UnitsOfWork, in_thread
 from shared.events import format_time, utcnow
 from shared.profiles.schema import PROFILE_SETTING
 from shared.profiles.writing import ProfileRefused, patch_profile
@@ -32,10 +34,7 @@ PathId = Annotated[Identifier, Path()]
 
 @router.get("/v1/config/profile", response_model=ProfileConfig)
 async def get_profile_schema(app_id: AppIdDep, api: ApiDep) -> ProfileConfig:
-    stored = await postgres_or_503(
-        in_thread(api.pool, lambda uow: uow.app_settings.get(app_id, PROFILE_SETTING), commit=False)
-    )
-    return ProfileConfig.model_validate(stored or {})
+    return ProfileConfig.model_validate(await read_setting(api, app_id, PROFILE_SETTING) or {})
 
 
 @router.put("/v1/config/profile", response_model=ProfileConfig)
@@ -45,14 +44,8 @@ async def put_profile_schema(
     """Replace the schema. Values of the fields it still names stay; those of fields
     it drops are no longer read or written (a later schema naming them again finds
     them), until the user is deleted."""
-    if not admin:
-        raise ApiError(403, "forbidden", "the profile schema needs an admin key of this app")
-    stored = body.model_dump()
-
-    def put(uow: UnitOfWork) -> None:
-        uow.app_settings.put(app_id, PROFILE_SETTING, stored)
-
-    await postgres_or_503(in_thread(api.pool, put, commit=True))
+    refusal = "the profile schema needs an admin key of this app"
+    await write_setting(api, app_id, PROFILE_SETTING, body.model_dump(), admin, refusal)
     return body
 
 
@@ -91,16 +84,12 @@ async def get_profile_revisions(user_id: PathId, app_id: AppIdDep, api: ApiDep) 
     return ProfileHistory(
         user_id=user_id,
         revisions=[
-            ProfileRevision(
-                field=r.field,
-                action=r.action,
-                value=r.value,
-                previous=r.previous,
-                observed_at=format_time(r.observed_at),
-                applied=r.applied,
-                source=r.source,
-                source_event_id=r.source_event_id,
-                created_at=format_time(r.created_at),
+            ProfileRevision.model_validate(
+                asdict(r)
+                | {
+                    "observed_at": format_time(r.observed_at),
+                    "created_at": format_time(r.created_at),
+                }
             )
             for r in rows
         ],

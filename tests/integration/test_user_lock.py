@@ -59,9 +59,7 @@ def _writer(pool, ids, entered: threading.Event) -> threading.Thread:
     return thread
 
 
-def test_a_writer_waits_for_the_users_lock_without_holding_a_connection(
-    stack, writer_pool, ids
-):
+def test_a_writer_waits_for_the_users_lock_without_holding_a_connection(stack, writer_pool, ids):
     entered = threading.Event()
     with psycopg.connect(stack.database_url) as holder:
         user_lock(holder, ids["app"], ids["user_id"])  # another transaction of the user

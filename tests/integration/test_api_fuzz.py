@@ -313,7 +313,7 @@ def test_the_documented_examples_are_accepted(client):
                 continue
             name = body["schema"]["$ref"].rsplit("/", 1)[1]
             for example in schemas[name].get("examples", []):
-                url = path.replace("{session_id}", "s-7")
+                url = path.replace("{session_id}", "s-7").replace("{user_id}", "u-7")
                 response = client.request(method, url, json=example)
                 assert response.status_code < 300, (name, response.text)
                 tried.append(name)
@@ -324,6 +324,8 @@ def test_the_documented_examples_are_accepted(client):
         "ExtractionConfig",
         "FlushSessionRequest",
         "GenerateRequest",
+        "ProfileConfig",
+        "ProfilePatch",
         "RecordTurnRequest",
         "SearchRequest",
         "TtlConfig",

@@ -74,6 +74,7 @@ def test_migrate_creates_the_tables_and_is_idempotent(fresh_database):
         (14, "memory_lifecycle"),
         (15, "entities"),
         (16, "memory_edits"),
+        (19, "profiles"),
     ]
     assert "USING hnsw (embedding vector_cosine_ops)" in indexes["memories_embedding"]
     assert "USING gin (tsv)" in indexes["memories_tsv"]

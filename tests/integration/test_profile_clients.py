@@ -106,3 +106,14 @@ def test_the_mcp_tools(served, ids):
             assert "## The user's profile\n- name: Lin\n- timezone: CET" in text
 
     anyio.run(run)
+
+
+def test_a_user_id_that_is_not_a_path_segment_has_its_profile(served):
+    url, key, _key_id = served
+    with MemoryClient(url, api_key=key) as client:
+        client.set_profile_schema(FIELDS)
+        for user in ("a/b", "..", ".", "x?y#z%"):
+            client.update_profile(user, {"name": user})
+        for user in ("a/b", "..", ".", "x?y#z%"):
+            assert client.profile(user).values == {"name": user}
+            assert [r.value for r in client.profile_revisions(user).revisions] == [user]

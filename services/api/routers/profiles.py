@@ -29,6 +29,7 @@ from shared.profiles.writing import ProfileRefused, patch_profile
 
 router = APIRouter()
 
+# A user's id may hold `/` (the route's `path` convertor takes it whole).
 PathId = Annotated[Identifier, Path()]
 
 
@@ -49,7 +50,7 @@ async def put_profile_schema(
     return body
 
 
-@router.get("/v1/users/{user_id}/profile", response_model=Profile)
+@router.get("/v1/users/{user_id:path}/profile", response_model=Profile)
 async def get_profile(user_id: PathId, app_id: AppIdDep, api: ApiDep) -> dict[str, Any]:
     """The user's profile (no search: one read). Only the fields the schema names."""
 
@@ -59,7 +60,7 @@ async def get_profile(user_id: PathId, app_id: AppIdDep, api: ApiDep) -> dict[st
     return profile_body(user_id, rows)
 
 
-@router.patch("/v1/users/{user_id}/profile", response_model=Profile)
+@router.patch("/v1/users/{user_id:path}/profile", response_model=Profile)
 async def patch_user_profile(
     user_id: PathId, body: ProfilePatch, app_id: AppIdDep, caller: CallerDep, api: ApiDep
 ) -> dict[str, Any]:
@@ -75,7 +76,7 @@ async def patch_user_profile(
     return profile_body(user_id, rows)
 
 
-@router.get("/v1/users/{user_id}/profile/revisions", response_model=ProfileHistory)
+@router.get("/v1/users/{user_id:path}/profile/revisions", response_model=ProfileHistory)
 async def get_profile_revisions(user_id: PathId, app_id: AppIdDep, api: ApiDep) -> ProfileHistory:
     """Every change of the user's profile, applied or not, oldest first."""
     rows = await postgres_or_503(

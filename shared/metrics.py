@@ -139,6 +139,12 @@ EXTRACTION_WINDOWS_WAITING = Gauge(
     "Turns archived and waiting in an extraction window (all sessions), as the last "
     "idle-window check of this worker counted them.",
 )
+PROFILE_VALUES_REFUSED = Counter(
+    "agent_memory_profile_values_refused",
+    "Profile values not stored, by app and reason: unknown_field (the app's profile schema "
+    "has no such field) or wrong_type (the value does not fit its field).",
+    ["app", "reason"],
+)
 MEMORY_CHANGES_PUBLISHED = Counter(
     "agent_memory_memory_changes_published",
     "memory.changed.v1 events Pub/Sub confirmed, published from the outbox by this process.",

@@ -209,6 +209,9 @@ class Planner:
             for turn in inp.turns
         ]
 
+    def plan_profile(self, inp, sources):
+        return []  # no app here has a profile schema
+
 
 def new_memory_of(turn, source: Source) -> NewMemory:
     return NewMemory(

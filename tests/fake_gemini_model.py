@@ -24,6 +24,8 @@ from shared.llm.base import Candidate, ExistingMemory, ExtractionInput, Extracti
 from shared.llm.offline.consolidation import decide
 from shared.llm.offline.decomposition import decompose_query
 from shared.llm.offline.extraction import extract_window
+from shared.llm.offline.profile import fill_profile
+from shared.profiles.schema import ProfileField
 from shared.tokens import estimate_tokens
 from tests import fake_openai
 from tests.fake_gemini import Reply, Request, generate_body, text_reply
@@ -44,6 +46,11 @@ _CANDIDATE = re.compile(
     r"(?:; project: (?P<project>.*?))?; text: (?P<text>.*?); may change: (?P<may>.*)$",
     re.MULTILINE,
 )
+_FIELD = re.compile(
+    r"^- (?P<name>[a-z][a-z0-9_]*) \((?:(?P<type>string|number|boolean)|enum: (?P<values>.*?))\)"
+    r"(?:: (?P<about>.*))?$",
+    re.MULTILINE,
+)
 _LINE = re.compile(r"^(?:Session|Previous session): (.*)$", re.MULTILINE)
 
 
@@ -57,6 +64,8 @@ def rules_value(prompt: str) -> Any:
     field = found["field"] if found else ""
     if field == "memories":
         return {"memories": _extract(prompt)}
+    if field == "profile":
+        return {"profile": _profile(prompt)}
     if field == "decisions":
         return {"decisions": _consolidate(prompt)}
     if field == "summary":
@@ -93,9 +102,8 @@ def counted(request: Request, text: str) -> Reply:
     return Reply(body=generate_body([{"text": text}], prompt_tokens, estimate_tokens(text)))
 
 
-def _extract(prompt: str) -> list[dict[str, str]]:
-    session, previous = (_LINE.findall(prompt) + ["", ""])[:2]
-    turns = tuple(
+def _turns(prompt: str) -> tuple[ExtractionTurn, ...]:
+    return tuple(
         ExtractionTurn(
             m["label"],
             m["project"] or "",
@@ -105,6 +113,25 @@ def _extract(prompt: str) -> list[dict[str, str]]:
         )
         for m in _TURN.finditer(prompt)
     )
+
+
+def _profile(prompt: str) -> list[dict[str, str]]:
+    fields = tuple(
+        ProfileField(
+            m["name"],
+            m["type"] or "enum",
+            m["about"] or "",
+            tuple(m["values"].split(", ")) if m["values"] else (),
+        )
+        for m in _FIELD.finditer(prompt.split("\n\nTurns, oldest first:", 1)[0])
+    )
+    inp = ExtractionInput("", "", _turns(prompt), profile=fields)
+    return [{"turn": f.turn_id, "field": f.field, "value": f.value} for f in fill_profile(inp)]
+
+
+def _extract(prompt: str) -> list[dict[str, str]]:
+    session, previous = (_LINE.findall(prompt) + ["", ""])[:2]
+    turns = _turns(prompt)
     inp = ExtractionInput(session, "" if previous == "(none)" else previous, turns)
     # A model names the entities of what it keeps: here, the rules' reading of its text.
     return [

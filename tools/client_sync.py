@@ -29,6 +29,7 @@ MODULES = {
     "aio_connection.py": "sync_connection.py",
     "aio_memories.py": "sync_memories.py",
     "aio_entities.py": "sync_entities.py",
+    "aio_profiles.py": "sync_profiles.py",
     "aio.py": "sync.py",
 }
 

@@ -38,6 +38,7 @@ from services.api.routers import (
     operations,
     permissions,
     portability,
+    profiles,
     sessions,
 )
 from services.api.unicode import LoneSurrogates
@@ -85,6 +86,7 @@ def create_app(settings: Settings | None = None, **overrides: Any) -> FastAPI:
         permissions.router,
         lifecycle.router,
         app_config.router,
+        profiles.router,
         portability.router,
         admin.router,
     ):

@@ -8,6 +8,7 @@ from pydantic import BeforeValidator, ConfigDict, Field, model_validator
 
 from services.api.memory_models import Kind, ScopeName
 from services.api.models import RequestBody, json_integer
+from shared.db.outbox import PROFILE_TOPIC
 from shared.llm.topics import MANAGED
 from shared.memory.expiry import MAX_SECONDS, MIN_SECONDS
 
@@ -60,7 +61,8 @@ class CustomTopicConfig(RequestBody):
         str,
         Field(
             pattern="^[a-z][a-z0-9_]{0,39}$",
-            json_schema_extra={"not": {"enum": list(MANAGED)}},
+            # "profile" is the topic of a profile field's changes (shared.db.outbox).
+            json_schema_extra={"not": {"enum": [*MANAGED, PROFILE_TOPIC]}},
         ),
     ]
     description: TopicText
@@ -111,6 +113,8 @@ class ExtractionConfig(RequestBody):
         clash = sorted(set(names) & set(MANAGED))
         if clash:
             raise ValueError(f"custom_topics: {clash[0]!r} is a managed topic's name")
+        if PROFILE_TOPIC in names:
+            raise ValueError(f"custom_topics: {PROFILE_TOPIC!r} is the profiles' topic")
         return self
 
 

@@ -36,6 +36,7 @@ class SectionCaps(RequestBody):
     rules: Cap | None = None
     summary: Cap | None = None
     recent_turns: Cap | None = None
+    profile: Cap | None = None
     memories: Cap | None = None
     long_term_summaries: Cap | None = None
     recalled_turns: Cap | None = None
@@ -72,7 +73,7 @@ class ContextRequest(_Request, TimeFields):
     sections: SectionCaps | None = Field(
         default=None,
         description="caps per section in tokens (0: off), each at most the budget: rules, "
-        "summary, recent_turns, memories, long_term_summaries, recalled_turns",
+        "summary, recent_turns, profile, memories, long_term_summaries, recalled_turns",
     )
     asked_at: AwareTime = Field(
         default=None,
@@ -167,6 +168,9 @@ class ContextResponse(BaseModel):
     carried_summary: ContextSummary | None
     recent_turns: list[ContextTurn]
     pinned_rules: list[CitedRule]
+    profile: dict[str, str | float | bool] = Field(
+        default={}, description="the user's profile fields the instruction carries, by name"
+    )
     memories: list[CitedMemory]
     long_term_summaries: list[LongTermSummary] = []
     recalled_turns: list[RecalledTurnView] = Field(
@@ -181,4 +185,5 @@ class ContextResponse(BaseModel):
         default={}, description="the instruction's tokens per section, headings included"
     )
     omitted: dict[str, int]  # what did not fit in the token budget, by section
-    degraded: list[str]  # "session" (Valkey), "memories", "recalled_turns" (Postgres, embeddings)
+    # "session" (Valkey), "profile", "memories", "recalled_turns" (Postgres, embeddings)
+    degraded: list[str]

@@ -69,6 +69,7 @@ ROUTE_ERRORS: dict[tuple[str, str], dict[int, str]] = {
     ("put", "/v1/config/ttl"): {403: "The app's TTLs need an admin key of the app."},
     ("put", "/v1/config/extraction"): {403: "The extraction topics need an admin key of the app."},
     ("put", "/v1/config/agents"): {403: "The agents' sharing needs an admin key of the app."},
+    ("put", "/v1/config/profile"): {403: "The profile schema needs an admin key of the app."},
     ("post", "/v1/users/{user_id}:import"): {
         409: "The user was deleted (GDPR); nothing is imported.",
     },

@@ -17,6 +17,7 @@ from services.console import (
     memory_pages,
     operator_pages,
     permission_pages,
+    profile_pages,
 )
 from services.console.pages import HERE, error_page, page
 from services.console.queries import StoreUnavailable
@@ -25,7 +26,14 @@ from shared.client.errors import MemoryApiError, MemoryClientError
 
 def install_console(app: FastAPI) -> None:
     app.mount(access.STATIC.rstrip("/"), StaticFiles(directory=HERE / "static"), name="console")
-    for module in (home, memory_pages, entity_pages, operator_pages, permission_pages):
+    for module in (
+        home,
+        memory_pages,
+        profile_pages,
+        entity_pages,
+        operator_pages,
+        permission_pages,
+    ):
         app.router.routes.extend(module.router.routes)
     # Binds the forms' tokens while authentication is off (no key to bind them to).
     app.state.console_secret = access.new_secret()

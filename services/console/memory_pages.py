@@ -1,5 +1,6 @@
-"""A user's memory as the console shows it: find a user of the app, their memories
-by scope (with kind, entity and project filters, and the hybrid search), each
+"""A user's memory as the console shows it: find a user of the app, their profile
+(services.console.profile_pages), their memories by scope (with kind, entity and
+project filters, and the hybrid search), each
 memory's revisions and the event behind each, editing a memory, rolling it back to
 a revision, its feedback and giving some, deleting it (after asking), the user's
 sessions with their buffered turns and rolling summary, and the archive search.
@@ -68,6 +69,7 @@ async def user(request: Request) -> HTMLResponse:
     project, agent = filters["project"] or None, filters["agent"] or None
     found = episodes = None
     async with client(request) as api:
+        schema, profile = await api.profile_schema(), await api.profile(user_id)
         if filters["q"]:
             kinds = [filters["kind"]] if filters["kind"] else None
             found = await api.search(
@@ -105,6 +107,8 @@ async def user(request: Request) -> HTMLResponse:
         found=found,
         episodes=episodes,
         sessions=sessions,
+        profile_fields=schema.model_dump()["fields"],
+        profile=profile,
         pages=_page_links(user_id, filters, number, sessions_number),
     )
 

@@ -43,6 +43,7 @@ from shared.llm.base import LLM, Action, ExtractionInput
 from shared.memory.consolidate import Applied, Source
 from shared.memory.decisions import Planned, apply, verify
 from shared.memory.ranking import Fusion
+from shared.profiles.writing import Update, apply_updates
 
 log = structlog.get_logger("agent_memory.extraction")
 
@@ -133,17 +134,25 @@ class Extraction:
             event.session_id, event.project_id, "", event.created_at, user, assistant
         )
 
-        def plan() -> list[Planned]:
+        def plan() -> tuple[list[Planned], list[Update]]:
             # A deleted user's text must not reach the model: the claim drops it.
-            return [] if seen is Outcome.DROPPED else self.planner.plan(inp, {"turn": source})
+            if seen is Outcome.DROPPED:
+                return [], []
+            sources = {"turn": source}
+            return self.planner.plan(inp, sources), self.planner.plan_profile(inp, sources)
 
-        def write(uow: UnitOfWork, planned: list[Planned]) -> tuple[Outcome, list[Applied]]:
+        def write(
+            uow: UnitOfWork, plans: tuple[list[Planned], list[Update]]
+        ) -> tuple[Outcome, list[Applied]]:
             stop = claimed(uow.ledger, GENERATE_SUBSCRIPTION, event)
             if stop is not None:
                 return stop, []
+            planned, profile = plans
             fusion = Fusion.from_settings(self.settings)
             verify(uow, planned, fusion, self.settings.consolidation_neighbours)
             applied = apply(uow, planned)
+            if profile:
+                apply_updates(uow, event.app, event.user_id, profile)
             uow.operations.complete(
                 event.operation, {"generated_memories": operation_result(applied)}
             )

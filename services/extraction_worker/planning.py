@@ -20,6 +20,8 @@ from shared.memory import agents, expiry
 from shared.memory.consolidate import Source, correct, new_memory
 from shared.memory.decisions import Planned, weigh
 from shared.memory.ranking import Fusion
+from shared.profiles import schema as profile_schema
+from shared.profiles.writing import Update
 from shared.tokens import estimate_tokens
 
 Units = Callable[[], UnitOfWork]
@@ -101,6 +103,33 @@ class Planner:
         fusion = Fusion.from_settings(self.settings)
         limit = self.settings.consolidation_neighbours
         return weigh(self.units, self.llm, fusion, limit, news, self.settings.llm_max_input_tokens)
+
+    def plan_profile(self, inp: ExtractionInput, sources: dict[str, Source]) -> list[Update]:
+        """The profile values the turns of `inp` state, for the app's schema as it is
+        now (none, and no model call, when the app has no profile). The writer checks
+        them against the schema again, under the lock."""
+        app = next(iter(sources.values())).app
+        with self.units() as uow:
+            stored = uow.app_settings.get(app, profile_schema.PROFILE_SETTING)
+        fields = profile_schema.of_setting(stored).fields
+        if not fields:
+            return []
+        inp = replace(inp, profile=fields)
+        said = {turn.turn_id: n for n, turn in enumerate(inp.turns)}
+        found = []
+        for part in split(inp, self.settings.llm_max_input_tokens):
+            found += self.llm.fill_profile(part).value
+        # In the order the turns were said: a later statement of a field wins.
+        found.sort(key=lambda item: said[item.turn_id])
+        return [
+            Update(
+                item.field,
+                item.value,
+                sources[item.turn_id].observed_at,
+                source_event_id=sources[item.turn_id].event_id or "",
+            )
+            for item in found
+        ]
 
 
 def _latest(candidates: list) -> list:

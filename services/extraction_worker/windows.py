@@ -2,7 +2,8 @@
 extraction call and one consolidation call (`planning`), with no transaction
 open while the model decides; then one short transaction under the user's lock
 checks that the window still holds those turns and the memories they were
-weighed against are unchanged, writes the memories (with the late-event rule),
+weighed against are unchanged, writes the memories (with the late-event rule)
+and the profile values the turns state (`shared.profiles.writing`),
 records each turn in the ledger and empties the window. If anything changed in
 between, the window is decided again from fresh reads (`shared.db.planned_write`,
 at most `AM_WRITE_ATTEMPTS` times); then the request fails as an event error
@@ -38,12 +39,14 @@ from shared.llm.base import ExtractionInput, ExtractionTurn
 from shared.memory.consolidate import Applied, Source
 from shared.memory.decisions import Planned, apply, verify
 from shared.memory.ranking import Fusion
+from shared.profiles.writing import Update, apply_updates
 
 log = structlog.get_logger("agent_memory.extraction")
 
 Units = Callable[[], UnitOfWork]
-# A window's turns, and what the model decided they do to the memories.
-WindowPlan = tuple[list[PendingTurn], list[Planned]]
+# A window's turns, what the model decided they do to the memories, and the
+# profile values they state.
+WindowPlan = tuple[list[PendingTurn], list[Planned], list[Update]]
 
 
 def window_input(session: WindowKey, turns: list[PendingTurn]) -> ExtractionInput:
@@ -89,9 +92,8 @@ class WindowExtraction:
                 turns = uow.windows.pending(session, window_id)
             if not turns:
                 return Done(None)
-            return turns, self.planner.plan(
-                window_input(session, turns), sources_of(session, turns)
-            )
+            inp, sources = window_input(session, turns), sources_of(session, turns)
+            return turns, self.planner.plan(inp, sources), self.planner.plan_profile(inp, sources)
 
         def write(uow: UnitOfWork, planned: WindowPlan) -> tuple[int, list[Applied]] | None:
             return len(planned[0]), self._write(uow, session, *planned)
@@ -117,7 +119,12 @@ class WindowExtraction:
         return Outcome.APPLIED
 
     def _write(
-        self, uow: UnitOfWork, session: WindowKey, turns: list[PendingTurn], planned: list[Planned]
+        self,
+        uow: UnitOfWork,
+        session: WindowKey,
+        turns: list[PendingTurn],
+        planned: list[Planned],
+        profile: list[Update],
     ) -> list[Applied]:
         """One transaction under the user's lock; StalePlan when what was decided on changed."""
         ids = [t.event_id for t in turns]
@@ -129,6 +136,9 @@ class WindowExtraction:
         # A turn already in the ledger (a dead letter replayed twice) adds nothing again.
         new = {event_id for event_id in ids if uow.ledger.record(TURNS_SUBSCRIPTION, event_id)}
         applied = apply(uow, [p for p in planned if p.source.event_id in new])
+        updates = [u for u in profile if u.source_event_id in new]
+        if updates:
+            apply_updates(uow, session.app, session.user_id, updates)
         uow.windows.remove(session, ids)
         return applied
 

@@ -32,6 +32,7 @@ from services.mcp_server.arguments import (
 )
 from services.mcp_server.edit_tools import EditTools
 from services.mcp_server.entity_tools import EntityTools
+from services.mcp_server.profile_tools import ProfileTools
 from shared.client import AsyncMemoryClient, MemoryClientError
 
 # Opens the API client for one tool call: the stdio server's one client, or on
@@ -59,7 +60,7 @@ class Defaults:
     agent_id: str | None = None
 
 
-class MemoryTools(EditTools, EntityTools):
+class MemoryTools(EditTools, EntityTools, ProfileTools):
     """The tools, bound to how they reach the API and to the default ids."""
 
     def __init__(self, connect: Connect, defaults: Defaults) -> None:
@@ -80,12 +81,12 @@ class MemoryTools(EditTools, EntityTools):
             dict[str, int] | None,
             Field(
                 description="Caps in tokens per section (0 leaves it out): rules, summary, "
-                "recent_turns, memories, long_term_summaries, recalled_turns"
+                "recent_turns, profile, memories, long_term_summaries, recalled_turns"
             ),
         ] = None,
     ) -> str:
-        """The system instruction to work with for this query: the user's rules, the
-        memories relevant to it, the session's summary and its recent turns, and the
+        """The system instruction to work with for this query: the user's rules and
+        profile, the memories relevant to it, the session's summary and its recent turns, and the
         turns of earlier conversations that bear on it, with their dates. Call it at
         the start of a task, with the task as the query."""
         user, session = self._user(user_id), self._session(session_id)
@@ -356,6 +357,8 @@ TOOLS = {
     "edit_memory": _WRITES,
     # `wrong` retires the memory (a rollback brings it back).
     "memory_feedback": _DELETES,
+    "get_profile": _READ_ONLY,
+    "update_profile": _WRITES,
     "forget": _DELETES,
     # It consumes a one-time grant when one matches: not read-only.
     "check_tool_permission": _WRITES,

@@ -17,11 +17,12 @@ from typing import Any
 from shared.client import models as m
 from shared.client.aio_entities import AsyncEntityRoutes
 from shared.client.aio_memories import AsyncMemoryRoutes
+from shared.client.aio_profiles import AsyncProfileRoutes
 from shared.client.call import Call
 from shared.client.request import listed, one, present, rfc3339, segment, tool_call
 
 
-class AsyncMemoryClient(AsyncMemoryRoutes, AsyncEntityRoutes):
+class AsyncMemoryClient(AsyncMemoryRoutes, AsyncEntityRoutes, AsyncProfileRoutes):
     """The agent-memory API over HTTP.
 
     `retries` is the number of extra attempts of a call that is safe to repeat

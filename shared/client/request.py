@@ -30,7 +30,10 @@ Event = Mapping[str, str] | tuple[str, str]
 
 
 def segment(value: str) -> str:
-    """One path segment: an identifier may hold `/`, `?`, `#` or `%`."""
+    """One path segment: an identifier may hold `/`, `?`, `#` or `%`, or be `.` or
+    `..` (escaped, so that no URL library reads them as the path's own steps)."""
+    if value in (".", ".."):
+        return "%2E" * len(value)
     return quote(value, safe="")
 
 

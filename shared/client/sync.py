@@ -17,9 +17,10 @@ from shared.client.call import Call
 from shared.client.request import listed, one, present, rfc3339, segment, tool_call
 from shared.client.sync_entities import EntityRoutes
 from shared.client.sync_memories import MemoryRoutes
+from shared.client.sync_profiles import ProfileRoutes
 
 
-class MemoryClient(MemoryRoutes, EntityRoutes):
+class MemoryClient(MemoryRoutes, EntityRoutes, ProfileRoutes):
     """The agent-memory API over HTTP.
 
     `retries` is the number of extra attempts of a call that is safe to repeat

@@ -18,6 +18,7 @@ from __future__ import annotations
 import uuid
 from dataclasses import dataclass
 from datetime import datetime
+from typing import Any
 
 import psycopg
 from psycopg.types.json import Jsonb
@@ -28,6 +29,8 @@ from shared.db.run import fetch
 from shared.events import MemoryChanged, format_time
 
 _CLAIM_LOCK = 0x616D5F6F7574626F  # "am_outbo": one claim at a time
+# The topic of a profile field's changes (no extraction topic has this name).
+PROFILE_TOPIC = "profile"
 # A claim's most changes of one user: published one after another, they take well
 # under the lease even at 0.2 s each.
 PER_USER = 100
@@ -61,6 +64,61 @@ def record(
         expire_at=format_time(memory.expire_at) if memory.expire_at else "",
         changed_at=database_now(conn),
     )
+    _insert(conn, event)
+
+
+# A profile field's changes go by one id for the field's whole life, made from
+# where it belongs (no row holds it).
+_PROFILE_IDS = uuid.UUID("5f0c6d1e-58a4-4c1b-9a51-2a6f3c4e7b90")
+
+
+def profile_field_id(app: str, user_id: str, field: str) -> str:
+    return str(uuid.uuid5(_PROFILE_IDS, f"{app}\x00{user_id}\x00{field}"))
+
+
+def record_profile(
+    conn: psycopg.Connection,
+    app: str,
+    user_id: str,
+    field: str,
+    change: str,
+    value: Any,
+    previous: Any,
+    source_event_id: str,
+) -> None:
+    """A profile field's change as a memory change of topic `profile` (entity: the
+    field; text: the value as text), so that a consumer of `memory.changed.v1`
+    follows profiles as it follows memories, in the user's one order."""
+    event = MemoryChanged(
+        event_id=str(uuid.uuid4()),
+        app=app,
+        user_id=user_id,
+        memory_id=profile_field_id(app, user_id, field),
+        change=change,
+        scope="global",
+        kind="fact",
+        project_id="",
+        session_id="",
+        entity_name=field,
+        topic=PROFILE_TOPIC,
+        text=_text(value),
+        previous_text=_text(previous),
+        source_event_id=source_event_id,
+        expire_at="",
+        changed_at=database_now(conn),
+    )
+    _insert(conn, event)
+
+
+def _text(value: Any) -> str:
+    if value is None:
+        return ""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    return str(value)
+
+
+def _insert(conn: psycopg.Connection, event: MemoryChanged) -> None:
     conn.execute(
         "INSERT INTO memory_changes (event_id, app, user_id, memory_id, change, body) "
         "VALUES (%s, %s, %s, %s, %s, %s)",
@@ -69,7 +127,7 @@ def record(
             event.app,
             event.user_id,
             event.memory_id,
-            change,
+            event.change,
             Jsonb(event.to_record()),
         ),
     )

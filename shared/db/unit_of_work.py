@@ -36,6 +36,7 @@ from shared.db.feedback import Feedback
 from shared.db.ledger import Ledger
 from shared.db.memories import Memories
 from shared.db.operations import Operations
+from shared.db.profiles import Profiles
 from shared.db.run import Steps, run
 from shared.db.tombstones import Tombstones
 from shared.db.windows import Windows
@@ -55,6 +56,7 @@ class UnitOfWork:
     windows: Windows
     app_settings: AppSettings
     feedback: Feedback
+    profiles: Profiles
 
     def __init__(self, pool: ConnectionPool, worker: str = "") -> None:
         self._pool = pool
@@ -79,6 +81,7 @@ class UnitOfWork:
         self.windows = Windows(conn)
         self.app_settings = AppSettings(conn)
         self.feedback = Feedback(conn)
+        self.profiles = Profiles(conn)
         return self
 
     def run(self, steps: Steps[T]) -> T:

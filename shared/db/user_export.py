@@ -1,4 +1,4 @@
-"""Reading one user's memories, episodes and entities as export lines
+"""Reading one user's memories, episodes, profile and entities as export lines
 (`shared.portability.records`).
 
 Postgres writes each line itself (`json_build_object`): the embedding goes out as
@@ -79,21 +79,41 @@ WHERE e.app = %(app)s AND e.user_id = %(user_id)s
 ORDER BY e.session_id, e.created_at, e.turn_id
 """
 
+# Each field with a value or a history; the value's times are null when it has none.
+PROFILE_LINES = """
+SELECT json_build_object(
+    'type', 'profile', 'field', f.field, 'value', v.value, 'observed_at', v.observed_at,
+    'updated_at', v.updated_at, 'source', coalesce(v.source, ''),
+    'source_event_id', coalesce(v.source_event_id, ''),
+    'revisions', (SELECT coalesce(json_agg(json_build_object(
+                'action', r.action, 'value', r.value, 'previous', r.previous,
+                'observed_at', r.observed_at, 'applied', r.applied, 'source', r.source,
+                'source_event_id', r.source_event_id, 'created_at', r.created_at)
+                ORDER BY r.id), '[]')
+        FROM profile_revisions r
+        WHERE r.app = %(app)s AND r.user_id = %(user_id)s AND r.field = f.field))::text
+FROM (SELECT field FROM profile_values WHERE app = %(app)s AND user_id = %(user_id)s
+      UNION SELECT field FROM profile_revisions WHERE app = %(app)s AND user_id = %(user_id)s) f
+LEFT JOIN profile_values v ON v.app = %(app)s AND v.user_id = %(user_id)s AND v.field = f.field
+ORDER BY f.field
+"""
 # Every kind of line in the file's order (the end line counts each).
 _LINES = (
     ("export_memories", MEMORY_LINES),
     ("export_episodes", EPISODE_LINES),
+    ("export_profile", PROFILE_LINES),
     *entity_export.LINES,
 )
 
 HAS_ROWS = """
 SELECT EXISTS (SELECT 1 FROM memories WHERE app = %(app)s AND user_id = %(user_id)s)
     OR EXISTS (SELECT 1 FROM episodes WHERE app = %(app)s AND user_id = %(user_id)s)
+    OR EXISTS (SELECT 1 FROM profile_revisions WHERE app = %(app)s AND user_id = %(user_id)s)
 """
 
 
 def has_rows(conn: psycopg.Connection, app: str, user_id: str) -> bool:
-    """Whether the app holds any memory or episode of the user."""
+    """Whether the app holds any memory, episode or profile of the user."""
     row = conn.execute(HAS_ROWS, {"app": app, "user_id": user_id}).fetchone()
     return bool(row and row[0])
 

@@ -23,7 +23,8 @@ from shared.db import entity_facts
 from shared.db.entities import Entities, Owner
 from shared.db.episodes import EPISODE_TSV
 from shared.db.pool import as_vector
-from shared.portability.records import EpisodeRecord, MemoryRecord
+from shared.db.profiles import insert_revision
+from shared.portability.records import EpisodeRecord, MemoryRecord, ProfileRecord
 
 
 class Written(Enum):
@@ -211,3 +212,36 @@ def write_episode(
         (app, user_id, e.session_id, e.turn_id),
     ).fetchone()
     return Written.THERE if same_turn else owner_of(conn, "episodes", episode_id, app, user_id)
+
+
+def write_profile_field(
+    conn: psycopg.Connection, app: str, user_id: str, p: ProfileRecord
+) -> Written:
+    """Insert the field's history and value unless the user has a history of this
+    field already (importing twice writes nothing the second time). No change
+    event: nothing changed for a consumer that saw the original."""
+    there = conn.execute(
+        "SELECT 1 FROM profile_revisions WHERE app = %s AND user_id = %s AND field = %s LIMIT 1",
+        (app, user_id, p.field),
+    ).fetchone()
+    if there is not None:
+        return Written.THERE
+    for r in p.revisions:
+        insert_revision(conn, app, user_id, p.field, r, r.created_at)
+    if p.value is not None:
+        conn.execute(
+            "INSERT INTO profile_values (app, user_id, field, value, observed_at, updated_at, "
+            "source, source_event_id) VALUES (%s, %s, %s, %s, %s, %s, %s, %s) "
+            "ON CONFLICT (app, user_id, field) DO NOTHING",
+            (
+                app,
+                user_id,
+                p.field,
+                Jsonb(p.value),
+                p.observed_at,
+                p.updated_at,
+                p.source,
+                p.source_event_id,
+            ),
+        )
+    return Written.NEW

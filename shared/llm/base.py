@@ -1,6 +1,7 @@
 """What every LLM provider offers, and the types it speaks in.
 
-A provider does tasks (summarize, compact, extract, consolidate, decompose), not raw
+A provider does tasks (summarize, compact, extract, fill a profile, consolidate,
+decompose), not raw
 prompts, so the `offline` provider can do the same tasks
 deterministically. Every call reports the tokens it spent.
 """
@@ -15,6 +16,7 @@ from typing import Generic, Protocol, TypeVar
 from shared.entities.names import Mention
 from shared.errors import DependencyError, PermanentError
 from shared.llm.topics import ALL_TOPICS, Topics
+from shared.profiles.schema import ProfileField
 
 T = TypeVar("T")
 
@@ -95,6 +97,7 @@ class ExtractionInput:
     prev_session_id: str  # "" if none
     turns: tuple[ExtractionTurn, ...]
     topics: Topics = ALL_TOPICS  # what the app keeps
+    profile: tuple[ProfileField, ...] = ()  # the fields of the app's profile schema
 
     @classmethod
     def single(
@@ -133,6 +136,16 @@ class Found:
 
     turn_id: str
     candidate: Candidate
+
+
+@dataclass(frozen=True)
+class ProfileFound:
+    """A value of a profile field that a turn of the window states, as text (the
+    writer reads it as the field's type)."""
+
+    turn_id: str
+    field: str
+    value: str
 
 
 @dataclass(frozen=True)
@@ -239,6 +252,11 @@ class LLM(Protocol):
     def extract(self, inp: ExtractionInput) -> Completion[list[Found]]:
         """The memories worth keeping that the window's turns state (none for
         chatter), each with the turn that states it, in the turns' order."""
+        ...
+
+    def fill_profile(self, inp: ExtractionInput) -> Completion[list[ProfileFound]]:
+        """The values of `inp.profile`'s fields that the turns state, each with the
+        turn that states it (none when they state none)."""
         ...
 
     def consolidate(self, weighings: list[Weighing]) -> Completion[list[Decision]]:

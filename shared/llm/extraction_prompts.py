@@ -133,8 +133,18 @@ def extraction_prompt(inp: ExtractionInput) -> str:
         f"Session: {inp.session_id}",
         f"Previous session: {inp.prev_session_id or '(none)'}",
         "",
-        "Turns, oldest first:",
+        *turn_lines(inp),
     ]
+    lines.append(
+        'Answer with JSON: {"memories": [{"turn": ..., "entity_name": ..., "kind": ..., '
+        '"scope": ..., "project_id": ..., "text": ..., "topic": ...}, ...]}.'
+    )
+    return "\n".join(lines)
+
+
+def turn_lines(inp: ExtractionInput) -> list[str]:
+    """The window's turns as a prompt shows them, each by its label."""
+    lines = ["Turns, oldest first:"]
     for label, turn in zip(turn_labels(inp), inp.turns, strict=True):
         project = f"project {turn.project_id}" if turn.project_id else "no project"
         lines += [
@@ -143,11 +153,7 @@ def extraction_prompt(inp: ExtractionInput) -> str:
             f"Assistant: {turn.assistant}",
             "",
         ]
-    lines.append(
-        'Answer with JSON: {"memories": [{"turn": ..., "entity_name": ..., "kind": ..., '
-        '"scope": ..., "project_id": ..., "text": ..., "topic": ...}, ...]}.'
-    )
-    return "\n".join(lines)
+    return lines
 
 
 def parse_found(value: Any, inp: ExtractionInput) -> list[Found]:

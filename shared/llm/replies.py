@@ -4,6 +4,7 @@ with its fault, which the model providers ask again about (`shared.llm.asking`).
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from typing import Any
 
 from shared.llm.base import Fault, MalformedReply
@@ -42,3 +43,12 @@ def choice(
             f"{where}: {name!r} is {found!r}, not one of {', '.join(allowed)}", fault
         )
     return found
+
+
+def objects(value: Any, name: str) -> Iterator[tuple[str, dict[str, Any]]]:
+    """Each item of the reply's list `name`, an object, with where it is (`name[3]`)."""
+    for index, item in enumerate(field(value, name, list, "the reply")):
+        where = f"{name}[{index}]"
+        if not isinstance(item, dict):
+            raise MalformedReply(f"{where} is not an object")
+        yield where, item

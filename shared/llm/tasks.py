@@ -4,21 +4,24 @@ schema and strict parser (`shared.llm.task_prompts`, `shared.llm.extraction_prom
 so a `gemini` and an `openai` model are asked the same and read the same.
 
 Tasks (the metrics' `purpose` label): "summarize", and the memory tasks
-"compact", "extract", "consolidate" and "decompose".
+"compact", "extract", "profile" (fill a profile), "consolidate" and "decompose".
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
+from functools import partial
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from shared.config import Settings
 from shared.llm import extraction_prompts as write_prompts
+from shared.llm import profile_prompts
 from shared.llm import task_prompts as prompts
 from shared.llm.asking import ChatMessage, Prompt, Transport, ask
 from shared.llm.base import Completion, Decision, DialogueTurn, ExtractionInput, Found, Weighing
 
 if TYPE_CHECKING:
+    from shared.llm.base import ProfileFound
     from shared.llm.throttle import Throttle
 
 T = TypeVar("T")
@@ -27,6 +30,7 @@ T = TypeVar("T")
 EXTRACT_MAX_OUTPUT_TOKENS = 4096
 CONSOLIDATE_MAX_OUTPUT_TOKENS = 1024
 DECOMPOSE_MAX_OUTPUT_TOKENS = 512
+PROFILE_MAX_OUTPUT_TOKENS = 1024  # a value per field at most, a few dozen tokens each
 
 
 class ModelTasks:
@@ -76,6 +80,15 @@ class ModelTasks:
             # the window, so a dense one is never cut off (and asked again).
             max_output_tokens=EXTRACT_MAX_OUTPUT_TOKENS * max(1, -(-len(inp.turns) // 5)),
         )
+
+    def fill_profile(self, inp: ExtractionInput) -> Completion[list[ProfileFound]]:
+        system, prompt = profile_prompts.PROFILE_INSTRUCTION, profile_prompts.profile_prompt(inp)
+        schema, bound = profile_prompts.profile_schema(inp), PROFILE_MAX_OUTPUT_TOKENS
+        parse = partial(profile_prompts.parse_profile, inp=inp)
+        return self.generate_json(
+            task="profile", system=system, prompt=prompt, schema=schema, parse=parse,
+            max_output_tokens=bound,
+        )  # fmt: skip
 
     def consolidate(self, weighings: list[Weighing]) -> Completion[list[Decision]]:
         return self.generate_json(

@@ -20,6 +20,7 @@ from datetime import datetime
 
 from shared.db.context_reads import Cited
 from shared.db.memory_rows import MemoryRow
+from shared.db.profiles import ProfileValueRow, profile_of
 from shared.memory.context_budget import NEIGHBOUR, Candidate, Chosen, choose
 from shared.memory.context_text import (
     SUMMARY_TITLE,
@@ -34,12 +35,16 @@ from shared.memory.long_term import LongTerm, LongTermQuery, LongTermSummary, re
 from shared.memory.periods import Period
 from shared.memory.ranking import Scope
 from shared.memory.search import Found, FoundEpisode, MemorySearch
+from shared.profiles.schema import shown as value_text
 from shared.session_buffer import AsyncSessionBuffer, BufferedTurn, SessionKey, SessionView, Summary
 from shared.tokens import clip_to_tokens, estimate_tokens
 
 # The archive's hits a context weighs: one per this many tokens of its budget.
 TOKENS_PER_HIT = 200
 MIN_HITS = 5
+# A profile field's relevance: ahead of the best memory (1), so the profile goes in
+# first, a field at a time, while it fits.
+PROFILE_RELEVANCE = 2.0
 
 
 def recall_hits(budget: int, most: int) -> int:
@@ -113,8 +118,10 @@ class Context:
     cited: dict[str, Cited]
     period: Period | None
     built: Built
-    # The parts that could not be read ("session", "memories", "recalled_turns"), and why.
+    # The parts that could not be read ("session", "profile", "memories",
+    # "recalled_turns"), and why.
     failures: dict[str, BaseException]
+    profile: list[ProfileValueRow] = field(default_factory=list)
 
     @property
     def degraded(self) -> list[str]:
@@ -136,12 +143,16 @@ async def build_context(
         asked_at=query.asked_at,
         matching=query.matching,
     )
-    session, long_term = await asyncio.gather(
+    session, long_term, profile = await asyncio.gather(
         _session_part(query, buffer),
         read_long_term(long_term_query, search),
+        _profile_part(query, search),
         return_exceptions=True,
     )
     failures: dict[str, BaseException] = {}
+    if isinstance(profile, BaseException):
+        failures["profile"] = profile
+        profile = []
     view, carried = None, None
     if isinstance(session, BaseException):
         failures["session"] = session
@@ -150,7 +161,14 @@ async def build_context(
     if isinstance(long_term, BaseException):
         raise long_term  # read_long_term reports outages in `failures`: this is a bug
     failures.update(long_term.failures)
-    return _assembled(query, view, carried, long_term, failures)
+    return _assembled(query, view, carried, long_term, failures, profile)
+
+
+async def _profile_part(query: ContextQuery, search: MemorySearch) -> list[ProfileValueRow]:
+    """The user's profile (one read, no search), unless the caller turned it off."""
+    if query.caps.get("profile") == 0:
+        return []
+    return await search.run(profile_of(query.scope.app, query.scope.user_id))
 
 
 async def _session_part(
@@ -173,6 +191,7 @@ def _assembled(
     carried: Summary | None,
     long_term: LongTerm,
     failures: dict[str, BaseException],
+    profile: list[ProfileValueRow],
 ) -> Context:
     rolling = (
         SessionSummary(query.scope.session_id, view.summary.text, view.summary.version)
@@ -202,6 +221,10 @@ def _assembled(
     shown = {(query.scope.session_id, t.turn_id) for t in turns}
     room = max(0, query.budget - fixed)
     candidates, recalled = _candidates(long_term, shown, room)
+    candidates += [
+        Candidate("profile", f"profile:{row.field}", PROFILE_RELEVANCE, _profile_line(row))
+        for row in profile
+    ]
     chosen = choose(candidates, room, TITLES, query.caps)
     built = _built(query.budget, part, chosen, candidates, recalled)
     taken = {c.key for c in chosen.taken}
@@ -217,7 +240,12 @@ def _assembled(
         long_term.period,
         built,
         failures,
+        [row for row in profile if f"profile:{row.field}" in taken],
     )
+
+
+def _profile_line(row: ProfileValueRow) -> str:
+    return f"- {row.field.replace('_', ' ')}: {value_text(row.value)}"
 
 
 def _candidates(
@@ -327,6 +355,13 @@ def _built(
 ) -> Built:
     by_key = {c.key: c for c in chosen.taken}
     sections = part.sections()
+    # The profile's fields in the schema's order; the rest in the order chosen.
+    sections.append(
+        (
+            TITLES["profile"],
+            [c.line for c in candidates if c.key in by_key and c.section == "profile"],
+        )
+    )
     for name in ("memories", "long_term_summaries"):
         sections.append((TITLES[name], [c.line for c in chosen.taken if c.section == name]))
     lines: list[str] = []

@@ -3,8 +3,8 @@ how the session's part (the pinned rules, the summary, the recent turns) is fitt
 to the budget and the caller's caps before anything else is added.
 
 The text is a header, then each section that has lines: `## Title`, then its
-lines. Sections in this order: rules, summary, recent turns, memories, long-term
-summaries, recalled turns (under a `### Session …` heading per session).
+lines. Sections in this order: rules, summary, recent turns, profile, memories,
+long-term summaries, recalled turns (under a `### Session …` heading per session).
 """
 
 from __future__ import annotations
@@ -24,6 +24,7 @@ SECTIONS = (
     "rules",
     "summary",
     "recent_turns",
+    "profile",
     "memories",
     "long_term_summaries",
     "recalled_turns",
@@ -31,6 +32,7 @@ SECTIONS = (
 TITLES = {
     "rules": "## Rules (always apply)",
     "recent_turns": "## Recent turns",
+    "profile": "## The user's profile",
     "memories": "## What you remember about the user",
     "long_term_summaries": "## Summaries of older conversations",
     "recalled_turns": "## From earlier conversations",

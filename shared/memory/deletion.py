@@ -75,12 +75,12 @@ def delete_project(uow: UnitOfWork, app: str, user_id: str, project_id: str) -> 
 def delete_user(
     uow: UnitOfWork, app: str, user_id: str, now: datetime
 ) -> tuple[dict[str, int], datetime]:
-    """Everything of the user in the app, and the tombstone at `now`: the API's
+    """Everything of the user in the app (their profile too), and the tombstone at `now`: the API's
     clock, the one that stamps the `created_at` of recorded turns, so the two
     compare on one clock. Returns rows removed by table and the tombstone's time."""
     uow.memories.lock_user(app, user_id)
     when = uow.tombstones.set(app, user_id, now)
-    return uow.erasure.user(app, user_id), when
+    return {**uow.erasure.user(app, user_id), **uow.profiles.erase(app, user_id)}, when
 
 
 async def forget_project(

@@ -35,8 +35,9 @@ import psycopg
 from shared.db.entity_import import Unlinked, write_entity, write_fact, write_merge
 from shared.db.planned_write import user_transaction_on
 from shared.db.tombstones import Tombstones
-from shared.db.user_import import Written, write_episode, write_memory
+from shared.db.user_import import Written, write_episode, write_memory, write_profile_field
 from shared.portability.entity_records import EntityRecord, FactRecord
+from shared.portability.profile_records import ProfileRecord
 from shared.portability.records import (
     MAX_LINE_BYTES,
     BadLine,
@@ -75,6 +76,7 @@ class UserDeleted(Exception):
 class ImportReport:
     memories: int = 0
     episodes: int = 0
+    profiles: int = 0  # profile fields
     entities: int = 0
     facts: int = 0
     merges: int = 0
@@ -87,7 +89,8 @@ class ImportReport:
     def summary(self) -> str:
         return (
             f"imported {self.memories} memories, {self.episodes} episodes, "
-            f"{self.entities} entities, {self.facts} facts, {self.merges} merges; "
+            f"{self.profiles} profile fields, {self.entities} entities, {self.facts} facts, "
+            f"{self.merges} merges; "
             f"skipped {self.skipped} already there; {self.bad_lines} bad lines"
         )
 
@@ -220,6 +223,8 @@ class _Importer:
 
     def _write(self, record: Data) -> Written:
         conn, app, user_id, target = self.conn, self.app, self.user_id, self.target_id
+        if isinstance(record, ProfileRecord):
+            return write_profile_field(conn, app, user_id, record)
         if isinstance(record, MemoryRecord):
             return write_memory(conn, app, user_id, target(record.id), record, self.derive)
         if isinstance(record, EntityRecord):
@@ -234,7 +239,7 @@ class _Importer:
         kind = record.type
         if written is Written.THERE:
             self.report.skipped += 1
-        elif written is Written.OTHERS:
+        elif written is Written.OTHERS and not isinstance(record, ProfileRecord):
             self.bad(BadLine(number, f"id {record.id} is another user's {kind}; not imported"))
         else:
             counted = {"memory": "memories", "entity": "entities"}.get(kind, f"{kind}s")

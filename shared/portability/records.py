@@ -7,11 +7,14 @@ A file (or a response body) is JSON Lines, one JSON object per line:
 2. one `{"type": "memory", ...}` per memory, live or closed, with its revisions
    and its feedback;
 3. one `{"type": "episode", ...}` per archived turn;
-4. one `{"type": "entity", ...}` per entity, with its aliases and mentions, then
+4. one `{"type": "profile", ...}` per field of the user's profile that has a value
+   or a history, with its revisions (`profile_records`);
+5. one `{"type": "entity", ...}` per entity, with its aliases and mentions, then
    one `{"type": "fact", ...}` per fact and one `{"type": "merge", ...}` per merge
    (`entity_records`);
-5. the end: `{"type": "end", memories, episodes, entities, facts, merges}`, the
-   counts written. A file without it was cut short (an export that failed half-way).
+6. the end: `{"type": "end", memories, episodes, profiles, entities, facts,
+   merges}`, the counts written. A file without it was cut short (an export that
+   failed half-way).
 
 A header without `entities: true` (an export made before exports carried them)
 has no entity lines: importing it derives the entities from the memories and
@@ -48,6 +51,7 @@ from shared.portability.fields import (
     Text,
     Time,
 )
+from shared.portability.profile_records import ProfileRecord
 
 FORMAT = "agent-memory/user-export"
 VERSION = 1
@@ -165,19 +169,27 @@ class EndRecord(Line):
     type: Literal["end"]
     memories: int = Field(ge=0)
     episodes: int = Field(ge=0)
+    # Absent from exports made before they carried profiles and entities.
+    profiles: int = Field(0, ge=0)
     entities: int = Field(0, ge=0)
     facts: int = Field(0, ge=0)
     merges: int = Field(0, ge=0)
 
 
 # What an import writes, and every line after the header.
-Data = MemoryRecord | EpisodeRecord | EntityRecord | FactRecord | MergeRecord
+Data = MemoryRecord | EpisodeRecord | ProfileRecord | EntityRecord | FactRecord | MergeRecord
 Record = Data | EndRecord
-_TYPES = "memory, episode, entity, fact, merge or end"
+_TYPES = "memory, episode, profile, entity, fact, merge or end"
 _HEADER = TypeAdapter(Header)
 _RECORD: TypeAdapter[Record] = TypeAdapter(
     Annotated[
-        MemoryRecord | EpisodeRecord | EntityRecord | FactRecord | MergeRecord | EndRecord,
+        MemoryRecord
+        | EpisodeRecord
+        | ProfileRecord
+        | EntityRecord
+        | FactRecord
+        | MergeRecord
+        | EndRecord,
         Field(discriminator="type"),
     ]
 )
@@ -196,7 +208,7 @@ def header_line(app: str, user_id: str, exported_at: datetime, embedding_dim: in
     return orjson.dumps(header) + b"\n"
 
 
-END_COUNTS = ("memories", "episodes", "entities", "facts", "merges")
+END_COUNTS = ("memories", "episodes", "profiles", "entities", "facts", "merges")
 
 
 def end_line(*counts: int) -> bytes:

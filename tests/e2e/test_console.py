@@ -669,3 +669,45 @@ def test_an_agents_memory_shows_its_agent_and_is_edited_as_that_agent(
     assert answer is not None and answer.status == 403
     expect(limited.locator("main")).to_contain_text("not one limited to an agent")
     limited.context.close()
+
+
+def test_a_users_profile_is_shown_and_saved_from_the_users_page(
+    stack: Stack, browser: Browser, shots: Path
+) -> None:
+    user = "u-profile"
+    fields = [
+        {"name": "name", "type": "string", "description": "what to call them"},
+        {"name": "preferred_language", "type": "enum", "values": ["English", "French"]},
+        {"name": "team_size", "type": "number"},
+    ]
+    stack.api("PUT", "/v1/config/profile", json={"fields": fields})
+    body = {"user_id": user, "kind": "fact", "scope": "global", "text": "Works on Atlas."}
+    stack.api("POST", "/v1/memories", json=body)
+    stack.api("PATCH", f"/v1/users/{user}/profile", json={"values": {"name": "Ada"}})
+    page = signed_in(browser, stack)
+    page.goto(f"{stack.url}/console/user?id={user}")
+    rows = page.locator("#profile tbody tr")
+    expect(rows).to_have_count(3)
+    expect(page.locator("#profile-name")).to_have_value("Ada")
+    expect(rows.first).to_contain_text("key:")
+    page.select_option("#profile-preferred_language", "French")
+    page.fill("#profile-team_size", "12")
+    page.fill("#profile-name", "")
+    shoot(page, shots, "profile")
+    page.click("#save-profile")
+    expect(page).to_have_url(re.compile(r"/console/user\?id=u-profile#profile$"))
+    expect(page.locator("#profile-preferred_language")).to_have_value("French")
+    saved = stack.api("GET", f"/v1/users/{user}/profile")
+    assert saved["values"] == {"preferred_language": "French", "team_size": 12}
+    history = stack.api("GET", f"/v1/users/{user}/profile/revisions")["revisions"]
+    assert [(r["field"], r["action"]) for r in history] == [
+        ("name", "SET"),
+        ("name", "CLEARED"),
+        ("preferred_language", "SET"),
+        ("team_size", "SET"),
+    ]
+    # A number that is none is refused with its field, and nothing is saved.
+    page.fill("#profile-team_size", "a dozen")
+    page.click("#save-profile")
+    expect(page.locator("main")).to_contain_text("team_size: must be a number")
+    assert stack.api("GET", f"/v1/users/{user}/profile")["values"]["team_size"] == 12

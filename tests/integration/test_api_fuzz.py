@@ -111,6 +111,13 @@ DOCUMENTED_REFUSALS = (
     ("", "over the token budget of", "a context's cap is bounded by its budget, or the default"),
     ("observed_before", "the range is empty", "a schema does not compare two fields"),
     ("", "conditions in one filter", "a schema cannot count a tree's leaves"),
+    ("fields", "each name once", "uniqueItems compares whole items, not their names"),
+    ("", "profile schema has no field", "which fields a profile has is the app's setting"),
+    ("", "must be a number", "a profile field's type is the app's setting"),
+    ("", "must be a string", "a profile field's type is the app's setting"),
+    ("", "must be true or false", "a profile field's type is the app's setting"),
+    ("", "is not one of", "an enum field's values are the app's setting"),
+    ("", "must not be empty", "a profile value of spaces alone says nothing"),
 )
 # An import's bad lines are named `line N` (any text is a string; few are exports).
 _IMPORT_LINE = re.compile(r"line [0-9]+")
@@ -311,7 +318,7 @@ def test_the_documented_examples_are_accepted(client):
                 continue
             name = body["schema"]["$ref"].rsplit("/", 1)[1]
             for example in schemas[name].get("examples", []):
-                url = path.replace("{session_id}", "s-7")
+                url = path.replace("{session_id}", "s-7").replace("{user_id}", "u-7")
                 response = client.request(method, url, json=example)
                 assert response.status_code < 300, (name, response.text)
                 tried.append(name)
@@ -323,6 +330,8 @@ def test_the_documented_examples_are_accepted(client):
         "ExtractionConfig",
         "FlushSessionRequest",
         "GenerateRequest",
+        "ProfileConfig",
+        "ProfilePatch",
         "RecordTurnRequest",
         "SearchRequest",
         "TtlConfig",

@@ -416,6 +416,8 @@ def test_deletions_compaction_and_health(client, base_url, keys, ids):
         "extraction_flushes": 0,
         "permission_rules": 0,
         "operations": 0,
+        "profile_revisions": 0,
+        "profile_values": 0,
         "valkey_keys": 0,
     }
     assert deleted.deleted_at is not None

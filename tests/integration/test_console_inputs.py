@@ -155,6 +155,7 @@ FORMS = [
     Form(
         "POST", "/console/user/memory/delete", {"user": "{user}", "id": "{memory}"}, ("user", "id")
     ),
+    Form("POST", "/console/user/profile", {"user": "{user}"}, ("user",)),
     Form(
         "POST",
         "/console/dead-letters/turns-summary/replay",

@@ -180,6 +180,8 @@ def test_deleting_a_user_removes_everything_and_late_events_create_nothing(
         "extraction_flushes": 0,
         "permission_rules": 1,
         "operations": 1,
+        "profile_revisions": 0,
+        "profile_values": 0,
         "valkey_keys": len(keys_before),
     }
     deleted_at = datetime.fromisoformat(result["deleted_at"])

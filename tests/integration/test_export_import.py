@@ -229,6 +229,7 @@ def test_the_export_holds_every_memory_revision_and_episode(client, populated, a
         "type": "end",
         "memories": len(memories),
         "episodes": len(episodes),
+        "profiles": 0,
         "entities": len(typed["entity"]),
         "facts": len(typed["fact"]),
         "merges": 2,
@@ -281,7 +282,8 @@ def test_a_round_trip_into_a_fresh_database_searches_the_same(
     done = run_cli(fresh, "import", str(populated))
     assert (done.returncode, done.stderr) == (0, ""), done.stderr
     assert done.stdout == (
-        f"imported {n['memory']} memories, {n['episode']} episodes, {n['entity']} entities, "
+        f"imported {n['memory']} memories, {n['episode']} episodes, 0 profile fields, "
+        f"{n['entity']} entities, "
         f"{n['fact']} facts, {n['merge']} merges; skipped 0 already there; 0 bad lines "
         f"(user {user!r} of app {app!r})\n"
     )
@@ -293,7 +295,7 @@ def test_a_round_trip_into_a_fresh_database_searches_the_same(
     again = run_cli(fresh, "import", str(populated))
     assert again.returncode == 0, again.stderr
     assert again.stdout.startswith(
-        "imported 0 memories, 0 episodes, 0 entities, 0 facts, 0 merges; "
+        "imported 0 memories, 0 episodes, 0 profile fields, 0 entities, 0 facts, 0 merges; "
         f"skipped {records} already there; 0 bad lines"
     )
     assert table_counts(fresh_database, app, user) == counts
@@ -326,6 +328,7 @@ def test_importing_under_another_user_through_the_route(client, populated, app_s
         "user_id": copy,
         "memories": n["memory"],
         "episodes": len(TURNS),
+        "profiles": 0,
         "entities": n["entity"],
         "facts": n["fact"],
         "merges": 2,
@@ -450,7 +453,7 @@ def bad_file(populated: Path) -> tuple[bytes, list[tuple[int, str]]]:
             f"embedding: has {EMBEDDING_DIM - 1} numbers; this database's embeddings have "
             f"{EMBEDDING_DIM} (AM_EMBEDDING_DIM)",
         ),
-        (8, "unknown type 'note' (memory, episode, entity, fact, merge or end)"),
+        (8, "unknown type 'note' (memory, episode, profile, entity, fact, merge or end)"),
         # A line that does not read is reported as it is read; the others as written.
         (
             13,
@@ -487,7 +490,8 @@ def test_bad_lines_are_reported_and_the_good_ones_imported_by_the_cli(
         f"agent-memory import: {path}: line {n}: {reason}" for n, reason in expected
     ]
     assert done.stdout == (
-        "imported 1 memories, 1 episodes, 0 entities, 0 facts, 0 merges; skipped 0 already "
+        "imported 1 memories, 1 episodes, 0 profile fields, 0 entities, 0 facts, 0 merges; "
+        "skipped 0 already "
         "there; 10 bad lines "
         f"(user {user!r} of app {app!r})\n"
     )
@@ -496,7 +500,8 @@ def test_bad_lines_are_reported_and_the_good_ones_imported_by_the_cli(
     again = run_cli(app_settings, "import", str(path), "--as-user", user)
     assert again.returncode == 2
     assert again.stdout.startswith(
-        "imported 0 memories, 0 episodes, 0 entities, 0 facts, 0 merges; skipped 2 already there"
+        "imported 0 memories, 0 episodes, 0 profile fields, 0 entities, 0 facts, 0 merges; "
+        "skipped 2 already there"
     )
     assert table_counts(app_settings.database_url, app, user) == counts
 
@@ -513,7 +518,8 @@ def test_bad_lines_answer_422_naming_them_and_the_good_ones_are_imported(
     assert error["code"] == "invalid_request"
     assert error["fields"] == [{"field": f"line {n}", "message": r} for n, r in expected]
     assert error["message"] == (
-        "imported 1 memories, 1 episodes, 0 entities, 0 facts, 0 merges; skipped 0 already "
+        "imported 1 memories, 1 episodes, 0 profile fields, 0 entities, 0 facts, 0 merges; "
+        "skipped 0 already "
         "there; 10 bad lines: " + "; ".join(f"line {n}: {reason}" for n, reason in expected)
     )
     counts = table_counts(app_settings.database_url, app, user)

@@ -418,7 +418,7 @@ def test_context_with_postgres_down_still_returns_the_session(
         own.process.stop(5)
     assert response.status_code == 200, response.text
     context = response.json()
-    assert context["degraded"] == ["memories", "recalled_turns"]
+    assert context["degraded"] == ["profile", "memories", "recalled_turns"]
     assert [t["user"] for t in context["recent_turns"]] == ["Hello there."]
     assert context["memories"] == [] and context["pinned_rules"] == []
     assert context["recalled_turns"] == [] and context["long_term_summaries"] == []

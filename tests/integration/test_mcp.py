@@ -50,6 +50,8 @@ TOOLS = {
     "entities",
     "edit_memory",
     "memory_feedback",
+    "get_profile",
+    "update_profile",
     "forget",
     "check_tool_permission",
 }

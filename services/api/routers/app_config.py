@@ -21,29 +21,30 @@ from shared.memory.expiry import TTL_SETTING
 router = APIRouter()
 
 
-async def _read(api: Api, app_id: str, name: str) -> dict[str, Any]:
-    stored = await postgres_or_503(
+async def read_setting(api: Api, app_id: str, name: str) -> dict[str, Any] | None:
+    """The app's setting `name` as stored (None: never set)."""
+    return await postgres_or_503(
         in_thread(api.pool, lambda uow: uow.app_settings.get(app_id, name), commit=False)
     )
-    return stored or {}
 
 
-async def _write(api: Api, admin: bool, app_id: str, name: str, value: dict[str, Any]) -> None:
-    """Replace the app's setting `name`: 403 for a key that is not an admin key."""
+async def write_setting(
+    api: Api, app_id: str, name: str, stored: dict[str, Any], admin: bool, refusal: str
+) -> None:
+    """Replace the app's setting `name`; a key that is not the app's admin key is
+    refused with `refusal` (403)."""
     if not admin:
-        what = {TTL_SETTING: "the app's TTLs", EXTRACTION_SETTING: "the extraction topics"}
-        needs = what.get(name, "the agents' sharing")
-        raise ApiError(403, "forbidden", f"{needs} need an admin key of this app")
+        raise ApiError(403, "forbidden", refusal)
 
     def put(uow: UnitOfWork) -> None:
-        uow.app_settings.put(app_id, name, value)
+        uow.app_settings.put(app_id, name, stored)
 
     await postgres_or_503(in_thread(api.pool, put, commit=True))
 
 
 @router.get("/v1/config/ttl", response_model=TtlConfig)
 async def get_ttl(app_id: AppIdDep, api: ApiDep) -> TtlConfig:
-    return TtlConfig.model_validate(await _read(api, app_id, TTL_SETTING))
+    return TtlConfig.model_validate(await read_setting(api, app_id, TTL_SETTING) or {})
 
 
 @router.put("/v1/config/ttl", response_model=TtlConfig)
@@ -51,13 +52,15 @@ async def put_ttl(body: TtlConfig, admin: AdminDep, app_id: AppIdDep, api: ApiDe
     """Replace the app's TTLs. They apply to what is written from now on: a memory
     keeps the expiry it was given (an update by the extraction moves it)."""
     stored = body.model_dump(exclude_none=True)
-    await _write(api, admin, app_id, TTL_SETTING, stored)
+    refusal = "the app's TTLs need an admin key of this app"
+    await write_setting(api, app_id, TTL_SETTING, stored, admin, refusal)
     return TtlConfig.model_validate(stored)
 
 
 @router.get("/v1/config/extraction", response_model=ExtractionConfig)
 async def get_extraction(app_id: AppIdDep, api: ApiDep) -> ExtractionConfig:
-    return ExtractionConfig.model_validate(await _read(api, app_id, EXTRACTION_SETTING))
+    stored = await read_setting(api, app_id, EXTRACTION_SETTING)
+    return ExtractionConfig.model_validate(stored or {})
 
 
 @router.put("/v1/config/extraction", response_model=ExtractionConfig)
@@ -65,13 +68,14 @@ async def put_extraction(
     body: ExtractionConfig, admin: AdminDep, app_id: AppIdDep, api: ApiDep
 ) -> ExtractionConfig:
     """Replace what the extraction keeps; it applies to the windows extracted from now."""
-    await _write(api, admin, app_id, EXTRACTION_SETTING, body.model_dump())
+    refusal = "the extraction topics need an admin key of this app"
+    await write_setting(api, app_id, EXTRACTION_SETTING, body.model_dump(), admin, refusal)
     return body
 
 
 @router.get("/v1/config/agents", response_model=AgentsConfig)
 async def get_agents(app_id: AppIdDep, api: ApiDep) -> AgentsConfig:
-    return AgentsConfig.model_validate(await _read(api, app_id, AGENTS_SETTING))
+    return AgentsConfig.model_validate(await read_setting(api, app_id, AGENTS_SETTING) or {})
 
 
 @router.put("/v1/config/agents", response_model=AgentsConfig)
@@ -80,5 +84,6 @@ async def put_agents(
 ) -> AgentsConfig:
     """Replace what the app's agents share with the user; it applies to the windows
     extracted from now (a memory keeps the owner it was made with)."""
-    await _write(api, admin, app_id, AGENTS_SETTING, body.model_dump())
+    refusal = "the agents' sharing needs an admin key of this app"
+    await write_setting(api, app_id, AGENTS_SETTING, body.model_dump(), admin, refusal)
     return body

@@ -25,6 +25,7 @@ router = APIRouter()
 
 _WITHOUT = {
     "session": "context without the session",
+    "profile": "context without the profile",
     "memories": "context without long-term memories",
     "recalled_turns": "context without recalled turns",
 }

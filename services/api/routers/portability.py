@@ -44,6 +44,7 @@ class ImportResponse(BaseModel):
     user_id: str
     memories: int = Field(description="memories imported (with their revisions)")
     episodes: int = Field(description="episodes imported")
+    profiles: int = Field(default=0, description="profile fields imported (with their history)")
     entities: int = Field(description="entities imported (with their aliases and mentions)")
     facts: int = Field(description="facts between entities imported")
     merges: int = Field(description="merges of entities imported (undone ones too)")
@@ -60,8 +61,9 @@ class ImportResponse(BaseModel):
     },
 )
 async def export_user(user_id: PathId, app_id: AppIdDep, api: ApiDep) -> Response:
-    """Every memory of the user (live and deleted, with its revisions) and every
-    archived turn, as JSON Lines; `404` if the app has nothing of the user."""
+    """Every memory of the user (live and deleted, with its revisions), every
+    archived turn and the user's profile (each field with its history), as JSON
+    Lines; `404` if the app has nothing of the user."""
 
     async def found() -> bool:
         async with api.apool.connection() as conn:
@@ -127,6 +129,7 @@ async def import_user(
         user_id=user_id,
         memories=report.memories,
         episodes=report.episodes,
+        profiles=report.profiles,
         entities=report.entities,
         facts=report.facts,
         merges=report.merges,

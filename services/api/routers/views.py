@@ -161,6 +161,7 @@ def context_body(context: Context) -> dict[str, Any]:
             for t in context.turns
         ],
         "pinned_rules": [{**memory_fields(m), **_cited(m.id, cited)} for m in context.rules],
+        "profile": {row.field: row.value for row in context.profile},
         "memories": [{**found_fields(f), **_cited(f.memory.id, cited)} for f in context.memories],
         "long_term_summaries": [
             {

@@ -19,8 +19,13 @@ from shared.client.models.common import (
 from shared.client.models.compactions import CompactionAccepted
 from shared.client.models.config import (
     AgentsConfig,
+    BooleanField,
     CustomTopicConfig,
+    EnumField,
     ExtractionConfig,
+    NumberField,
+    ProfileConfig,
+    StringField,
     TopicExample,
     TtlConfig,
     TtlLevels,
@@ -74,12 +79,20 @@ from shared.client.models.sessions import (
     SummaryView,
     TurnView,
 )
-from shared.client.models.users import DeletionCounts, ImportResponse
+from shared.client.models.users import (
+    DeletionCounts,
+    ImportResponse,
+    Profile,
+    ProfileFieldValue,
+    ProfileHistory,
+    ProfileRevision,
+)
 
 __all__ = [
     "AgentsConfig",
     "AliasView",
     "ArchiveSearchResponse",
+    "BooleanField",
     "CarriedSummary",
     "CitedMemory",
     "CitedRule",
@@ -99,6 +112,7 @@ __all__ = [
     "EntityPage",
     "EntityTurnView",
     "EntityView",
+    "EnumField",
     "EpisodeView",
     "EvaluateResponse",
     "ExtractionConfig",
@@ -117,8 +131,14 @@ __all__ = [
     "MemoryPage",
     "MemoryView",
     "MergeResponse",
+    "NumberField",
     "Operation",
     "PeriodView",
+    "Profile",
+    "ProfileConfig",
+    "ProfileFieldValue",
+    "ProfileHistory",
+    "ProfileRevision",
     "RecalledTurnView",
     "RecordTurnResponse",
     "RevisionView",
@@ -128,6 +148,7 @@ __all__ = [
     "SearchResponse",
     "SessionResponse",
     "SourceTurnView",
+    "StringField",
     "SummaryView",
     "TopicExample",
     "TtlConfig",

@@ -5,6 +5,8 @@ the package's docstring)."""
 
 from __future__ import annotations
 
+from typing import Any
+
 from shared.client.request import ApiModel
 
 
@@ -20,10 +22,23 @@ class AgentsConfig(ApiModel):
     shared_topics: list[str] = []
 
 
+class BooleanField(ApiModel):
+    name: str
+    description: str = ""
+    type: str
+
+
 class CustomTopicConfig(ApiModel):
     name: str
     description: str
     examples: list[TopicExample] = []
+
+
+class EnumField(ApiModel):
+    name: str
+    description: str = ""
+    type: str
+    values: list[str]
 
 
 class ExtractionConfig(ApiModel):
@@ -42,6 +57,27 @@ class ExtractionConfig(ApiModel):
     explicit_instructions, rules.
     """
     custom_topics: list[CustomTopicConfig] = []
+
+
+class NumberField(ApiModel):
+    name: str
+    description: str = ""
+    type: str
+
+
+class ProfileConfig(ApiModel):
+    """The fields of the app's users' profiles. A string holds at most 200 characters; an enum
+    one of its values; a number any finite number. Changing the schema keeps the values of
+    the fields it still names; no field: no profile.
+    """
+
+    fields: list[Any] = []
+
+
+class StringField(ApiModel):
+    name: str
+    description: str = ""
+    type: str
 
 
 class TopicExample(ApiModel):

@@ -32,6 +32,8 @@ class ContextResponse(ApiModel):
     carried_summary: ContextSummary | None
     recent_turns: list[ContextTurn]
     pinned_rules: list[CitedRule]
+    profile: dict[str, str | float | bool] = {}
+    """The user's profile fields the instruction carries, by name."""
     memories: list[CitedMemory]
     long_term_summaries: list[LongTermSummary] = []
     recalled_turns: list[RecalledTurnView] = []

@@ -23,6 +23,8 @@ class ImportResponse(ApiModel):
     """Memories imported (with their revisions)."""
     episodes: int
     """Episodes imported."""
+    profiles: int = 0
+    """Profile fields imported (with their history)."""
     entities: int
     """Entities imported (with their aliases and mentions)."""
     facts: int
@@ -35,3 +37,44 @@ class ImportResponse(ApiModel):
     """Always 0 here: a body with bad lines answers 422."""
     complete: bool
     """The body ended with the export's end line."""
+
+
+class Profile(ApiModel):
+    """The user's profile: the value of each field of the app's schema that has one."""
+
+    user_id: str
+    values: dict[str, str | float | bool]
+    """Each field's value by name."""
+    fields: list[ProfileFieldValue]
+    """Each value and where it comes from."""
+
+
+class ProfileFieldValue(ApiModel):
+    name: str
+    value: str | float | bool
+    observed_at: datetime
+    """When the value was observed (RFC 3339)."""
+    updated_at: datetime
+    source: str
+    """'' the extraction, 'key:<id>' a write through the API."""
+
+
+class ProfileHistory(ApiModel):
+    user_id: str
+    revisions: list[ProfileRevision]
+    """Oldest first."""
+
+
+class ProfileRevision(ApiModel):
+    field: str
+    action: str
+    """HISTORY: an observation older than the value, kept but not applied. One of: SET,
+    CLEARED, HISTORY.
+    """
+    value: str | float | bool | None
+    previous: str | float | bool | None
+    observed_at: datetime
+    applied: bool
+    source: str
+    source_event_id: str
+    created_at: datetime

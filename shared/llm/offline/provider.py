@@ -18,6 +18,9 @@ The memory tasks, each documented in its module:
 - consolidation (`shared.llm.offline.consolidation`): by entity name, then by
   the fact a clause states (`shared.llm.offline.clauses`: subject, predicate, value),
   then by word-set similarity; the newer statement wins, a revocation retires;
+- a profile (`shared.llm.offline.profile`): "my name is ...", "call me ...", "I'm
+  based in the ... timezone", "I prefer to speak ...", "I work as ...", and "my
+  <field> is ..." for any field of the app's schema;
 - decomposition (`shared.llm.offline.decomposition`): split at "?", ";" and
   "and" between questions, at most four.
 Tokens are counted by the one estimator over what goes in and what comes out.
@@ -28,7 +31,7 @@ from __future__ import annotations
 import json
 from typing import TypeVar
 
-from shared.llm import accounting
+from shared.llm import accounting, profile_prompts
 from shared.llm import extraction_prompts as write_prompts
 from shared.llm import task_prompts as prompts
 from shared.llm.base import (
@@ -37,6 +40,7 @@ from shared.llm.base import (
     DialogueTurn,
     ExtractionInput,
     Found,
+    ProfileFound,
     Usage,
     Weighing,
 )
@@ -44,6 +48,7 @@ from shared.llm.offline.compaction import compact_episodes
 from shared.llm.offline.consolidation import decide
 from shared.llm.offline.decomposition import decompose_query
 from shared.llm.offline.extraction import extract_window
+from shared.llm.offline.profile import fill_profile
 from shared.llm.offline.summary import summarize
 from shared.tokens import estimate_tokens
 
@@ -83,6 +88,15 @@ class OfflineLLM:
             found,
             write_prompts.extraction_instruction(inp) + write_prompts.extraction_prompt(inp),
             json.dumps([{"turn": f.turn_id, **f.candidate.__dict__} for f in found]),
+        )
+
+    def fill_profile(self, inp: ExtractionInput) -> Completion[list[ProfileFound]]:
+        found = fill_profile(inp)
+        return _counted(
+            "profile",
+            found,
+            profile_prompts.PROFILE_INSTRUCTION + profile_prompts.profile_prompt(inp),
+            json.dumps([f.__dict__ for f in found]),
         )
 
     def consolidate(self, weighings: list[Weighing]) -> Completion[list[Decision]]:

@@ -1,0 +1,47 @@
+"""`AsyncProfileRoutes`: the client's methods of profiles: the app's profile schema,
+and a user's profile, its changes and its history.
+
+sync_profiles.py is generated from this module (`make client`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from shared.client import models as m
+from shared.client.aio_connection import AsyncConnection
+from shared.client.call import Call
+from shared.client.request import one, segment
+
+
+class AsyncProfileRoutes(AsyncConnection):
+    async def profile_schema(self) -> m.ProfileConfig:
+        """The app's profile schema (no field: the app keeps no profile)."""
+        parse = one(m.ProfileConfig)
+        return await self._send(Call("GET", "/v1/config/profile", parse, retry_safe=True))
+
+    async def set_profile_schema(self, fields: Sequence[Mapping[str, Any]]) -> m.ProfileConfig:
+        """Replace the app's profile schema (an admin key): each field a name, a type
+        (string, enum with its values, number, boolean) and a description."""
+        body = {"fields": [dict(f) for f in fields]}
+        parse = one(m.ProfileConfig)
+        return await self._send(
+            Call("PUT", "/v1/config/profile", parse, json=body, retry_safe=True)
+        )
+
+    async def profile(self, user_id: str) -> m.Profile:
+        """The user's profile: each field of the schema that has a value."""
+        path = f"/v1/users/{segment(user_id)}/profile"
+        return await self._send(Call("GET", path, one(m.Profile), retry_safe=True))
+
+    async def update_profile(self, user_id: str, values: Mapping[str, Any]) -> m.Profile:
+        """Set the named fields (None clears one), all or none; the profile after."""
+        path = f"/v1/users/{segment(user_id)}/profile"
+        body = {"values": dict(values)}
+        return await self._send(Call("PATCH", path, one(m.Profile), json=body, retry_safe=True))
+
+    async def profile_revisions(self, user_id: str) -> m.ProfileHistory:
+        """Every change of the user's profile, applied or not, oldest first."""
+        path = f"/v1/users/{segment(user_id)}/profile/revisions"
+        return await self._send(Call("GET", path, one(m.ProfileHistory), retry_safe=True))

@@ -1,0 +1,119 @@
+"""A user's profile through the Python clients (blocking and asyncio) and the MCP
+tools, against the real API over HTTP with authentication on: the schema set with
+an admin key, the profile set, read and cleared, each change a revision whose
+source is the caller's key, and a value of the wrong type refused with its field."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+
+import anyio
+import psycopg
+import pytest
+from mcp import ClientSession
+
+from shared.api_keys import create_key
+from shared.client import AsyncMemoryClient, MemoryClient
+from shared.client.errors import MemoryApiError
+from tests.integration.test_mcp import http_session
+from tests.support import serve_api
+
+FIELDS = [
+    {"name": "name", "type": "string", "description": ""},
+    {"name": "timezone", "type": "string", "description": "an IANA name"},
+    {"name": "team_size", "type": "number", "description": ""},
+]
+
+
+@pytest.fixture
+def served(app_settings, topology, stack, ids):
+    settings = app_settings.model_copy(update={"auth_disabled": False, "auth_cache_seconds": 0})
+    with psycopg.connect(stack.database_url, autocommit=True) as conn:
+        key, stored = create_key(conn, ids["app"], admin=True)
+    with serve_api(settings) as url:
+        yield url, key, stored.id
+
+
+def test_the_blocking_client(served, ids):
+    url, key, key_id = served
+    user = ids["user_id"]
+    with MemoryClient(url, api_key=key) as client:
+        assert client.set_profile_schema(FIELDS).model_dump()["fields"] == FIELDS
+        assert client.profile(user).values == {}
+        after = client.update_profile(user, {"name": "Ada", "team_size": 4})
+        assert after.values == {"name": "Ada", "team_size": 4}
+        assert [f.source for f in after.fields] == [f"key:{key_id}", f"key:{key_id}"]
+        with pytest.raises(MemoryApiError) as refused:
+            client.update_profile(user, {"team_size": "four"})
+        assert refused.value.status == 422 and "values.team_size" in str(refused.value)
+        client.update_profile(user, {"name": None})
+        assert client.profile(user).values == {"team_size": 4}
+        history = client.profile_revisions(user).revisions
+        assert [(r.field, r.action, r.value) for r in history] == [
+            ("name", "SET", "Ada"),
+            ("team_size", "SET", 4),
+            ("name", "CLEARED", None),
+        ]
+
+
+def test_the_asyncio_client(served, ids):
+    url, key, _key_id = served
+    user = ids["user_id"]
+
+    async def run() -> None:
+        async with AsyncMemoryClient(url, api_key=key) as client:
+            schema = await client.set_profile_schema(FIELDS)
+            assert schema.model_dump()["fields"] == FIELDS
+            assert (await client.profile_schema()).model_dump()["fields"] == FIELDS
+            await client.update_profile(user, {"timezone": "Europe/Lisbon"})
+            assert (await client.profile(user)).values == {"timezone": "Europe/Lisbon"}
+            history = await client.profile_revisions(user)
+            assert [(r.field, r.value) for r in history.revisions] == [
+                ("timezone", "Europe/Lisbon")
+            ]
+
+    asyncio.run(run())
+
+
+async def _tool(session: ClientSession, tool: str, **args) -> tuple[bool, str]:
+    result = await session.call_tool(tool, args)
+    return bool(result.is_error), result.content[0].text
+
+
+def test_the_mcp_tools(served, ids):
+    url, key, _key_id = served
+    user = ids["user_id"]
+    with MemoryClient(url, api_key=key) as client:
+        client.set_profile_schema(FIELDS)
+
+    async def run() -> None:
+        async with http_session(url, key) as session:
+            failed, text = await _tool(
+                session, "update_profile", values={"name": "Lin", "timezone": "CET"}, user_id=user
+            )
+            assert not failed and json.loads(text) == {"name": "Lin", "timezone": "CET"}
+            failed, text = await _tool(session, "get_profile", user_id=user)
+            assert not failed and json.loads(text) == {"name": "Lin", "timezone": "CET"}
+            failed, text = await _tool(
+                session, "update_profile", values={"shoe_size": 42}, user_id=user
+            )
+            assert failed and "422" in text and "values.shoe_size" in text
+            failed, text = await _tool(
+                session, "get_context", query="when to meet", user_id=user, session_id="s1"
+            )
+            assert not failed
+            assert "## The user's profile\n- name: Lin\n- timezone: CET" in text
+
+    anyio.run(run)
+
+
+def test_a_user_id_that_is_not_a_path_segment_has_its_profile(served):
+    url, key, _key_id = served
+    with MemoryClient(url, api_key=key) as client:
+        client.set_profile_schema(FIELDS)
+        for user in ("a/b", "..", ".", "x?y#z%"):
+            client.update_profile(user, {"name": user})
+        for user in ("a/b", "..", ".", "x?y#z%"):
+            assert client.profile(user).values == {"name": user}
+            assert [r.value for r in client.profile_revisions(user).revisions] == [user]

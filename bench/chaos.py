@@ -27,7 +27,8 @@ Scenarios (`--only NAME`, repeatable or comma-separated; `--list` names them):
   overload                                      turns at twice what the workers drain, through
                                                 an API with a small publish queue, the emulator
                                                 stopped 4 s: 503 + Retry-After, retried
-  postgres-disk-full                            Postgres's file system (a tmpfs) full for 20 s
+  postgres-disk-full                            Postgres's file system (a tmpfs) full for 20 s,
+                                                its WAL made to need a new segment half-way
   postgres-partition, valkey-partition          every packet to the store dropped (nft) 30 s
   skewed-clocks                                 4 more workers, clocks 5 min ahead and behind
   outage-over-lease                             Valkey stopped 45 s (> ack deadline, leases)

@@ -10,10 +10,8 @@ import signal
 import subprocess
 from pathlib import Path
 
-import httpx
-
 from bench.chaos_suite.budgets import wait_until
-from bench.chaos_suite.stack import Stack, agent_memory, tail
+from bench.chaos_suite.stack import Stack, agent_memory, api_ready, tail
 from services.dev.localstack.process import free_port
 
 
@@ -54,15 +52,9 @@ class OwnApi:
                 start_new_session=True,
             )
         self.stack.cleanups.append(self.stop)
-        if wait_until(self._ready, deadline, 0.3):
+        if wait_until(lambda: api_ready(self.url), deadline, 0.3):
             return ""
         return f"{self.name} not ready in time:\n{tail(self.log, 8)}"
-
-    def _ready(self) -> bool:
-        try:
-            return httpx.get(f"{self.url}/readyz", timeout=3).status_code == 200
-        except httpx.HTTPError:
-            return False
 
     def stop(self) -> None:
         """SIGTERM (it drains), then SIGKILL after 15 s."""

@@ -85,12 +85,13 @@ class Sampler:
         ages = [f[subscription][1] or 0.0 for _t, f, _r in self.samples if subscription in f]
         return max(backlogs, default=0), max(ages, default=0.0)
 
-    def drain_rate(self, subscription: str, after: float) -> float:
-        """The median events per second settled while a backlog waited."""
+    def drain_rate(self, subscription: str, after: float, baseline: int) -> float:
+        """The median events per second settled while a backlog (above `baseline`,
+        what earlier scenarios left: messages lost with a killed emulator) waited."""
         rates = [
             f[subscription][2]
             for t, f, _r in self.samples
-            if t >= after and subscription in f and f[subscription][0] > 0
+            if t >= after and subscription in f and f[subscription][0] > baseline
         ]
         return statistics.median(rates) if rates else 0.0
 
@@ -180,17 +181,18 @@ def _check_backlog(
     worst, worst_rate = "", float("inf")
     for sub in SUBSCRIPTIONS:
         backlog, age = sampler.peak(sub)
-        rate = sampler.drain_rate(sub, began)
+        rate = sampler.drain_rate(sub, began, before[sub])
         note = (
             f"{sub}: backlog {before[sub]} -> peak {backlog} (oldest {age:.0f}s)"
             f" -> {sampler.backlog(sub, -1)}, drained {rate:.1f}/s"
         )
         row.notes.append(note)
         say(f"    {note}")
-        if backlog <= before[sub]:
-            row.fail(f"{sub}: the backlog never grew")
         if rate and rate < worst_rate:
             worst, worst_rate = sub, rate
+    # The slowest subscription's backlog grows; a faster one may keep up.
+    if all(sampler.peak(sub)[0] <= before[sub] for sub in SUBSCRIPTIONS):
+        row.fail("no subscription's backlog grew")
     if not drained:
         row.fail("the backlog did not drain back to where it was")
     if not worst:

@@ -24,8 +24,11 @@ Scenarios (`--only NAME`, repeatable or comma-separated; `--list` names them):
                                                 of valid and invalid dead letters
   valkey-full                                   Valkey's maxmemory set below what it holds
                                                 (noeviction) for 20 s
-  overload                                      turns at twice what the workers drain
-  postgres-disk-full                            Postgres's file system (a tmpfs) full for 20 s
+  overload                                      turns at twice what the workers drain, through
+                                                an API with a small publish queue, the emulator
+                                                stopped 4 s: 503 + Retry-After, retried
+  postgres-disk-full                            Postgres's file system (a tmpfs) full for 20 s,
+                                                its WAL made to need a new segment half-way
   postgres-partition, valkey-partition          every packet to the store dropped (nft) 30 s
   skewed-clocks                                 4 more workers, clocks 5 min ahead and behind
   outage-over-lease                             Valkey stopped 45 s (> ack deadline, leases)
@@ -64,7 +67,8 @@ from bench.chaos_suite.leases import run_long_outage, run_saturation  # noqa: E4
 from bench.chaos_suite.network import run_partition  # noqa: E402
 from bench.chaos_suite.observe import settle  # noqa: E402
 from bench.chaos_suite.outages import run_emulator_kill, run_fault_scenario  # noqa: E402
-from bench.chaos_suite.pressure import run_overload, run_valkey_full  # noqa: E402
+from bench.chaos_suite.overload import run_overload  # noqa: E402
+from bench.chaos_suite.pressure import run_valkey_full  # noqa: E402
 from bench.chaos_suite.replay import run_dlq_replay  # noqa: E402
 from bench.chaos_suite.report import Row, print_report  # noqa: E402
 from bench.chaos_suite.scenario import Context  # noqa: E402

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
@@ -74,8 +75,20 @@ class Burst:
     senders taking them in order); each turn is retried on 503 and connection errors
     with its turn_id until SEND_BUDGET or stop()."""
 
-    def __init__(self, stack: Stack, turns: list[Turn], rate: float, threads: int = 8) -> None:
+    def __init__(
+        self,
+        stack: Stack,
+        turns: list[Turn],
+        rate: float,
+        threads: int = 8,
+        client: Callable[[], MemoryClient] | None = None,
+        seconds: float | None = None,
+    ) -> None:
+        """`client`: how a sender gets its client (default: the stack's API).
+        `seconds`: no turn is started after that long; those left are not sent."""
         self.stack = stack
+        self.client = client or stack.client
+        self.seconds = seconds
         self.turns = turns
         self.rate = rate
         self.threads = threads
@@ -112,11 +125,14 @@ class Burst:
             worker.join(max(0.0, deadline - time.monotonic()))
         return not any(w.is_alive() for w in self._workers)
 
+    def _over(self) -> bool:
+        return self.seconds is not None and time.monotonic() >= self.started + self.seconds
+
     def _run(self) -> None:
-        with self.stack.client() as client:
+        with self.client() as client:
             while not self._stop.is_set():
                 with self._lock:
-                    if self._next >= len(self.turns):
+                    if self._next >= len(self.turns) or self._over():
                         return
                     n = self._next
                     self._next += 1
@@ -129,9 +145,11 @@ class Burst:
 
 def record(client: MemoryClient, turn: Turn, give_up_at: float, stop: threading.Event) -> None:
     """One turn, as an agent service records it: the client's own retries, and on a
-    503 or no answer, again with the same turn_id until `give_up_at`."""
+    503 or no answer, again with the same turn_id until `give_up_at`, never sooner
+    than a 503's `Retry-After` asks."""
     delay = 0.2
     while True:
+        wait = delay
         turn.attempts += 1
         turn.failure = "no answer yet"  # what a tally taken during the attempt shows
         attempt_started = time.monotonic()
@@ -154,6 +172,7 @@ def record(client: MemoryClient, turn: Turn, give_up_at: float, stop: threading.
             )
             if exc.status != 503:
                 return  # an answer, not an outage: not retried
+            wait = max(delay, exc.retry_after or 0.0)
         except MemoryClientError as exc:
             turn.failure = f"{type(exc).__name__}: {str(exc)[:120]}"
             return
@@ -162,7 +181,7 @@ def record(client: MemoryClient, turn: Turn, give_up_at: float, stop: threading.
             turn.accepted_at, turn.published_from = time.monotonic(), attempt_started
             turn.latency = turn.accepted_at - attempt_started
             return
-        if stop.is_set() or time.monotonic() + delay > give_up_at:
+        if stop.is_set() or time.monotonic() + wait > give_up_at:
             return
-        stop.wait(delay)
+        stop.wait(wait)
         delay = min(1.0, delay * 2)

@@ -24,6 +24,14 @@ class Fault:
         raise NotImplementedError
 
 
+def after_hold(deadline: float) -> float:
+    """The deadline of a wait for recovery that follows a hold of the fault's own
+    length: `end`'s deadline runs from the injection, so a hold as long as
+    RESTART_BUDGET (a full disk, a partition) would leave that wait no time at all,
+    and it would fail at once, claiming the budget had passed."""
+    return max(deadline, time.monotonic() + RESTART_BUDGET)
+
+
 class Kill(Fault):
     """A signal to one process of the stack; it ends when `up` has started it again
     (a new pid in pids.json) and, for a component, it answers."""

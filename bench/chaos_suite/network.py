@@ -16,7 +16,7 @@ from datetime import datetime
 from urllib.parse import urlsplit
 
 from bench.chaos_suite.budgets import wait_until
-from bench.chaos_suite.faults import Fault
+from bench.chaos_suite.faults import Fault, after_hold
 from bench.chaos_suite.logs import worker_records
 from bench.chaos_suite.outages import run_fault_scenario
 from bench.chaos_suite.pressure import check_held
@@ -93,7 +93,7 @@ class Partition(Fault):
         self.heal()
         stack.cleanups.remove(self.heal)
         healed = time.monotonic()
-        if not wait_until(lambda: stack.answers(self.name), deadline, 0.2):
+        if not wait_until(lambda: stack.answers(self.name), after_hold(deadline), 0.2):
             return None, f"{self.name} did not answer after the partition healed"
         return time.monotonic(), f"healed after {healed - self.dropped_at:.1f}s"
 

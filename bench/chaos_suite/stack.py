@@ -167,10 +167,7 @@ class Stack:
         return entry is not None and process_alive(*entry)
 
     def ready(self) -> bool:
-        try:
-            return httpx.get(f"{self.api_url}/readyz", timeout=3).status_code == 200
-        except httpx.HTTPError:
-            return False
+        return api_ready(self.api_url)
 
     def healthy(self) -> bool:
         """`up` runs, every process it reported lives, and the API is ready."""
@@ -294,6 +291,14 @@ def agent_memory() -> list[str]:
     """The `agent-memory` command of this interpreter's environment."""
     script = Path(sys.executable).parent / "agent-memory"
     return [str(script)] if script.exists() else [sys.executable, "-m", "services.cli"]
+
+
+def api_ready(url: str) -> bool:
+    """Does the API at `url` answer its `/readyz` with 200?"""
+    try:
+        return httpx.get(f"{url}/readyz", timeout=3).status_code == 200
+    except httpx.HTTPError:
+        return False
 
 
 def process_alive(pid: int, create_time: float) -> bool:

@@ -15,6 +15,7 @@ import pytest
 
 from services.api.errors import RETRY_AFTER_SECONDS, VALKEY_FULL_RETRY_AFTER_SECONDS
 from services.api.memory_models import SearchRequest
+from services.dev.localstack.supervision import COMPONENT_BACKOFF_SECONDS, SERVICE_BACKOFF_SECONDS
 from services.summary_worker.folding import FoldPolicy
 from services.worker import DEFAULT_POOL_SIZE
 from shared.bus.admin import DEAD_LETTER_ACK_DEADLINE
@@ -134,6 +135,11 @@ CONSTANTS: list[tuple[str, str, Callable[[], tuple[float, ...]]]] = [
             KEEPALIVE_COUNT,
             KEEPALIVE_INTERVAL_SECONDS,
         ),
+    ),
+    (
+        "local-stack.md",
+        r"a service up to (\d+) s apart, a component up to (\d+) s apart",
+        lambda: (SERVICE_BACKOFF_SECONDS, COMPONENT_BACKOFF_SECONDS),
     ),
     (
         "operations.md",

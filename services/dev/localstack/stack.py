@@ -42,6 +42,7 @@ from services.dev.localstack.state import (
     write_pids,
 )
 from services.dev.localstack.supervision import (
+    COMPONENT_BACKOFF_SECONDS,
     RestartBackoff,
     restart_component,
     stop_group,
@@ -104,6 +105,7 @@ class LocalStack(ServiceProcesses):
         self._chosen_ports: set[int] = set()
         self._lock_file: IO[str] | None = None
         self._backoff = RestartBackoff()
+        self._component_backoff = RestartBackoff(COMPONENT_BACKOFF_SECONDS)
         self._stopping = threading.Event()
         self._stop_requested = threading.Event()
         self._running = False
@@ -251,7 +253,7 @@ class LocalStack(ServiceProcesses):
     def watch_once(self) -> None:
         """Start again, with backoff, a component or a service that exited."""
         for proc in list(self.components):
-            if self._backoff.due(proc.name, proc, self._stopping.is_set()):
+            if self._component_backoff.due(proc.name, proc, self._stopping.is_set()):
                 self._restart_component(proc)
         for name, proc in list(self.service_procs.items()):
             if not self._backoff.due(name, proc, self._stopping.is_set()):
@@ -280,7 +282,7 @@ class LocalStack(ServiceProcesses):
         restart_component(
             proc,
             component.start,
-            self._backoff.restarts[proc.name],
+            self._component_backoff.restarts[proc.name],
             paused=[p for p in self.service_procs.values() if p.running] if emulator else [],
             started=started,
         )

@@ -19,6 +19,13 @@ from shared.waiting import poll
 log = structlog.get_logger("agent_memory.up")
 
 HEALTHY_AFTER_SECONDS = 60.0
+# The longest wait before a restart. A service that keeps exiting is mostly its own
+# fault (a bad setting): 30 s. A component (Postgres, Valkey, the emulator) that
+# cannot start is mostly the machine's (a full disk): every service waits on it,
+# a failed start costs under a second, and it must be back within seconds of the
+# cause being fixed, not half a minute later.
+SERVICE_BACKOFF_SECONDS = 30.0
+COMPONENT_BACKOFF_SECONDS = 4.0
 KILL_WAIT_SECONDS = 0.5
 
 
@@ -38,10 +45,11 @@ def service_kind(name: str) -> str:
 
 
 class RestartBackoff:
-    """When an exited process is due to start again: 1, 2, 4 … 30 s after its last
-    start. A process that ran a minute starts its backoff over."""
+    """When an exited process is due to start again: 1, 2, 4 … `longest` seconds
+    after its last start. A process that ran a minute starts its backoff over."""
 
-    def __init__(self) -> None:
+    def __init__(self, longest: float = SERVICE_BACKOFF_SECONDS) -> None:
+        self.longest = longest
         self.restarts: dict[str, int] = {}
 
     def due(self, name: str, proc: ManagedProcess, stopping: bool) -> bool:
@@ -51,7 +59,7 @@ class RestartBackoff:
         if proc.running or stopping:
             return False
         count = self.restarts.get(name, 0)
-        if time.monotonic() - proc.started_at < min(30.0, 2.0**count):
+        if time.monotonic() - proc.started_at < min(self.longest, 2.0**count):
             return False
         self.restarts[name] = count + 1
         return True

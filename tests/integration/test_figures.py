@@ -316,6 +316,10 @@ def test_messages_another_publisher_sent_are_in_the_backlog_once_a_worker_has_th
     def stall(_event, _delivery):
         assert release.wait(30), "the test never released the handler"
 
+    # Published before the worker pulls: Pub/Sub holds a session's later turns
+    # back until the earlier ones are acknowledged, so turns published while the
+    # stalled handler holds the first would not reach the worker at all.
+    _publish_as_a_script(local, ids, 1, 5)
     try:
         with running(
             local,
@@ -323,7 +327,6 @@ def test_messages_another_publisher_sent_are_in_the_backlog_once_a_worker_has_th
             {TurnRecorded: intercept(summary_handler(local, buffer), stall)},
             publisher,
         ):
-            _publish_as_a_script(local, ids, 1, 5)
             # Received and held by the stalled handler: the backlog has them.
             wait_for(
                 lambda: (

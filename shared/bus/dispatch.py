@@ -95,15 +95,20 @@ class Dispatcher:
             thread.start()
             self._threads.append(thread)
 
-    def receive(self, messages: Sequence[Message]) -> None:
-        """Queue `messages` for the handler threads (a pull's sink, called from the
-        pull's own threads)."""
+    def arrived(self, messages: Sequence[Message]) -> None:
+        """Note messages as they reach this process (the pull calls it at once, before
+        any waits behind its ordering key): their delivery lag, and those no
+        publisher counted, which the backlog figures count as published."""
         now = datetime.now(UTC)
         for message in messages:
             if message.publish_time is not None:
                 self._lag.observe(max(0.0, (now - message.publish_time).total_seconds()))
             if COUNTED not in message.attributes and (message.delivery_attempt or 1) == 1:
                 self._uncounted.inc()
+
+    def receive(self, messages: Sequence[Message]) -> None:
+        """Queue `messages` for the handler threads (a pull's sink, called from the
+        pull's own threads)."""
         with self._cond:
             stopping = self._stopping.is_set()
             if not stopping:

@@ -109,6 +109,7 @@ class UnaryPull:
         backoff_emulated: bool = True,
         may_pull: Callable[[], bool] | None = None,
         on_error: Callable[[Exception], None] | None = None,
+        on_arrival: Sink | None = None,
     ) -> None:
         self.subscriber = subscriber
         self.path = subscription_path
@@ -118,6 +119,8 @@ class UnaryPull:
         # False while a dependency is down: nothing new is pulled meanwhile.
         self.may_pull = may_pull or (lambda: True)
         self.on_error = on_error or (lambda _exc: None)
+        # Told of every message as it is pulled, before it waits behind its key.
+        self.on_arrival = on_arrival or (lambda _messages: None)
         self._stopping = threading.Event()
         self._done = threading.Event()
         self._error: BaseException | None = None
@@ -285,7 +288,9 @@ class UnaryPull:
             # ours (sent with the next settle flush, before any nack), so a
             # worker killed now has its messages back within seconds.
             self._to_extend.extend(r.ack_id for r in received)
-        refused = self._handoff.offer(PulledMessage(r, self) for r in received)
+        pulled = [PulledMessage(r, self) for r in received]
+        self.on_arrival(pulled)
+        refused = self._handoff.offer(pulled)
         if refused:  # pulled as the worker stopped: given back unopened
             self._give_back(refused)
 

@@ -16,6 +16,7 @@ holds what it has.
 from __future__ import annotations
 
 import time
+from collections.abc import Sequence
 
 import structlog
 from google.cloud import pubsub_v1
@@ -34,7 +35,7 @@ from shared.bus.contract import (
 )
 from shared.bus.dependencies import Dependencies
 from shared.bus.dispatch import Dispatcher
-from shared.bus.message import Pull
+from shared.bus.message import Message, Pull
 from shared.bus.publisher import EventPublisher
 from shared.bus.settling import Settler
 from shared.bus.streaming_pull import StreamingPull
@@ -124,12 +125,13 @@ class SubscriberRuntime:
                 backoff_emulated=backoff_emulated,
                 may_pull=lambda: self.dependencies.ready,
                 on_error=lambda exc: self.dependencies.report("pubsub", exc),
+                on_arrival=self.dispatcher.arrived,
             )
         else:
             self.pull = StreamingPull(
                 self.subscriber,
                 path,
-                self.dispatcher.receive,
+                self._streamed,
                 max_outstanding=max_outstanding,
                 lease_seconds=lease_seconds,
                 backoff_emulated=backoff_emulated,
@@ -189,6 +191,11 @@ class SubscriberRuntime:
     @property
     def running(self) -> bool:
         return self.pull.running
+
+    def _streamed(self, messages: Sequence[Message]) -> None:
+        # The streaming client holds a key's messages itself: they arrive here in turn.
+        self.dispatcher.arrived(messages)
+        self.dispatcher.receive(messages)
 
     def in_flight(self) -> int:
         """Messages pulled and not yet settled."""

@@ -24,7 +24,7 @@ $(STAMP): pyproject.toml
 
 # Two pytest processes, each with its own Postgres, Valkey and emulator: the tests
 # wait on processes and the network as much as they compute.
-TEST_WORKERS ?= 2
+TEST_WORKERS ?= 3
 
 # The linters and the type checker first: a lint or type error fails the run (and
 # so CI, whose .ci/run is `make test`) before the suite starts.

@@ -22,8 +22,8 @@ $(STAMP): pyproject.toml
 	@touch $(STAMP)
 	@echo "== $(VENV) is ready"
 
-# Two pytest processes, each with its own Postgres, Valkey and emulator: the tests
-# wait on processes and the network as much as they compute.
+# Three pytest processes on two cores, each with its own Postgres, Valkey and
+# emulator: the tests wait on processes and the network more than they compute.
 TEST_WORKERS ?= 3
 
 # The linters and the type checker first: a lint or type error fails the run (and

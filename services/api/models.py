@@ -76,7 +76,14 @@ TURN_OF = (
     "recalled for that agent only." + _KEY
 )
 
+SESSION_OF = (
+    "The agent whose session it is: a session is the agent's that recorded its first "
+    "turn (none: the user's own), and only that agent reads, flushes or deletes it "
+    "(404 for any other)." + _KEY
+)
+
 AgentRead = Annotated[OptionalId, Field(description=READ_AS)]
+AgentOfSession = Annotated[OptionalId, Field(description=SESSION_OF)]
 AgentWrite = Annotated[OptionalId, Field(description=WRITE_AS)]
 AgentOfTurn = Annotated[OptionalId, Field(description=TURN_OF)]
 
@@ -261,6 +268,7 @@ class FlushSessionRequest(RequestBody):
     model_config = ConfigDict(json_schema_extra={"examples": [{"user_id": "u-42"}]})
 
     user_id: Identifier
+    agent_id: AgentOfSession = None
 
 
 class FlushSessionResponse(BaseModel):

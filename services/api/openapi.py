@@ -38,8 +38,13 @@ BODY_ERRORS = {
 # What only some operations answer: (method, path) -> {status: description}.
 ROUTE_ERRORS: dict[tuple[str, str], dict[int, str]] = {
     ("post", "/v1/sessions/{session_id}/turns"): {
+        409: "The session is another agent's (`agent_id`); nothing is recorded.",
         410: "The user was deleted after this turn was created; it is not recorded.",
     },
+    ("get", "/v1/sessions/{session_id}"): {404: "The session is another agent's."},
+    ("post", "/v1/sessions/{session_id}:flush"): {404: "The session is another agent's."},
+    ("delete", "/v1/sessions/{session_id}"): {404: "The session is another agent's."},
+    ("post", "/v1/context"): {404: "The session (`session_id`) is another agent's."},
     ("post", "/v1/memories"): {
         409: "The user's memories kept changing under the write's decision; retry.",
         502: "The model's answers to the consolidation stayed invalid; `message` says how.",
@@ -100,6 +105,13 @@ _WRITTEN = {
 }
 _SESSION = "/v1/sessions/{session_id}"
 _TURNS_SESSION = {"path.session_id": "$request.path.session_id"}
+# A session is its first turn's agent's: read as the agent that recorded the turn.
+_BODY_AGENT = "$request.body#/agent_id"
+_TURNS_SESSION_READ = {
+    **_TURNS_SESSION,
+    "query.user_id": _BODY_USER,
+    "query.agent_id": _BODY_AGENT,
+}
 _RULE = {"path.rule_id": "$response.body#/id", "query.user_id": "$response.body#/user_id"}
 # The memory an answer is (`_READ_BACK`) or holds (`_GIVEN`), read as the body's user.
 _READ_BACK = {
@@ -168,16 +180,21 @@ LINKS: dict[tuple[str, str], dict[int, dict[str, dict]]] = {
     ("post", f"{_MEMORY}:rollback"): {200: {"GetMemory": _link("get", _MEMORY, _READ_BACK)}},
     ("post", f"{_SESSION}/turns"): {
         202: {
-            "GetSession": _link("get", _SESSION, {**_TURNS_SESSION, "query.user_id": _BODY_USER}),
-            "FlushSession": _link("post", f"{_SESSION}:flush", _TURNS_SESSION, user_id=_BODY_USER),
-            "DeleteSession": _link(
-                "delete", _SESSION, {**_TURNS_SESSION, "query.user_id": _BODY_USER}
+            "GetSession": _link("get", _SESSION, _TURNS_SESSION_READ),
+            "FlushSession": _link(
+                "post",
+                f"{_SESSION}:flush",
+                _TURNS_SESSION,
+                user_id=_BODY_USER,
+                agent_id=_BODY_AGENT,
             ),
+            "DeleteSession": _link("delete", _SESSION, _TURNS_SESSION_READ),
             "Context": _link(
                 "post",
                 "/v1/context",
                 user_id=_BODY_USER,
                 session_id="$request.path.session_id",
+                agent_id=_BODY_AGENT,
             ),
         }
     },

@@ -215,8 +215,13 @@ async def delete_memory(request: Request) -> Response:
 async def session_page(request: Request) -> HTMLResponse:
     query = request.query_params
     user_id, session_id = inputs.identifier(query, "user"), inputs.identifier(query, "id")
+    # An agent's session is read as that agent: the link's, or its archived turns'.
+    agent = inputs.identifier(query, "agent", required=False)
+    if not agent:
+        owner = reads.agent_of_session(Viewer(request).app, user_id, session_id)
+        agent = await queries.read(request.app.state.apool, owner)
     async with client(request) as api:
-        view = await api.session(session_id, user_id)
+        view = await api.session(session_id, user_id, agent_id=agent or None)
     return page(request, "session.html", user_id=user_id, view=view)
 
 

@@ -168,7 +168,8 @@ class MemoryTools(EditTools, EntityTools, ProfileTools):
         """The conversation is over: what its turns say becomes long-term memories
         now, instead of after a few more turns or a quiet spell."""
         who, session = self._user(user_id), self._session(session_id)
-        answer = await self._call(ctx, lambda c: c.flush_session(session, who))
+        agent = self._agent()
+        answer = await self._call(ctx, lambda c: c.flush_session(session, who, agent_id=agent))
         return answer.model_dump(mode="json")
 
     async def search_memories(

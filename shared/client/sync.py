@@ -68,22 +68,30 @@ class MemoryClient(MemoryRoutes, EntityRoutes, ProfileRoutes):
         parse = one(m.RecordTurnResponse)
         return self._send(Call("POST", path, parse, json=body, retry_safe=True))
 
-    def session(self, session_id: str, user_id: str) -> m.SessionResponse:
-        """The session's short-term memory: rolling summary and buffered turns."""
-        path, params = f"/v1/sessions/{segment(session_id)}", {"user_id": user_id}
+    def session(
+        self, session_id: str, user_id: str, *, agent_id: str | None = None
+    ) -> m.SessionResponse:
+        """The session's short-term memory: rolling summary and buffered turns. An
+        agent's session is read as that agent (`agent_id`)."""
+        path, params = _session_call(session_id, user_id, agent_id)
         parse = one(m.SessionResponse)
         return self._send(Call("GET", path, parse, params=params, retry_safe=True))
 
-    def flush_session(self, session_id: str, user_id: str) -> m.FlushSessionResponse:
+    def flush_session(
+        self, session_id: str, user_id: str, *, agent_id: str | None = None
+    ) -> m.FlushSessionResponse:
         """Extract the session's waiting turns now (at its end), not when its window closes."""
         # A second flush is harmless: it finds less, or nothing, to extract.
-        path, body = f"/v1/sessions/{segment(session_id)}:flush", {"user_id": user_id}
+        path, body = _session_call(session_id, user_id, agent_id)
         parse = one(m.FlushSessionResponse)
-        return self._send(Call("POST", path, parse, json=body, retry_safe=True))
+        call = Call("POST", f"{path}:flush", parse, json=body, retry_safe=True)
+        return self._send(call)
 
-    def delete_session(self, session_id: str, user_id: str) -> m.DeleteSessionResponse:
+    def delete_session(
+        self, session_id: str, user_id: str, *, agent_id: str | None = None
+    ) -> m.DeleteSessionResponse:
         """Remove the session's short-term memory (its long-term memories stay)."""
-        path, params = f"/v1/sessions/{segment(session_id)}", {"user_id": user_id}
+        path, params = _session_call(session_id, user_id, agent_id)
         parse = one(m.DeleteSessionResponse)
         return self._send(Call("DELETE", path, parse, params=params, retry_safe=True))
 
@@ -229,3 +237,10 @@ class MemoryClient(MemoryRoutes, EntityRoutes, ProfileRoutes):
         # 503 is an answer here (`down` names what is down), not an error to raise.
         call = Call("GET", "/readyz", dict, retry_safe=True, accept=frozenset({503}))
         return self._send(call)
+
+
+def _session_call(
+    session_id: str, user_id: str, agent_id: str | None
+) -> tuple[str, dict[str, Any]]:
+    """A session's path, and whose it is (its query parameters, or a flush's body)."""
+    return f"/v1/sessions/{segment(session_id)}", present(user_id=user_id, agent_id=agent_id)

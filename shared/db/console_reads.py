@@ -192,6 +192,17 @@ def agent_of_memory(app: str, user_id: str, memory_id: str) -> Steps[str]:
     return str(rows[0]["agent_id"]) if rows else ""
 
 
+def agent_of_session(app: str, user_id: str, session_id: str) -> Steps[str]:
+    """The agent whose session it is, as its archived turns say ('' the user's own,
+    or none archived yet)."""
+    rows = yield Statement(
+        "SELECT agent_id FROM episodes WHERE app = %(app)s AND user_id = %(user_id)s "
+        "AND session_id = %(session_id)s LIMIT 1",
+        {"app": app, "user_id": user_id, "session_id": session_id},
+    )
+    return str(rows[0]["agent_id"] or "") if rows else ""
+
+
 def user_known(app: str, user_id: str) -> Steps[bool]:
     """Whether the app holds anything of the user: a memory (live or not) or a turn."""
     rows = yield Statement(

@@ -36,7 +36,14 @@ from shared.memory.periods import Period
 from shared.memory.ranking import Scope
 from shared.memory.search import Found, FoundEpisode, MemorySearch
 from shared.profiles.schema import shown as value_text
-from shared.session_buffer import AsyncSessionBuffer, BufferedTurn, SessionKey, SessionView, Summary
+from shared.session_buffer import (
+    AsyncSessionBuffer,
+    BufferedTurn,
+    SessionKey,
+    SessionOfAnotherAgent,
+    SessionView,
+    Summary,
+)
 from shared.tokens import clip_to_tokens, estimate_tokens
 
 # The archive's hits a context weighs: one per this many tokens of its budget.
@@ -154,6 +161,8 @@ async def build_context(
         failures["profile"] = profile
         profile = []
     view, carried = None, None
+    if isinstance(session, SessionOfAnotherAgent):
+        raise session  # a refusal, not an outage
     if isinstance(session, BaseException):
         failures["session"] = session
     else:
@@ -178,10 +187,13 @@ async def _session_part(
     the query names, else the one the session recorded), if any."""
     scope = query.scope
     view = await buffer.read(SessionKey(scope.app, scope.user_id, scope.session_id))
+    if not view.serves(scope.agent_id):
+        raise SessionOfAnotherAgent(scope.session_id, scope.agent_id)
     carried = None
     prev = query.prev_session_id or view.prev_session_id
     if prev:
-        carried = await buffer.read_summary(SessionKey(scope.app, scope.user_id, prev))
+        previous = SessionKey(scope.app, scope.user_id, prev)
+        carried = await buffer.read_summary(previous, scope.agent_id)
     return view, carried
 
 

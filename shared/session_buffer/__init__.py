@@ -21,6 +21,11 @@ deletion (and the session's keys, if nothing else is in it: a user may come
 back after a deletion, and their new turns stay). The order argument needs the
 session and tombstone keys on one primary, as with a standalone Valkey or Redis.
 
+A session is one agent's, or the user's own: the first turn appended says whose
+(`meta`'s `agent`), and the API's append refuses the turns of any other agent
+in the same script (`own_only`), so that two agents of a user never share one
+buffer. The workers' appends never refuse: the event was accepted already.
+
 `SessionBuffer` is the blocking client of the workers; `AsyncSessionBuffer` the
 API's, on the event loop. Both run the same scripts, through one core.
 
@@ -42,6 +47,7 @@ from shared.session_buffer.model import (
     AppendResult,
     BufferedTurn,
     FoldResult,
+    SessionOfAnotherAgent,
     SessionView,
     Summary,
 )
@@ -56,6 +62,7 @@ __all__ = [
     "FoldResult",
     "SessionBuffer",
     "SessionKey",
+    "SessionOfAnotherAgent",
     "SessionView",
     "Summary",
     "meta_key_of",

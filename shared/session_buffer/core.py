@@ -31,11 +31,17 @@ class BufferCore:
         self._unappend = client.register_script(UNAPPEND)
 
     def _queue_append(
-        self, pipe: Any, key: SessionKey, turn: BufferedTurn, prev_session_id: str
+        self,
+        pipe: Any,
+        key: SessionKey,
+        turn: BufferedTurn,
+        prev_session_id: str,
+        own_only: bool = False,
     ) -> None:
         """An append's two commands on a pipeline: the script, then the user's tombstone
-        (read after it, on the same connection; see the package's notes)."""
-        args = _append_args(turn, prev_session_id, self.ttl_seconds)
+        (read after it, on the same connection; see the package's notes). `own_only`
+        refuses the turn when the session is another agent's."""
+        args = _append_args(turn, prev_session_id, self.ttl_seconds, own_only)
         pipe.execute_command("EVALSHA", self._append.sha, len(key.keys), *key.keys, *args)
         pipe.get(key.tombstone)
 
@@ -53,17 +59,19 @@ def _score(created_at: datetime) -> float:
     return created_at.timestamp() * 1_000_000
 
 
-def _text(value: bytes | str | None) -> str:
+def text_of(value: bytes | str | None) -> str:
     if value is None:
         return ""
     return value.decode() if isinstance(value, bytes) else value
 
 
 def _flat_to_dict(flat: list) -> dict[str, bytes | str]:
-    return {_text(k): v for k, v in zip(flat[::2], flat[1::2], strict=True)}
+    return {text_of(k): v for k, v in zip(flat[::2], flat[1::2], strict=True)}
 
 
-def _append_args(turn: BufferedTurn, prev_session_id: str, ttl: int) -> list[object]:
+def _append_args(
+    turn: BufferedTurn, prev_session_id: str, ttl: int, own_only: bool
+) -> list[object]:
     return [
         turn.turn_id,
         _score(turn.created_at),
@@ -72,6 +80,8 @@ def _append_args(turn: BufferedTurn, prev_session_id: str, ttl: int) -> list[obj
         ttl,
         prev_session_id,
         turn.project_id,
+        turn.agent_id,
+        "1" if own_only else "0",
     ]
 
 
@@ -81,9 +91,11 @@ def _is_dropped(turn: BufferedTurn, tombstone: bytes | str | None) -> bool:
 
 def append_result(turn: BufferedTurn, reply: list, tombstone: Any) -> AppendResult:
     """What the append's two replies say; `dropped` asks the caller to take it back."""
+    added, count, tokens = reply
+    if int(added) < 0:  # nothing was appended, so nothing to take back either
+        return AppendResult(False, int(count), int(tokens), other_agent=True)
     if _is_dropped(turn, tombstone):
         return AppendResult(False, 0, 0, dropped=True)
-    added, count, tokens = reply
     return AppendResult(bool(added), int(count), int(tokens))
 
 
@@ -106,7 +118,8 @@ def view(found: list) -> SessionView | None:
         tokens=int(meta.get("tokens", 0)),
         turns_total=int(turns_total),
         summary=summary([meta.get(name) for name in SUMMARY_FIELDS]),
-        prev_session_id=_text(meta.get("prev_session_id")),
+        prev_session_id=text_of(meta.get("prev_session_id")),
+        agent_id=text_of(meta["agent"]) if "agent" in meta else None,
         folds=dict(sorted(folds.items())),
     )
 
@@ -122,7 +135,7 @@ def summary(values: list) -> Summary:
     """A summary from its `meta` fields, in the order of SUMMARY_FIELDS."""
     text, version, updated = values
     return Summary(
-        text=_text(text),
+        text=text_of(text),
         version=int(version or 0),
-        updated_at=parse_time(_text(updated)) if updated else None,
+        updated_at=parse_time(text_of(updated)) if updated else None,
     )

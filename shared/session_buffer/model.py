@@ -22,6 +22,7 @@ class BufferedTurn:
     assistant: str
     project_id: str
     tokens: int
+    agent_id: str = ""  # the agent that recorded it ('' none: the user's own)
 
     @classmethod
     def from_event(cls, event: TurnRecorded) -> BufferedTurn:
@@ -33,19 +34,23 @@ class BufferedTurn:
             assistant=event.assistant,
             project_id=event.project_id,
             tokens=estimate_tokens(event.user) + estimate_tokens(event.assistant),
+            agent_id=event.agent_id,
         )
 
     def to_json(self) -> str:
+        fields: dict[str, Any] = {
+            "turn_id": self.turn_id,
+            "event_id": self.event_id,
+            "created_at": format_time(self.created_at),
+            "user": self.user,
+            "assistant": self.assistant,
+            "project_id": self.project_id,
+            "tokens": self.tokens,
+        }
+        if self.agent_id:
+            fields["agent_id"] = self.agent_id
         return json.dumps(
-            {
-                "turn_id": self.turn_id,
-                "event_id": self.event_id,
-                "created_at": format_time(self.created_at),
-                "user": self.user,
-                "assistant": self.assistant,
-                "project_id": self.project_id,
-                "tokens": self.tokens,
-            },
+            fields,
             ensure_ascii=False,
             separators=(",", ":"),
         )
@@ -61,6 +66,7 @@ class BufferedTurn:
             assistant=d["assistant"],
             project_id=d["project_id"],
             tokens=int(d["tokens"]),
+            agent_id=d.get("agent_id", ""),
         )
 
 
@@ -84,8 +90,15 @@ class SessionView:
     turns_total: int  # every turn ever appended (the `seen` set), folded ones included
     summary: Summary
     prev_session_id: str = ""
+    # The agent whose session it is ('' the user's own; None: no turn says yet).
+    agent_id: str | None = None
     # Summary version -> the turn_ids folded into that version (read on request).
     folds: dict[int, list[str]] = field(default_factory=dict)
+
+    def serves(self, agent_id: str) -> bool:
+        """May `agent_id` ('' none) read and write this session: it is the agent's,
+        or no turn has said whose it is (a new session, or one older than owners)."""
+        return self.agent_id is None or self.agent_id == agent_id
 
     @property
     def folded_total(self) -> int:
@@ -108,3 +121,16 @@ class AppendResult:
     # The user was deleted (GDPR) after this turn was created: the session's keys
     # were removed again and nothing is kept.
     dropped: bool = False
+    # Refused: the session is another agent's (asked for with `own_only`); nothing
+    # was appended.
+    other_agent: bool = False
+
+
+class SessionOfAnotherAgent(Exception):
+    """The session is another agent's (or an agent's, asked for as the user's own)."""
+
+    def __init__(self, session_id: str, agent_id: str) -> None:
+        who = f"agent {agent_id}" if agent_id else "the user (no agent_id)"
+        super().__init__(f"session {session_id} is not a session of {who}")
+        self.session_id = session_id
+        self.agent_id = agent_id

@@ -17,13 +17,21 @@ APPEND = (
     FILL
     + """
 -- KEYS: turns (zset), data (hash), seen (set), meta (hash), folds, fold-lock
--- ARGV: turn_id, score, turn json, tokens, ttl seconds, prev_session_id, project_id
--- Returns {added 0|1, turns in the buffer, tokens in the buffer}
+-- ARGV: turn_id, score, turn json, tokens, ttl seconds, prev_session_id, project_id,
+--       agent_id, '1' to refuse the turn of an agent whose session it is not
+-- Returns {added 0|1 (-1: refused, another agent's), turns in the buffer, tokens}
 -- meta also marks every project the session's turns belonged to ('project:<id>'),
--- so deleting a project finds its sessions.
+-- so deleting a project finds its sessions, and the agent whose session it is
+-- ('agent': the first turn's, '' for the user's own).
 local ttl = tonumber(ARGV[5])
 local added = 0
+local owner = redis.call('HGET', KEYS[4], 'agent')
+if ARGV[9] == '1' and owner and owner ~= ARGV[8] then
+  local now = fill(KEYS[1], KEYS[4])
+  return {-1, now[1], now[2]}
+end
 if redis.call('SADD', KEYS[3], ARGV[1]) == 1 then
+  redis.call('HSETNX', KEYS[4], 'agent', ARGV[8])
   redis.call('ZADD', KEYS[1], ARGV[2], ARGV[1])
   redis.call('HSET', KEYS[2], ARGV[1], ARGV[3])
   redis.call('HINCRBY', KEYS[4], 'tokens', tonumber(ARGV[4]))

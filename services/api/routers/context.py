@@ -19,6 +19,7 @@ from services.api.routers.views import context_body
 from shared.events import utcnow
 from shared.memory.context import ContextQuery, build_context, recall_hits
 from shared.memory.ranking import Scope
+from shared.session_buffer import SessionOfAnotherAgent
 
 log = structlog.get_logger("agent_memory.api")
 router = APIRouter()
@@ -64,7 +65,10 @@ async def context(
         caps=caps,
         matching=filter_models.read(body.filter),
     )
-    built = await build_context(query, api.buffer, api.search)
+    try:
+        built = await build_context(query, api.buffer, api.search)
+    except SessionOfAnotherAgent as exc:
+        raise ApiError(404, "not_found", f"session_id: {exc}", field="session_id") from None
     for part, error in built.failures.items():
         log.warning(_WITHOUT[part], error=repr(error))
     # The fast path of services.api.models.json_response.

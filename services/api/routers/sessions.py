@@ -28,6 +28,7 @@ from services.api.errors import (
     valkey_or_503,
 )
 from services.api.models import (
+    SESSION_OF,
     DeleteSessionResponse,
     FlushSessionRequest,
     FlushSessionResponse,
@@ -53,6 +54,7 @@ from shared.session_buffer import (
     AsyncSessionBuffer,
     BufferedTurn,
     SessionKey,
+    SessionOfAnotherAgent,
     SessionView,
     Summary,
 )
@@ -86,7 +88,7 @@ async def record_turn(
             details={"turn_id": event.turn_id, "event_id": event.event_id},
         )
     started = time.perf_counter()
-    buffered = await _buffer_turn(api.buffer, event)
+    buffered = await _buffer_turn(api.buffer, event)  # refuses another agent's session
     buffered_at = time.perf_counter()
     # The publish may still land after our timeout; a retry with this turn_id is
     # the same event, so it can never make a second turn.
@@ -105,22 +107,29 @@ async def record_turn(
     return RecordTurnResponse(event_id=event.event_id, turn_id=event.turn_id, buffered=buffered)
 
 
+AgentQuery = Annotated[Identifier | None, Query(description=SESSION_OF)]
+
+
 @router.get("/v1/sessions/{session_id}", response_model=SessionResponse)
 async def get_session(
     session_id: SessionPath,
     user_id: Annotated[Identifier, Query()],
     app_id: AppIdDep,
+    key_agent: KeyAgentDep,
     api: ApiDep,
+    agent_id: AgentQuery = None,
 ) -> Response:
     key = SessionKey(app_id, user_id, session_id)
     buffer = api.buffer
+    agent = acting(key_agent, agent_id)
 
     async def read() -> tuple[SessionView, Summary | None]:
         view = await buffer.read(key, with_folds=True)
+        _own_or_404(view, session_id, agent)
         carried = None
         if view.prev_session_id:
             previous = SessionKey(app_id, user_id, view.prev_session_id)
-            carried = await buffer.read_summary(previous)
+            carried = await buffer.read_summary(previous, agent)
         return view, carried
 
     view, carried = await valkey_or_503(read())
@@ -133,12 +142,15 @@ async def flush_session(
     session_id: SessionPath,
     body: FlushSessionRequest,
     app_id: AppIdDep,
+    key_agent: KeyAgentDep,
     api: ApiDep,
 ) -> FlushSessionResponse:
     """Extract the session's waiting turns now (the end of a session): an extraction
     request, published like a turn (202 once Pub/Sub has it). It carries how many
     turns the session has recorded, so that the worker can tell the turns still on
     their way (recorded a moment ago) and let the last of them close the window."""
+    key = SessionKey(app_id, body.user_id, session_id)
+    turns = await _recorded(api.buffer, key, acting(key_agent, body.agent_id))
     event = ExtractionRequested(
         event_id=str(uuid.uuid4()),
         app=app_id,
@@ -146,7 +158,7 @@ async def flush_session(
         session_id=session_id,
         reason="flush",
         created_at=utcnow(),
-        turns=await _recorded(api.buffer, SessionKey(app_id, body.user_id, session_id)),
+        turns=turns,
     )
     message = encode_or_4xx(event, Limits.from_settings(api.settings))
     await published_or_503(
@@ -164,23 +176,37 @@ async def delete_session(
     session_id: SessionPath,
     user_id: Annotated[Identifier, Query()],
     app_id: AppIdDep,
+    key_agent: KeyAgentDep,
     api: ApiDep,
+    agent_id: AgentQuery = None,
 ) -> DeleteSessionResponse:
     key = SessionKey(app_id, user_id, session_id)
+    agent = acting(key_agent, agent_id)
+    _own_or_404(await valkey_or_503(api.buffer.read(key)), session_id, agent)
     deleted = await valkey_or_503(api.buffer.delete(key))
     log.info("session deleted", session=session_id, keys=deleted)
     return DeleteSessionResponse(session_id=session_id, deleted_keys=deleted)
 
 
-async def _recorded(buffer: AsyncSessionBuffer, key: SessionKey) -> int:
+async def _recorded(buffer: AsyncSessionBuffer, key: SessionKey, agent: str) -> int:
     """The turns the session has recorded, or 0 (unknown) when Valkey does not answer:
-    the flush then extracts what is there."""
+    the flush then extracts what is there. 404 if the session is another agent's."""
     try:
-        return (await buffer.read(key)).turns_total
+        view = await buffer.read(key)
     except valkey.ValkeyError as exc:
         count_store_error(exc)
         log.warning("flush without a turn count", session=key.session_id, error=repr(exc))
         return 0
+    _own_or_404(view, key.session_id, agent)
+    return view.turns_total
+
+
+def _own_or_404(view: SessionView, session_id: str, agent: str) -> None:
+    """Another agent's session is not there for this one (nor for the user's own
+    requests), as another user's is not."""
+    if not view.serves(agent):
+        message = f"session_id: {SessionOfAnotherAgent(session_id, agent)}"
+        raise ApiError(404, "not_found", message, field="session_id")
 
 
 def _session_body(
@@ -283,8 +309,9 @@ async def _buffer_turn(buffer: AsyncSessionBuffer, event: TurnRecorded) -> bool:
     buffer the turn either, so accepting it would only grow a backlog that waits
     for an operator; nothing is published."""
     key = SessionKey(event.app, event.user_id, event.session_id)
+    turn = BufferedTurn.from_event(event)
     try:
-        appended = await buffer.append(key, BufferedTurn.from_event(event), event.prev_session_id)
+        appended = await buffer.append(key, turn, event.prev_session_id, own_only=True)
     except valkey.exceptions.OutOfMemoryError as exc:
         count_store_error(exc)
         log.warning("turn refused: valkey full", event_id=event.event_id, error=str(exc))
@@ -299,6 +326,15 @@ async def _buffer_turn(buffer: AsyncSessionBuffer, event: TurnRecorded) -> bool:
         count_store_error(exc)
         log.warning("turn not buffered", event_id=event.event_id, error=repr(exc))
         return False
+    if appended.other_agent:
+        # Nothing is published: two agents never share a session.
+        raise ApiError(
+            409,
+            "conflict",
+            f"agent_id: {SessionOfAnotherAgent(event.session_id, event.agent_id)}; "
+            "an agent records turns in sessions of its own",
+            field="agent_id",
+        )
     if appended.dropped:
         # Nothing is published: the pipeline would drop it too.
         raise ApiError(

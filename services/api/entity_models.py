@@ -43,8 +43,8 @@ class EntityPage(BaseModel):
 
 class AliasView(BaseModel):
     alias: str
-    how: Literal["name", "nickname", "first name", "full name", "similar", "merge"] = Field(
-        description="why the name was taken for this entity"
+    how: Literal["name", "nickname", "first name", "full name", "similar", "merge", "model"] = (
+        Field(description="why the name was taken for this entity (`model`: the model judged it)")
     )
 
 

@@ -14,8 +14,8 @@ from shared.client.request import ApiModel
 class AliasView(ApiModel):
     alias: str
     how: str
-    """Why the name was taken for this entity. One of: name, nickname, first name, full name,
-    similar, merge.
+    """Why the name was taken for this entity (`model`: the model judged it). One of: name,
+    nickname, first name, full name, similar, merge, model.
     """
 
 

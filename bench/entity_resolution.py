@@ -12,6 +12,12 @@ in one entity that are one person, recall the share of one person's pairs put
 in one entity. A bare first name two known people share resolves to the one seen
 last: it counts as right when that is the one meant.
 
+Side by side on the same streams: the rules alone, and the rules with the
+judgement a model provider may give (`shared.entities.judging`) as an oracle
+gives it (the truth, for the names the listing puts in doubt): the ceiling of
+what a model's judgement adds. No model is asked (the names come without the
+conversation a model would judge them by).
+
     .venv/bin/python bench/entity_resolution.py [--users 50] [--seed 7]
 """
 
@@ -20,6 +26,7 @@ from __future__ import annotations
 import argparse
 import random
 import sys
+from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from itertools import combinations
 from pathlib import Path
@@ -28,8 +35,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from nicknames import NickNamer  # noqa: E402
 
+from shared.entities.judging import Judgement, in_doubt, resolve_judged  # noqa: E402
 from shared.entities.names import normalise  # noqa: E402
-from shared.entities.resolution import Known, resolve  # noqa: E402
+from shared.entities.resolution import UNSURE, Known  # noqa: E402
 
 FIRSTS = ["robert", "elizabeth", "william", "katherine", "michael", "jennifer", "dana", "priya"]
 LASTS = ["Smith", "Lee", "Okafor", "Novak", "Garcia", "Tanaka", "Weber", "Silva", "Moreau"]
@@ -71,23 +79,55 @@ def stream(rng: random.Random, namer: NickNamer) -> list[tuple[str, str, str]]:
     return intro + rest
 
 
-def resolved(said: list[tuple[str, str, str]]) -> list[str]:
-    """Each mention's entity, resolving in order as the writes do."""
+def oracle(name: str, kind: str, who: str, known: list[Known], whose: dict[str, str], at):
+    """What a model that knew the truth would answer for a name the listing puts in
+    doubt (`shared.entities.judging`): the listed entity that is `who`, else none of
+    them; None when the name is in no doubt (the model is not asked)."""
+    doubt = in_doubt(name, kind, known, at)
+    if not doubt:
+        return None
+    same = next((e.id for e in doubt if whose[e.id] == who), None)
+    if same is not None:
+        return Judgement(name, same_as=same)
+    return Judgement(name, distinct_from=tuple(e.id for e in doubt))
+
+
+def resolved(said: list[tuple[str, str, str]], judge: bool) -> tuple[list[str], int]:
+    """Each mention's entity, resolving in order as the writes do (with the oracle's
+    judgement when `judge`), and how many mentions were in doubt."""
     known: list[Known] = []
-    out = []
+    whose: dict[str, str] = {}  # entity → the person of the mention that made it
+    out, doubted = [], 0
     t0 = datetime(2026, 1, 1, tzinfo=UTC)
-    for n, (name, kind, _who) in enumerate(said):
+    for n, (name, kind, who) in enumerate(said):
         at = t0 + timedelta(minutes=n)
-        found = resolve(name, kind, known).entity
-        key = normalise(name)
+        judgement = oracle(name, kind, who, known, whose, at) if judge else None
+        doubted += judgement is not None
+        resolved = resolve_judged(name, kind, known, judgement)
+        found, key = resolved.entity, normalise(name)
         if found is None:
-            entity = Known(f"e{len(known)}", name, kind, (key,), at)
+            entity = Known(f"e{len(known)}", name, kind, (key,), at, at)
             known.append(entity)
+            whose[entity.id] = who
         else:
-            entity = Known(found.id, found.name, found.kind, (*found.aliases, key), at)
+            unsure = (key,) if resolved.how in UNSURE and key not in found.aliases else ()
+            aliases, weak = (*found.aliases, key), (*found.weak, *unsure)
+            entity = replace(found, aliases=aliases, weak=weak, last_seen=at)
             known = [entity if k.id == found.id else k for k in known]
         out.append(entity.id)
-    return out
+    return out, doubted
+
+
+def pairwise(said: list[tuple[str, str, str]], entities: list[str]) -> tuple[int, int, int, int]:
+    """(pairs put together, of those one person, pairs of one person, of those together)."""
+    together = right = one_person = found = 0
+    for (a, ea), (b, eb) in combinations(zip(said, entities, strict=True), 2):
+        same_who, same_entity = a[2] == b[2], ea == eb
+        together += same_entity
+        right += same_entity and same_who
+        one_person += same_who
+        found += same_who and same_entity
+    return together, right, one_person, found
 
 
 def main() -> int:
@@ -96,21 +136,34 @@ def main() -> int:
     parser.add_argument("--seed", type=int, default=7)
     args = parser.parse_args()
     rng, namer = random.Random(args.seed), NickNamer()
-    together = right_together = one_person = found_of_person = mentions = 0
+    sums = {False: [0, 0, 0, 0], True: [0, 0, 0, 0]}
+    mentions = doubted = 0
     for _ in range(args.users):
         said = stream(rng, namer)
-        entities = resolved(said)
         mentions += len(said)
-        for (a, ea), (b, eb) in combinations(zip(said, entities, strict=True), 2):
-            same_who, same_entity = a[2] == b[2], ea == eb
-            together += same_entity
-            right_together += same_entity and same_who
-            one_person += same_who
-            found_of_person += same_who and same_entity
-    precision = right_together / together if together else 1.0
-    recall = found_of_person / one_person if one_person else 1.0
+        for judge in (False, True):
+            entities, asked = resolved(said, judge)
+            doubted += asked
+            sums[judge] = [
+                x + y for x, y in zip(sums[judge], pairwise(said, entities), strict=True)
+            ]
     print(f"{args.users} users, {mentions} mentions ({', '.join(FORMS)})")
-    print(f"pairwise precision {precision:.3f}, recall {recall:.3f}")
+    print(f"{'':24} {'precision':>9} {'recall':>7}")
+    for judge, label in ((False, "rules"), (True, "rules + oracle judgement")):
+        together, right, one_person, found = sums[judge]
+        precision = right / together if together else 1.0
+        recall = found / one_person if one_person else 1.0
+        print(f"{label:24} {precision:9.3f} {recall:7.3f}")
+    print(
+        f"in doubt (listed for a judgement): {doubted} of {mentions} mentions "
+        f"({doubted / mentions:.1%})"
+    )
+    print(
+        "No model provider is asked: the stream's names come without the conversation a "
+        "model would judge them by, so a model could only guess. The oracle answers what "
+        "a model that knew the truth would, for the names the listing puts in doubt: the "
+        "most the judgement can add to the rules."
+    )
     return 0
 
 

@@ -52,18 +52,24 @@ _FIELD = re.compile(
     re.MULTILINE,
 )
 _LINE = re.compile(r"^(?:Session|Previous session): (.*)$", re.MULTILINE)
+# A known entity as the extraction prompt lists it: `e2 Dana Lee (person)`.
+_LISTED = re.compile(r"\b(?P<label>e\d+) (?P<name>[^(,\n]+?) \(")
+# A name of the turns → what the model says of it: the name of the listed entity it
+# is ("Dana Lee"), any other `same_as` ("e9", an id), or "distinct".
+Judged = dict[str, str]
 
 
 _ANSWER = re.compile(r'Answer with JSON: \{"(?P<field>\w+)"')
 
 
-def rules_value(prompt: str) -> Any:
-    """The answer to the task `prompt` asks for, as the `offline` provider decides it;
-    None for a prompt of no task (the workers' probe)."""
+def rules_value(prompt: str, judged: Judged | None = None) -> Any:
+    """The answer to the task `prompt` asks for, as the `offline` provider decides it
+    (its extraction's entities judged as `judged` says); None for a prompt of no
+    task (the workers' probe)."""
     found = _ANSWER.search(prompt)
     field = found["field"] if found else ""
     if field == "memories":
-        return {"memories": _extract(prompt)}
+        return {"memories": _judge(_extract(prompt), prompt, judged or {})}
     if field == "profile":
         return {"profile": _profile(prompt)}
     if field == "decisions":
@@ -78,19 +84,19 @@ def rules_value(prompt: str) -> Any:
     return None
 
 
-def offline_model(request: Request) -> Reply:
+def offline_model(request: Request, judged: Judged | None = None) -> Reply:
     """A structured reply of the fake Gemini for whichever task the request's prompt
     (its first message) is."""
     messages = request.messages()
-    value = rules_value(messages[0][1] if messages else "")
+    value = rules_value(messages[0][1] if messages else "", judged)
     if value is None:
         return text_reply("pong")  # the workers' probe
     return counted(request, json.dumps(value))
 
 
-def offline_chat(request: fake_openai.Request) -> Reply:
+def offline_chat(request: fake_openai.Request, judged: Judged | None = None) -> Reply:
     """`offline_model` for the fake OpenAI-compatible endpoint."""
-    value = rules_value(request.prompt_text())
+    value = rules_value(request.prompt_text(), judged)
     if value is None:
         return fake_openai.text_reply("pong")  # the workers' probe
     return fake_openai.json_reply(value)
@@ -142,6 +148,20 @@ def _extract(prompt: str) -> list[dict[str, str]]:
         }
         for f in extract_window(inp)
     ]
+
+
+def _judge(memories: list[dict[str, Any]], prompt: str, judged: Judged) -> list[dict[str, Any]]:
+    """`memories` with each entity `judged` names judged: "distinct", or `same_as` the
+    label of the listed entity of the name it gives (what it gives, when none is)."""
+    labels = {m["name"]: m["label"] for m in _LISTED.finditer(prompt)}
+    for memory in memories:
+        for entity in memory["entities"]:
+            said = judged.get(entity["name"])
+            if said == "distinct":
+                entity["distinct"] = True
+            elif said is not None:
+                entity["same_as"] = labels.get(said, said)
+    return memories
 
 
 def _consolidate(prompt: str) -> list[dict[str, Any]]:

@@ -14,6 +14,7 @@ import json
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
+from functools import partial
 from types import ModuleType
 from typing import Any
 
@@ -23,7 +24,7 @@ from shared.config import Settings, load_settings
 from shared.llm import LLM, make_llm
 from tests import fake_gemini, fake_openai
 from tests.fake_endpoint import Reply
-from tests.fake_gemini_model import offline_chat, offline_model
+from tests.fake_gemini_model import Judged, offline_chat, offline_model
 
 PROVIDERS = ("gemini", "openai")
 
@@ -60,11 +61,11 @@ class ModelEndpoint:
     def llm(self, settings: Settings) -> LLM:
         return make_llm(settings)
 
-    def answer_as_rules(self) -> None:
-        """Every request not scripted is answered as the `offline` provider would."""
-        self.fake.defaults[self.method] = (
-            offline_model if self.provider == "gemini" else offline_chat
-        )
+    def answer_as_rules(self, judged: Judged | None = None) -> None:
+        """Every request not scripted is answered as the `offline` provider would, the
+        names `judged` names judged so (`tests.fake_gemini_model.Judged`)."""
+        answer = offline_model if self.provider == "gemini" else offline_chat
+        self.fake.defaults[self.method] = partial(answer, judged=judged)
 
     def answer_always(self, reply: Reply) -> None:
         self.fake.defaults[self.method] = lambda request: reply

@@ -19,11 +19,16 @@ MaybeMoment = Annotated[
 EntityKind = Literal["person", "organisation", "project", "place", "tool", "pet", "event", "other"]
 
 
-class EntityView(BaseModel):
+class EntityRef(BaseModel):
+    """An entity by name, as a memory that mentions it shows it."""
+
     id: str
     name: str
     kind: EntityKind
     project_id: str | None = Field(description="the project it belongs to; null: the user's own")
+
+
+class EntityView(EntityRef):
     aliases: list[str] = Field(description="every name it was mentioned by")
     memories: int = Field(description="memories that mention it")
     turns: int = Field(description="archived turns that mention it")
@@ -38,8 +43,8 @@ class EntityPage(BaseModel):
 
 class AliasView(BaseModel):
     alias: str
-    how: Literal["name", "nickname", "first name", "full name", "similar", "merge"] = Field(
-        description="why the name was taken for this entity"
+    how: Literal["name", "nickname", "first name", "full name", "similar", "merge", "model"] = (
+        Field(description="why the name was taken for this entity (`model`: the model judged it)")
     )
 
 

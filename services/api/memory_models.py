@@ -9,6 +9,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, WithJsonSchema
 
+from services.api.entity_models import EntityRef, FactView
 from services.api.filter_models import FilterJson
 from services.api.models import (
     BLANK,
@@ -236,6 +237,10 @@ class RevisionView(BaseModel):
 
 class MemoryDetail(MemoryView):
     revisions: list[RevisionView]
+    entities: list[EntityRef] = Field(default=[], description="the entities it mentions")
+    facts: list[FactView] = Field(
+        default=[], description="the facts it states, in valid time (the ended ones too)"
+    )
 
 
 class MemoryPage(BaseModel):

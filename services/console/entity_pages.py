@@ -1,8 +1,7 @@
 """An entity as the console shows it, reached from a memory that mentions it: its
 aliases and how each was taken, its facts over time, the memories and the turns
 that mention it. Read through the API (services.console.pages.client), as the
-signed-in key; which entities a memory mentions, from Postgres
-(shared.db.entity_reads.of_memory)."""
+signed-in key, as the memory's page reads which entities a memory mentions."""
 
 from __future__ import annotations
 

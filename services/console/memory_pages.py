@@ -22,7 +22,6 @@ from services.console import access, inputs, queries
 from services.console.pages import Viewer, client, page
 from shared.client.models import MemoryDetail
 from shared.db import console_reads as reads
-from shared.db import entity_reads
 from shared.db import feedback as feedback_reads
 from shared.db.feedback import MAX_REASON, RATINGS
 from shared.db.memory_rows import MemoryRow
@@ -153,9 +152,9 @@ async def memory_feedback(request: Request) -> HTMLResponse:
 async def _memory_page(
     request: Request, user_id: str, detail: MemoryDetail, outcome: str | None
 ) -> HTMLResponse:
-    """The memory's page, with links to the entities it mentions and its feedback."""
+    """The memory's page: the entities it mentions and the facts it states (as the
+    API's detail has them, each entity a link to its page), and its feedback."""
     app, pool = Viewer(request).app, request.app.state.apool
-    entities = await queries.read(pool, entity_reads.of_memory(app, user_id, detail.id))
     given = await queries.read(pool, feedback_reads.of_memory(app, user_id, detail.id))
     # A memory that wrong feedback retired can be rolled back to life.
     restorable = any(f.rating == "wrong" and f.restored_at is None for f in given)
@@ -165,7 +164,7 @@ async def _memory_page(
         user_id=user_id,
         memory=detail,
         outcome=outcome,
-        entities=entities,
+        projects={e.id: e.project_id for e in detail.entities},
         feedback=given,
         ratings=RATINGS,
         restorable=bool(detail.deleted_at) and restorable,

@@ -1,6 +1,7 @@
 """What a window of turns (or a generate request) does to the user's memories,
 decided with no transaction open: the model's extraction call (one per window;
-more only when the window is over `AM_LLM_MAX_INPUT_TOKENS`), the candidates
+more only when the window is over `AM_LLM_MAX_INPUT_TOKENS`; a model provider's
+shown the known entities the turns' names may be, to judge), the candidates
 corrected to their turn's bounds, embedded in one batch, then weighed against
 their neighbours in one consolidation call (`shared.memory.decisions.weigh`).
 """
@@ -11,8 +12,11 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 
 from shared.config import Settings
+from shared.db.entities import known_of
 from shared.db.unit_of_work import UnitOfWork
 from shared.embeddings.base import Embedder
+from shared.entities.judging import Listing, listing
+from shared.entities.names import mentions
 from shared.llm import extraction_prompts
 from shared.llm.base import LLM, ExtractionInput
 from shared.llm.topics import EXTRACTION_SETTING, of_setting
@@ -61,11 +65,14 @@ class Planner:
         """The decisions for what the turns of `inp` state; `sources` maps each
         turn id to where its memories come from (owner, project, session, time,
         event)."""
-        app = next(iter(sources.values())).app
+        first = next(iter(sources.values()))
+        app = first.app
         with self.units() as uow:
             inp = replace(inp, topics=of_setting(uow.app_settings.get(app, EXTRACTION_SETTING)))
             ttl = expiry.load(uow, app)
             sharing = agents.of_setting(uow.app_settings.get(app, agents.AGENTS_SETTING))
+            if self.llm.judges_entities:
+                inp = replace(inp, entities=_listing(uow, inp, app, first.user_id))
         found = []
         for part in split(inp, self.settings.llm_max_input_tokens):
             found += self.llm.extract(part).value
@@ -130,6 +137,17 @@ class Planner:
             )
             for item in found
         ]
+
+
+def _listing(uow: UnitOfWork, inp: ExtractionInput, app: str, user_id: str) -> Listing:
+    """The known entities the window's names may be (`shared.entities.judging`), read
+    with no lock: the write checks the model's answer against them again."""
+    said = [(t.project_id, mentions(f"{t.user}\n{t.assistant}")) for t in inp.turns]
+    if not any(names for _project, names in said):
+        return Listing()
+    projects = sorted({""} | {t.project_id for t in inp.turns})
+    known = uow.run(known_of(app, user_id, projects))
+    return listing(said, known, min(t.observed_at for t in inp.turns))
 
 
 def _latest(candidates: list) -> list:

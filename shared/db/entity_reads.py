@@ -21,6 +21,14 @@ _SEEN = (
 # A mention, fact or entity counted as of %(as_of)s (NULL: now).
 _BY_THEN = "(%(as_of)s::timestamptz IS NULL OR {column} <= %(as_of)s)"
 TURNS_SHOWN = 50
+# Facts with their subject's and object's names (`f` the fact).
+_FACTS = (
+    "SELECT f.id::text AS id, f.subject_id::text AS subject_id, s.name AS subject, "
+    "f.predicate, f.object_id::text AS object_id, o.name AS object, f.value, "
+    "f.valid_from, f.valid_to, f.memory_id::text AS memory_id "
+    "FROM entity_facts f JOIN entities s ON s.id = f.subject_id "
+    "LEFT JOIN entities o ON o.id = f.object_id"
+)
 
 
 @dataclass(frozen=True)
@@ -96,12 +104,7 @@ def detail(conn: psycopg.Connection, q: EntityQuery, entity_id: str) -> dict[str
     )
     entity["facts"] = fetch(
         conn,
-        "SELECT f.id::text AS id, f.subject_id::text AS subject_id, s.name AS subject, "
-        "f.predicate, f.object_id::text AS object_id, o.name AS object, f.value, "
-        "f.valid_from, f.valid_to, f.memory_id::text AS memory_id "
-        "FROM entity_facts f JOIN entities s ON s.id = f.subject_id "
-        "LEFT JOIN entities o ON o.id = f.object_id "
-        f"WHERE (f.subject_id = %(id)s OR f.object_id = %(id)s){true_then} "
+        f"{_FACTS} WHERE (f.subject_id = %(id)s OR f.object_id = %(id)s){true_then} "
         "ORDER BY f.valid_from, f.id",
         params,
     )
@@ -124,12 +127,28 @@ def detail(conn: psycopg.Connection, q: EntityQuery, entity_id: str) -> dict[str
     return entity
 
 
-def of_memory(app: str, user_id: str, memory_id: str) -> Steps[list[dict[str, Any]]]:
-    """The entities a memory mentions (the console's links from a memory)."""
-    rows = yield Statement(
+@dataclass(frozen=True)
+class MemoryLinks:
+    """What a memory and the entities point at each other by: the entities it
+    mentions and the facts it states (each with when it held)."""
+
+    entities: list[dict[str, Any]]
+    facts: list[dict[str, Any]]
+
+
+def of_memory(app: str, user_id: str, memory_id: str) -> Steps[MemoryLinks]:
+    """The entities a memory mentions (by name) and the facts it states (in valid
+    time, the ended ones too)."""
+    params = {"memory": memory_id, "app": app, "user_id": user_id}
+    entities = yield Statement(
         "SELECT e.id::text AS id, e.name, e.kind, e.project_id FROM entity_mentions em "
         "JOIN entities e ON e.id = em.entity_id WHERE em.memory_id = %(memory)s "
         "AND em.app = %(app)s AND em.user_id = %(user_id)s ORDER BY lower(e.name), e.id",
-        {"memory": memory_id, "app": app, "user_id": user_id},
+        params,
     )
-    return rows
+    facts = yield Statement(
+        f"{_FACTS} WHERE f.memory_id = %(memory)s AND f.app = %(app)s "
+        "AND f.user_id = %(user_id)s ORDER BY f.valid_from, f.id",
+        params,
+    )
+    return MemoryLinks(entities, facts)

@@ -191,14 +191,21 @@ class Memories:
         )
         assert memory is not None
         self.revise(memory, Action.CREATED, None, new.text, event_id, new.observed_at)
-        self._link(memory, event_id, new.entities)
+        self._link(memory, event_id, new)
         return memory
 
-    def _link(self, memory: MemoryRow, event_id: str | None, named: Any = ()) -> None:
-        """The memory's entities and fact, as of its `observed_at`."""
+    def _link(self, memory: MemoryRow, event_id: str | None, new: NewMemory | None) -> None:
+        """The memory's entities and fact, as of its `observed_at`; with the names
+        the model gave and judged in the candidate `new`, if one wrote it."""
         owner = Owner(memory.app, memory.user_id, memory.project_id)
         Entities(self.conn).link_memory(
-            owner, memory.id, memory.text, memory.observed_at, event_id, named
+            owner,
+            memory.id,
+            memory.text,
+            memory.observed_at,
+            event_id,
+            new.entities if new else (),
+            judged=new.judgements if new else (),
         )
 
     def update(
@@ -212,10 +219,11 @@ class Memories:
         change: str | None = None,
         expire_at: datetime | None = None,
         metadata: dict[str, Any] | None = None,
+        new: NewMemory | None = None,
     ) -> MemoryRow:
         """Change its text in place (`change`: what the outbox calls it, UPDATED by
         default); `expire_at` its new expiry (None: kept); `metadata` keys to set
-        over the memory's own (None: kept)."""
+        over the memory's own (None: kept); `new` the candidate that changed it."""
         updated = self._memory(
             f"""
             UPDATE memories AS m SET text = %s, kind = %s, embedding = %s, observed_at = %s,
@@ -240,7 +248,7 @@ class Memories:
         self.revise(
             updated, Action.UPDATED, memory.text, text, event_id, observed_at, change=change
         )
-        self._link(updated, event_id)
+        self._link(updated, event_id, new)
         return updated
 
     def edit(
@@ -283,7 +291,7 @@ class Memories:
             source=edit.source,
         )
         if embedding is not None or reopen:  # a new text (or a retired one) names them anew
-            self._link(edited, None)
+            self._link(edited, None, None)
         return edited
 
     def retire(

@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
+from shared.entities.judging import Judgement
 from shared.entities.names import Mention
 from shared.memory.filters import Node
 from shared.memory.ranking import TimeFilter
@@ -85,6 +86,7 @@ class NewMemory:
     updated_expire_at: datetime | None = None  # when it updates one: its new expiry (None: kept)
     topic: str = ""
     entities: tuple[Mention, ...] = ()  # the entities the model named in it (beside its text's)
+    judgements: tuple[Judgement, ...] = ()  # the model's word on which known entity a name is
     metadata: dict[str, Any] = field(default_factory=dict)
     agent_id: str = ""
 

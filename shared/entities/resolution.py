@@ -17,8 +17,10 @@ seen wins:
    at least `SIMILAR_COSINE`, or their edit similarity at least `SIMILAR_EDIT`,
    word for word, the first letters equal.
 
-Else the mention is a new entity. Pure code: the caller reads the known
-entities under the user's lock and writes what this decides.
+Else the mention is a new entity. A model provider's judgement, where the
+extraction gave one, comes before these (`shared.entities.judging`). Pure code:
+the caller reads the known entities under the user's lock and writes what this
+decides.
 """
 
 from __future__ import annotations
@@ -35,6 +37,11 @@ from nicknames import NickNamer
 from shared.embeddings.hashing import HashEmbedder
 from shared.entities.names import normalise
 
+# Why an alias was taken, when it may not hold for the next mention of the name: a
+# rule that may be wrong (a first name, a full name, a similar spelling) or a
+# model's judgement of one mention in its context. A name that is such an alias
+# only is asked about again (`shared.entities.judging`).
+UNSURE = ("first name", "full name", "similar", "model")
 SIMILAR_COSINE = 0.75
 SIMILAR_EDIT = 0.8
 # Words shorter than this are never taken for a typo of another ("Li", "Lee").
@@ -50,6 +57,9 @@ class Known:
     kind: str
     aliases: tuple[str, ...]
     last_seen: datetime
+    first_seen: datetime | None = None
+    # Its aliases taken for an `UNSURE` reason: what a model may be asked about.
+    weak: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -70,7 +80,8 @@ def _namer() -> NickNamer:
 
 
 @cache
-def _nickname_forms(word: str) -> frozenset[str]:
+def nickname_forms(word: str) -> frozenset[str]:
+    """The nicknames of a first name and the names a nickname stands for."""
     return frozenset(_namer().nicknames_of(word) | _namer().canonicals_of(word))
 
 
@@ -88,12 +99,12 @@ def resolve(name: str, kind: str, known: Sequence[Known]) -> Resolved:
     exact = [e for e in fitting if key in e.aliases]
     if exact:
         return Resolved(_latest(exact), "name")
-    forms = {" ".join([form, *words[1:]]) for form in _nickname_forms(words[0])}
+    forms = {" ".join([form, *words[1:]]) for form in nickname_forms(words[0])}
     by_nickname = [e for e in fitting if forms & set(e.aliases)]
     if by_nickname:
         return Resolved(_latest(by_nickname), "nickname")
     if len(words) == 1:
-        firsts = {words[0]} | _nickname_forms(words[0])
+        firsts = {words[0]} | nickname_forms(words[0])
         by_first = [
             e
             for e in fitting

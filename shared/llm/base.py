@@ -13,6 +13,7 @@ from datetime import datetime
 from enum import StrEnum
 from typing import Generic, Protocol, TypeVar
 
+from shared.entities.judging import Judgement, Listing
 from shared.entities.names import Mention
 from shared.errors import DependencyError, PermanentError
 from shared.llm.topics import ALL_TOPICS, Topics
@@ -98,6 +99,9 @@ class ExtractionInput:
     turns: tuple[ExtractionTurn, ...]
     topics: Topics = ALL_TOPICS  # what the app keeps
     profile: tuple[ProfileField, ...] = ()  # the fields of the app's profile schema
+    # The known entities the turns' names may be, for the model to judge (a model
+    # provider's: `LLM.judges_entities`).
+    entities: Listing = Listing()
 
     @classmethod
     def single(
@@ -128,6 +132,8 @@ class Candidate:
     # The entities the model says it names (a model provider's; the rules of
     # shared.entities.names read the text's own in every case).
     entities: tuple[Mention, ...] = ()
+    # The model's word on which of the listed known entities a name is, or is not.
+    judgements: tuple[Judgement, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -233,6 +239,9 @@ class LLMRateLimited(LLMUnavailable):
 
 class LLM(Protocol):
     name: str
+    # Whether its extraction judges which known entity a name is
+    # (`ExtractionInput.entities`): a model's can, the offline rules' cannot.
+    judges_entities: bool
 
     def summarize(
         self, previous: str, turns: list[DialogueTurn], max_tokens: int

@@ -17,9 +17,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from shared.entities.names import KINDS as ENTITY_KINDS
-from shared.entities.names import Mention
-from shared.llm import replies, topics
+from shared.llm import entity_prompts, replies, topics
 from shared.llm.base import (
     ACTIONS,
     KINDS,
@@ -70,14 +68,7 @@ def extraction_schema(inp: ExtractionInput) -> dict[str, Any]:
                         "topic": {"type": "string", "enum": list(inp.topics.names)},
                         "entities": {
                             "type": "array",
-                            "items": {
-                                "type": "object",
-                                "properties": {
-                                    "name": {"type": "string"},
-                                    "kind": {"type": "string", "enum": list(ENTITY_KINDS)},
-                                },
-                                "required": ["name", "kind"],
-                            },
+                            "items": entity_prompts.item_schema(inp.entities),
                         },
                     },
                     "required": [
@@ -113,8 +104,7 @@ def extraction_instruction(inp: ExtractionInput) -> str:
             '"For project CloudRetail, the region is us-east1.");',
             '- entity_name: a short lowercase key of what it is about ("ui theme", "backend"), '
             "the same whenever the same thing is meant, so a later change replaces it;",
-            "- entities: the people, organisations, projects, places, tools, pets and events it "
-            'names, each {"name": as said, "kind": one of ' + ", ".join(ENTITY_KINDS) + "};",
+            entity_prompts.instruction(inp.entities),
             '- kind: "preference" (a liking or choice), "fact", "rule" (a constraint or veto '
             'to follow always) or "event" (something that happened);',
             '- scope: "global" (across all the user\'s projects), "project" (one project: '
@@ -133,6 +123,7 @@ def extraction_prompt(inp: ExtractionInput) -> str:
         f"Session: {inp.session_id}",
         f"Previous session: {inp.prev_session_id or '(none)'}",
         "",
+        *entity_prompts.listing_lines(inp.entities),
         *turn_lines(inp),
     ]
     lines.append(
@@ -156,7 +147,10 @@ def turn_lines(inp: ExtractionInput) -> list[str]:
     return lines
 
 
-def parse_found(value: Any, inp: ExtractionInput) -> list[Found]:
+def parse_found(value: Any, inp: ExtractionInput, ignored: list[str] | None = None) -> list[Found]:
+    """The memories of an extraction answer; each entity judgement it gives that
+    names no listed entity is left out and described in `ignored`."""
+    ignored = [] if ignored is None else ignored
     memories = replies.field(value, "memories", list, "the reply")
     turns = dict(zip(turn_labels(inp), inp.turns, strict=True))
     found = []
@@ -172,28 +166,15 @@ def parse_found(value: Any, inp: ExtractionInput) -> list[Found]:
         text = replies.text(item, "text", where)
         # Not checked here: a memory of a topic the app does not keep is dropped later.
         topic = replies.field(item, "topic", str, where).strip()
-        named = _entities(item.get("entities", []), where)
+        named, judged = entity_prompts.parse_entities(
+            item.get("entities", []), where, inp.entities, ignored
+        )
         # A project memory belongs to its turn's project unless the model named one.
         project = (project or turn.project_id) if scope == "project" else ""
         entity = " ".join(entity.lower().split())
-        candidate = Candidate(entity, kind, scope, project, text, topic, named)
+        candidate = Candidate(entity, kind, scope, project, text, topic, named, judged)
         found.append(Found(turn.turn_id, candidate))
     return found
-
-
-def _entities(value: Any, where: str) -> tuple[Mention, ...]:
-    """The entities a reply's memory names (none when it names none)."""
-    if not isinstance(value, list):
-        raise MalformedReply(f"{where}.entities is not a list")
-    named = []
-    for index, item in enumerate(value):
-        at = f"{where}.entities[{index}]"
-        if not isinstance(item, dict):
-            raise MalformedReply(f"{at} is not an object")
-        named.append(
-            Mention(replies.text(item, "name", at), replies.choice(item, "kind", ENTITY_KINDS, at))
-        )
-    return tuple(named)
 
 
 CONSOLIDATION_INSTRUCTION = "\n".join(

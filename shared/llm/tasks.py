@@ -13,18 +13,29 @@ from collections.abc import Callable
 from functools import partial
 from typing import TYPE_CHECKING, Any, TypeVar
 
+import structlog
+
 from shared.config import Settings
+from shared.llm import accounting, profile_prompts
 from shared.llm import extraction_prompts as write_prompts
-from shared.llm import profile_prompts
 from shared.llm import task_prompts as prompts
 from shared.llm.asking import ChatMessage, Prompt, Transport, ask
-from shared.llm.base import Completion, Decision, DialogueTurn, ExtractionInput, Found, Weighing
+from shared.llm.base import (
+    Completion,
+    Decision,
+    DialogueTurn,
+    ExtractionInput,
+    Fault,
+    Found,
+    Weighing,
+)
 
 if TYPE_CHECKING:
     from shared.llm.base import ProfileFound
     from shared.llm.throttle import Throttle
 
 T = TypeVar("T")
+log = structlog.get_logger("agent_memory.llm")
 
 # Output bounds of the memory tasks (a thinking model's thoughts count too).
 EXTRACT_MAX_OUTPUT_TOKENS = 4096
@@ -37,6 +48,7 @@ class ModelTasks:
     """The `LLM` of a model provider: its `transport` does the requests."""
 
     name = "model"
+    judges_entities = True
 
     def __init__(
         self, settings: Settings, transport: Transport, throttle: Throttle | None = None
@@ -70,12 +82,22 @@ class ModelTasks:
         )
 
     def extract(self, inp: ExtractionInput) -> Completion[list[Found]]:
+        def parse(value: Any) -> list[Found]:
+            ignored: list[str] = []
+            found = write_prompts.parse_found(value, inp, ignored)
+            # Reached only for the answer taken: a judgement naming no listed entity
+            # is counted as the invalid answers are, and the rest of it stands.
+            for what in ignored:
+                accounting.count_invalid(self.transport.provider, "extract", Fault.UNKNOWN_ID)
+                log.info("entity judgement ignored", provider=self.transport.provider, what=what)
+            return found
+
         return self.generate_json(
             task="extract",
             system=write_prompts.extraction_instruction(inp),
             prompt=write_prompts.extraction_prompt(inp),
             schema=write_prompts.extraction_schema(inp),
-            parse=lambda value: write_prompts.parse_found(value, inp),
+            parse=parse,
             # A memory or two a turn, each a few dozen tokens of JSON: room grows with
             # the window, so a dense one is never cut off (and asked again).
             max_output_tokens=EXTRACT_MAX_OUTPUT_TOKENS * max(1, -(-len(inp.turns) // 5)),

@@ -77,6 +77,7 @@ def new_memory(candidate: Candidate, source: Source, embedding: Any) -> NewMemor
         observed_at=source.observed_at,
         topic=candidate.topic,
         entities=candidate.entities,
+        judgements=candidate.judgements,
         metadata=source.metadata,
         agent_id=source.agent_id,
     )
@@ -155,6 +156,7 @@ class Consolidator:
                 source.event_id,
                 expire_at=new.updated_expire_at,
                 metadata=new.metadata,
+                new=new,
             )
             return Applied(Action.UPDATED, memory, text)
         if decision.action == Action.DELETED:
@@ -203,6 +205,7 @@ class Consolidator:
                 source.event_id,
                 expire_at=new.updated_expire_at,
                 metadata=new.metadata,
+                new=new,
             )
             return Applied(Action.UPDATED, memory, new.text)
         memory = self.store.create(new, source.event_id)

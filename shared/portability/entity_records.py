@@ -18,7 +18,7 @@ from pydantic import model_validator
 from shared.portability.fields import Line, OptionalId, OptionalTime, Text, Time
 
 EntityKind = Literal["person", "organisation", "project", "place", "tool", "pet", "event", "other"]
-AliasHow = Literal["name", "nickname", "first name", "full name", "similar", "merge"]
+AliasHow = Literal["name", "nickname", "first name", "full name", "similar", "merge", "model"]
 
 
 class AliasRecord(Line):

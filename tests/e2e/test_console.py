@@ -608,6 +608,14 @@ def test_an_entity_page_is_reached_from_a_memory_that_mentions_it(
     page.goto(f"{stack.url}/console/user/memory?user={user}&id={memory_id}")
     links = page.locator("#memory-entities a")
     expect(links).to_have_text(["Acme Corp", "Dana Lee"])
+    # The fact the memory states, its subject and object links to their pages.
+    stated = page.locator("#memory-facts tbody tr")
+    expect(stated).to_have_count(1)
+    expect(stated.locator("td")).to_have_text(
+        ["Dana Lee", "employer", "Acme Corp", re.compile(r"\S"), "still true"]
+    )
+    expect(stated.locator("a")).to_have_text(["Dana Lee", "Acme Corp"])
+    assert stated.locator("a").nth(0).get_attribute("href") == links.nth(1).get_attribute("href")
     links.nth(1).click()
     expect(page).to_have_url(re.compile(r"/console/user/entity\?user=u-entity&id="))
     expect(page.locator("#entity-name")).to_have_text("Dana Lee")

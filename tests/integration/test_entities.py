@@ -8,7 +8,11 @@ from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
 
-from tests.bus_helpers import make_turn
+from shared.embeddings import make_embedder
+from shared.llm import OfflineLLM
+from tests.bus_helpers import extraction_worker, make_turn
+from tests.support import wait_for
+from tests.window_helpers import live_texts
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
 
@@ -132,6 +136,75 @@ def test_a_changed_fact_closes_the_old_one_and_a_late_one_closes_nothing_newer(
     assert before.json()["memories"] == []
     # The archived turns mention their entities too.
     assert dana["turns"] == 3
+
+
+def _moment(hours: int) -> str:
+    """T0 + `hours` as the API writes a time."""
+    return (T0 + timedelta(hours=hours)).isoformat(timespec="microseconds")[:-6] + "Z"
+
+
+KINDS = {"Acme Corp": "organisation", "Berlin": "place", "Dana Lee": "person", "Paris": "place"}
+
+
+def test_a_memory_read_lists_the_facts_it_states_and_the_entities_it_names(
+    client, app_settings, ids, pool, publisher
+):
+    """Turns recorded through the API, extracted by the extraction worker's own
+    subscriptions: a memory points at the facts it states (the one its update
+    ended too) and the entities its texts named, and each fact points back."""
+    user, session = ids["user_id"], ids["session_id"]
+    local = app_settings.model_copy(update={"extraction_window_turns": 1})
+    acme = "Dana Lee works at Acme Corp."
+    said = [
+        (1, "Remember that Dana Lee works at Acme Corp.", [acme]),
+        (2, "Remember that Dana lives in Paris.", [acme, "Dana lives in Paris."]),
+        (5, "Remember that Dana moved to Berlin.", [acme, "Dana moved to Berlin."]),
+    ]
+    with extraction_worker(local, pool, OfflineLLM(), make_embedder(local), publisher):
+        for n, (hours, text, texts) in enumerate(said, start=1):
+            turn = {"user_id": user, "turn_id": f"t{n}", "user": text, "assistant": "Okay."}
+            turn["created_at"] = _moment(hours)
+            answer = client.post(f"/v1/sessions/{session}/turns", json=turn)
+            assert answer.status_code == 202, answer.text
+            wait_for(lambda texts=texts: live_texts(pool, ids) == texts, 60, f"turn {n}'s memory")
+    listed = client.get("/v1/memories", params={"user_id": user}).json()["memories"]
+    memory = {m["text"]: m["id"] for m in listed}
+    entity = {name: e["id"] for name, e in _entities(client, user).items()}
+    assert sorted(entity) == ["Acme Corp", "Berlin", "Dana Lee", "Paris"]
+
+    def fact(predicate: str, obj: str, hours: tuple[int, int | None], text: str) -> dict:
+        return {
+            "subject_id": entity["Dana Lee"],
+            "subject": "Dana Lee",
+            "predicate": predicate,
+            "object_id": entity[obj],
+            "object": obj,
+            "value": obj.lower(),
+            "valid_from": _moment(hours[0]),
+            "valid_to": _moment(hours[1]) if hours[1] is not None else None,
+            "memory_id": memory[text],
+        }
+
+    def named(*names: str) -> list[dict]:
+        return [{"id": entity[n], "name": n, "kind": KINDS[n], "project_id": None} for n in names]
+
+    moved = client.get(f"/v1/memories/{memory['Dana moved to Berlin.']}", params={"user_id": user})
+    assert moved.status_code == 200, moved.text
+    facts = moved.json()["facts"]
+    assert [{k: v for k, v in f.items() if k != "id"} for f in facts] == [
+        fact("location", "Paris", (2, 5), "Dana moved to Berlin."),
+        fact("location", "Berlin", (5, None), "Dana moved to Berlin."),
+    ]
+    # Every entity its texts named, the earlier text's too.
+    assert moved.json()["entities"] == named("Berlin", "Dana Lee", "Paris")
+    works = client.get(f"/v1/memories/{memory[acme]}", params={"user_id": user}).json()
+    assert [{k: v for k, v in f.items() if k != "id"} for f in works["facts"]] == [
+        fact("employer", "Acme Corp", (1, None), acme)
+    ]
+    assert works["entities"] == named("Acme Corp", "Dana Lee")
+    # The other way: the entity's facts are these, by the same ids.
+    dana = _detail(client, user, entity["Dana Lee"])["facts"]
+    assert [f["id"] for f in dana] == [works["facts"][0]["id"], *(f["id"] for f in facts)]
 
 
 def test_bad_times_are_422_naming_the_field(client, ids):

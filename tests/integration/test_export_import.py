@@ -185,7 +185,11 @@ def table_ids(database_url: str, app: str, user: str, name: str) -> str:
 def without_ids(value: object) -> object:
     """`value` with every row id left out (a copy under another user has its own)."""
     if isinstance(value, dict):
-        return {k: without_ids(v) for k, v in value.items() if k not in ("id", "memory_id")}
+        return {
+            k: without_ids(v)
+            for k, v in value.items()
+            if k not in ("id", "memory_id", "subject_id", "object_id")
+        }
     if isinstance(value, list):
         return [without_ids(v) for v in value]
     return value

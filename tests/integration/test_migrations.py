@@ -78,6 +78,7 @@ def test_migrate_creates_the_tables_and_is_idempotent(fresh_database):
         (17, "agents"),
         (18, "memory_feedback"),
         (19, "profiles"),
+        (20, "entity_judgements"),
     ]
     assert "USING hnsw (embedding vector_cosine_ops)" in indexes["memories_embedding"]
     assert "USING gin (tsv)" in indexes["memories_tsv"]

@@ -27,6 +27,7 @@ from shared.db.pool import (
     KEEPALIVE_INTERVAL_SECONDS,
     TCP_USER_TIMEOUT_MS,
 )
+from shared.entities.judging import MOST_LISTED, MOST_PER_NAME
 from shared.llm.offline.decomposition import MAX_QUERIES
 from shared.memory.context import MIN_HITS, TOKENS_PER_HIT
 
@@ -97,6 +98,11 @@ CONSTANTS: list[tuple[str, str, Callable[[], tuple[float, ...]]]] = [
     ),
     ("design.md", r"fold lock \((\d+) s", lambda: (FoldPolicy().lock_seconds,)),
     ("design.md", r"up to (\w+) single-topic sub-queries", lambda: (MAX_QUERIES,)),
+    (
+        "design.md",
+        r"At most (\d+) entities for a name, (\d+) in one prompt",
+        lambda: (MOST_PER_NAME, MOST_LISTED),
+    ),
     ("api.md", r"up to (\w+) single-topic sub-queries", lambda: (MAX_QUERIES,)),
     ("api.md", r"k\? \((\d+)–(\d+), default (\d+)\)", _search_k),
     (

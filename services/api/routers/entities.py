@@ -26,6 +26,7 @@ from services.api.entity_models import (
 )
 from services.api.errors import ApiError, postgres_or_503
 from services.api.models import Identifier, query_integer
+from services.api.routers.views import fact_fields
 from services.api.time_models import AS_OF, ZonedTime
 from shared.db import entity_merges, entity_reads
 from shared.db.entity_reads import EntityQuery
@@ -86,14 +87,7 @@ async def get_entity(
     return EntityDetail(
         **_view(found),
         alias_sources=found["alias_sources"],
-        facts=[
-            {
-                **f,
-                "valid_from": format_time(f["valid_from"]),
-                "valid_to": format_time(f["valid_to"]) if f["valid_to"] else None,
-            }
-            for f in found["facts"]
-        ],
+        facts=[fact_fields(f) for f in found["facts"]],
         memories_mentioning=[
             {**m, "observed_at": format_time(m["observed_at"])} for m in found["memory_rows"]
         ],

@@ -15,8 +15,7 @@ from services.api import feedback_models as models
 from services.api.custom_methods import ResourceRoute
 from services.api.deps import ApiDep, AppIdDep, CallerDep
 from services.api.errors import postgres_or_503
-from services.api.routers.memories import refused, require_uuid
-from services.api.routers.views import memory_detail
+from services.api.routers.memories import detail_after, refused, require_uuid
 from shared.db.feedback import FeedbackRow
 from shared.db.unit_of_work import UnitsOfWork
 from shared.events import format_time, utcnow
@@ -49,10 +48,13 @@ async def memory_feedback(
         given = await postgres_or_503(asyncio.to_thread(give))
     except editing.MemoryRefused as exc:
         raise refused(exc) from None
+    memory = await detail_after(
+        api, (app_id, body.user_id, memory_id), given.memory, given.revisions
+    )
     return models.FeedbackResponse(
         feedback=feedback_view(given.feedback),
         tally=models.FeedbackTally(**given.tally),
-        memory=memory_detail(given.memory, given.revisions),
+        memory=memory,
     )
 
 

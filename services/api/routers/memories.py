@@ -54,6 +54,8 @@ from services.api.write_models import (
     WriteMemoryRequest,
     WriteMemoryResponse,
 )
+from shared.db import entity_reads
+from shared.db.entity_reads import MemoryLinks
 from shared.db.memory_rows import MemoryRow, PageFilter, Revision
 from shared.db.planned_write import StalePlan
 from shared.db.unit_of_work import UnitOfWork, UnitsOfWork, in_thread
@@ -138,14 +140,17 @@ async def get_memory(
     require_uuid(memory_id)
     agents = visible_to(acting(key_agent, agent_id))
 
-    def read(uow: UnitOfWork) -> tuple[MemoryRow | None, list[Revision]]:
+    def read(uow: UnitOfWork) -> tuple[MemoryRow | None, list[Revision], MemoryLinks]:
         memory = uow.memories.get(app_id, user_id, memory_id)
-        return memory, uow.memories.revisions(memory_id) if memory is not None else []
+        if memory is None:
+            return None, [], MemoryLinks([], [])
+        links = uow.run(entity_reads.of_memory(app_id, user_id, memory_id))
+        return memory, uow.memories.revisions(memory_id), links
 
-    memory, revisions = await postgres_or_503(in_thread(api.pool, read, commit=False))
+    memory, revisions, links = await postgres_or_503(in_thread(api.pool, read, commit=False))
     if memory is None or memory.agent_id not in agents:
         raise ApiError(404, "not_found", f"no memory {memory_id} for this user")
-    return memory_detail(memory, revisions)
+    return memory_detail(memory, revisions, links)
 
 
 @router.post("/v1/memories", response_model=WriteMemoryResponse, status_code=201)
@@ -271,7 +276,18 @@ async def _edited(
         raise refused(exc) from None
     except StalePlan as exc:
         raise ApiError(409, "conflict", f"{exc}") from None
-    return memory_detail(done.memory, done.revisions)
+    return await detail_after(api, target, done.memory, done.revisions)
+
+
+async def detail_after(
+    api: Api, target: tuple[str, str, str], memory: MemoryRow, revisions: list[Revision]
+) -> MemoryDetail:
+    """The detail of the memory `target` (app, user, id) as a change left it, with
+    the entities and facts its text names now (read after the change's commit)."""
+    links = await postgres_or_503(
+        in_thread(api.pool, lambda uow: uow.run(entity_reads.of_memory(*target)), commit=False)
+    )
+    return memory_detail(memory, revisions, links)
 
 
 def refused(exc: editing.MemoryRefused) -> ApiError:

@@ -19,6 +19,7 @@ from services.api.memory_models import (
     RevisionView,
 )
 from shared.db.context_reads import Cited
+from shared.db.entity_reads import MemoryLinks
 from shared.db.memory_rows import MemoryRow, Revision
 from shared.events import format_time
 from shared.memory.context import Context, RecalledTurn, SessionSummary
@@ -58,9 +59,17 @@ def found_fields(found: Found) -> dict[str, Any]:
     }
 
 
-def memory_detail(memory: MemoryRow, revisions: list[Revision]) -> MemoryDetail:
+def fact_fields(row: dict[str, Any]) -> dict[str, Any]:
+    """A fact row as `FactView` lays it out."""
+    return {**row, "valid_from": format_time(row["valid_from"]), "valid_to": _time(row["valid_to"])}
+
+
+def memory_detail(memory: MemoryRow, revisions: list[Revision], links: MemoryLinks) -> MemoryDetail:
+    """The memory with its revisions, the entities it mentions and the facts it states."""
     return MemoryDetail(
         **memory_fields(memory),
+        entities=[{**e, "project_id": e["project_id"] or None} for e in links.entities],
+        facts=[fact_fields(f) for f in links.facts],
         revisions=[
             RevisionView(
                 revision=number,

@@ -9,6 +9,8 @@ those of several route groups), and changes when the API's routes do."""
 
 from shared.client.models.archive import ArchiveSearchResponse, ContextTurnView, EpisodeView
 from shared.client.models.common import (
+    EntityRef,
+    FactView,
     GeneratedMemory,
     MemoryIdentity,
     MemoryView,
@@ -47,7 +49,6 @@ from shared.client.models.entities import (
     EntityPage,
     EntityTurnView,
     EntityView,
-    FactView,
     MergeResponse,
 )
 from shared.client.models.memories import (
@@ -110,6 +111,7 @@ __all__ = [
     "EntityDetail",
     "EntityMemoryView",
     "EntityPage",
+    "EntityRef",
     "EntityTurnView",
     "EntityView",
     "EnumField",

@@ -41,6 +41,35 @@ class ScoredMemory(MemoryView):
     rankers: list[str]
 
 
+class EntityRef(ApiModel):
+    """An entity by name, as a memory that mentions it shows it."""
+
+    id: str
+    name: str
+    kind: str
+    """One of: person, organisation, project, place, tool, pet, event, other."""
+    project_id: str | None
+    """The project it belongs to; null: the user's own."""
+
+
+class FactView(ApiModel):
+    """subject, predicate, object (an entity) or value, true from `valid_from` until `valid_to`
+    (null: still true), in event time.
+    """
+
+    id: str
+    subject_id: str
+    subject: str
+    predicate: str
+    object_id: str | None
+    object: str | None
+    value: str
+    valid_from: datetime
+    valid_to: datetime | None
+    memory_id: str | None
+    """The memory that states it."""
+
+
 class GeneratedMemory(ApiModel):
     action: str
     """One of: CREATED, UPDATED, DELETED."""

@@ -7,24 +7,19 @@ from __future__ import annotations
 
 from datetime import datetime
 
+from shared.client.models.common import EntityRef, FactView
 from shared.client.request import ApiModel
 
 
 class AliasView(ApiModel):
     alias: str
     how: str
-    """Why the name was taken for this entity. One of: name, nickname, first name, full name,
-    similar, merge.
+    """Why the name was taken for this entity (`model`: the model judged it). One of: name,
+    nickname, first name, full name, similar, merge, model.
     """
 
 
-class EntityView(ApiModel):
-    id: str
-    name: str
-    kind: str
-    """One of: person, organisation, project, place, tool, pet, event, other."""
-    project_id: str | None
-    """The project it belongs to; null: the user's own."""
+class EntityView(EntityRef):
     aliases: list[str]
     """Every name it was mentioned by."""
     memories: int
@@ -62,24 +57,6 @@ class EntityTurnView(ApiModel):
     turn_id: str
     created_at: datetime
     text: str
-
-
-class FactView(ApiModel):
-    """subject, predicate, object (an entity) or value, true from `valid_from` until `valid_to`
-    (null: still true), in event time.
-    """
-
-    id: str
-    subject_id: str
-    subject: str
-    predicate: str
-    object_id: str | None
-    object: str | None
-    value: str
-    valid_from: datetime
-    valid_to: datetime | None
-    memory_id: str | None
-    """The memory that states it."""
 
 
 class MergeResponse(ApiModel):

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from datetime import datetime
 
-from shared.client.models.common import MemoryView, ScoredMemory
+from shared.client.models.common import EntityRef, FactView, MemoryView, ScoredMemory
 from shared.client.request import ApiModel
 
 
@@ -49,6 +49,10 @@ class FeedbackView(ApiModel):
 
 class MemoryDetail(MemoryView):
     revisions: list[RevisionView]
+    entities: list[EntityRef] = []
+    """The entities it mentions."""
+    facts: list[FactView] = []
+    """The facts it states, in valid time (the ended ones too)."""
 
 
 class MemoryPage(ApiModel):

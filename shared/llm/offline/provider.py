@@ -57,6 +57,7 @@ T = TypeVar("T")
 
 class OfflineLLM:
     name = "offline"
+    judges_entities = False  # its rules are those of resolution already
 
     def summarize(
         self, previous: str, turns: list[DialogueTurn], max_tokens: int

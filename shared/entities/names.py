@@ -126,13 +126,21 @@ def mentions(text: str) -> list[Mention]:
         name = " ".join(words)
         key = normalise(name)
         if key and key not in found:
-            before = [normalise(t) for t in tokens[max(0, start - 3) : start]]
+            before = [normalise(t) for t in _lead(tokens, start)]
             after = normalise(tokens[i]) if i < len(tokens) else ""
             kind = _kind(words, before, after)
             opens = start == 0 or bool(_SENTENCE_END.search(tokens[start - 1]))
             sure = not (opens and len(words) == 1 and kind == "other")
             found[key] = Mention(name, kind, sure)
     return list(found.values())
+
+
+def _lead(tokens: list[str], start: int) -> list[str]:
+    """Up to three tokens before `start`, within its sentence: the words of the
+    sentence before ("lives in Paris.") say nothing of the next one's first word."""
+    lead = tokens[max(0, start - 3) : start]
+    ends = [n for n, token in enumerate(lead) if _SENTENCE_END.search(token)]
+    return lead[ends[-1] + 1 :] if ends else lead
 
 
 def _not_name(word: str) -> bool:

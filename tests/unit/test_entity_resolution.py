@@ -41,6 +41,16 @@ def test_mentions(text: str, expected: list[tuple[str, str]]) -> None:
     assert mentions(text) == [Mention(name, kind) for name, kind in expected]
 
 
+def test_a_sentence_lends_no_lead_word_to_the_next() -> None:
+    # "in" belongs to "lives in Paris.": "Noted" opens a sentence of its own, one
+    # word of no known kind, which names an entity only if one is known already.
+    assert mentions("Dana lives in Paris. Noted.") == [
+        Mention("Dana", "person"),
+        Mention("Paris", "place"),
+        Mention("Noted", "other", sure=False),
+    ]
+
+
 PEOPLE = known(
     ("robert", "Robert Smith", "person"),
     ("dana-lee", "Dana Lee", "person"),

@@ -9,6 +9,7 @@ from pydantic import BaseModel, BeforeValidator, Field, model_validator
 
 from services.api.filter_models import FilterJson
 from services.api.memory_models import (
+    ArchivedTurn,
     AwareTime,
     MemoryView,
     PeriodView,
@@ -143,16 +144,10 @@ class LongTermSummary(CitedRule):
     )
 
 
-class RecalledTurnView(BaseModel):
+class RecalledTurnView(ArchivedTurn):
     """An archived turn of an earlier conversation: a hit of the archive search, or
     a turn next to one (`neighbour_of`)."""
 
-    id: str
-    turn_id: str
-    session_id: str
-    project_id: str | None
-    created_at: str
-    text: str
     score: float | None = Field(description="its fused score; null for a neighbouring turn")
     rankers: list[str]
     neighbour_of: str | None = Field(

@@ -178,13 +178,17 @@ class ContextTurnView(BaseModel):
     offset: int = Field(description="its place from the hit: -1 the turn before, 1 the one after")
 
 
-class EpisodeView(BaseModel):
+class ArchivedTurn(BaseModel):
+    # What every view of an episode (a turn in the archive) shows first.
     id: str
     turn_id: str
     session_id: str
     project_id: str | None
     created_at: str
     text: str
+
+
+class EpisodeView(ArchivedTurn):
     score: float
     rankers: list[str]
     context: list[ContextTurnView] = Field(

@@ -52,16 +52,7 @@ import valkey
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from bench.common import (  # noqa: E402
-    AppliedLog,
-    MachineTime,
-    bench_stack,
-    cpu_seconds,
-    cpu_used,
-    describe_machine,
-    percentile,
-    wait_applied,
-)
+from bench import common  # noqa: E402
 
 # What the API and the worker send on these paths: scripts, and the HMGET of a
 # carried summary. Everything else (SET, GET, DEL, HGET, ...) runs inside the scripts.
@@ -198,7 +189,7 @@ def run_sessions(
 def summarize(values: list[float]) -> dict[str, float]:
     return {
         "p50": round(statistics.median(values), 2),
-        "p99": round(percentile(values, 99), 2),
+        "p99": round(common.percentile(values, 99), 2),
         "max": round(max(values), 2),
     }
 
@@ -240,17 +231,17 @@ def measure(args: argparse.Namespace) -> tuple[Phases, dict[str, int], dict[str,
     """A warm-up, then both phases on a fresh stack: each phase's sessions and the
     machine's state during it, the Valkey calls of both phases by command (the
     worker's included), and the CPU seconds of each process."""
-    with bench_stack() as (stack, endpoints, _settings):
+    with common.bench_stack() as (stack, endpoints, _settings):
         client = valkey.Valkey.from_url(endpoints.valkey_url)
         key = stack.dev_api_key or ""
         try:
-            log = AppliedLog(stack.log_dir / "summary.log")
+            log = common.AppliedLog(stack.log_dir / "summary.log")
             warm = run_sessions(endpoints.api_url, key, args.sessions, args.interval, 3.0)
-            wait_applied(log, [e for s in warm for e in s.event_ids], timeout=120)
-            before, cpu_before = commandstats(client), cpu_seconds(stack)
+            common.wait_applied(log, [e for s in warm for e in s.event_ids], timeout=120)
+            before, cpu_before = commandstats(client), common.cpu_seconds(stack)
             phases: Phases = {}
             for phase in PHASES:
-                machine_time = MachineTime()
+                machine_time = common.MachineTime()
                 sessions = run_sessions(
                     endpoints.api_url,
                     key,
@@ -262,8 +253,8 @@ def measure(args: argparse.Namespace) -> tuple[Phases, dict[str, int], dict[str,
                 phases[phase] = (sessions, machine_time.report())
             # Count the worker's operations for these turns too: wait until it handled them.
             everyone = [s for sessions, _ in phases.values() for s in sessions]
-            wait_applied(log, [e for s in everyone for e in s.event_ids], timeout=120)
-            after, cpu = commandstats(client), cpu_used(stack, cpu_before)
+            common.wait_applied(log, [e for s in everyone for e in s.event_ids], timeout=120)
+            after, cpu = commandstats(client), common.cpu_used(stack, cpu_before)
         finally:
             client.close()
     delta = {name: after.get(name, 0) - before.get(name, 0) for name in after}
@@ -287,7 +278,7 @@ def print_results(sessions: int, results: dict) -> None:
             f"inside the API p50 {in_api['p50']} ms, p99 {in_api['p99']} ms\n"
             f"  record-turn: p50 {record['p50']} ms, p99 {record['p99']} ms without the "
             f"publish wait; with it p50 {full['p50']} ms, p99 {full['p99']} ms\n"
-            f"  {describe_machine(figures['machine'])}"
+            f"  {common.describe_machine(figures['machine'])}"
         )
     print(
         f"Valkey per turn: {results['valkey_round_trips_per_turn']} round trips, "

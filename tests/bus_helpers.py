@@ -31,8 +31,10 @@ from shared.bus.worker import (
 from shared.config import Settings
 from shared.events import Event, ExtractionRequested, TurnRecorded
 from shared.llm import LLM, OfflineLLM
-from shared.probes import check_valkey
-from shared.session_buffer import SessionBuffer
+from shared.llm.gemini import make_client
+from shared.probes import check_gemini_generation, check_valkey
+from shared.session_buffer import SessionBuffer, SessionKey
+from tests.support import wait_for
 
 
 def attempts_spent(subscription: str) -> float:
@@ -143,15 +145,36 @@ def running(
     subscription: str,
     table: HandlerTable,
     publisher: EventPublisher,
+    dependencies: Dependencies | None = None,
 ) -> Iterator[SubscriberRuntime]:
+    """A runtime of `subscription` for the block; with `dependencies`, the worker's
+    view of them (closed after the runtime stops)."""
     runtime = SubscriberRuntime(
-        settings, subscription, table, publisher, concurrency=settings.worker_concurrency or 8
+        settings,
+        subscription,
+        table,
+        publisher,
+        concurrency=settings.worker_concurrency or 8,
+        dependencies=dependencies,
     )
     runtime.start()
     try:
         yield runtime
     finally:
         runtime.stop(timeout=10)
+        if dependencies is not None:
+            dependencies.close()
+
+
+def fill_then_cross(
+    publisher: EventPublisher, buffer: SessionBuffer, key: SessionKey, turns: list[TurnRecorded]
+) -> None:
+    """Ten turns fill the buffer to its trigger, then the eleventh crosses it. (Sent
+    together, several handlers running at once could each see eleven turns.)"""
+    for turn in turns[:10]:
+        publisher.publish(turn).result(timeout=10)
+    wait_for(lambda: len(buffer.read(key).turns) == 10, 30, "ten turns buffered")
+    publisher.publish(turns[10]).result(timeout=10)
 
 
 def intercept(handler: BatchHandler, check: Callable[[Event, Delivery], object]) -> BatchHandler:
@@ -276,6 +299,12 @@ def extraction_worker(
             runtime.request_stop()
         for runtime in runtimes.values():
             runtime.stop(timeout=10)
+
+
+def watched_model(settings: Settings, retry_min: float, retry_max: float) -> Dependencies:
+    """A worker's view of the settings' Gemini model, probed with a one-token request."""
+    probe = partial(check_gemini_generation, make_client(settings), settings.llm_model)
+    return Dependencies({"llm": Probe(probe)}, retry_min=retry_min, retry_max=retry_max)
 
 
 def watched_valkey(client: valkey.Valkey) -> Dependencies:

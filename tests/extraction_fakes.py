@@ -155,8 +155,8 @@ class Uow(CopyingUow):
 
     def create(self, new: NewMemory, event_id: str | None) -> MemoryRow:
         row = MemoryRow(
-            str(uuid.uuid4()), new.app, new.user_id, new.project_id, new.session_id, new.scope,
-            new.kind, new.entity_name, new.text, new.observed_at, T0, T0,
+            new.app, new.user_id, new.project_id, new.session_id, new.scope, new.kind,
+            new.entity_name, new.text, str(uuid.uuid4()), new.observed_at, T0, T0,
         )  # fmt: skip
         self.db.memories.append(row)
         return row

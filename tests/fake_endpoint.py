@@ -30,6 +30,23 @@ class Reply:
     headers: dict[str, str] = field(default_factory=dict)
 
 
+def error_replies(error_body: Callable[[int, str], Any]) -> Callable[..., Reply]:
+    """An endpoint's `error_reply(status, message="scripted error", delay=0.0,
+    retry_after=None)`: an error whose body is `error_body(status, message)`; with
+    `retry_after`, a `Retry-After` header."""
+
+    def error_reply(
+        status: int,
+        message: str = "scripted error",
+        delay: float = 0.0,
+        retry_after: float | None = None,
+    ) -> Reply:
+        headers = {} if retry_after is None else {"retry-after": f"{retry_after:g}"}
+        return Reply(status=status, body=error_body(status, message), delay=delay, headers=headers)
+
+    return error_reply
+
+
 @dataclass
 class BaseRequest:
     method: str

@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from shared.tokens import estimate_tokens
-from tests.fake_endpoint import BaseRequest, FakeEndpoint, Reply
+from tests.fake_endpoint import BaseRequest, FakeEndpoint, Reply, error_replies
 
 __all__ = ["FakeGemini", "Reply", "Request"]
 
@@ -117,26 +117,18 @@ def empty_reply() -> Reply:
     return reply
 
 
-def error_reply(
-    status: int,
-    message: str = "scripted error",
-    delay: float = 0.0,
-    retry_after: float | None = None,
-) -> Reply:
-    """An error as Gemini answers it; with `retry_after`, a `Retry-After` header."""
-    headers = {} if retry_after is None else {"retry-after": f"{retry_after:g}"}
-    return Reply(
-        headers=headers,
-        status=status,
-        body={
-            "error": {
-                "code": status,
-                "message": message,
-                "status": _STATUS_NAMES.get(status, "UNKNOWN"),
-            }
-        },
-        delay=delay,
-    )
+def _error_body(status: int, message: str) -> dict[str, Any]:
+    """An error as Gemini answers it."""
+    return {
+        "error": {
+            "code": status,
+            "message": message,
+            "status": _STATUS_NAMES.get(status, "UNKNOWN"),
+        }
+    }
+
+
+error_reply = error_replies(_error_body)
 
 
 def embeddings_reply(*vectors: list[float]) -> Reply:

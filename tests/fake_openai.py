@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from shared.tokens import estimate_tokens
-from tests.fake_endpoint import BaseRequest, FakeEndpoint, Reply
+from tests.fake_endpoint import BaseRequest, FakeEndpoint, Reply, error_replies
 from tests.fake_gemini import fake_embedding
 
 __all__ = ["FakeOpenAI", "Reply", "Request"]
@@ -107,16 +107,18 @@ def empty_reply() -> Reply:
     return text_reply(None)
 
 
-def error_reply(
-    status: int,
-    message: str = "scripted error",
-    delay: float = 0.0,
-    retry_after: float | None = None,
-) -> Reply:
-    """An error as OpenAI answers it; with `retry_after`, a `Retry-After` header."""
-    headers = {} if retry_after is None else {"retry-after": f"{retry_after:g}"}
-    error = {"message": message, "type": _ERROR_TYPES.get(status, "server_error"), "code": None}
-    return Reply(status=status, body={"error": error}, delay=delay, headers=headers)
+def _error_body(status: int, message: str) -> dict[str, Any]:
+    """An error as OpenAI answers it."""
+    return {
+        "error": {
+            "message": message,
+            "type": _ERROR_TYPES.get(status, "server_error"),
+            "code": None,
+        }
+    }
+
+
+error_reply = error_replies(_error_body)
 
 
 def _default_chat(request: Request) -> Reply:

@@ -18,7 +18,7 @@ from google.pubsub_v1.types import ReceivedMessage
 from shared.bus.contract import HandlerTable
 from shared.bus.dependencies import Dependencies
 from shared.bus.dispatch import Dispatcher
-from shared.bus.message import Sink
+from shared.bus.message import PullOptions, Sink
 from shared.bus.settling import Settler
 from shared.bus.unary_pull import UnaryPull
 from shared.config import load_settings
@@ -123,14 +123,13 @@ def offline_pull(sink: Sink, in_key_order: bool = True) -> UnaryPull:
     """A unary pull that never calls Pub/Sub: its pull, lease and settle threads are
     not started, so its acks and nacks stay in its lists (`_to_ack`, `_to_nack`),
     and what it pulled is given with `_take_in`. Its hand-off thread runs."""
-    pull = UnaryPull(
+    options = PullOptions(
         None,  # type: ignore[arg-type]  # no thread that calls Pub/Sub is started
         "projects/p/subscriptions/s",
-        sink,
         max_outstanding=100,
         lease_seconds=30,
-        in_key_order=in_key_order,
         backoff_emulated=False,
     )
+    pull = UnaryPull(options, sink, in_key_order=in_key_order)
     pull._handoff.start()
     return pull

@@ -70,21 +70,17 @@ resource "google_cloud_run_v2_job" "job" {
         }
 
         dynamic "env" {
-          for_each = local.env.job
+          for_each = local.container_env.job
           content {
-            name  = env.key
-            value = env.value
-          }
-        }
-
-        dynamic "env" {
-          for_each = local.secret_env.job
-          content {
-            name = env.key
-            value_source {
-              secret_key_ref {
-                secret  = env.value
-                version = "latest"
+            name  = env.value.name
+            value = env.value.value
+            dynamic "value_source" {
+              for_each = env.value.secret[*]
+              content {
+                secret_key_ref {
+                  secret  = value_source.value
+                  version = "latest"
+                }
               }
             }
           }

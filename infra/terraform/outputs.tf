@@ -1,6 +1,6 @@
 output "api_url" {
   description = "URL of the API (Cloud Run)."
-  value       = google_cloud_run_v2_service.api.uri
+  value       = google_cloud_run_v2_service.service["api"].uri
 }
 
 output "service_accounts" {

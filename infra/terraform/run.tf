@@ -67,20 +67,55 @@ locals {
     extraction = { min = var.extraction_min_instances, max = var.extraction_max_instances }
     compaction = { min = var.compaction_min_instances, max = var.compaction_max_instances }
   }
+
+  # Each process's variables in the order its container lists them: the plain
+  # ones, then those read from Secret Manager (`secret` is the secret's id).
+  container_env = {
+    for process, plain in local.env : process => concat(
+      [for name, value in plain : { name = name, value = value, secret = null }],
+      [for name, secret in local.secret_env[process] : { name = name, value = null, secret = secret }],
+    )
+  }
+
+  # The API, and one service per worker kind of topology.json (a kind without
+  # scaling variables fails the plan). The API answers /healthz; a worker serves
+  # only its metrics, which its startup probe waits for.
+  services = merge(
+    {
+      api = {
+        args     = ["api"]
+        ingress  = var.api_ingress
+        scaling  = { min = var.api_min_instances, max = var.api_max_instances }
+        startup  = { path = "/healthz", attempts = 30 }
+        liveness = { path = "/healthz", period = 15 }
+      }
+    },
+    {
+      for kind in keys(local.topology.workers) : kind => {
+        args     = ["worker", kind]
+        ingress  = "INGRESS_TRAFFIC_INTERNAL_ONLY"
+        scaling  = local.worker_scaling[kind]
+        startup  = { path = null, attempts = 60 }
+        liveness = { path = "/metrics", period = 30 }
+      }
+    },
+  )
 }
 
-resource "google_cloud_run_v2_service" "api" {
-  name                = "${var.name}-api"
+resource "google_cloud_run_v2_service" "service" {
+  for_each = local.services
+
+  name                = "${var.name}-${each.key}"
   location            = var.region
-  ingress             = var.api_ingress
+  ingress             = each.value.ingress
   deletion_protection = var.deletion_protection
 
   template {
-    service_account = google_service_account.service["api"].email
+    service_account = google_service_account.service[each.key].email
 
     scaling {
-      min_instance_count = var.api_min_instances
-      max_instance_count = var.api_max_instances
+      min_instance_count = each.value.scaling.min
+      max_instance_count = each.value.scaling.max
     }
 
     vpc_access {
@@ -93,50 +128,55 @@ resource "google_cloud_run_v2_service" "api" {
 
     containers {
       image = var.image
-      args  = ["api"]
+      args  = each.value.args
 
       ports {
         container_port = local.container_port
       }
 
       resources {
-        limits = var.container_resources["api"]
-        # The publisher's sender thread and the pools' maintenance work run
-        # between requests too.
+        limits = var.container_resources[each.key]
+        # A worker pulls between requests; the API's publisher sender thread and
+        # the pools' maintenance work run between requests too.
         cpu_idle = false
       }
 
       startup_probe {
         period_seconds    = 2
-        failure_threshold = 30
-        http_get {
-          path = "/healthz"
+        failure_threshold = each.value.startup.attempts
+        dynamic "http_get" {
+          for_each = each.value.startup.path[*]
+          content {
+            path = http_get.value
+          }
+        }
+        dynamic "tcp_socket" {
+          for_each = each.value.startup.path == null ? [local.container_port] : []
+          content {
+            port = tcp_socket.value
+          }
         }
       }
 
       liveness_probe {
-        period_seconds = 15
+        period_seconds = each.value.liveness.period
         http_get {
-          path = "/healthz"
+          path = each.value.liveness.path
         }
       }
 
       dynamic "env" {
-        for_each = local.env.api
+        for_each = local.container_env[each.key]
         content {
-          name  = env.key
-          value = env.value
-        }
-      }
-
-      dynamic "env" {
-        for_each = local.secret_env.api
-        content {
-          name = env.key
-          value_source {
-            secret_key_ref {
-              secret  = env.value
-              version = "latest"
+          name  = env.value.name
+          value = env.value.value
+          dynamic "value_source" {
+            for_each = env.value.secret[*]
+            content {
+              secret_key_ref {
+                secret  = value_source.value
+                version = "latest"
+              }
             }
           }
         }
@@ -147,102 +187,30 @@ resource "google_cloud_run_v2_service" "api" {
   depends_on = [
     google_pubsub_topic_iam_member.api_publisher,
     google_pubsub_topic_iam_member.api_readiness,
-    google_secret_manager_secret_iam_member.database_url,
-    google_secret_manager_secret_iam_member.gemini_api_key,
-    google_secret_manager_secret_version.database_url,
-  ]
-}
-
-resource "google_cloud_run_v2_service_iam_member" "api_invoker" {
-  for_each = toset(var.api_invokers)
-
-  name     = google_cloud_run_v2_service.api.name
-  location = google_cloud_run_v2_service.api.location
-  role     = "roles/run.invoker"
-  member   = each.key
-}
-
-resource "google_cloud_run_v2_service" "worker" {
-  # The kinds of topology.json: a kind without scaling variables fails the plan.
-  for_each = { for kind in keys(local.topology.workers) : kind => local.worker_scaling[kind] }
-
-  name                = "${var.name}-${each.key}"
-  location            = var.region
-  ingress             = "INGRESS_TRAFFIC_INTERNAL_ONLY"
-  deletion_protection = var.deletion_protection
-
-  template {
-    service_account = google_service_account.service[each.key].email
-
-    scaling {
-      min_instance_count = each.value.min
-      max_instance_count = each.value.max
-    }
-
-    vpc_access {
-      egress = "PRIVATE_RANGES_ONLY"
-      network_interfaces {
-        network    = google_compute_network.vpc.id
-        subnetwork = google_compute_subnetwork.main.id
-      }
-    }
-
-    containers {
-      image = var.image
-      args  = ["worker", each.key]
-
-      ports {
-        container_port = local.container_port
-      }
-
-      resources {
-        limits   = var.container_resources[each.key]
-        cpu_idle = false
-      }
-
-      startup_probe {
-        period_seconds    = 2
-        failure_threshold = 60
-        tcp_socket {
-          port = local.container_port
-        }
-      }
-
-      liveness_probe {
-        period_seconds = 30
-        http_get {
-          path = "/metrics"
-        }
-      }
-
-      dynamic "env" {
-        for_each = local.env[each.key]
-        content {
-          name  = env.key
-          value = env.value
-        }
-      }
-
-      dynamic "env" {
-        for_each = local.secret_env[each.key]
-        content {
-          name = env.key
-          value_source {
-            secret_key_ref {
-              secret  = env.value
-              version = "latest"
-            }
-          }
-        }
-      }
-    }
-  }
-
-  depends_on = [
     google_pubsub_subscription_iam_member.worker_subscriber,
     google_pubsub_topic_iam_member.worker_publisher,
     google_secret_manager_secret_iam_member.database_url,
     google_secret_manager_secret_iam_member.gemini_api_key,
     google_secret_manager_secret_version.database_url,
   ]
+}
+
+# The API and the workers were two resources: their services keep their names.
+moved {
+  from = google_cloud_run_v2_service.api
+  to   = google_cloud_run_v2_service.service["api"]
+}
+
+moved {
+  from = google_cloud_run_v2_service.worker
+  to   = google_cloud_run_v2_service.service
+}
+
+resource "google_cloud_run_v2_service_iam_member" "api_invoker" {
+  for_each = toset(var.api_invokers)
+
+  name     = google_cloud_run_v2_service.service["api"].name
+  location = google_cloud_run_v2_service.service["api"].location
+  role     = "roles/run.invoker"
+  member   = each.key
 }

@@ -19,6 +19,7 @@ from starlette.routing import Match
 from starlette.types import Scope
 
 from services.api import deps
+from services.api.asgi import HttpMiddleware
 from services.api.auth import Authentication
 from services.api.docs import install_docs
 from services.api.errors import install_error_handlers
@@ -157,21 +158,14 @@ async def _lifespan(
         yield
 
 
-class RequestLog:
-    """One log line per request: method, path, status, duration. Plain ASGI, because
-    Starlette's BaseHTTPMiddleware costs more CPU than the record-turn route itself.
+class RequestLog(HttpMiddleware):
+    """One log line per request: method, path, status, duration.
 
     Every response also says how long the API took until it started answering, as
     `app;dur=<ms>` in its `Server-Timing` header (after any entry the route set), so
     a client can tell the API's time from the network's and its own."""
 
-    def __init__(self, app: Any) -> None:
-        self.app = app
-
-    async def __call__(self, scope: Scope, receive: Any, send: Any) -> None:
-        if scope["type"] != "http":
-            await self.app(scope, receive, send)
-            return
+    async def handle(self, scope: Scope, receive: Any, send: Any) -> None:
         structlog.contextvars.clear_contextvars()
         started = time.perf_counter()
         status = 500

@@ -29,6 +29,7 @@ from fastapi.responses import JSONResponse
 from psycopg import Error as PostgresError
 from starlette.types import Scope
 
+from services.api.asgi import HttpMiddleware
 from services.api.errors import error_body, request_id_of
 from services.console import access as console
 from services.console import pages
@@ -45,16 +46,13 @@ MCP_PATH = "/mcp"
 MAX_CACHED_KEYS = 10_000
 
 
-class Authentication:
+class Authentication(HttpMiddleware):
     def __init__(self, app: Any) -> None:
-        self.app = app
+        super().__init__(app)
         # sha256 of a key -> what its last lookup found
         self._known: dict[bytes, _Known] = {}
 
-    async def __call__(self, scope: Scope, receive: Any, send: Any) -> None:
-        if scope["type"] != "http":
-            await self.app(scope, receive, send)
-            return
+    async def handle(self, scope: Scope, receive: Any, send: Any) -> None:
         path = scope["path"]
         on_console = console.needs_key(path)
         if not on_console and not _protected(path):

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from typing import Annotated, Literal, cast
 
-from pydantic import BeforeValidator, ConfigDict, Field, model_validator
+from pydantic import BeforeValidator, Field, model_validator
 
 from services.api.memory_models import Kind, ScopeName
-from services.api.models import RequestBody, json_integer
+from services.api.models import RequestBody, example, json_integer
 from shared.db.outbox import PROFILE_TOPIC
 from shared.llm.topics import MANAGED
 from shared.memory.expiry import MAX_SECONDS, MIN_SECONDS
@@ -32,11 +32,7 @@ class TtlConfig(TtlLevels):
     """The app's TTLs: these levels for every scope, `scopes` to override them per
     scope, and how long revisions are kept. Nothing set: nothing expires."""
 
-    model_config = ConfigDict(
-        json_schema_extra={
-            "examples": [{"default": None, "scopes": {"session": {"default": 604800}}}]
-        },
-    )
+    model_config = example({"default": None, "scopes": {"session": {"default": 604800}}})
 
     revisions: TtlSeconds = None
     scopes: dict[ScopeName, TtlLevels] = {}
@@ -73,26 +69,22 @@ class ExtractionConfig(RequestBody):
     """What the extraction keeps: the managed topics chosen and custom topics. Not
     set: every managed topic, no custom one."""
 
-    model_config = ConfigDict(
-        json_schema_extra={
-            "examples": [
+    model_config = example(
+        {
+            "managed_topics": ["preferences", "rules"],
+            "custom_topics": [
                 {
-                    "managed_topics": ["preferences", "rules"],
-                    "custom_topics": [
+                    "name": "travel",
+                    "description": "where the user travels and how",
+                    "examples": [
                         {
-                            "name": "travel",
-                            "description": "where the user travels and how",
-                            "examples": [
-                                {
-                                    "conversation": "User: I fly to Lisbon every spring.",
-                                    "memories": ["User flies to Lisbon every spring."],
-                                }
-                            ],
+                            "conversation": "User: I fly to Lisbon every spring.",
+                            "memories": ["User flies to Lisbon every spring."],
                         }
                     ],
                 }
-            ]
-        },
+            ],
+        }
     )
 
     managed_topics: list[ManagedTopic] = Field(
@@ -124,11 +116,7 @@ class AgentsConfig(RequestBody):
     every agent of the user. Not set: nothing is shared, each agent keeps what it
     learns. A change applies to what is extracted from then on."""
 
-    model_config = ConfigDict(
-        json_schema_extra={
-            "examples": [{"shared_kinds": ["preference"], "shared_topics": ["personal_info"]}]
-        },
-    )
+    model_config = example({"shared_kinds": ["preference"], "shared_topics": ["personal_info"]})
 
     shared_kinds: list[Kind] = Field(default=[], max_length=4)
     shared_topics: list[Annotated[str, Field(pattern="^[a-z][a-z0-9_]{0,39}$")]] = Field(

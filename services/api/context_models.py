@@ -5,10 +5,11 @@ from __future__ import annotations
 
 from typing import Annotated, Any
 
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, model_validator
+from pydantic import BaseModel, BeforeValidator, Field, model_validator
 
 from services.api.filter_models import FilterJson
 from services.api.memory_models import (
+    ArchivedTurn,
     AwareTime,
     MemoryView,
     PeriodView,
@@ -22,6 +23,7 @@ from services.api.models import (
     Identifier,
     OptionalId,
     RequestBody,
+    example,
     json_integer,
 )
 from services.api.time_models import TimeFields
@@ -46,19 +48,15 @@ class SectionCaps(RequestBody):
 
 
 class ContextRequest(_Request, TimeFields):
-    model_config = ConfigDict(
-        json_schema_extra={
-            "examples": [
-                {
-                    "user_id": "u-42",
-                    "session_id": "s-7",
-                    "project_id": "atlas",
-                    "query": "set up the build",
-                    "token_budget": 2000,
-                    "sections": {"recalled_turns": 800},
-                }
-            ]
-        },
+    model_config = example(
+        {
+            "user_id": "u-42",
+            "session_id": "s-7",
+            "project_id": "atlas",
+            "query": "set up the build",
+            "token_budget": 2000,
+            "sections": {"recalled_turns": 800},
+        }
     )
 
     session_id: Identifier
@@ -146,16 +144,10 @@ class LongTermSummary(CitedRule):
     )
 
 
-class RecalledTurnView(BaseModel):
+class RecalledTurnView(ArchivedTurn):
     """An archived turn of an earlier conversation: a hit of the archive search, or
     a turn next to one (`neighbour_of`)."""
 
-    id: str
-    turn_id: str
-    session_id: str
-    project_id: str | None
-    created_at: str
-    text: str
     score: float | None = Field(description="its fused score; null for a neighbouring turn")
     rankers: list[str]
     neighbour_of: str | None = Field(

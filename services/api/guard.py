@@ -24,6 +24,7 @@ import orjson
 import structlog
 from starlette.types import Scope
 
+from services.api.asgi import HttpMiddleware
 from services.api.errors import error_body
 
 log = structlog.get_logger("agent_memory.api")
@@ -36,14 +37,8 @@ class _BodyTooLarge(Exception):
     pass
 
 
-class Guard:
-    def __init__(self, app: Any) -> None:
-        self.app = app
-
-    async def __call__(self, scope: Scope, receive: Any, send: Any) -> None:
-        if scope["type"] != "http":
-            await self.app(scope, receive, send)
-            return
+class Guard(HttpMiddleware):
+    async def handle(self, scope: Scope, receive: Any, send: Any) -> None:
         request_id = _request_id(scope)
         scope.setdefault("state", {})["request_id"] = request_id
         structlog.contextvars.bind_contextvars(request_id=request_id)

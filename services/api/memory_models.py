@@ -7,7 +7,7 @@ import re
 from datetime import UTC, datetime
 from typing import Annotated, Any, Literal
 
-from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, WithJsonSchema
+from pydantic import AfterValidator, BaseModel, BeforeValidator, Field, WithJsonSchema
 
 from services.api.entity_models import EntityRef, FactView
 from services.api.filter_models import FilterJson
@@ -21,6 +21,7 @@ from services.api.models import (
     OptionalId,
     RequestBody,
     Time,
+    example,
     json_integer,
 )
 from services.api.time_models import TimeFields
@@ -88,17 +89,13 @@ class _Request(RequestBody):
 
 
 class SearchRequest(_Request, TimeFields):
-    model_config = ConfigDict(
-        json_schema_extra={
-            "examples": [
-                {
-                    "user_id": "u-42",
-                    "project_id": "atlas",
-                    "query": "which editor does the user prefer?",
-                    "k": 5,
-                }
-            ]
-        },
+    model_config = example(
+        {
+            "user_id": "u-42",
+            "project_id": "atlas",
+            "query": "which editor does the user prefer?",
+            "k": 5,
+        }
     )
 
     project_id: OptionalId = None
@@ -144,9 +141,7 @@ class SearchResponse(BaseModel):
 
 
 class ArchiveSearchRequest(_Request):
-    model_config = ConfigDict(
-        json_schema_extra={"examples": [{"user_id": "u-42", "query": "the pottery class", "k": 3}]},
-    )
+    model_config = example({"user_id": "u-42", "query": "the pottery class", "k": 3})
 
     project_id: OptionalId = None
     agent_id: AgentRead = None
@@ -183,13 +178,17 @@ class ContextTurnView(BaseModel):
     offset: int = Field(description="its place from the hit: -1 the turn before, 1 the one after")
 
 
-class EpisodeView(BaseModel):
+class ArchivedTurn(BaseModel):
+    # What every view of an episode (a turn in the archive) shows first.
     id: str
     turn_id: str
     session_id: str
     project_id: str | None
     created_at: str
     text: str
+
+
+class EpisodeView(ArchivedTurn):
     score: float
     rankers: list[str]
     context: list[ContextTurnView] = Field(
@@ -269,16 +268,12 @@ class GenerateScope(RequestBody):
 
 
 class GenerateRequest(_Request):
-    model_config = ConfigDict(
-        json_schema_extra={
-            "examples": [
-                {
-                    "user_id": "u-42",
-                    "scope": {"project_id": "atlas"},
-                    "events": [{"role": "user", "text": "I moved to Lisbon last month."}],
-                }
-            ]
-        },
+    model_config = example(
+        {
+            "user_id": "u-42",
+            "scope": {"project_id": "atlas"},
+            "events": [{"role": "user", "text": "I moved to Lisbon last month."}],
+        }
     )
 
     scope: GenerateScope = GenerateScope()

@@ -97,6 +97,12 @@ class RequestBody(BaseModel):
     model_config = ConfigDict(extra="forbid", strict=True)
 
 
+def example(body: dict[str, Any]) -> ConfigDict:
+    """A model's configuration with one example of it (the OpenAPI document's
+    `examples`), merged with its bases' (such as `RequestBody`'s)."""
+    return ConfigDict(json_schema_extra={"examples": [body]})
+
+
 def _time_text(value: object) -> object:
     # JSON carries a time as RFC 3339 text; a number would otherwise pass as epoch seconds.
     if not isinstance(value, str | datetime):

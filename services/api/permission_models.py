@@ -12,10 +12,10 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, WithJsonSchema
+from pydantic import AfterValidator, BaseModel, BeforeValidator, Field, WithJsonSchema
 
 from services.api.memory_models import Identifier, OptionalId
-from services.api.models import RequestBody, json_integer
+from services.api.models import RequestBody, example, json_integer
 from shared.permissions import (
     MAX_PATTERN_LENGTH,
     MAX_PATTERN_PROGRAM,
@@ -57,17 +57,13 @@ class _ToolCall(RequestBody):
 
 
 class EvaluateRequest(_ToolCall):
-    model_config = ConfigDict(
-        json_schema_extra={
-            "examples": [
-                {
-                    "user_id": "u-42",
-                    "session_id": "s-7",
-                    "tool_name": "run_shell",
-                    "tool_args": {"command": "rm -rf /"},
-                }
-            ]
-        },
+    model_config = example(
+        {
+            "user_id": "u-42",
+            "session_id": "s-7",
+            "tool_name": "run_shell",
+            "tool_args": {"command": "rm -rf /"},
+        }
     )
 
     project_id: OptionalId = None

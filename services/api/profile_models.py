@@ -5,9 +5,9 @@ from __future__ import annotations
 
 from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, Field, model_validator
 
-from services.api.models import RequestBody
+from services.api.models import RequestBody, example
 from shared.profiles.schema import (
     FIELD_PATTERN,
     MAX_ENUM_VALUES,
@@ -64,23 +64,19 @@ class ProfileConfig(RequestBody):
     characters; an enum one of its values; a number any finite number. Changing
     the schema keeps the values of the fields it still names; no field: no profile."""
 
-    model_config = ConfigDict(
-        json_schema_extra={
-            "examples": [
+    model_config = example(
+        {
+            "fields": [
+                {"name": "name", "type": "string", "description": "what to call them"},
+                {"name": "timezone", "type": "string"},
                 {
-                    "fields": [
-                        {"name": "name", "type": "string", "description": "what to call them"},
-                        {"name": "timezone", "type": "string"},
-                        {
-                            "name": "preferred_language",
-                            "type": "enum",
-                            "values": ["English", "French", "German"],
-                        },
-                        {"name": "role", "type": "string"},
-                    ]
-                }
+                    "name": "preferred_language",
+                    "type": "enum",
+                    "values": ["English", "French", "German"],
+                },
+                {"name": "role", "type": "string"},
             ]
-        },
+        }
     )
 
     fields: list[FieldConfig] = Field(default=[], max_length=MAX_FIELDS)
@@ -113,9 +109,7 @@ class ProfilePatch(RequestBody):
     """New values of the user's fields, each of its field's type; null clears one.
     The fields not named keep theirs."""
 
-    model_config = ConfigDict(
-        json_schema_extra={"examples": [{"values": {"timezone": "Europe/Paris", "role": None}}]}
-    )
+    model_config = example({"values": {"timezone": "Europe/Paris", "role": None}})
 
     values: dict[FieldName, ProfileValue | None] = Field(
         min_length=1,

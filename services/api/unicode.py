@@ -16,20 +16,18 @@ from typing import Any
 import orjson
 from starlette.types import Scope
 
+from services.api.asgi import HttpMiddleware
 from services.api.errors import error_body, request_id_of
 
 _METHODS = frozenset({"POST", "PUT", "PATCH"})
 MESSAGE = "must be valid Unicode (it contains a lone surrogate)"
 
 
-class LoneSurrogates:
-    def __init__(self, app: Any) -> None:
-        self.app = app
+class LoneSurrogates(HttpMiddleware):
+    def wants(self, scope: Scope) -> bool:
+        return scope["method"] in _METHODS and _json(scope)
 
-    async def __call__(self, scope: Scope, receive: Any, send: Any) -> None:
-        if scope["type"] != "http" or scope["method"] not in _METHODS or not _json(scope):
-            await self.app(scope, receive, send)
-            return
+    async def handle(self, scope: Scope, receive: Any, send: Any) -> None:
         messages = []
         while True:
             message = await receive()

@@ -17,6 +17,7 @@ from collections.abc import Sequence
 from fastapi import APIRouter, Request
 from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import HTMLResponse
+from starlette.datastructures import FormData
 
 from services.console import access, inputs, queries
 from services.console.pages import Viewer, page, require_admin
@@ -44,10 +45,7 @@ async def dead_letters(request: Request) -> HTMLResponse:
 
 @router.post(DEAD + "/{subscription}/replay", response_class=HTMLResponse)
 async def replay_letters(request: Request, subscription: str) -> HTMLResponse:
-    form = await access.checked_form(request)
-    require_admin(Viewer(request))
-    name = _known(subscription)
-    ids = _event_ids(form.getlist("event_id"))
+    _form, name, ids = await _ticked(request, subscription)
     found = await sources(request)
     try:
         result = await run_in_threadpool(
@@ -64,10 +62,7 @@ async def replay_letters(request: Request, subscription: str) -> HTMLResponse:
 
 @router.post(DEAD + "/{subscription}/purge", response_class=HTMLResponse)
 async def purge_letters(request: Request, subscription: str) -> HTMLResponse:
-    form = await access.checked_form(request)
-    require_admin(Viewer(request))
-    name = _known(subscription)
-    ids = _event_ids(form.getlist("event_id"))
+    form, name, ids = await _ticked(request, subscription)
     confirmed = form.get("confirm") == "yes"
     found = await sources(request)
     shown: list[DeadLetter] = []
@@ -137,6 +132,14 @@ def _letters_of(queues: DeadLetterQueues, event_id: str) -> list[tuple[str, Dead
     for name in NAMES:
         held.extend((name, letter) for letter in queues.peek(name) if letter.event_id == event_id)
     return held
+
+
+async def _ticked(request: Request, subscription: str) -> tuple[FormData, str, list[str]]:
+    """An admin's form on dead letters: the form, the subscription it names (a known
+    one) and the event ids of the letters it ticked."""
+    form = await access.checked_form(request)
+    require_admin(Viewer(request))
+    return form, _known(subscription), _event_ids(form.getlist("event_id"))
 
 
 def _known(name: str) -> str:

@@ -13,7 +13,7 @@ import logging
 from collections.abc import Callable
 from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass
-from typing import Annotated, Any
+from typing import Annotated, Any, TypedDict
 
 from mcp.server.mcpserver import Context, MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
@@ -46,6 +46,13 @@ INSTRUCTIONS = (
     "from the conversation, and end_session when the conversation is over; "
     "check_tool_permission before running a risky tool."
 )
+
+
+class Scoped(TypedDict):
+    """The project and the agent a tool's call is scoped to."""
+
+    project_id: str | None
+    agent_id: str | None
 
 
 @dataclass(frozen=True)
@@ -90,17 +97,11 @@ class MemoryTools(EditTools, EntityTools, ProfileTools):
         turns of earlier conversations that bear on it, with their dates. Call it at
         the start of a task, with the task as the query."""
         user, session = self._user(user_id), self._session(session_id)
-        project = self._project(project_id)
+        scope = self._scope(project_id)
         answer = await self._call(
             ctx,
             lambda c: c.context(
-                user,
-                session,
-                query,
-                project_id=project,
-                agent_id=self._defaults.agent_id,
-                token_budget=token_budget,
-                sections=sections,
+                user, session, query, token_budget=token_budget, sections=sections, **scope
             ),
         )
         return answer.system_instruction
@@ -134,7 +135,7 @@ class MemoryTools(EditTools, EntityTools, ProfileTools):
                 kind=kind,
                 project_id=project,
                 session_id=session,
-                agent_id=self._defaults.agent_id,
+                agent_id=self._agent(),
                 entity_name=entity_name,
             ),
         )
@@ -184,12 +185,9 @@ class MemoryTools(EditTools, EntityTools, ProfileTools):
     ) -> dict[str, Any]:
         """Search the user's long-term memories (facts, preferences, rules, events)
         by meaning and by words; the best matches first, each with its id."""
-        user, project, agent = self._user(user_id), self._project(project_id), self._agent()
+        user, scope = self._user(user_id), self._scope(project_id)
         found = await self._call(
-            ctx,
-            lambda c: c.search(
-                user, query, project_id=project, agent_id=agent, k=k, kinds=kinds, filter=filter
-            ),
+            ctx, lambda c: c.search(user, query, k=k, kinds=kinds, filter=filter, **scope)
         )
         return {"memories": [_brief(m.model_dump(mode="json")) for m in found]}
 
@@ -212,18 +210,17 @@ class MemoryTools(EditTools, EntityTools, ProfileTools):
     ) -> dict[str, Any]:
         """Search past conversation turns, word for word as they were recorded, when
         the memories do not hold a detail (what exactly was said, and when)."""
-        user, project = self._user(user_id), self._project(project_id)
+        user, scope = self._user(user_id), self._scope(project_id)
         found = await self._call(
             ctx,
             lambda c: c.archive_search(
                 user,
                 query,
-                project_id=project,
-                agent_id=self._defaults.agent_id,
                 k=k,
                 before=before,
                 after=after,
                 context_turns=context_turns,
+                **scope,
             ),
         )
         return {"episodes": [e.model_dump(mode="json") for e in found]}
@@ -242,18 +239,11 @@ class MemoryTools(EditTools, EntityTools, ProfileTools):
         project_id: ProjectId = None,
     ) -> dict[str, Any]:
         """List the user's memories, newest first, a page at a time."""
-        user, project = self._user(user_id), self._project(project_id)
+        user, owner = self._user(user_id), self._scope(project_id)
         page = await self._call(
             ctx,
             lambda c: c.list_memories(
-                user,
-                project_id=project,
-                agent_id=self._defaults.agent_id,
-                scope=scope,
-                kind=kind,
-                limit=limit,
-                cursor=cursor,
-                filter=filter,
+                user, scope=scope, kind=kind, limit=limit, cursor=cursor, filter=filter, **owner
             ),
         )
         memories = [_brief(m.model_dump(mode="json")) for m in page.memories]
@@ -280,11 +270,9 @@ class MemoryTools(EditTools, EntityTools, ProfileTools):
                 ctx, lambda c: c.delete_memory(user, memory_id, agent_id=agent)
             )
             return {"deleted": [answer.memory_id] if answer.deleted else []}
-        project = self._project(project_id)
+        scope = self._scope(project_id)
         assert query is not None  # exactly one of the two, checked above
-        gone = await self._call(
-            ctx, lambda c: c.delete_memories(user, query, project_id=project, agent_id=agent)
-        )
+        gone = await self._call(ctx, lambda c: c.delete_memories(user, query, **scope))
         return {"deleted": [m.id for m in gone]}
 
     async def check_tool_permission(
@@ -335,6 +323,11 @@ class MemoryTools(EditTools, EntityTools, ProfileTools):
 
     def _agent(self) -> str | None:
         return self._defaults.agent_id
+
+    def _scope(self, project_id: str | None) -> Scoped:
+        """The project (the given one, else the default) and the agent a call is
+        scoped to."""
+        return {"project_id": self._project(project_id), "agent_id": self._agent()}
 
 
 def _brief(memory: dict[str, Any]) -> dict[str, Any]:

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 from collections import OrderedDict
 from collections.abc import Mapping
-from typing import Any, Protocol
+from typing import Any, Protocol, TypedDict, Unpack
 
 import structlog
 from google.adk.agents.callback_context import CallbackContext
@@ -156,14 +156,17 @@ class AmbientMemory:
         return None
 
 
+class AmbientOptions(TypedDict, total=False):
+    """`AmbientMemory`'s options, which `memory_callbacks` passes on."""
+
+    k: int | None
+    token_budget: int | None
+    sections: Mapping[str, int] | None
+    limits: TurnLimits
+
+
 def memory_callbacks(
-    client: AsyncMemoryClient,
-    project_id: str | None = None,
-    *,
-    k: int | None = None,
-    token_budget: int | None = None,
-    sections: Mapping[str, int] | None = None,
-    limits: TurnLimits = API_DEFAULTS,
+    client: AsyncMemoryClient, project_id: str | None = None, **options: Unpack[AmbientOptions]
 ) -> dict[str, Any]:
     """Callbacks to pass to an `LlmAgent`: `LlmAgent(..., **memory_callbacks(client))`.
 
@@ -174,9 +177,7 @@ def memory_callbacks(
     finished turn. Give them to the root agent (the one the Runner runs): a
     sub-agent's after-agent callback would record the turn before the root
     agent's final answer."""
-    ambient = AmbientMemory(
-        client, project_id, k=k, token_budget=token_budget, sections=sections, limits=limits
-    )
+    ambient = AmbientMemory(client, project_id, **options)
     return {
         "before_model_callback": ambient.before_model,
         "after_agent_callback": ambient.after_agent,

@@ -11,8 +11,14 @@ A message leaves the runtime through one of its three methods.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 from datetime import datetime
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
+
+from shared.bus.delayed_nacks import DelayedNacks
+
+if TYPE_CHECKING:
+    from google.cloud import pubsub_v1
 
 
 class Message(Protocol):
@@ -45,6 +51,24 @@ class Message(Protocol):
 
 # Where a pull hands its messages: the dispatcher's `receive`.
 Sink = Callable[[Sequence[Message]], None]
+
+
+@dataclass(frozen=True)
+class PullOptions:
+    """What a pull is given, whichever it is: the subscriber client and the
+    subscription's path, how many messages may be leased at once, how long each
+    lease extension is, and whether a nack's delay is kept by the pull (the
+    emulator does not honour the subscription's retry policy)."""
+
+    subscriber: pubsub_v1.SubscriberClient
+    path: str
+    max_outstanding: int
+    lease_seconds: int
+    backoff_emulated: bool
+
+    def delayed_nacks(self) -> DelayedNacks | None:
+        """Where nacks wait for their delay, when the pull keeps it."""
+        return DelayedNacks() if self.backoff_emulated else None
 
 
 class Pull(Protocol):

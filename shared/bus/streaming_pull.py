@@ -21,7 +21,7 @@ from google.cloud.pubsub_v1.subscriber.scheduler import ThreadScheduler
 from google.cloud.pubsub_v1.types import FlowControl
 
 from shared.bus.delayed_nacks import DelayedNacks
-from shared.bus.message import Sink
+from shared.bus.message import PullOptions, Sink
 
 log = structlog.get_logger("agent_memory.worker")
 
@@ -73,36 +73,25 @@ class StreamingPull:
     acknowledged or nacked: the library sends acks only while callbacks run at
     shutdown, and counts a message against flow control until it is settled."""
 
-    def __init__(
-        self,
-        subscriber: pubsub_v1.SubscriberClient,
-        subscription_path: str,
-        sink: Sink,
-        *,
-        max_outstanding: int,
-        lease_seconds: int,
-        backoff_emulated: bool,
-        thread_name: str,
-    ) -> None:
-        self.subscriber = subscriber
-        self.path = subscription_path
+    def __init__(self, options: PullOptions, sink: Sink, *, thread_name: str) -> None:
+        self.options = options
         self.sink = sink
-        self.max_outstanding = max_outstanding
-        self.lease_seconds = lease_seconds
-        self.delayed = DelayedNacks() if backoff_emulated else None
+        self.delayed = options.delayed_nacks()
         self.thread_name = thread_name
         self._future: pubsub_v1.subscriber.futures.StreamingPullFuture | None = None
         self._waiting = 0  # messages handed to the sink and not yet settled
         self._lock = threading.Lock()
 
     def start(self) -> None:
-        executor = ThreadPoolExecutor(self.max_outstanding, thread_name_prefix=self.thread_name)
-        self._future = self.subscriber.subscribe(
-            self.path,
+        executor = ThreadPoolExecutor(
+            self.options.max_outstanding, thread_name_prefix=self.thread_name
+        )
+        self._future = self.options.subscriber.subscribe(
+            self.options.path,
             callback=self._on_message,
             flow_control=FlowControl(
-                max_messages=self.max_outstanding,
-                max_duration_per_lease_extension=self.lease_seconds,
+                max_messages=self.options.max_outstanding,
+                max_duration_per_lease_extension=self.options.lease_seconds,
                 max_lease_duration=MAX_STREAMING_LEASE_SECONDS,
             ),
             scheduler=ThreadScheduler(executor=executor),

@@ -11,11 +11,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from shared.events import (
+    EVENT_TYPES,
     CompactionRequested,
     Event,
     ExtractionRequested,
     MemoriesGenerate,
-    MemoryChanged,
     TurnRecorded,
 )
 
@@ -43,14 +43,9 @@ class SubscriptionSpec:
         return next(t.event for t in TOPICS if t.name == self.topic)
 
 
-TOPICS: tuple[TopicSpec, ...] = (
-    TopicSpec(TurnRecorded.TOPIC, TurnRecorded),
-    TopicSpec(MemoriesGenerate.TOPIC, MemoriesGenerate),
-    TopicSpec(CompactionRequested.TOPIC, CompactionRequested),
-    TopicSpec(ExtractionRequested.TOPIC, ExtractionRequested),
-    # For other services (a push subscription is the webhook): none of ours reads it.
-    TopicSpec(MemoryChanged.TOPIC, MemoryChanged),
-)
+# A topic per event type, named by the event. memory.changed.v1's is for other
+# services (a push subscription is the webhook): none of ours reads it.
+TOPICS: tuple[TopicSpec, ...] = tuple(TopicSpec(e.TOPIC, e) for e in EVENT_TYPES.values())
 
 SUBSCRIPTIONS: tuple[SubscriptionSpec, ...] = (
     SubscriptionSpec("turns-summary", TurnRecorded.TOPIC, ordered=True, consumer="summary"),

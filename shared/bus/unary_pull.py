@@ -26,11 +26,9 @@ from typing import Any
 
 import structlog
 from google.api_core import exceptions as gexc
-from google.cloud import pubsub_v1
 
-from shared.bus.delayed_nacks import DelayedNacks
 from shared.bus.handoff import Handoff
-from shared.bus.message import Sink
+from shared.bus.message import PullOptions, Sink
 
 log = structlog.get_logger("agent_memory.worker")
 
@@ -99,23 +97,16 @@ class UnaryPull:
 
     def __init__(
         self,
-        subscriber: pubsub_v1.SubscriberClient,
-        subscription_path: str,
+        options: PullOptions,
         sink: Sink,
         *,
-        max_outstanding: int,
-        lease_seconds: int,
         in_key_order: bool,
-        backoff_emulated: bool = True,
         may_pull: Callable[[], bool] | None = None,
         on_error: Callable[[Exception], None] | None = None,
         on_arrival: Sink | None = None,
     ) -> None:
-        self.subscriber = subscriber
-        self.path = subscription_path
-        self.max_outstanding = max_outstanding
-        self.lease_seconds = lease_seconds
-        self.delayed = DelayedNacks() if backoff_emulated else None
+        self.options = options
+        self.delayed = options.delayed_nacks()
         # False while a dependency is down: nothing new is pulled meanwhile.
         self.may_pull = may_pull or (lambda: True)
         self.on_error = on_error or (lambda _exc: None)
@@ -137,7 +128,7 @@ class UnaryPull:
         self._to_extend: list[str] = []  # first leases of fresh pulls
         self._threads: list[threading.Thread] = []
         self._handoff: Handoff[PulledMessage] = Handoff(
-            sink, in_key_order=in_key_order, name=f"handoff-{subscription_path}"
+            sink, in_key_order=in_key_order, name=f"handoff-{options.path}"
         )
 
     # -- lifecycle -----------------------------------------------------------------
@@ -148,7 +139,9 @@ class UnaryPull:
             (self._lease_loop, "lease"),
             (self._settle_loop, "settle"),
         ):
-            thread = threading.Thread(target=target, name=f"{name}-{self.path}", daemon=True)
+            thread = threading.Thread(
+                target=target, name=f"{name}-{self.options.path}", daemon=True
+            )
             thread.start()
             self._threads.append(thread)
 
@@ -164,7 +157,7 @@ class UnaryPull:
             self._give_back(left)
             log.info(
                 "worker stopped with messages waiting behind their ordering key; given back",
-                subscription=self.path,
+                subscription=self.options.path,
                 messages=len(left),
             )
 
@@ -253,21 +246,28 @@ class UnaryPull:
         with self._cond:
             acks, self._to_ack = self._to_ack, []
         for chunk in ack_id_chunks(acks):
-            self._call(self.subscriber.acknowledge, {"subscription": self.path, "ack_ids": chunk})
+            self._call(
+                self.options.subscriber.acknowledge,
+                {"subscription": self.options.path, "ack_ids": chunk},
+            )
         with self._nack_lock:
             with self._cond:
                 nacks, self._to_nack = self._to_nack, []
                 # Only what is still leased: a first lease must not revive a nack.
                 fresh = [a for a in self._to_extend if a in self._leased]
                 self._to_extend = []
-            self._modack(fresh, self.lease_seconds)
+            self._modack(fresh, self.options.lease_seconds)
             self._modack(nacks, 0)
 
     def _modack(self, ack_ids: list[str], seconds: int) -> None:
         for chunk in ack_id_chunks(ack_ids):
             self._call(
-                self.subscriber.modify_ack_deadline,
-                {"subscription": self.path, "ack_ids": chunk, "ack_deadline_seconds": seconds},
+                self.options.subscriber.modify_ack_deadline,
+                {
+                    "subscription": self.options.path,
+                    "ack_ids": chunk,
+                    "ack_deadline_seconds": seconds,
+                },
             )
 
     def _call(self, rpc: Callable, request: dict) -> None:
@@ -302,10 +302,10 @@ class UnaryPull:
 
     def _lease_loop(self) -> None:
         # Extend every lease well before it ends, up to MAX_LEASE_SECONDS.
-        interval = max(1.0, self.lease_seconds / 3)
+        interval = max(1.0, self.options.lease_seconds / 3)
         while not self._done.wait(interval):
             with self._nack_lock:
-                self._modack(self._to_renew(), self.lease_seconds)
+                self._modack(self._to_renew(), self.options.lease_seconds)
 
     def _to_renew(self) -> list[str]:
         """The ack ids whose lease is kept: those whose clock has not run out."""
@@ -319,17 +319,17 @@ class UnaryPull:
             while not self._stopping.is_set():
                 with self._cond:
                     while not self._stopping.is_set() and (
-                        len(self._leased) >= self.max_outstanding or not self.may_pull()
+                        len(self._leased) >= self.options.max_outstanding or not self.may_pull()
                     ):
                         self._cond.wait(timeout=0.2)
-                    want = self.max_outstanding - len(self._leased)
+                    want = self.options.max_outstanding - len(self._leased)
                 if self._stopping.is_set():
                     return
-                request = {"subscription": self.path, "max_messages": want}
+                request = {"subscription": self.options.path, "max_messages": want}
                 if busy:
                     request["return_immediately"] = True
                 try:
-                    response = self.subscriber.pull(
+                    response = self.options.subscriber.pull(
                         request=request,
                         timeout=BUSY_PULL_TIMEOUT_SECONDS if busy else PULL_TIMEOUT_SECONDS,
                     )
@@ -350,5 +350,5 @@ class UnaryPull:
                 self._take_in(received)
         except BaseException as exc:
             self._error = exc
-            log.error("pull loop failed", subscription=self.path, error=repr(exc))
+            log.error("pull loop failed", subscription=self.options.path, error=repr(exc))
             self._done.set()

@@ -35,7 +35,7 @@ from shared.bus.contract import (
 )
 from shared.bus.dependencies import Dependencies
 from shared.bus.dispatch import Dispatcher
-from shared.bus.message import Message, Pull
+from shared.bus.message import Message, Pull, PullOptions
 from shared.bus.publisher import EventPublisher
 from shared.bus.settling import Settler
 from shared.bus.streaming_pull import StreamingPull
@@ -107,36 +107,28 @@ class SubscriberRuntime:
             settings, subscription, handlers, settler, self.dependencies, concurrency
         )
         self.mode = resolve_pull_mode(settings)
-        max_outstanding = concurrency * PREFETCH_FACTOR
-        lease_seconds = settings.lease_extension_seconds
-        # Pub/Sub honours the retry policy; the emulator does not.
-        backoff_emulated = bool(settings.pubsub_emulator_host)
+        options = PullOptions(
+            self.subscriber,
+            path,
+            max_outstanding=concurrency * PREFETCH_FACTOR,
+            lease_seconds=settings.lease_extension_seconds,
+            # Pub/Sub honours the retry policy; the emulator does not.
+            backoff_emulated=bool(settings.pubsub_emulator_host),
+        )
         self.pull: Pull
         if self.mode == "unary":
             self.pull = UnaryPull(
-                self.subscriber,
-                path,
+                options,
                 self.dispatcher.receive,
-                max_outstanding=max_outstanding,
-                lease_seconds=lease_seconds,
                 # A batch handler orders its events itself (the summary worker's
                 # buffer by `created_at`): all of a pull can be one batch.
                 in_key_order=self.dispatcher.batch_size == 1,
-                backoff_emulated=backoff_emulated,
                 may_pull=lambda: self.dependencies.ready,
                 on_error=lambda exc: self.dependencies.report("pubsub", exc),
                 on_arrival=self.dispatcher.arrived,
             )
         else:
-            self.pull = StreamingPull(
-                self.subscriber,
-                path,
-                self._streamed,
-                max_outstanding=max_outstanding,
-                lease_seconds=lease_seconds,
-                backoff_emulated=backoff_emulated,
-                thread_name=f"stream-{subscription}",
-            )
+            self.pull = StreamingPull(options, self._streamed, thread_name=f"stream-{subscription}")
         WORKER_CONCURRENCY.labels(subscription).set(concurrency)
         MESSAGES_IN_FLIGHT.labels(subscription).set_function(self.in_flight)
 

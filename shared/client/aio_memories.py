@@ -12,12 +12,23 @@ import time
 from asyncio import sleep
 from collections.abc import AsyncIterator, Iterable, Sequence
 from datetime import datetime
-from typing import Any
+from typing import Any, Unpack
 
 from shared.client import models as m
 from shared.client.aio_connection import AsyncConnection
 from shared.client.call import Call, next_poll
-from shared.client.request import Event, events_body, listed, one, present, rfc3339, segment
+from shared.client.request import (
+    Event,
+    MemoryFilters,
+    SearchOptions,
+    events_body,
+    listed,
+    one,
+    present,
+    rfc3339,
+    search_body,
+    segment,
+)
 
 # How much longer than the client's timeout `memories:generate` with wait may take:
 # the server holds the answer up to AM_OPERATION_WAIT_SECONDS (30 s by default).
@@ -32,32 +43,28 @@ class AsyncMemoryRoutes(AsyncConnection):
         user_id: str,
         query: str,
         *,
-        project_id: str | None = None,
-        agent_id: str | None = None,
-        k: int | None = None,
         kinds: Sequence[str] | None = None,
         decompose: bool = False,
         as_of: datetime | str | None = None,
         observed_after: datetime | str | None = None,
         observed_before: datetime | str | None = None,
         filter: dict[str, Any] | None = None,
+        **options: Unpack[SearchOptions],
     ) -> list[m.ScoredMemory]:
-        """Hybrid search of the live memories in scope (that `filter`, a filter
-        expression, admits), best first (with `as_of`, of those live at that
-        moment, as they were)."""
+        """Hybrid search of the live memories in scope (the `options`: a project, an
+        agent, at most `k` hits) that `filter`, a filter expression, admits, best
+        first (with `as_of`, of those live at that moment, as they were)."""
         kinds = list(kinds) if kinds is not None else None
-        body = present(
-            user_id=user_id,
-            query=query,
+        body = search_body(
+            user_id,
+            query,
             decompose=decompose,
-            project_id=project_id,
-            agent_id=agent_id,
-            k=k,
             kinds=kinds,
             as_of=rfc3339(as_of),
             observed_after=rfc3339(observed_after),
             observed_before=rfc3339(observed_before),
             filter=filter,
+            **options,
         )
         parse = listed(m.ScoredMemory, "memories")
         call = Call("POST", "/v1/memories:search", parse, json=body, retry_safe=True)
@@ -68,31 +75,28 @@ class AsyncMemoryRoutes(AsyncConnection):
         user_id: str,
         query: str,
         *,
-        project_id: str | None = None,
-        agent_id: str | None = None,
-        k: int | None = None,
         before: datetime | str | None = None,
         after: datetime | str | None = None,
         context_turns: int | None = None,
         read_period: bool | None = None,
         asked_at: datetime | str | None = None,
+        **options: Unpack[SearchOptions],
     ) -> list[m.EpisodeView]:
-        """Search the episodic archive (every recorded turn), best first; with
+        """Search the episodic archive (every recorded turn) in scope (the `options`:
+        a project, an agent, at most `k` hits), best first; with
         `context_turns` (0-5), each hit with the turns of its session around it. A
         period the query names ("in May 2023", "last week" as of `asked_at`, default
         now) is searched first unless `read_period` is False or `before`/`after` are
         given."""
-        body = present(
-            user_id=user_id,
-            query=query,
-            project_id=project_id,
-            agent_id=agent_id,
-            k=k,
+        body = search_body(
+            user_id,
+            query,
             before=rfc3339(before),
             after=rfc3339(after),
             context_turns=context_turns,
             read_period=read_period,
             asked_at=rfc3339(asked_at),
+            **options,
         )
         parse = listed(m.EpisodeView, "episodes")
         call = Call("POST", "/v1/archive:search", parse, json=body, retry_safe=True)
@@ -104,54 +108,31 @@ class AsyncMemoryRoutes(AsyncConnection):
         self,
         user_id: str,
         *,
-        project_id: str | None = None,
-        agent_id: str | None = None,
-        scope: str | None = None,
-        kind: str | None = None,
-        limit: int | None = None,
         cursor: str | None = None,
-        topic: str | None = None,
         as_of: datetime | str | None = None,
-        filter: dict[str, Any] | None = None,
+        **filters: Unpack[MemoryFilters],
     ) -> m.MemoryPage:
-        """One page of live memories in creation order (those `filter`, a filter
-        expression, admits; with `as_of`, those live at that moment, as they were);
-        see `iter_memories`."""
+        """One page of live memories in creation order (those the `filters` admit: a
+        project, agent, scope, kind or topic, and `filter`, a filter expression; with
+        `as_of`, those live at that moment, as they were); see `iter_memories`."""
+        expression = filters.pop("filter", None)
         params = present(
             user_id=user_id,
-            project_id=project_id,
-            agent_id=agent_id,
-            scope=scope,
-            kind=kind,
-            limit=limit,
             cursor=cursor,
-            topic=topic,
             as_of=rfc3339(as_of),
-            filter=json.dumps(filter) if filter is not None else None,
+            filter=json.dumps(expression) if expression is not None else None,
+            **filters,
         )
         parse = one(m.MemoryPage)
         return await self._send(Call("GET", "/v1/memories", parse, params=params, retry_safe=True))
 
     async def iter_memories(
-        self,
-        user_id: str,
-        *,
-        project_id: str | None = None,
-        agent_id: str | None = None,
-        scope: str | None = None,
-        kind: str | None = None,
-        limit: int | None = None,
-        topic: str | None = None,
-        filter: dict[str, Any] | None = None,
+        self, user_id: str, **filters: Unpack[MemoryFilters]
     ) -> AsyncIterator[m.MemoryView]:
-        """Every live memory (that `filter` admits), page after page (`limit` per page)."""
-        filters = {"project_id": project_id, "agent_id": agent_id, "scope": scope, "kind": kind}
-        filters["topic"] = topic
+        """Every live memory the `filters` admit, page after page (`limit` per page)."""
         cursor = None
         while True:
-            page = await self.list_memories(
-                user_id, limit=limit, cursor=cursor, filter=filter, **filters
-            )
+            page = await self.list_memories(user_id, cursor=cursor, **filters)
             for memory in page.memories:
                 yield memory
             if page.next_cursor is None:
@@ -290,9 +271,7 @@ class AsyncMemoryRoutes(AsyncConnection):
         Not retried."""
         # Not retried: a second attempt after a lost answer would find nothing left to
         # delete and answer an empty list, hiding what the first one deleted.
-        body = present(
-            user_id=user_id, query=query, project_id=project_id, agent_id=agent_id, filter=filter
-        )
+        body = search_body(user_id, query, project_id=project_id, agent_id=agent_id, filter=filter)
         parse = listed(m.MemoryView, "deleted")
         return await self._send(Call("POST", "/v1/memories:delete", parse, json=body))
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping
 from datetime import datetime
-from typing import Any, TypeVar
+from typing import Any, TypedDict, TypeVar
 from urllib.parse import quote
 
 from pydantic import BaseModel, ConfigDict
@@ -24,6 +24,29 @@ class ApiModel(BaseModel):
 
 
 M = TypeVar("M", bound=BaseModel)
+
+
+class MemoryFilters(TypedDict, total=False):
+    """Which live memories a listing holds (`list_memories`, `iter_memories`), and
+    how many a page."""
+
+    project_id: str | None
+    agent_id: str | None
+    scope: str | None
+    kind: str | None
+    topic: str | None
+    filter: dict[str, Any] | None
+    limit: int | None
+
+
+class SearchOptions(TypedDict, total=False):
+    """What both searches (`search`, `archive_search`) take beside the query: the
+    scope searched and how many hits at most (`k`)."""
+
+    project_id: str | None
+    agent_id: str | None
+    k: int | None
+
 
 # `{role, text}` mappings or `(role, text)` pairs.
 Event = Mapping[str, str] | tuple[str, str]
@@ -45,6 +68,12 @@ def present(**values: Any) -> dict[str, Any]:
 def rfc3339(value: datetime | str | None) -> str | None:
     """A time as the API reads it (a naive datetime is taken as UTC by the API)."""
     return value.isoformat() if isinstance(value, datetime) else value
+
+
+def search_body(user_id: str, query: str, **options: Any) -> dict[str, Any]:
+    """The body of a route that finds memories or turns by `query` (a search, or
+    `memories:delete`): the query, and the options that are set."""
+    return {"user_id": user_id, "query": query} | present(**options)
 
 
 def tool_call(

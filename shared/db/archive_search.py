@@ -9,6 +9,8 @@ each; the archive search asks for the turns around its hits on its own.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -39,6 +41,34 @@ def _around(e: str) -> str:
             {_SIDE.format(sign=1, order="ASC", cmp=">", e=e)}"""
 
 
+Hits = list[tuple[dict[str, Any], Ranked]]
+# Per hit (its episode id), the turns around it (`surrounding_turns`).
+Around = dict[str, list[dict[str, Any]]]
+# (before, after): the creation times a search's episodes lie between, both
+# exclusive; None for no bound.
+Period = tuple[datetime | None, datetime | None]
+
+
+@dataclass(frozen=True)
+class _Ranking:
+    """What a hybrid search of the archive ranks by: `scope`'s episodes, for `query`
+    and its `embedding`, the top `k` as `fusion` fuses them."""
+
+    scope: Scope
+    query: str
+    embedding: Any
+    k: int
+    fusion: Fusion
+
+    def where(self, period: Period) -> tuple[str, dict[str, Any]]:
+        """The filter and the parameters of the search of the episodes created in
+        `period`."""
+        where, params = episode_filter(self.scope, *period)
+        params.update(fusion_params(self.fusion, [self.embedding], [self.query], self.k))
+        params.update(entity_params(self.scope, [self.query]))
+        return where, params
+
+
 def search_episodes(
     scope: Scope,
     query: str,
@@ -47,11 +77,9 @@ def search_episodes(
     fusion: Fusion,
     before: datetime | None = None,
     after: datetime | None = None,
-) -> Steps[list[tuple[dict[str, Any], Ranked]]]:
+) -> Steps[Hits]:
     """The fused top-k episodes `scope` may see: each as its `EPISODE_COLUMNS`."""
-    where, params = episode_filter(scope, before, after)
-    params.update(fusion_params(fusion, [embedding], [query], k))
-    params.update(entity_params(scope, [query]))
+    where, params = _Ranking(scope, query, embedding, k, fusion).where((before, after))
     entities = fusion.entity_weight > 0
     sql = hybrid_sql("episodes", EPISODE_COLUMNS, where, entities=entities, as_of="as_of" in params)
     rows = yield Statement(sql, params)
@@ -66,18 +94,37 @@ def search_episodes_within(
     fusion: Fusion,
     start: datetime,
     end: datetime,
-) -> Steps[list[tuple[dict[str, Any], Ranked]]]:
+) -> Steps[Hits]:
     """The top-k episodes created in [`start`, `end`) and, if there are fewer
     than k, the best of the rest of the archive after them."""
+
+    def search(period: Period) -> Steps[tuple[Hits, Around]]:
+        return (yield from search_episodes(scope, query, embedding, k, fusion, *period)), {}
+
+    hits, _ = yield from _period_first(search, k, start, end)
+    return hits
+
+
+def _period_first(
+    search: Callable[[Period], Steps[tuple[Hits, Around]]],
+    k: int,
+    start: datetime | None,
+    end: datetime | None,
+) -> Steps[tuple[Hits, Around]]:
+    """`search`'s top-k of [`start`, `end`) and, if they are fewer than k, the best
+    of the rest after them, with the turns around each (none without a period:
+    the top-k of the whole archive)."""
+    if start is None or end is None:
+        return (yield from search((None, None)))
     # The filter's `after` is exclusive; the period's start is not.
-    inside = yield from search_episodes(
-        scope, query, embedding, k, fusion, before=end, after=start - timedelta(microseconds=1)
-    )
+    inside, around = yield from search((end, start - timedelta(microseconds=1)))
     if len(inside) >= k:
-        return inside
+        return inside, around
     seen = {fields["id"] for fields, _ in inside}
-    rest = yield from search_episodes(scope, query, embedding, k, fusion)
-    return inside + [hit for hit in rest if hit[0]["id"] not in seen][: k - len(inside)]
+    rest, rest_around = yield from search((None, None))
+    more = [hit for hit in rest if hit[0]["id"] not in seen][: k - len(inside)]
+    around |= {fields["id"]: rest_around.get(fields["id"], []) for fields, _ in more}
+    return inside + more, around
 
 
 def surrounding_turns(
@@ -121,40 +168,23 @@ def recall(
     turns: int,
     start: datetime | None = None,
     end: datetime | None = None,
-) -> Steps[tuple[list[tuple[dict[str, Any], Ranked]], dict[str, list[dict[str, Any]]]]]:
+) -> Steps[tuple[Hits, Around]]:
     """The top-k episodes (those created in [`start`, `end`) first, then, if
     they are fewer than k, the best of the rest) and per hit the `turns` turns of
     its session before and after it (as `surrounding_turns`): one statement, two
     when a period holds fewer than k."""
-    if start is None or end is None:
-        return (yield from _recall_once(scope, query, embedding, k, fusion, turns, None, None))
-    inside, around = yield from _recall_once(
-        scope, query, embedding, k, fusion, turns, end, start - timedelta(microseconds=1)
-    )
-    if len(inside) >= k:
-        return inside, around
-    seen = {fields["id"] for fields, _ in inside}
-    rest, rest_around = yield from _recall_once(
-        scope, query, embedding, k, fusion, turns, None, None
-    )
-    more = [hit for hit in rest if hit[0]["id"] not in seen][: k - len(inside)]
-    around |= {fields["id"]: rest_around.get(fields["id"], []) for fields, _ in more}
-    return inside + more, around
+
+    ranking = _Ranking(scope, query, embedding, k, fusion)
+
+    def search(period: Period) -> Steps[tuple[Hits, Around]]:
+        return _recall_once(ranking, turns, period)
+
+    return (yield from _period_first(search, k, start, end))
 
 
-def _recall_once(
-    scope: Scope,
-    query: str,
-    embedding: Any,
-    k: int,
-    fusion: Fusion,
-    turns: int,
-    before: datetime | None,
-    after: datetime | None,
-) -> Steps[tuple[list[tuple[dict[str, Any], Ranked]], dict[str, list[dict[str, Any]]]]]:
-    where, params = episode_filter(scope, before, after)
-    params.update(fusion_params(fusion, [embedding], [query], k))
-    params.update(entity_params(scope, [query]))
+def _recall_once(ranking: _Ranking, turns: int, period: Period) -> Steps[tuple[Hits, Around]]:
+    scope, fusion = ranking.scope, ranking.fusion
+    where, params = ranking.where(period)
     params["turns"] = turns
     # Whether the scope's whole archive is small enough to rank exactly, as a
     # recent search found: a period's share of it is smaller still.
@@ -185,10 +215,10 @@ SELECT h.*, NULL::text AS hit, 0::bigint AS offset_ FROM hits h{neighbours}""",
         generic_plan=bool(exact),
     )
     first_hit = next((row for row in rows if row["hit"] is None), None)
-    if exact is None and first_hit is not None and before is None and after is None:
+    if exact is None and first_hit is not None and period == (None, None):
         SCOPE_SIZES.store(sized, bool(first_hit["exact"]))
-    hits: list[tuple[dict[str, Any], Ranked]] = []
-    around: dict[str, list[dict[str, Any]]] = {}
+    hits: Hits = []
+    around: Around = {}
     for row in rows:
         hit, offset = row.pop("hit"), row.pop("offset_")
         if hit is None:

@@ -19,8 +19,10 @@ COMPACTED_ENTITY = "compacted-episodes"
 
 
 @dataclass(frozen=True)
-class MemoryRow:
-    id: str
+class MemoryFields:
+    """What a memory has, stored (`MemoryRow`) or to write (`NewMemory`): whose it
+    is and where (app, user, project, session, scope), and what it says."""
+
     app: str
     user_id: str
     project_id: str
@@ -29,6 +31,11 @@ class MemoryRow:
     kind: str
     entity_name: str
     text: str
+
+
+@dataclass(frozen=True)
+class MemoryRow(MemoryFields):
+    id: str
     observed_at: datetime
     created_at: datetime
     updated_at: datetime
@@ -71,15 +78,7 @@ class Revision:
 
 
 @dataclass(frozen=True)
-class NewMemory:
-    app: str
-    user_id: str
-    project_id: str
-    session_id: str
-    scope: str
-    kind: str
-    entity_name: str
-    text: str
+class NewMemory(MemoryFields):
     embedding: Any
     observed_at: datetime
     expire_at: datetime | None = None  # when created: it expires then (None: never)

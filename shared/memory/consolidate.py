@@ -147,17 +147,7 @@ class Consolidator:
             if target.observed_at > source.observed_at:
                 return self._history(target, Action.UPDATED, target.text, text, source)
             kind = new.kind if new.kind == "rule" or target.kind != "rule" else target.kind
-            memory = self.store.update(
-                target,
-                text,
-                kind,
-                new.embedding,
-                source.observed_at,
-                source.event_id,
-                expire_at=new.updated_expire_at,
-                metadata=new.metadata,
-                new=new,
-            )
+            memory = self._update(target, text, kind, new, source)
             return Applied(Action.UPDATED, memory, text)
         if decision.action == Action.DELETED:
             assert target is not None
@@ -167,6 +157,23 @@ class Consolidator:
             return Applied(Action.DELETED, retired, target.text)
         text = decision.text.strip() or new.text
         return self._create(replace(new, text=text), source)
+
+    def _update(
+        self, current: MemoryRow, text: str, kind: str, new: NewMemory, source: Source
+    ) -> MemoryRow:
+        """`current` rewritten to `text` and `kind` by the candidate `new` (its
+        embedding, its expiry and metadata), as observed by `source`."""
+        return self.store.update(
+            current,
+            text,
+            kind,
+            new.embedding,
+            source.observed_at,
+            source.event_id,
+            expire_at=new.updated_expire_at,
+            metadata=new.metadata,
+            new=new,
+        )
 
     def _held_back(self, new: NewMemory, source: Source, decision: Decision | None) -> bool:
         """Whether the candidate would write its turn again into a memory that wrong
@@ -196,17 +203,7 @@ class Consolidator:
         if live is not None:
             if live.text == new.text:
                 return Applied(Action.NONE, live, "")
-            memory = self.store.update(
-                live,
-                new.text,
-                new.kind,
-                new.embedding,
-                source.observed_at,
-                source.event_id,
-                expire_at=new.updated_expire_at,
-                metadata=new.metadata,
-                new=new,
-            )
+            memory = self._update(live, new.text, new.kind, new, source)
             return Applied(Action.UPDATED, memory, new.text)
         memory = self.store.create(new, source.event_id)
         return Applied(Action.CREATED, memory, new.text)

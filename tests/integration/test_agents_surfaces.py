@@ -7,21 +7,17 @@ from __future__ import annotations
 
 import asyncio
 import json
-import sys
-from collections.abc import AsyncIterator, Iterator
-from contextlib import asynccontextmanager
-from pathlib import Path
+from collections.abc import Iterator
 
 import httpx
 import psycopg
 import pytest
-from mcp import ClientSession, StdioServerParameters, stdio_client
 
 from shared.api_keys import create_key
 from shared.client import AsyncMemoryClient, MemoryClient
 from shared.client.errors import NotFoundError, PermissionDeniedError
-from tests.integration.test_mcp import call, http_session
-from tests.support import REPO, serve_api
+from tests.integration.test_mcp import call, http_session, stdio_session
+from tests.support import serve_api
 
 
 @pytest.fixture
@@ -112,35 +108,12 @@ def test_the_asyncio_client_acts_as_the_agent_it_names(base_url, keys, ids):
     assert turn_id
 
 
-@asynccontextmanager
-async def stdio_as(
-    url: str, key: str, ids: dict, agent: str, log: Path
-) -> AsyncIterator[ClientSession]:
-    env = {
-        "AGENT_MEMORY_URL": url,
-        "AGENT_MEMORY_API_KEY": key,
-        "AGENT_MEMORY_USER_ID": ids["user_id"],
-        "AGENT_MEMORY_SESSION_ID": ids["session_id"],
-        "AGENT_MEMORY_AGENT_ID": agent,
-        "PYTHONPATH": str(REPO),
-    }
-    server = StdioServerParameters(
-        command=sys.executable, args=["-m", "services.cli", "mcp"], env=env, cwd=str(REPO)
-    )
-    with log.open("w") as errlog:
-        async with (
-            stdio_client(server, errlog=errlog) as (read, write),
-            ClientSession(read, write) as session,
-        ):
-            await session.initialize()
-            yield session
-
-
 def test_the_mcp_tools_act_as_their_agent_on_both_transports(base_url, keys, ids, tmp_path):
     user = {"user_id": ids["user_id"]}
 
     async def run() -> dict[str, list[str]]:
-        async with stdio_as(base_url, keys["app"], ids, "planner", tmp_path / "mcp.log") as stdio:
+        log = tmp_path / "mcp.log"
+        async with stdio_session(base_url, keys["app"], ids, log, agent="planner") as stdio:
             made = await call(stdio, "remember", text="Keeps a decision log.", entity_name="log")
             assert made["memory"]["agent_id"] == "planner"
             planner = await call(stdio, "list_memories")

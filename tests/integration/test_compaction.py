@@ -364,13 +364,9 @@ def test_a_sweep_compacts_each_user_with_old_episodes_once_even_when_redelivered
                 swept_twice.set()
 
     table = {CompactionRequested: recorder.wrap(handle)}
-    sweep = CompactionRequested(
-        event_id=str(uuid.uuid4()),
-        app=ids["app"],
-        user_id="",
-        retention_days=30,
-        batch_limit=50,
-        created_at=utcnow() - timedelta(days=300),  # fixed in the scheduler's body
+    # A sweep (no user), its time fixed in the scheduler's body.
+    sweep = compaction_request(
+        ids["app"], "", "", 30, 50, created_at=utcnow() - timedelta(days=300)
     )
     with running(settings, "compaction-requests", table, publisher):
         publisher.publish(sweep).result(timeout=10)

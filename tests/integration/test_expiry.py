@@ -4,15 +4,15 @@ DELETED revision, counted) without touching what has not expired."""
 
 from __future__ import annotations
 
-import uuid
 from datetime import timedelta
 
 import pytest
 
 from services.compaction_worker.handlers import Compaction
+from services.compaction_worker.requests import compaction_request
 from shared.db.unit_of_work import UnitsOfWork
 from shared.embeddings import make_embedder
-from shared.events import CompactionRequested, format_time, utcnow
+from shared.events import format_time, utcnow
 from shared.llm import OfflineLLM
 from shared.memory.expiry import retire_expired
 from shared.metrics import EXPIRED
@@ -115,14 +115,7 @@ def test_an_expired_memory_leaves_every_read_at_once_and_the_sweep_retires_it(
     compaction = Compaction(
         UnitsOfWork(pool, "compaction"), OfflineLLM(), make_embedder(settings), settings, publisher
     )
-    sweep = CompactionRequested(
-        event_id=str(uuid.uuid4()),
-        app=ids["app"],
-        user_id="",
-        retention_days=30,
-        batch_limit=50,
-        created_at=utcnow(),
-    )
+    sweep = compaction_request(ids["app"], "", "", retention_days=30, batch_limit=50)
     for _ in range(2):  # a redelivered sweep retires nothing more
         compaction.handle_request(sweep, None)
     assert EXPIRED.labels("memories")._value.get() == counted + 1

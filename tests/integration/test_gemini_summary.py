@@ -2,21 +2,24 @@
 endpoint, inside the summary worker on the real Valkey and Pub/Sub emulator."""
 
 from datetime import UTC, datetime
-from functools import partial
 
 import pytest
 from prometheus_client import REGISTRY
 
-from shared.bus.dependencies import Dependencies, Probe
 from shared.bus.dlq import DeadLetterQueues
-from shared.bus.worker import SubscriberRuntime
 from shared.events import ToolEvent, TurnRecorded
 from shared.llm import DialogueTurn, LLMError
 from shared.llm.accounting import worker
-from shared.llm.gemini import GeminiLLM, make_client
-from shared.probes import check_gemini_generation
+from shared.llm.gemini import GeminiLLM
 from shared.session_buffer import SessionBuffer, SessionKey
-from tests.bus_helpers import Recorder, make_turn, running, summary_handler
+from tests.bus_helpers import (
+    Recorder,
+    fill_then_cross,
+    make_turn,
+    running,
+    summary_handler,
+    watched_model,
+)
 from tests.fake_gemini import Reply, error_reply, json_reply
 from tests.support import stays, wait_for
 from tests.window_helpers import gemini
@@ -37,15 +40,6 @@ def _turns(ids, count):
         )
         for n in range(1, count + 1)
     ]
-
-
-def _fill_then_cross(publisher, buffer, key, turns):
-    """Ten turns fill the buffer to its trigger, then the eleventh crosses it. (Sent
-    together, several handlers running at once could each see eleven turns.)"""
-    for turn in turns[:10]:
-        publisher.publish(turn).result(timeout=10)
-    wait_for(lambda: len(buffer.read(key).turns) == 10, 30, "ten turns buffered")
-    publisher.publish(turns[10]).result(timeout=10)
 
 
 def _tokens(app, task="summarize"):
@@ -86,7 +80,7 @@ def test_a_fold_survives_retryable_replies_and_stores_one_summary(
     turns = _turns(ids, 11)
     key = SessionKey(ids["app"], ids["user_id"], ids["session_id"])
     with running(gemini_settings, "turns-summary", {TurnRecorded: handler}, publisher):
-        _fill_then_cross(publisher, buffer, key, turns)
+        fill_then_cross(publisher, buffer, key, turns)
         wait_for(lambda: buffer.read(key).summary.version == 1, 30, "the summary")
         stays(lambda: buffer.read(key).summary.version == 1, 1.0, "one summary version")
     view = buffer.read(key, with_folds=True)
@@ -127,20 +121,11 @@ def test_a_model_that_stays_overloaded_holds_the_fold_until_it_answers(
     recorder = Recorder()
     handler = recorder.wrap(summary_handler(failing, buffer, GeminiLLM(failing)))
     key = SessionKey(ids["app"], ids["user_id"], ids["session_id"])
-    probe = partial(check_gemini_generation, make_client(failing), failing.llm_model)
-    dependencies = Dependencies({"llm": Probe(probe)}, retry_min=0.2, retry_max=0.5)
-    runtime = SubscriberRuntime(
-        failing,
-        "turns-summary",
-        {TurnRecorded: handler},
-        publisher,
-        concurrency=4,
-        dependencies=dependencies,
-    )
-    runtime.start()
-    try:
+    dependencies = watched_model(failing, retry_min=0.2, retry_max=0.5)
+    table = {TurnRecorded: handler}
+    with running(failing, "turns-summary", table, publisher, dependencies) as runtime:
         turns = _turns(ids, 11)
-        _fill_then_cross(publisher, buffer, key, turns)
+        fill_then_cross(publisher, buffer, key, turns)
         wait_for(lambda: "llm" in dependencies.down(), 60, "the worker to see the model down")
         probes = len(fake.calls("generateContent"))
         wait_for(lambda: len(fake.calls("generateContent")) > probes + 1, 30, "probes of the model")
@@ -151,9 +136,6 @@ def test_a_model_that_stays_overloaded_holds_the_fold_until_it_answers(
         fake.defaults["generateContent"] = lambda request: json_reply({"summary": "Options."})
         wait_for(lambda: buffer.read(key).summary.version == 1, 60, "the fold once it answers")
         wait_for(lambda: runtime.in_flight() == 0, 30, "every message settled")
-    finally:
-        runtime.stop(timeout=10)
-        dependencies.close()
     failed = [label for (label, _a, outcome) in recorder.calls if outcome.startswith("error")]
     assert set(failed) == {"turn-0011"}
     assert {attempt for (_label, attempt, _o) in recorder.calls} == {1}

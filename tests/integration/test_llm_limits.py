@@ -10,7 +10,6 @@ import json
 import threading
 import time
 from datetime import UTC, datetime
-from functools import partial
 
 import pytest
 import valkey
@@ -18,20 +17,25 @@ from prometheus_client import REGISTRY
 
 from services.dev.localstack.process import free_port
 from shared.bootstrap import bootstrap, make_valkey
-from shared.bus.dependencies import Dependencies, Probe
 from shared.bus.dlq import DeadLetterQueues
 from shared.bus.settling import SETBACKS_ALLOWED
-from shared.bus.worker import SubscriberRuntime
 from shared.errors import dependency_of
 from shared.events import TurnRecorded
 from shared.llm import ExtractionInput, OfflineLLM, Usage
 from shared.llm.accounting import for_app, set_worker, worker
-from shared.llm.gemini import GeminiLLM, make_client
+from shared.llm.gemini import GeminiLLM
 from shared.llm.throttle import KEY_PREFIX, Throttle
-from shared.probes import check_gemini_generation
 from shared.session_buffer import SessionBuffer, SessionKey
 from shared.tokens import estimate_tokens
-from tests.bus_helpers import Recorder, attempts_spent, make_turn, summary_handler
+from tests.bus_helpers import (
+    Recorder,
+    attempts_spent,
+    fill_then_cross,
+    make_turn,
+    running,
+    summary_handler,
+    watched_model,
+)
 from tests.fake_gemini import error_reply, json_reply, text_reply
 from tests.support import stays, wait_for
 from tests.window_helpers import gemini as gemini_settings
@@ -243,8 +247,7 @@ def test_a_quota_the_probe_passes_holds_the_message_without_spending_attempts(
     recorder = Recorder()
     handler = recorder.wrap(summary_handler(gemini, buffer, GeminiLLM(gemini)))
     key = SessionKey(ids["app"], ids["user_id"], ids["session_id"])
-    probe = partial(check_gemini_generation, make_client(gemini), gemini.llm_model)
-    dependencies = Dependencies({"llm": Probe(probe)}, retry_min=0.05, retry_max=0.1)
+    dependencies = watched_model(gemini, retry_min=0.05, retry_max=0.1)
     spent = attempts_spent("turns-summary")
     results = ("ok", "retried", "failed", "rate_limited")
     before = {r: _calls(ids["app"], "summarize", r) for r in results}
@@ -252,21 +255,10 @@ def test_a_quota_the_probe_passes_holds_the_message_without_spending_attempts(
     def refused() -> list[int]:
         return [a for (_label, a, outcome) in recorder.calls if outcome.startswith("error")]
 
-    runtime = SubscriberRuntime(
-        gemini,
-        "turns-summary",
-        {TurnRecorded: handler},
-        publisher,
-        concurrency=4,
-        dependencies=dependencies,
-    )
-    runtime.start()
-    try:
+    table = {TurnRecorded: handler}
+    with running(gemini, "turns-summary", table, publisher, dependencies) as runtime:
         turns = [make_turn(ids, n, user=f"I prefer option {n}.") for n in range(1, 12)]
-        for turn in turns[:10]:  # to the fold's trigger; the eleventh crosses it
-            publisher.publish(turn).result(timeout=10)
-        wait_for(lambda: len(buffer.read(key).turns) == 10, 30, "ten turns buffered")
-        publisher.publish(turns[10]).result(timeout=10)
+        fill_then_cross(publisher, buffer, key, turns)
         wait_for(lambda: len(refused()) > SETBACKS_ALLOWED + 2, 60, "more refusals than setbacks")
         assert attempts_spent("turns-summary") == spent
         assert buffer.read(key).summary.version == 0
@@ -274,9 +266,6 @@ def test_a_quota_the_probe_passes_holds_the_message_without_spending_attempts(
         quota["exhausted"] = False
         wait_for(lambda: buffer.read(key).summary.version == 1, 60, "the fold once it answers")
         wait_for(lambda: runtime.in_flight() == 0, 30, "every message settled")
-    finally:
-        runtime.stop(timeout=10)
-        dependencies.close()
     assert set(refused()) == {1}  # held every time: no delivery attempt spent
     assert attempts_spent("turns-summary") == spent
     assert DeadLetterQueues(gemini).peek("turns-summary") == []

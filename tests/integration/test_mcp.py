@@ -76,7 +76,10 @@ def base_url(api_settings, topology) -> Iterator[str]:
 
 
 @asynccontextmanager
-async def stdio_session(url: str, key: str, ids: dict, log: Path) -> AsyncIterator[ClientSession]:
+async def stdio_session(
+    url: str, key: str, ids: dict, log: Path, agent: str | None = None
+) -> AsyncIterator[ClientSession]:
+    """The stdio server as a child process, acting for `agent` when one is given."""
     env = {
         "AGENT_MEMORY_URL": url,
         "AGENT_MEMORY_API_KEY": key,
@@ -84,6 +87,8 @@ async def stdio_session(url: str, key: str, ids: dict, log: Path) -> AsyncIterat
         "AGENT_MEMORY_SESSION_ID": ids["session_id"],
         "PYTHONPATH": str(REPO),
     }
+    if agent is not None:
+        env["AGENT_MEMORY_AGENT_ID"] = agent
     server = StdioServerParameters(
         command=sys.executable, args=["-m", "services.cli", "mcp"], env=env, cwd=str(REPO)
     )

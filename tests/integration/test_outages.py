@@ -23,7 +23,7 @@ from services.dev.localstack.process import free_port
 from services.dev.localstack.valkey_server import LocalValkey
 from shared.bootstrap import make_valkey
 from shared.bus.dependencies import Dependencies, Probe
-from shared.bus.dlq import DeadLetterQueues
+from shared.bus.dlq import DeadLetter, DeadLetterQueues
 from shared.bus.worker import SubscriberRuntime
 from shared.db.migrate import migrate
 from shared.db.pool import make_pool
@@ -77,6 +77,35 @@ def _runtime(settings, subscription, table, publisher, dependencies) -> Subscrib
     return runtime
 
 
+def _publish_turns(publisher, ids, numbers: range) -> None:
+    for n in numbers:
+        publisher.publish(make_turn(ids, n)).result(timeout=10)
+
+
+def _settled_without_spending(runtime: SubscriberRuntime, subscription: str, spent: int) -> None:
+    # Settled, folds included (a stop would hand back what is still queued).
+    wait_for(lambda: runtime.in_flight() == 0, 30, "every message settled")
+    assert attempts_spent(subscription) == spent
+
+
+def _each_at_its_first_attempt(settings, attempts: Attempts, subscription: str, turns: int):
+    """Every message handled at its first delivery attempt, none dead-lettered."""
+    assert set(attempts.seen) == {1} and len(attempts.seen) >= turns
+    assert DeadLetterQueues(settings).peek(subscription) == []
+
+
+def _dead_letter_of_one_turn(settings, runtime: SubscriberRuntime, publisher, ids) -> DeadLetter:
+    """Publish one turn and wait for its dead letter; the runtime is stopped after."""
+    try:
+        publisher.publish(make_turn(ids, 1)).result(timeout=10)
+        (letter,) = wait_for(
+            lambda: DeadLetterQueues(settings).peek("turns-summary"), 60, "the dead letter"
+        )
+    finally:
+        runtime.stop(timeout=10)
+    return letter
+
+
 @pytest.fixture
 def own_valkey(tmp_path) -> Iterator[LocalValkey]:
     server = LocalValkey(tmp_path, free_port(), tmp_path / "logs")  # append-only file on
@@ -123,13 +152,11 @@ def test_turns_wait_out_a_valkey_outage_and_are_applied_once_in_order(
     spent = attempts_spent("turns-summary")
     runtime = _runtime(settings, "turns-summary", table, publisher, dependencies)
     try:
-        for n in range(1, 6):
-            publisher.publish(make_turn(ids, n)).result(timeout=10)
+        _publish_turns(publisher, ids, range(1, 6))
         wait_for(lambda: len(applied()) == 5, 30, "the first five turns")
 
         own_valkey.process.kill()
-        for n in range(6, 16):
-            publisher.publish(make_turn(ids, n)).result(timeout=10)
+        _publish_turns(publisher, ids, range(6, 16))
         wait_for(lambda: "valkey" in dependencies.down(), 30, "the worker to see Valkey down")
         assert _gauge("agent_memory_dependency_up", dependency="valkey") == 0
         stays(lambda: attempts_spent("turns-summary") == spent, OUTAGE_SECONDS, "no attempt spent")
@@ -137,17 +164,14 @@ def test_turns_wait_out_a_valkey_outage_and_are_applied_once_in_order(
         own_valkey.start()  # the same port and append-only file
         expected = [f"turn-{n:04d}" for n in range(1, 16)]
         wait_for(lambda: applied() == expected, 60, "every turn, once, in order")
-        # Settled, folds included (a stop would hand back what is still queued).
-        wait_for(lambda: runtime.in_flight() == 0, 30, "every message settled")
-        assert attempts_spent("turns-summary") == spent
+        _settled_without_spending(runtime, "turns-summary", spent)
     finally:
         runtime.stop(timeout=10)
         dependencies.close()
         client.close()
 
-    assert set(attempts.seen) == {1} and len(attempts.seen) >= 15
+    _each_at_its_first_attempt(settings, attempts, "turns-summary", 15)
     assert _gauge("agent_memory_dependency_up", dependency="valkey") == 1
-    assert DeadLetterQueues(settings).peek("turns-summary") == []
 
 
 def _gauge(name: str, **labels: str) -> float | None:
@@ -190,16 +214,14 @@ def test_extraction_waits_out_postgres_stopped_and_killed_and_archives_each_turn
     spent = attempts_spent("turns-extraction")
     runtime = _runtime(settings, "turns-extraction", table, publisher, dependencies)
     try:
-        for n in range(1, 6):
-            publisher.publish(make_turn(ids, n)).result(timeout=10)
+        _publish_turns(publisher, ids, range(1, 6))
         wait_for(lambda: len(archived()) == 5, 30, "the first five turns archived")
         assert httpx.get(readyz, timeout=5).json() == {"status": "ready", "down": []}
 
         # Frozen: no handler fails, but the probe sees it, and readiness says so.
         _freeze(own_postgres.process.pid, signal.SIGSTOP)
         try:
-            for n in range(6, 11):
-                publisher.publish(make_turn(ids, n)).result(timeout=10)
+            _publish_turns(publisher, ids, range(6, 11))
             not_ready = wait_for(
                 lambda: (r := httpx.get(readyz, timeout=5)).status_code == 503 and r,
                 30,
@@ -215,8 +237,7 @@ def test_extraction_waits_out_postgres_stopped_and_killed_and_archives_each_turn
 
         # Killed: the handlers fail on dead connections, and hold their messages.
         os.kill(own_postgres.process.pid, signal.SIGKILL)
-        for n in range(11, 21):
-            publisher.publish(make_turn(ids, n)).result(timeout=10)
+        _publish_turns(publisher, ids, range(11, 21))
         wait_for(lambda: "postgres" in dependencies.down(), 30, "Postgres seen down")
         stays(
             lambda: attempts_spent("turns-extraction") == spent, OUTAGE_SECONDS, "no attempt spent"
@@ -226,15 +247,13 @@ def test_extraction_waits_out_postgres_stopped_and_killed_and_archives_each_turn
         expected = [f"turn-{n:04d}" for n in range(1, 21)]
         wait_for(lambda: archived() == expected, 60, "every turn archived once")
         assert httpx.get(readyz, timeout=5).status_code == 200
-        wait_for(lambda: runtime.in_flight() == 0, 30, "every message settled")
-        assert attempts_spent("turns-extraction") == spent
+        _settled_without_spending(runtime, "turns-extraction", spent)
     finally:
         runtime.stop(timeout=10)
         dependencies.close()
         pool.close()
 
-    assert set(attempts.seen) == {1} and len(attempts.seen) >= 20
-    assert DeadLetterQueues(settings).peek("turns-extraction") == []
+    _each_at_its_first_attempt(settings, attempts, "turns-extraction", 20)
 
 
 def _started(server: LocalPostgres):
@@ -267,13 +286,7 @@ def test_an_events_own_failures_are_retried_after_the_subscriptions_backoff(
         raise RuntimeError("this event breaks the handler")
 
     runtime = _runtime(settings, "turns-summary", {TurnRecorded: broken}, publisher, Dependencies())
-    try:
-        publisher.publish(make_turn(ids, 1)).result(timeout=10)
-        (letter,) = wait_for(
-            lambda: DeadLetterQueues(settings).peek("turns-summary"), 60, "the dead letter"
-        )
-    finally:
-        runtime.stop(timeout=10)
+    letter = _dead_letter_of_one_turn(settings, runtime, publisher, ids)
     assert letter.reason == (
         "failed 5 attempts; last error RuntimeError: this event breaks the handler"
     )
@@ -299,12 +312,8 @@ def test_a_message_that_fails_on_a_dependency_which_answers_its_probe_is_dead_le
         settings, "turns-summary", {TurnRecorded: always_times_out}, publisher, dependencies
     )
     try:
-        publisher.publish(make_turn(ids, 1)).result(timeout=10)
-        (letter,) = wait_for(
-            lambda: DeadLetterQueues(settings).peek("turns-summary"), 60, "the dead letter"
-        )
+        letter = _dead_letter_of_one_turn(settings, runtime, publisher, ids)
     finally:
-        runtime.stop(timeout=10)
         dependencies.close()
     assert letter.reason == (
         "failed 5 attempts; last error failed on llm 4 times although it answered its probe; "

@@ -77,8 +77,8 @@ class Uow(CopyingUow):
 
     def create(self, key, event_id) -> MemoryRow:
         row = MemoryRow(
-            str(uuid.uuid4()), key.app, key.user_id, key.project_id, "", key.scope,
-            key.kind, key.entity_name, key.text, key.observed_at, NOW, NOW,
+            key.app, key.user_id, key.project_id, "", key.scope, key.kind,
+            key.entity_name, key.text, str(uuid.uuid4()), key.observed_at, NOW, NOW,
         )  # fmt: skip
         self.db.summaries[key.project_id] = row
         return row

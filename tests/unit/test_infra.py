@@ -292,17 +292,34 @@ def test_one_cloud_run_service_per_worker_kind_with_always_allocated_cpu():
         )
         assert f'variable "{kind}_min_instances"' in tf
         assert f'variable "{kind}_max_instances"' in tf
-    worker = _resource("google_cloud_run_v2_service", "worker")
-    kinds = "for kind in keys(local.topology.workers) : kind => local.worker_scaling[kind]"
-    assert f"for_each = {{ {kinds} }}" in worker
-    assert 'args = ["worker", each.key]' in worker
-    assert "cpu_idle = false" in worker
-    assert "min_instance_count = each.value.min" in worker
-    # Each worker runs as its own service account.
-    assert "service_account = google_service_account.service[each.key].email" in worker
-    api = _resource("google_cloud_run_v2_service", "api")
-    assert 'args = ["api"]' in api
-    assert "min_instance_count = var.api_min_instances" in api
+    run = _squash((TERRAFORM / "run.tf").read_text(encoding="utf-8"))
+    start, end = run.index("services = merge("), run.index('resource "google_cloud_run_v2_service"')
+    services, service = run[start:end], _resource("google_cloud_run_v2_service", "service")
+    for text, fragments in (
+        (
+            services,
+            [
+                "for kind in keys(local.topology.workers) : kind => {",
+                'args = ["worker", kind]',
+                "scaling = local.worker_scaling[kind]",
+                'args = ["api"]',
+                "scaling = { min = var.api_min_instances, max = var.api_max_instances }",
+            ],
+        ),
+        (
+            service,
+            [
+                "for_each = local.services",
+                "args = each.value.args",
+                "cpu_idle = false",
+                "min_instance_count = each.value.scaling.min",
+                # Each worker, and the API, runs as its own service account.
+                "service_account = google_service_account.service[each.key].email",
+            ],
+        ),
+    ):
+        for fragment in fragments:
+            assert fragment in text, fragment
 
 
 def _unquote(value: object) -> object:

@@ -18,9 +18,9 @@ import json
 import uuid
 from collections.abc import Callable
 from datetime import datetime
-from typing import Annotated, Any
+from typing import Annotated, Any, NamedTuple
 
-from fastapi import APIRouter, Query, Response
+from fastapi import APIRouter, Depends, Query, Response
 from pydantic import BeforeValidator
 
 from services.api import filter_models
@@ -128,27 +128,43 @@ async def list_memories(
     return MemoryPage(memories=[memory_view(m) for m in rows], next_cursor=next_cursor)
 
 
-@router.get("/v1/memories/{memory_id}", response_model=MemoryDetail)
-async def get_memory(
+class MemoryAsAgent(NamedTuple):
+    """The memory a route names (app, user, id: `target`), and the agent the request
+    acts as (`agent`)."""
+
+    target: tuple[str, str, str]
+    agent: str
+
+
+async def memory_as_agent(
     memory_id: str,
     app_id: AppIdDep,
     key_agent: KeyAgentDep,
-    api: ApiDep,
     user_id: Annotated[Identifier, Query()],
     agent_id: Annotated[Identifier | None, Query(description=READ_AS)] = None,
-) -> MemoryDetail:
+) -> MemoryAsAgent:
+    """The memory of the path and the query's user, as the acting agent (404 for an
+    id that is not a UUID)."""
     require_uuid(memory_id)
-    agents = visible_to(acting(key_agent, agent_id))
+    return MemoryAsAgent((app_id, user_id, memory_id), acting(key_agent, agent_id))
+
+
+MemoryAsAgentDep = Annotated[MemoryAsAgent, Depends(memory_as_agent)]
+
+
+@router.get("/v1/memories/{memory_id}", response_model=MemoryDetail)
+async def get_memory(named: MemoryAsAgentDep, api: ApiDep) -> MemoryDetail:
+    memory_id = named.target[2]
 
     def read(uow: UnitOfWork) -> tuple[MemoryRow | None, list[Revision], MemoryLinks]:
-        memory = uow.memories.get(app_id, user_id, memory_id)
+        memory = uow.memories.get(*named.target)
         if memory is None:
             return None, [], MemoryLinks([], [])
-        links = uow.run(entity_reads.of_memory(app_id, user_id, memory_id))
+        links = uow.run(entity_reads.of_memory(*named.target))
         return memory, uow.memories.revisions(memory_id), links
 
     memory, revisions, links = await postgres_or_503(in_thread(api.pool, read, commit=False))
-    if memory is None or memory.agent_id not in agents:
+    if memory is None or memory.agent_id not in visible_to(named.agent):
         raise ApiError(404, "not_found", f"no memory {memory_id} for this user")
     return memory_detail(memory, revisions, links)
 
@@ -194,16 +210,9 @@ async def write_memory(
 
 
 @router.delete("/v1/memories/{memory_id}", response_model=DeleteMemoryResponse)
-async def delete_memory(
-    memory_id: str,
-    app_id: AppIdDep,
-    key_agent: KeyAgentDep,
-    api: ApiDep,
-    user_id: Annotated[Identifier, Query()],
-    agent_id: Annotated[Identifier | None, Query(description=READ_AS)] = None,
-) -> DeleteMemoryResponse:
-    require_uuid(memory_id)
-    await _require_visible(api, (app_id, user_id, memory_id), acting(key_agent, agent_id))
+async def delete_memory(named: MemoryAsAgentDep, api: ApiDep) -> DeleteMemoryResponse:
+    await _require_visible(api, *named)
+    app_id, user_id, memory_id = named.target
     deleted = await postgres_or_503(
         in_thread(
             api.pool,

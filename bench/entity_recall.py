@@ -55,7 +55,9 @@ METRICS = ("recall@10", "nDCG@10")
 GAIN = 4 / 3  # multi-hop recall@10 with the entity ranking / without, at least
 
 
-def rankings(configured: Fusion) -> dict[str, Fusion]:
+def rankings(configured: Fusion, weights: tuple[float, ...] = ()) -> dict[str, Fusion]:
+    """The rankings compared, and the hybrid with each entity weight of `weights`
+    beside them (rows to read, not targets)."""
     with_entities = configured
     return {
         "full text": replace(configured, vector_weight=0.0, text_weight=1.0, entity_weight=0.0),
@@ -63,14 +65,21 @@ def rankings(configured: Fusion) -> dict[str, Fusion]:
         "entity": replace(configured, vector_weight=0.0, text_weight=0.0, entity_weight=1.0),
         "hybrid without entities": replace(configured, entity_weight=0.0),
         "hybrid with entities": with_entities,
+        **{f"with entity weight {w:g}": replace(configured, entity_weight=w) for w in weights},
     }
 
 
-def measure(conn: psycopg.Connection, embedder: Any, data: dict, configured: Fusion) -> dict:
+def measure(
+    conn: psycopg.Connection,
+    embedder: Any,
+    data: dict,
+    configured: Fusion,
+    weights: tuple[float, ...] = (),
+) -> dict:
     questions = data["questions"]
     vectors = [Vector(v) for v in embedder.embed_queries([q["question"] for q in questions])]
     results: dict[str, Any] = {}
-    for name, fusion in rankings(configured).items():
+    for name, fusion in rankings(configured, weights).items():
         per_question = [
             scores(rank(conn, q, v, KEYS["contextual"], fusion, False), set(q["evidence"]))
             for q, v in zip(questions, vectors, strict=True)
@@ -144,7 +153,13 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     add_corpus_options(parser)
     parser.add_argument("--entity-weight", type=float, default=None)
+    parser.add_argument(
+        "--compare-entity-weights",
+        default="",
+        help="comma separated: the hybrid with each of these entity weights too, in the same run",
+    )
     args = parser.parse_args()
+    weights = tuple(float(w) for w in args.compare_entity_weights.split(",") if w)
     providers = chosen_providers(parser, args)
     data = generate(args.seed, args.conversations)
     own = entity_recall_data.generate(args.seed, args.conversations)
@@ -167,7 +182,7 @@ def main() -> int:
             with psycopg.connect(settings.database_url) as conn:
                 register_vector(conn)
                 ingest(conn, embedder, data)
-                results = measure(conn, embedder, data, Fusion.from_settings(settings))
+                results = measure(conn, embedder, data, Fusion.from_settings(settings), weights)
             report(provider, results)
             summary[provider] = results
     print(json.dumps(summary, indent=2))

@@ -115,9 +115,10 @@ class Settings(ServiceSettings):
     search_text_weight: float = Field(default=0.6, ge=0)
     """weight of the full-text ranking in reciprocal rank fusion, which each query scales by how far
     the ranking's 1st row stands out from its 5th"""
-    search_entity_weight: float = Field(default=0.3, ge=0)
-    """weight of the entity ranking in reciprocal rank fusion: the rows that mention an entity the
-    query names (by name or alias) and, after them, those of the entities one fact away; `0`: off"""
+    search_entity_weight: float = Field(default=0.6, ge=0)
+    """weight of the entity ranking in reciprocal rank fusion (as the full text's: both rank words
+    of the query): the rows that mention an entity the query names (by name or alias) and, after
+    them, those of the entities one fact away; `0`: off"""
     search_feedback_weight: float = Field(default=0.25, ge=0, le=1)
     """how far callers' feedback moves a memory in a search: its fused score times
     `1 + weight * balance`, the balance being (useful - not useful) / (both + 1) over each caller's

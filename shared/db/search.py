@@ -325,8 +325,10 @@ def search_memories(
     sized = SCOPE_SIZES.key("memories", scope, fusion.exact_below)
     # Whether the vector ranking is exact depends on the scope's size, not on the
     # filter: counting what a filter admits read up to the whole scope (x2.7 the
-    # unfiltered search at 100,000 memories, bench/filtered_search.py), while the
-    # HNSW walk (`hnsw.iterative_scan`) goes on past the rows the filter drops.
+    # unfiltered search at 100,000 memories, bench/filtered_search.py). In a large
+    # scope the planner then chooses from its estimate of what the filter admits
+    # (`shared.db.filter_sql`): the HNSW walk (`hnsw.iterative_scan`), which goes
+    # on past the rows the filter drops, or the admitted rows sorted by distance.
     exact = SCOPE_SIZES.cached(sized)
     columns = MEMORY_COLUMNS + (CITED_COLUMNS if citations is not None else "")
     sql = hybrid_sql(

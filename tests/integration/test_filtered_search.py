@@ -1,7 +1,9 @@
 """A filter expression in the search statement, on the real Postgres/pgvector: the
-planner knows from the metadata column's statistics how many rows a filter admits
-(which decides how it ranks them by vector distance), and a filtered search ranks
-the rows it admits exactly as the unfiltered search orders them."""
+planner knows from the metadata column's statistics how many rows a filter admits,
+which decides how the search reads them (a selective filter's rows sorted by
+distance, an unselective one's dropped from what each ranking reads), and a
+filtered search ranks the rows it admits exactly as the unfiltered search orders
+them, either way."""
 
 from __future__ import annotations
 
@@ -15,6 +17,7 @@ from psycopg.types.json import Jsonb
 from shared.db import filter_sql
 from shared.db.run import run
 from shared.db.search import search_memories, vector_text
+from shared.db.search_filters import filter_plan, memory_filter_parts
 from shared.memory.filters import parse
 from shared.memory.ranking import Fusion, Scope
 from tests.conftest import EMBEDDING_DIM
@@ -109,14 +112,19 @@ def _ids(pool, ids, fusion: Fusion, query: str, k: int, expression: dict | None)
     return [memory.id for memory, _ in found]
 
 
-ALONE = Fusion(entity_weight=0.0, feedback_weight=0.0, exact_below=ROWS + 1)
+# exact_below at its maximum: every filter is selective (and the scope small); at 0
+# none is (the full text reads the query's rows of the scope, then drops some).
+ALONE = Fusion(entity_weight=0.0, feedback_weight=0.0, exact_below=100_000)
+VECTOR = replace(ALONE, vector_weight=1.0, text_weight=0.0)
+TEXT = replace(ALONE, vector_weight=0.0, text_weight=1.0)
 
 
 @pytest.mark.parametrize(
     ("ranking", "fusion", "query"),
     [
-        ("vector", replace(ALONE, vector_weight=1.0, text_weight=0.0), "no words in common"),
-        ("full text", replace(ALONE, vector_weight=0.0, text_weight=1.0), "quartz zircon beryl"),
+        ("vector", VECTOR, "no words in common"),
+        ("full text", TEXT, "quartz zircon beryl"),
+        ("full text, unselective", replace(TEXT, exact_below=0), "quartz zircon beryl"),
     ],
 )
 @pytest.mark.parametrize(
@@ -138,7 +146,41 @@ def test_a_filtered_search_ranks_the_rows_it_admits_as_the_unfiltered_one_does(
 
 def test_through_the_hnsw_index_a_filtered_search_finds_only_rows_it_admits(pool, ids, stored):
     # Never exact: the planner chooses (the HNSW walk, or the admitted rows sorted).
-    fusion = replace(ALONE, vector_weight=1.0, text_weight=0.0, exact_below=0)
+    fusion = replace(VECTOR, exact_below=0)
     found = _ids(pool, ids, fusion, "no words in common", 5, {"metadata.level": {"lt": 5}})
     assert len(found) == 5
     assert all(stored[i]["level"] < 5 for i in found)
+
+
+def _counted(steps, ran: list):
+    """`steps`, each statement noted in `ran` as it is run."""
+    try:
+        statement = next(steps)
+        while True:
+            ran.append(statement)
+            statement = steps.send((yield statement))
+    except StopIteration as done:
+        return done.value
+
+
+def test_a_selective_filter_is_read_as_a_small_scope_and_an_unselective_one_as_a_large(pool, ids):
+    scope = Scope(ids["app"], ids["user_id"])
+    scoped, filtered, params = memory_filter_parts(scope, None, parse({"metadata.team": "x"}))
+    assert filtered is not None
+
+    def plan(exact: bool | None, below: int, clause: str | None = filtered):
+        ran: list = []
+        with pool.connection() as conn:
+            planned = run(conn, _counted(filter_plan(scoped, clause, params, exact, below), ran))
+        return planned, len(ran)
+
+    # Fewer than `below` admitted: sorted by distance; the full text uses the filter's
+    # indexes too. The planner's estimate, asked once a minute (FILTER_SIZES).
+    assert plan(None, 100_000) == ((True, None), 1)
+    assert plan(False, 100_000) == ((True, None), 0)
+    # Not fewer: the scope decides the vector ranking; the full text drops rows.
+    assert plan(None, 0) == ((None, (scoped, filtered)), 0)  # 0: never exact, never asked
+    assert plan(False, 0) == ((False, (scoped, filtered)), 0)
+    # A small scope is exact anyway, and no filter is nothing to plan.
+    assert plan(True, 0) == ((True, None), 0)
+    assert plan(None, 100_000, clause=None) == ((None, None), 0)

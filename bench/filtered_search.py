@@ -8,7 +8,9 @@ three. Loads them with COPY, builds the indexes (the metadata's GIN index among
 them), then sends searches in rounds: each round the same new query unfiltered
 and with each filter below, in turn, so every kind of request sees the same
 machine. Prints p50/p99 of each and its p50 against the unfiltered one's; the
-target is at most 1.5.
+target is at most 1.5. The API keeps the planner's estimate of what a filter
+admits for a minute: the last filter is new in every request (a moving "since"),
+so it pays for the estimate every time.
 
     .venv/bin/python bench/filtered_search.py [--memories 100000] [--rounds 200]
 """
@@ -20,6 +22,8 @@ import json
 import os
 import random
 import sys
+from collections.abc import Callable
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
@@ -31,7 +35,15 @@ from shared.embeddings import make_embedder  # noqa: E402
 USER = "bench-filtered"
 TEAMS = [f"team{i}" for i in range(10)]
 REGIONS = ["emea", "amer", "apac"]
-FILTERS: dict[str, dict | None] = {
+
+
+def _since(rng: random.Random) -> dict:
+    """A `created_at` range admitting every memory, with a new moment each time."""
+    moment = datetime(2000, 1, 1, tzinfo=UTC) + timedelta(seconds=rng.randrange(10**8))
+    return {"created_at": {"gte": moment.isoformat()}}
+
+
+FILTERS: dict[str, dict | Callable[[random.Random], dict] | None] = {
     "unfiltered": None,
     "team (a tenth)": {"metadata.team": "team3"},
     "team in two (a fifth)": {"metadata.team": {"in": ["team1", "team2"]}},
@@ -47,6 +59,7 @@ FILTERS: dict[str, dict | None] = {
         "kind": {"in": ["fact", "preference"]},
         "created_at": {"gte": "2000-01-01T00:00:00Z"},
     },
+    "created_at, new each time": _since,
 }
 TARGET = 1.5
 
@@ -74,17 +87,17 @@ def main() -> int:
         )
         print(f"loaded {args.memories} memories: {timings} (seconds)")
         client = Client(endpoints.api_url, stack.dev_api_key or "")
-        rng = random.Random(7)
+        rng, moments = random.Random(7), random.Random(8)
         for _ in range(20):  # warm-up: connections, plans, the indexes' pages
             for expression in FILTERS.values():
-                client.post("/v1/memories:search", _body(question(rng), expression))
+                client.post("/v1/memories:search", _body(question(rng), expression, moments))
         took: dict[str, list[float]] = {name: [] for name in FILTERS}
         found: dict[str, list[int]] = {name: [] for name in FILTERS}
         machine_time = MachineTime()
         for _ in range(args.rounds):
             query = question(rng)
             for name, expression in FILTERS.items():
-                ms, answer = client.post("/v1/memories:search", _body(query, expression))
+                ms, answer = client.post("/v1/memories:search", _body(query, expression, moments))
                 took[name].append(ms)
                 found[name].append(len(answer["memories"]))
         machine = machine_time.report()
@@ -94,7 +107,7 @@ def main() -> int:
         ratio = figures["p50_ratio"]
         verdict = "" if name == "unfiltered" else (" PASS" if ratio <= TARGET else " FAIL")
         print(
-            f"{name:>22}: p50 {figures['p50_ms']:7.2f} ms, p99 {figures['p99_ms']:7.2f} ms, "
+            f"{name:>25}: p50 {figures['p50_ms']:7.2f} ms, p99 {figures['p99_ms']:7.2f} ms, "
             f"p50 x{ratio:.2f} of unfiltered (target <= {TARGET}){verdict}; "
             f"at least {min(found[name])} results"
         )
@@ -103,10 +116,14 @@ def main() -> int:
     return 0
 
 
-def _body(query: str, expression: dict | None) -> dict:
+def _body(
+    query: str,
+    expression: dict | Callable[[random.Random], dict] | None,
+    moments: random.Random,
+) -> dict:
     body: dict = {"user_id": USER, "query": query, "k": 10}
     if expression is not None:
-        body["filter"] = expression
+        body["filter"] = expression(moments) if callable(expression) else expression
     return body
 
 

@@ -137,8 +137,8 @@ class Settings(ServiceSettings):
     # rows by exact distance costs less.
     search_exact_below: int = Field(default=5000, ge=0, le=100_000)
     """a scope with fewer rows than this (counted up to it on the scope's index) is ranked by exact
-    vector distance; above, the planner orders them (through the HNSW index for a large scope);
-    `0`: never exact"""
+    vector distance, and so is a filter the planner expects to admit fewer; above, the planner
+    orders them (through the HNSW index for a large scope); `0`: never exact"""
     # The archive's search keys (shared/memory/episode_keys.py).
     episode_key_neighbours: int = Field(
         default=2,

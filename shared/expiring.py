@@ -1,5 +1,6 @@
 """A small in-process cache whose values expire: a search keeps the scopes' row
-counts in it (`shared.db.search_filters.ScopeSizes`)."""
+counts in it (`shared.db.search_filters.ScopeSizes`), and the planner's estimates
+of its filters' (`FilterSizes`)."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ from typing import Generic, TypeVar
 K = TypeVar("K")
 V = TypeVar("V")
 
-# How long search keeps the scopes' counts.
+# How long search keeps the scopes' counts and its filters' estimated sizes.
 TTL_SECONDS = 60.0
 
 

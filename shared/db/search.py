@@ -35,6 +35,11 @@ BM25's IDF), full for a lexeme of the row's own text and 0.4 of it for one only
 in an episode's context (the neighbouring turns and the date: weight `B` in
 `tsv`); `ts_rank_cd` (the lexemes' density) breaks ties.
 
+A caller's filter is in every ranking's WHERE clause. A selective one, which the
+planner expects to admit fewer than `AM_SEARCH_EXACT_BELOW` rows, is read as a
+small scope is (its rows sorted by distance); an unselective one only drops rows
+from what each ranking reads through its own index (`filter_plan`).
+
 Scope: with a project, that project's rows and the user's global ones; without,
 global ones only; a session's own memories only when the search names the
 session. The app and user are always in the filter. Every value is a bound
@@ -57,8 +62,10 @@ from shared.db.run import Statement, Steps
 from shared.db.search_entities import NO_ENTITIES, entity_ctes, entity_params
 from shared.db.search_filters import (
     SCOPE_SIZES,
+    filter_plan,
     memory_count_filter,
-    memory_filter,
+    memory_filter_parts,
+    text_rows,
 )
 from shared.memory.filters import Node
 from shared.memory.ranking import Fusion, Ranked, Scope
@@ -119,6 +126,7 @@ def hybrid_sql(
     entities: bool = False,
     as_of: bool = False,
     feedback: bool = False,
+    text_source: tuple[str, str] | None = None,
 ) -> str:
     """The statement: fused rows (`pinned` false) and, if asked, every rule the
     filter admits (`pinned` true; score 0), each with `exact`, whether the vector
@@ -128,9 +136,12 @@ def hybrid_sql(
     count); given (a count a recent statement made, `SCOPE_SIZES`), it only has
     the one ranking to plan and run. `entities`: with the entity ranking
     (`shared.db.search_entities`; its facts true at `as_of` when given). `feedback`:
-    each memory's score weighed by its feedback (`shared.db.feedback.BALANCE_SQL`)."""
+    each memory's score weighed by its feedback (`shared.db.feedback.BALANCE_SQL`).
+    `text_source`: `where` in two, the scope's clause and a filter's, when the
+    full-text ranking is to read the query's rows of the scope and drop those the
+    filter does not admit (an unselective filter, `search_memories`)."""
     fused, ranked, was_exact = hybrid_parts(
-        table, columns, where, count_where, exact, entities, as_of, feedback
+        table, columns, where, count_where, exact, entities, as_of, feedback, text_source
     )
     if not pinned_rules:
         return f"{fused}\n{ranked}"
@@ -153,6 +164,7 @@ def hybrid_parts(
     entities: bool = False,
     as_of: bool = False,
     feedback: bool = False,
+    text_source: tuple[str, str] | None = None,
 ) -> tuple[str, str, str]:
     """`hybrid_sql`'s parts: the WITH clause up to the fused scores (`fused`), the
     query of the ranked rows (in parentheses, so that a caller may name it as one
@@ -210,8 +222,7 @@ txt AS (
                         WHEN m.tsv @@ df.own THEN 1.0 WHEN m.tsv @@ df.one THEN 0.4 ELSE 0 END)
                     FROM df WHERE df.qi = qt.qi AND df.n > 0
                 ) AS r
-                FROM {table} m
-                WHERE qt.mtsq IS NOT NULL AND m.tsv @@ qt.mtsq AND {where}
+                FROM {text_rows(table, where, text_source)}
                 LIMIT %(text_scan)s
             ) s
             ORDER BY s.r DESC, s.id LIMIT 2 * %(candidates)s
@@ -318,16 +329,18 @@ def search_memories(
     admits) and, if `pinned`, its rules (at most PINNED_LIMIT, newest first): one
     statement. Given `citations`, it also reads where each comes from, into it by
     memory id."""
-    where, params = memory_filter(scope, kinds, matching)
+    scoped, filtered, params = memory_filter_parts(scope, kinds, matching)
+    where = scoped if filtered is None else f"{scoped} AND {filtered}"
+    sized = SCOPE_SIZES.key("memories", scope, fusion.exact_below)
+    # A filter's size is the planner's estimate, not a count: counting what a filter
+    # admits read up to the whole scope (x2.7 the unfiltered search at 100,000
+    # memories, bench/filtered_search.py).
+    exact, text_source = yield from filter_plan(
+        scoped, filtered, params, SCOPE_SIZES.cached(sized), fusion.exact_below
+    )
     params.update(fusion_params(fusion, embeddings, queries, k))
     params.update(entity_params(scope, queries))
     params["pinned_limit"] = PINNED_LIMIT
-    sized = SCOPE_SIZES.key("memories", scope, fusion.exact_below)
-    # Whether the vector ranking is exact depends on the scope's size, not on the
-    # filter: counting what a filter admits read up to the whole scope (x2.7 the
-    # unfiltered search at 100,000 memories, bench/filtered_search.py), while the
-    # HNSW walk (`hnsw.iterative_scan`) goes on past the rows the filter drops.
-    exact = SCOPE_SIZES.cached(sized)
     columns = MEMORY_COLUMNS + (CITED_COLUMNS if citations is not None else "")
     sql = hybrid_sql(
         "memories",
@@ -339,6 +352,7 @@ def search_memories(
         entities=fusion.entity_weight > 0,
         as_of="as_of" in params,
         feedback=fusion.feedback_weight > 0,
+        text_source=text_source,
     )
     rows = yield Statement(sql, params)
     if exact is None and rows:

@@ -19,8 +19,9 @@ The grammar (docs/api.md, Filters):
 
 The text fields take eq, ne, in and exists (not empty); the times take eq, ne and
 the ranges, with RFC 3339 values; metadata keys take them all, with scalar values
-(ranges compare numbers with numbers and strings with strings; a value of another
-type matches nothing, and `ne` matches a memory without the key too). A filter is
+(ranges compare numbers with numbers and strings with strings, by code point; a
+value of another type matches nothing, and `ne` matches a memory without the key
+too, as `not` of a range does). A filter is
 at most MAX_NESTING deep and holds at most MAX_CONDITIONS conditions. A problem is
 a `FilterError` naming the part (`and[1].metadata.team.in`).
 """

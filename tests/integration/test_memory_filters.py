@@ -69,6 +69,12 @@ def _listed(client, ids, expression) -> list[str]:
         ({"created_at": {"gte": "2000-01-01T00:00:00Z"}, "kind": "preference"}, ["Carol"]),
         ({"created_at": {"lt": "2000-01-01T00:00:00Z"}}, []),
         ({"metadata.team": "'; DROP TABLE memories; --"}, []),
+        # Not a range admits the memories the range does not: those without the key too.
+        ({"not": {"metadata.level": {"gte": 2}}}, ["Bob", "Dave", "Never"]),
+        ({"metadata.level": {"gt": -0.5, "lte": 1.0}}, ["Bob"]),
+        # A value in a range is a quoted literal of the bound JSON path, whatever it holds.
+        ({"metadata.team": {"lt": 'web" || true || "\\'}}, ["Alice", "Bob", "Carol", "Never"]),
+        ({"metadata.team": {"gt": 'web" || true || "\\'}}, []),
     ],
 )
 def test_a_filter_lists_exactly_what_it_describes(client, ids, written, expression, names):

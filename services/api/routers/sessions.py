@@ -10,12 +10,13 @@ from __future__ import annotations
 
 import time
 import uuid
+from dataclasses import dataclass
 from datetime import timedelta
 from typing import Annotated, Any
 
 import structlog
 import valkey
-from fastapi import APIRouter, Path, Query, Response
+from fastapi import APIRouter, Depends, Path, Query, Response
 
 from services.api.agents import KeyAgentDep, acting
 from services.api.custom_methods import ResourceRoute
@@ -107,28 +108,40 @@ async def record_turn(
     return RecordTurnResponse(event_id=event.event_id, turn_id=event.turn_id, buffered=buffered)
 
 
-AgentQuery = Annotated[Identifier | None, Query(description=SESSION_OF)]
+@dataclass(frozen=True)
+class Addressed:
+    """The session a read or a delete names (its user and session by the path and
+    query), and the agent the request acts as."""
+
+    key: SessionKey
+    agent: str
 
 
-@router.get("/v1/sessions/{session_id}", response_model=SessionResponse)
-async def get_session(
+async def addressed(
     session_id: SessionPath,
     user_id: Annotated[Identifier, Query()],
     app_id: AppIdDep,
     key_agent: KeyAgentDep,
-    api: ApiDep,
-    agent_id: AgentQuery = None,
-) -> Response:
-    key = SessionKey(app_id, user_id, session_id)
+    agent_id: Annotated[Identifier | None, Query(description=SESSION_OF)] = None,
+) -> Addressed:
+    return Addressed(SessionKey(app_id, user_id, session_id), acting(key_agent, agent_id))
+
+
+AddressedDep = Annotated[Addressed, Depends(addressed)]
+
+
+@router.get("/v1/sessions/{session_id}", response_model=SessionResponse)
+async def get_session(session: AddressedDep, api: ApiDep) -> Response:
+    key, agent = session.key, session.agent
+    session_id, user_id = key.session_id, key.user_id
     buffer = api.buffer
-    agent = acting(key_agent, agent_id)
 
     async def read() -> tuple[SessionView, Summary | None]:
         view = await buffer.read(key, with_folds=True)
         _own_or_404(view, session_id, agent)
         carried = None
         if view.prev_session_id:
-            previous = SessionKey(app_id, user_id, view.prev_session_id)
+            previous = SessionKey(key.app, user_id, view.prev_session_id)
             carried = await buffer.read_summary(previous, agent)
         return view, carried
 
@@ -172,17 +185,9 @@ async def flush_session(
 
 
 @router.delete("/v1/sessions/{session_id}")
-async def delete_session(
-    session_id: SessionPath,
-    user_id: Annotated[Identifier, Query()],
-    app_id: AppIdDep,
-    key_agent: KeyAgentDep,
-    api: ApiDep,
-    agent_id: AgentQuery = None,
-) -> DeleteSessionResponse:
-    key = SessionKey(app_id, user_id, session_id)
-    agent = acting(key_agent, agent_id)
-    _own_or_404(await valkey_or_503(api.buffer.read(key)), session_id, agent)
+async def delete_session(session: AddressedDep, api: ApiDep) -> DeleteSessionResponse:
+    key, session_id = session.key, session.key.session_id
+    _own_or_404(await valkey_or_503(api.buffer.read(key)), session_id, session.agent)
     deleted = await valkey_or_503(api.buffer.delete(key))
     log.info("session deleted", session=session_id, keys=deleted)
     return DeleteSessionResponse(session_id=session_id, deleted_keys=deleted)

@@ -3,7 +3,7 @@ tables that hold them (memories with their revisions and feedback, episodes,
 entities with their aliases, mentions and facts, turns waiting in extraction
 windows, permission rules, and for a user also operations and flush marks). In the
 caller's transaction, which holds the user's lock
-(`shared.db.memories.user_lock`)."""
+(`shared.db.user_lock`)."""
 
 from __future__ import annotations
 

@@ -19,8 +19,8 @@ from typing import Protocol
 import psycopg
 
 from shared.bus.contract import Outcome
-from shared.db.memories import user_lock
 from shared.db.tombstones import DELETED_AT_SQL, Tombstones, covers
+from shared.db.user_lock import user_lock
 
 _APPLIED_SQL = "SELECT 1 FROM processed_events WHERE consumer = %s AND event_id = %s"
 

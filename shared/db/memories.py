@@ -22,24 +22,9 @@ from shared.db.memory_reads import LIVE, MEMORY_COLUMNS, as_of_columns, time_cla
 from shared.db.memory_rows import MemoryEdit, MemoryRow, NewMemory, PageFilter, Revision
 from shared.db.pool import as_vector
 from shared.db.run import fetch
+from shared.db.user_lock import try_user_lock, user_lock
 from shared.llm.base import Action
 from shared.memory.filters import Node
-
-
-def user_lock(conn: psycopg.Connection, app: str, user_id: str) -> None:
-    """Serialise this transaction with every other memory write of the user."""
-    conn.execute(
-        "SELECT pg_advisory_xact_lock(hashtextextended(%s, 0))", (f"memories/{app}/{user_id}",)
-    )
-
-
-def try_user_lock(conn: psycopg.Connection, app: str, user_id: str) -> bool:
-    """`user_lock` if no other transaction holds it now; False (not waiting) if one does."""
-    row = conn.execute(
-        "SELECT pg_try_advisory_xact_lock(hashtextextended(%s, 0))",
-        (f"memories/{app}/{user_id}",),
-    ).fetchone()
-    return bool(row and row[0])
 
 
 def revision_state(memory: MemoryRow) -> dict[str, Any]:

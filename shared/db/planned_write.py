@@ -34,8 +34,8 @@ from typing import Generic, TypeVar
 
 import psycopg
 
-from shared.db.memories import user_lock
 from shared.db.unit_of_work import UnitOfWork, locked
+from shared.db.user_lock import user_lock
 
 P = TypeVar("P")
 R = TypeVar("R")

@@ -1,5 +1,5 @@
 """Writing an imported memory (with its revisions and feedback) or episode, in the
-caller's transaction, which holds the user's lock (`shared.db.memories.user_lock`).
+caller's transaction, which holds the user's lock (`shared.db.user_lock`).
 
 A row whose id is there already is left as it is (a memory keeps its revisions):
 importing twice writes nothing the second time. An episode whose session and turn

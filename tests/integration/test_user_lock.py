@@ -8,9 +8,9 @@ import psycopg
 import pytest
 
 from shared.db import unit_of_work
-from shared.db.memories import user_lock
 from shared.db.pool import make_pool
 from shared.db.unit_of_work import UnitsOfWork, locked
+from shared.db.user_lock import user_lock
 from tests.conftest import make_settings
 from tests.support import wait_for
 

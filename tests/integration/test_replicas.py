@@ -8,9 +8,9 @@ Whichever replica handles what, each turn is buffered and archived exactly once 
 in order, the folds of a session take its oldest turns in order and each turn once,
 the user's memory revisions are serialised (no lost update), and compaction folds
 each old episode once. The second test kills one replica of each kind with SIGKILL
-in the middle of the backlog (publishing more turns if a victim has had none yet) and
-does not restart it: the survivors, with Pub/Sub's redelivery of what the dead replicas
-held, finish the work."""
+in the middle of the backlog (publishing a wave of new sessions or compaction users
+if a victim has had none yet) and does not restart it: the survivors, with Pub/Sub's
+redelivery of what the dead replicas held, finish the work."""
 
 from __future__ import annotations
 
@@ -41,7 +41,7 @@ KEPT_TURNS = 2  # all of them but the newest two
 COMPACTION_USERS = 3
 OLD_EPISODES = 40
 BATCH = 5  # episodes per compaction fold
-WAVE = SESSIONS * 10  # more turns, for a victim that has had none
+WAVE = SESSIONS * 10  # more turns in new sessions, for a victim that has had none
 COMPACTIONS = OLD_EPISODES // BATCH  # compactions per user, whoever makes them
 
 
@@ -71,31 +71,42 @@ class Burst:
     requests: list[CompactionRequested] = field(init=False)
 
     def __post_init__(self) -> None:
-        self.sessions = [
-            dict(self.ids, session_id=f"{self.ids['session_id']}-{s}") for s in range(SESSIONS)
-        ]
-        self.turns, self.number = [], {}
-        self.add_turns(range(1, TURNS + 1))
-        users = [f"{self.ids['user_id']}-c{u}" for u in range(COMPACTION_USERS)]
-        self.statements = {
-            user: [f"Service {u}.{i} must answer within {i + 100} ms." for i in range(OLD_EPISODES)]
-            for u, user in enumerate(users)
-        }
-        # Two requests per user: two chains of continuations race on the same episodes.
-        self.requests = [
-            _request(self.ids, user_id=user, batch_limit=BATCH) for user in users for _ in (1, 2)
-        ]
+        self.sessions, self.turns, self.number = [], [], {}
+        self.statements, self.requests = {}, []
+        self.add_turns(TURNS)
+        for _ in range(COMPACTION_USERS):
+            self.add_compaction_user()
 
-    def add_turns(self, numbers) -> list[TurnRecorded]:
+    def add_turns(self, count: int) -> list[TurnRecorded]:
+        """`count` more turns in SESSIONS new sessions: new ordering keys, which a
+        replica holding the others' keys does not already have."""
+        sessions = [
+            dict(self.ids, session_id=f"{self.ids['session_id']}-{len(self.sessions) + s}")
+            for s in range(SESSIONS)
+        ]
+        self.sessions += sessions
         # n is unique across the sessions: every turn has a created_at and a value of
         # its own, so the newest statement of the memory is well defined.
+        numbers = range(len(self.turns) + 1, len(self.turns) + count + 1)
         new = [
-            make_turn(self.sessions[n % SESSIONS], n, user=f"My favourite number is {n}.")
+            make_turn(sessions[n % SESSIONS], n, user=f"My favourite number is {n}.")
             for n in numbers
         ]
         self.turns += new
         self.number.update((t.event_id, n) for t, n in zip(new, numbers, strict=True))
         return new
+
+    def add_compaction_user(self) -> tuple[str, list[CompactionRequested]]:
+        """A user with OLD_EPISODES statements to archive and two requests to compact
+        them: two chains of continuations race on the same episodes."""
+        u = len(self.statements)
+        user = f"{self.ids['user_id']}-c{u}"
+        self.statements[user] = [
+            f"Service {u}.{i} must answer within {i + 100} ms." for i in range(OLD_EPISODES)
+        ]
+        requests = [_request(self.ids, user_id=user, batch_limit=BATCH) for _ in (1, 2)]
+        self.requests += requests
+        return user, requests
 
     def key(self, session: dict[str, str]) -> SessionKey:
         return SessionKey(session["app"], session["user_id"], session["session_id"])
@@ -120,7 +131,7 @@ class Burst:
         return {
             "summary": len(self.turns),
             "extraction": len(self.turns),
-            "compaction": COMPACTION_USERS * COMPACTIONS,
+            "compaction": len(self.statements) * COMPACTIONS,
         }
 
 
@@ -175,11 +186,15 @@ class Replicas:
             worker.stop()  # closes its log
 
 
-def _publish(publisher, burst: Burst) -> None:
-    for request in burst.requests:
+def _publish_requests(publisher, requests: list[CompactionRequested]) -> None:
+    for request in requests:
         # Twice: both replicas may hold the same event at once.
         publisher.publish(request)
         publisher.publish(request)
+
+
+def _publish(publisher, burst: Burst) -> None:
+    _publish_requests(publisher, burst.requests)
     for turn in burst.turns:
         publisher.publish(turn)
 
@@ -355,6 +370,7 @@ def test_the_survivors_finish_exactly_once_when_one_replica_of_each_kind_is_kill
     victims = {kind: pair[0] for kind, pair in replicas.workers.items()}
     survivors = [pair[1] for pair in replicas.workers.values()]
     left_at_kill: dict[str, int] = {}  # kind -> its work not yet done
+    waves: Counter = Counter()  # kind -> waves published for its victim
 
     def kill_busy_victims() -> bool:
         # A victim dies once it has settled messages of this test, a quarter of its
@@ -370,17 +386,26 @@ def test_the_survivors_finish_exactly_once_when_one_replica_of_each_kind_is_kill
                 victim.signal(signal.SIGKILL)
                 left_at_kill[kind] = totals[kind] - _progress(burst, pool, buffer)[kind]
         # The sessions are the turns' ordering keys, and the other replica may hold all
-        # six until the backlog runs dry: a turns victim still alive when three quarters
-        # of its kind's work is done gets another wave of turns.
+        # six until the backlog runs dry; the other compaction replica may take every
+        # request. A victim still alive when three quarters of its kind's work is done
+        # gets a wave of new work: turns in new sessions, or a new compaction user.
         if any(k not in left_at_kill and now[k] >= totals[k] * 3 // 4 for k in TURN_KINDS):
-            first = len(burst.turns) + 1
-            for turn in burst.add_turns(range(first, first + WAVE)):
+            waves.update(k for k in TURN_KINDS if k not in left_at_kill)
+            for turn in burst.add_turns(WAVE):
                 publisher.publish(turn)
+        if "compaction" not in left_at_kill and now["compaction"] >= totals["compaction"] * 3 // 4:
+            waves["compaction"] += 1
+            user, requests = burst.add_compaction_user()
+            _add(pool, burst.user_ids(user), burst.statements[user])
+            _publish_requests(publisher, requests)
         return len(left_at_kill) == len(KINDS)
 
     try:
         _publish(publisher, burst)
-        wait_for(kill_busy_victims, 60, "each victim busy", interval=0.02)
+        try:
+            wait_for(kill_busy_victims, 90, "each victim busy", interval=0.02)
+        except TimeoutError as timeout:
+            raise AssertionError(f"killed: {left_at_kill}, waves: {dict(waves)}") from timeout
         assert [v.wait(timeout=10) for v in victims.values()] == [-signal.SIGKILL] * 3
         # A fold lock the dead summary replica held delays its session's fold until
         # the lock runs out (10 s); the survivor looks at the session again then.

@@ -32,17 +32,18 @@ from shared.bus.message import PullOptions, Sink
 
 log = structlog.get_logger("agent_memory.worker")
 
-# A pull whose answer comes after its deadline has leased its messages to nobody:
-# they come back only when the subscription's ack deadline (30 s) ends, as
-# delivery attempt 2, and no error says so. The emulator answers an empty pull 1 s
-# before the deadline it is given, whatever the deadline, so a long poll has 1 s
-# to spare; under a saturated CPU, bench/scaling.py at 4 replicas saw turns come
-# back 30 s after their first delivery. So a worker long-polls only while idle
-# (its last pull brought nothing): with messages waiting, it pulls with
-# `return_immediately` (the emulator answers at once, full or empty) and a deadline
-# of BUSY_PULL_TIMEOUT_SECONDS, 9 s to spare.
-PULL_TIMEOUT_SECONDS = 2.5
-BUSY_PULL_TIMEOUT_SECONDS = 10.0
+# A pull whose answer reaches the worker after its deadline has leased its
+# messages to nobody: they come back only when the subscription's ack deadline
+# ends, as delivery attempt 2, and no error says so (seen with a puller stopped
+# for longer than its deadline, and under a saturated CPU). The emulator answers
+# an empty long poll 1 s before the deadline it is given, whatever the deadline,
+# which leaves a long poll 1 s to spare. So every pull asks to be answered at once
+# (`return_immediately`: full or empty, in milliseconds) with a deadline of
+# PULL_TIMEOUT_SECONDS, 10 s to spare; an idle worker pauses between empty pulls,
+# from IDLE_PAUSE_SECONDS up to MAX_IDLE_PAUSE_SECONDS.
+PULL_TIMEOUT_SECONDS = 10.0
+IDLE_PAUSE_SECONDS = 0.02
+MAX_IDLE_PAUSE_SECONDS = 0.25
 PULL_ERROR_PAUSE_SECONDS = 1.0
 ACK_FLUSH_SECONDS = 0.05  # acks wait at most this long, to go in batches
 MAX_IDS_PER_REQUEST = 1000
@@ -164,8 +165,8 @@ class UnaryPull:
     def stop(self, timeout: float) -> bool:
         """Stop pulling; wait up to `timeout` for every leased message to be settled.
 
-        The pull in progress ends by itself within PULL_TIMEOUT_SECONDS (what it
-        brings is returned unopened). True if nothing stayed
+        The pull in progress is answered at once (within PULL_TIMEOUT_SECONDS at
+        worst; what it brings is returned unopened). True if nothing stayed
         leased; a message still in a handler at the deadline is not acknowledged,
         and Pub/Sub redelivers it when its lease ends."""
         deadline = time.monotonic() + timeout
@@ -314,7 +315,7 @@ class UnaryPull:
             return [a for a, since in self._leased.items() if since > oldest]
 
     def _pull_loop(self) -> None:
-        busy = False  # the last pull brought messages: more are probably waiting
+        pause = 0.0  # before the next pull: grows while pulls come back empty
         try:
             while not self._stopping.is_set():
                 with self._cond:
@@ -325,16 +326,17 @@ class UnaryPull:
                     want = self.options.max_outstanding - len(self._leased)
                 if self._stopping.is_set():
                     return
-                request = {"subscription": self.options.path, "max_messages": want}
-                if busy:
-                    request["return_immediately"] = True
+                request = {
+                    "subscription": self.options.path,
+                    "max_messages": want,
+                    "return_immediately": True,
+                }
                 try:
                     response = self.options.subscriber.pull(
-                        request=request,
-                        timeout=BUSY_PULL_TIMEOUT_SECONDS if busy else PULL_TIMEOUT_SECONDS,
+                        request=request, timeout=PULL_TIMEOUT_SECONDS
                     )
                     received = list(type(response).pb(response).received_messages)
-                except gexc.DeadlineExceeded:  # nothing to deliver within the timeout
+                except gexc.DeadlineExceeded:  # the emulator did not answer in time
                     received = []
                 except (gexc.GoogleAPICallError, gexc.RetryError) as exc:
                     # Pub/Sub down, or the subscription gone (an emulator restarted
@@ -342,12 +344,18 @@ class UnaryPull:
                     self.on_error(exc)
                     self._stopping.wait(PULL_ERROR_PAUSE_SECONDS)
                     received = []
-                busy = bool(received)
+                pause = (
+                    0.0
+                    if received
+                    else min(max(2 * pause, IDLE_PAUSE_SECONDS), MAX_IDLE_PAUSE_SECONDS)
+                )
                 if received and self._stopping.is_set():
                     # Pulled as we were stopping: returned unopened, never received.
                     self._modack([r.ack_id for r in received], 0)
                     received = []
                 self._take_in(received)
+                if pause:
+                    self._stopping.wait(pause)
         except BaseException as exc:
             self._error = exc
             log.error("pull loop failed", subscription=self.options.path, error=repr(exc))

@@ -19,7 +19,11 @@ from services.dev.localstack.supervision import COMPONENT_BACKOFF_SECONDS, SERVI
 from services.summary_worker.folding import FoldPolicy
 from services.worker import DEFAULT_POOL_SIZE
 from shared.bus.admin import DEAD_LETTER_ACK_DEADLINE
-from shared.bus.unary_pull import BUSY_PULL_TIMEOUT_SECONDS
+from shared.bus.unary_pull import (
+    IDLE_PAUSE_SECONDS,
+    MAX_IDLE_PAUSE_SECONDS,
+    PULL_TIMEOUT_SECONDS,
+)
 from shared.config import Settings, env_name
 from shared.db.pool import (
     KEEPALIVE_COUNT,
@@ -149,8 +153,9 @@ CONSTANTS: list[tuple[str, str, Callable[[], tuple[float, ...]]]] = [
     ),
     (
         "operations.md",
-        r"`return_immediately` and a deadline of (\d+) s",
-        lambda: (BUSY_PULL_TIMEOUT_SECONDS,),
+        r"with a deadline of (\d+) s, which a saturated CPU does not outlast, and an idle"
+        r" worker waits between empty pulls, from ([\d.]+) s up to ([\d.]+) s",
+        lambda: (PULL_TIMEOUT_SECONDS, IDLE_PAUSE_SECONDS, MAX_IDLE_PAUSE_SECONDS),
     ),
 ]
 

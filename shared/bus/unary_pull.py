@@ -42,8 +42,8 @@ log = structlog.get_logger("agent_memory.worker")
 # PULL_TIMEOUT_SECONDS, 10 s to spare; an idle worker pauses between empty pulls,
 # from IDLE_PAUSE_SECONDS up to MAX_IDLE_PAUSE_SECONDS.
 PULL_TIMEOUT_SECONDS = 10.0
-IDLE_PAUSE_SECONDS = 0.02
-MAX_IDLE_PAUSE_SECONDS = 0.25
+IDLE_PAUSE_SECONDS = 0.01
+MAX_IDLE_PAUSE_SECONDS = 0.1
 PULL_ERROR_PAUSE_SECONDS = 1.0
 ACK_FLUSH_SECONDS = 0.05  # acks wait at most this long, to go in batches
 MAX_IDS_PER_REQUEST = 1000

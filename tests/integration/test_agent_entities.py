@@ -7,7 +7,8 @@ users, projects and apps.
 Nothing crosses: an agent sees an entity only when its own memories and turns or
 the user's name it, lists only those and the facts they state, and calls the
 entity only by the names they say; a read naming no agent sees the user's rows
-only, as the memory routes do; a key limited to an agent merges nothing."""
+only, as the memory routes do (and an entity no row mentions any more); a key
+limited to an agent merges nothing."""
 
 from __future__ import annotations
 
@@ -20,6 +21,7 @@ from fastapi.testclient import TestClient
 
 from services.api.app import create_app
 from shared.api_keys import create_key
+from shared.db.episodes import Episodes
 from shared.embeddings import make_embedder
 from shared.llm.offline import OfflineLLM
 from tests.bus_helpers import extraction_worker
@@ -224,3 +226,20 @@ def test_agent_entities_never_cross_users_projects_or_apps(api, app_settings, id
     assert _detail(api, coder, ids, priya).status_code == 404  # without its project
     assert _detail(api, keys["planner"], ids, priya, project_id="atlas").status_code == 404
     assert _detail(api, coder, ids, priya, project_id="atlas").json()["name"] == "Priya Patel"
+
+
+def test_an_entity_no_row_mentions_any_more_is_the_users(api, ids, pool, told):
+    keys, _ = told
+    zara = _ids(api, keys["planner"], ids)["Zara Khan"]
+    # The planner's turn folded away, as compaction removes archived turns.
+    with pool.connection() as conn:
+        turn = conn.execute(
+            "SELECT id::text FROM episodes WHERE app = %s AND user_id = %s AND agent_id = %s",
+            (ids["app"], ids["user_id"], "planner"),
+        ).fetchone()
+        assert turn is not None
+        assert Episodes(conn).delete(ids["app"], ids["user_id"], [turn[0]]) == 1
+    assert "Zara Khan" not in _listed(api, keys["planner"], ids)
+    assert _detail(api, keys["planner"], ids, zara).status_code == 404
+    assert _listed(api, keys["app"], ids)["Zara Khan"] == (["Zara Khan"], 0, 0)
+    assert _detail(api, keys["app"], ids, zara).json()["turns_mentioning"] == []

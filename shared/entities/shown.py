@@ -13,12 +13,14 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
+from typing import NamedTuple
 
 from shared.entities.names import normalise
 
 
-@dataclass(frozen=True)
-class Alias:
+class Alias(NamedTuple):
+    """One of an entity's names: as said, normalised, and why it was taken."""
+
     alias: str
     normalised: str
     how: str

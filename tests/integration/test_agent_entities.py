@@ -15,26 +15,16 @@ from __future__ import annotations
 import uuid
 from collections.abc import Iterator
 
-import psycopg
 import pytest
 from fastapi.testclient import TestClient
 
 from services.api.app import create_app
-from shared.api_keys import create_key
 from shared.db.episodes import Episodes
 from shared.embeddings import make_embedder
 from shared.llm.offline import OfflineLLM
 from tests.bus_helpers import extraction_worker
+from tests.integration.test_agents import _archived, _as, _key
 from tests.support import wait_for
-
-
-def _key(settings, app: str, **limits) -> str:
-    with psycopg.connect(settings.database_url, autocommit=True) as conn:
-        return create_key(conn, app, **limits)[0]
-
-
-def _as(key: str) -> dict[str, str]:
-    return {"Authorization": f"Bearer {key}"}
 
 
 @pytest.fixture
@@ -43,15 +33,6 @@ def api(app_settings, topology) -> Iterator[TestClient]:
     settings = app_settings.model_copy(update={"auth_disabled": False, "auth_cache_seconds": 0})
     with TestClient(create_app(settings), raise_server_exceptions=False) as client:
         yield client
-
-
-def _archived(pool, ids) -> int:
-    with pool.connection() as conn:
-        row = conn.execute(
-            "SELECT count(*) FROM episodes WHERE app = %s AND user_id = %s",
-            (ids["app"], ids["user_id"]),
-        ).fetchone()
-    return row[0] if row else 0
 
 
 def _write(api, key: str, ids, text: str, **body) -> str:

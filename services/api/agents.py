@@ -2,8 +2,9 @@
 key's. A key limited to an agent (`agent-memory keys create --agent`) acts as
 that agent when the request names none, is refused (403 naming the field) when
 it names another, and is refused on the routes that have no agent dimension
-(`AGENT_ROUTES` lists those that do): a user's entities, exports and deletes
-cover every agent of the user, so only a key of the whole app reaches them.
+(`AGENT_ROUTES` lists those that do): exports, imports and deletes cover every
+agent of the user, and a merge changes an entity every agent of the user sees,
+so only a key of the whole app reaches them.
 """
 
 from __future__ import annotations
@@ -35,12 +36,22 @@ AGENT_ROUTES = frozenset(
         ("GET", "/v1/operations/{name:path}"),
         ("POST", "/v1/context"),
         ("POST", "/v1/archive:search"),
+        ("GET", "/v1/entities"),
+        ("GET", "/v1/entities/{entity_id}"),
         ("POST", "/v1/permissions:evaluate"),
         ("GET", "/v1/config/ttl"),
         ("GET", "/v1/config/extraction"),
         ("GET", "/v1/config/agents"),
     }
 )
+
+# Why a route outside `AGENT_ROUTES` is refused, where the whole user or app is not
+# the whole story: an entity is the user's, whichever agent's rows named it.
+_MERGE = "changes an entity that every agent of the user sees"
+_WHY_REFUSED = {
+    "/v1/entities/{entity_id}:merge": _MERGE,
+    "/v1/entities/{entity_id}:unmerge": _MERGE,
+}
 
 
 def key_agent(request: Request) -> str:
@@ -56,11 +67,12 @@ def refuse_outside_agent_routes(request: Request) -> None:
     route = request.scope.get("route")
     path = getattr(route, "path", request.url.path)
     if (request.method, path) not in AGENT_ROUTES:
+        why = _WHY_REFUSED.get(path, "serves the whole user or app")
         raise ApiError(
             403,
             "forbidden",
-            f"this key is limited to agent {agent}; {request.method} {path} serves the whole "
-            "user or app, which needs a key that is not limited to an agent",
+            f"this key is limited to agent {agent}; {request.method} {path} {why}, which "
+            "needs a key that is not limited to an agent",
         )
 
 

@@ -79,8 +79,13 @@ TEMPLATES.globals["memory_url"] = lambda user, memory, agent=None: _url(
 )
 TEMPLATES.globals["list_url"] = list_url
 TEMPLATES.globals["session_url"] = lambda user, sid: _url("/user/session", user=user, id=sid)
-TEMPLATES.globals["entity_url"] = lambda user, entity, project: _url(
-    "/user/entity", user=user, id=entity, **({"project": project} if project else {})
+# An entity is read as the agent of the memory whose page links it (None: the user).
+TEMPLATES.globals["entity_url"] = lambda user, entity, project, agent=None: _url(
+    "/user/entity",
+    user=user,
+    id=entity,
+    **({"project": project} if project else {}),
+    **({"agent": agent} if agent else {}),
 )
 
 

@@ -1,7 +1,8 @@
-"""The MCP tool that reads the user's entities: all of them, or one by name.
+"""The MCP tool that reads the user's entities: all of them, or one by name, as
+the server's agent (the entities its own rows and the user's name).
 
 A mixin of `services.mcp_server.tools.MemoryTools`, which gives it `_call`,
-`_user` and `_project`. No `from __future__ import annotations`: the SDK reads
+`_user`, `_project` and `_agent`. No `from __future__ import annotations`: the SDK reads
 the signatures.
 """
 
@@ -27,6 +28,9 @@ class EntityTools:
     def _project(self, given: str | None) -> str | None:
         raise NotImplementedError  # MemoryTools'
 
+    def _agent(self) -> str | None:
+        raise NotImplementedError  # MemoryTools'
+
     async def entities(
         self,
         ctx: Context,
@@ -43,9 +47,12 @@ class EntityTools:
         name: all of them, with kinds, aliases and how often each is mentioned. With
         one: that entity's facts over time (valid_from, valid_to), the memories and
         the turns that mention it."""
-        user, project = self._user(user_id), self._project(project_id)
+        user, project, agent = self._user(user_id), self._project(project_id), self._agent()
         page = await self._call(
-            ctx, lambda c: c.list_entities(user, project_id=project, as_of=as_of, limit=500)
+            ctx,
+            lambda c: c.list_entities(
+                user, project_id=project, agent_id=agent, as_of=as_of, limit=500
+            ),
         )
         listed = [e.model_dump(mode="json") for e in page.entities]
         if name is None:
@@ -55,6 +62,9 @@ class EntityTools:
         if match is None:
             raise ToolError(f"no entity named {name!r}")
         detail = await self._call(
-            ctx, lambda c: c.get_entity(user, match["id"], project_id=project, as_of=as_of)
+            ctx,
+            lambda c: c.get_entity(
+                user, match["id"], project_id=project, agent_id=agent, as_of=as_of
+            ),
         )
         return detail.model_dump(mode="json")

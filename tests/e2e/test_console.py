@@ -639,6 +639,35 @@ def test_an_entity_page_is_reached_from_a_memory_that_mentions_it(
     assert other is not None and other.status == 404
 
 
+def test_an_agents_memory_links_the_entity_as_that_agent_sees_it(
+    stack: Stack, browser: Browser
+) -> None:
+    user = "u-entity-agents"
+    body = {"user_id": user, "kind": "fact", "scope": "global"}
+    planner = {**body, "text": "Mia Chen founded Globex.", "agent_id": "planner"}
+    stack.api("POST", "/v1/memories", json=planner)
+    coder = {**body, "text": "Mia likes sushi.", "agent_id": "coder"}
+    memory_id = stack.api("POST", "/v1/memories", json=coder)["memory"]["id"]
+    page = signed_in(browser, stack)
+    page.goto(f"{stack.url}/console/user/memory?user={user}&id={memory_id}")
+    # One entity for the user; the coder's memory calls it by the coder's word.
+    link = page.locator("#memory-entities a")
+    expect(link).to_have_text(["Mia"])
+    link.click()
+    expect(page).to_have_url(
+        re.compile(r"/console/user/entity\?user=u-entity-agents&id=.*&agent=coder")
+    )
+    expect(page.locator("#entity-name")).to_have_text("Mia")
+    expect(page.locator("#entity-aliases")).to_have_text("Mia (first name)")
+    # Nothing of the planner's: not its memory, not the fact it states (Globex).
+    expect(page.locator("#entity-memories li")).to_have_text([re.compile(r"^Mia likes sushi\.")])
+    facts = page.locator("#facts tbody tr")
+    expect(facts).to_have_count(1)
+    expect(facts.locator("td")).to_have_text(
+        ["Mia", "prefer", "sushi", re.compile(r"\S"), "still true"]
+    )
+
+
 def test_an_agents_memory_shows_its_agent_and_is_edited_as_that_agent(
     stack: Stack, browser: Browser, shots: Path
 ) -> None:

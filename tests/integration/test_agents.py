@@ -5,8 +5,8 @@ agent, as the user (no agent) and across users, projects and apps.
 
 Nothing crosses: an agent reads its own memories and the user's, never another
 agent's; a memory of a kind the app shares is the user's; a key limited to an
-agent names no other (403 naming the field) and reaches no route of the whole
-user or app."""
+agent names no other (403 naming the field), reads the entities as its agent,
+and reaches no route of the whole user or app."""
 
 from __future__ import annotations
 
@@ -231,7 +231,9 @@ def test_a_key_limited_to_an_agent_names_no_other_and_serves_no_whole_user_route
         and generate.json()["error"]["fields"][0]["field"] == "scope.agent_id"
     )
     whole = [
-        api.get("/v1/entities", params=user, headers=coder),
+        api.post(
+            "/v1/entities/00000000-0000-0000-0000-000000000000:unmerge", json=user, headers=coder
+        ),
         api.get(f"/v1/users/{ids['user_id']}:export", headers=coder),
         api.delete(f"/v1/users/{ids['user_id']}", headers=coder),
         api.post(
@@ -244,6 +246,17 @@ def test_a_key_limited_to_an_agent_names_no_other_and_serves_no_whole_user_route
         assert answer.status_code == 403, answer.text
         assert "limited to agent coder" in answer.json()["error"]["message"]
     assert api.put("/v1/config/agents", json={}, headers=coder).status_code == 403
+    # The entities are read as the key's agent (tests/integration/test_agent_entities.py).
+    entities = {
+        who: [
+            (e["name"], e["turns"])
+            for e in api.get("/v1/entities", params=user, headers=_as(learnt[who])).json()[
+                "entities"
+            ]
+        ]
+        for who in ("coder", "planner")
+    }
+    assert entities == {"coder": [("Lisbon", 1)], "planner": []}  # the coder's turn's
     # The user's memories are all still there.
     assert len(api.get("/v1/memories", params=user, headers=coder).json()["memories"]) == 2
 

@@ -1,7 +1,8 @@
 """Agents through every surface but the HTTP routes themselves, on the real stack:
 the Python client (blocking and asyncio) over real HTTP, the MCP tools on both
 transports (stdio configured with AGENT_MEMORY_AGENT_ID; `/mcp` with a key
-limited to an agent), a user's export and import, and the GDPR delete."""
+limited to an agent), the entities each reads, a user's export and import, and
+the GDPR delete."""
 
 from __future__ import annotations
 
@@ -136,6 +137,51 @@ def test_the_mcp_tools_act_as_their_agent_on_both_transports(base_url, keys, ids
         "planner": ["Keeps a decision log."],
         "coder": ["Prefers small pull requests."],
     }
+
+
+def test_the_clients_and_the_mcp_tool_read_entities_as_their_agent(base_url, keys, ids, tmp_path):
+    user = ids["user_id"]
+    with (
+        MemoryClient(base_url, api_key=keys["app"]) as app,
+        MemoryClient(base_url, api_key=keys["coder"]) as coder,
+    ):
+        app.write_memory(user, "Dana Lee works at Acme Corp.", agent_id="planner")
+        app.write_memory(user, "Dana plays the cello.", agent_id="coder")
+        listed = {
+            who: [e.name for e in page.entities]
+            for who, page in (
+                ("coder", coder.list_entities(user)),
+                ("planner", app.list_entities(user, agent_id="planner")),
+                ("user", app.list_entities(user)),
+            )
+        }
+        assert listed == {"coder": ["Dana"], "planner": ["Acme Corp", "Dana Lee"], "user": []}
+        dana = coder.list_entities(user).entities[0].id
+        mine = coder.get_entity(user, dana)
+        assert [m.text for m in mine.memories_mentioning] == ["Dana plays the cello."]
+        with pytest.raises(PermissionDeniedError) as refused:
+            coder.list_entities(user, agent_id="planner")
+        assert "agent_id: this key is limited to agent coder" in str(refused.value)
+
+    async def run() -> tuple[list[str], str, dict, dict, str]:
+        async with AsyncMemoryClient(base_url, api_key=keys["app"]) as aio:
+            page = await aio.list_entities(user, agent_id="planner")
+            seen = await aio.get_entity(user, dana, agent_id="coder")
+        log = tmp_path / "mcp.log"
+        async with stdio_session(base_url, keys["app"], ids, log, agent="planner") as stdio:
+            planner = await call(stdio, "entities")
+        async with http_session(base_url, keys["coder"]) as http:
+            detail = await call(http, "entities", name="Dana", user_id=user)
+            unknown = await http.call_tool("entities", {"name": "Dana Lee", "user_id": user})
+        assert unknown.is_error
+        return [e.name for e in page.entities], seen.name, planner, detail, unknown.content[0].text
+
+    names, seen, planner, detail, unknown = asyncio.run(run())
+    assert (names, seen) == (["Acme Corp", "Dana Lee"], "Dana")
+    assert [e["name"] for e in planner["entities"]] == ["Acme Corp", "Dana Lee"]
+    # Not the planner's fact that Dana Lee works at Acme Corp.
+    assert (detail["name"], detail["facts"]) == ("Dana", [])
+    assert unknown == "Error executing tool entities: no entity named 'Dana Lee'"
 
 
 def test_export_import_keeps_each_memorys_agent_and_the_user_delete_takes_all(base_url, keys, ids):

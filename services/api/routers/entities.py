@@ -13,6 +13,7 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Query
 from pydantic import BeforeValidator
 
+from services.api.agents import KeyAgentDep, acting
 from services.api.custom_methods import ResourceRoute
 from services.api.deps import ApiDep, AppIdDep
 from services.api.entity_models import (
@@ -25,7 +26,7 @@ from services.api.entity_models import (
     UnmergeRequest,
 )
 from services.api.errors import ApiError, postgres_or_503
-from services.api.models import Identifier, query_integer
+from services.api.models import READ_AS, Identifier, query_integer
 from services.api.routers.views import fact_fields
 from services.api.time_models import AS_OF, ZonedTime
 from shared.db import entity_merges, entity_reads
@@ -39,9 +40,11 @@ router = APIRouter(route_class=ResourceRoute)
 @router.get("/v1/entities", response_model=EntityPage)
 async def list_entities(
     app_id: AppIdDep,
+    key_agent: KeyAgentDep,
     api: ApiDep,
     user_id: Annotated[Identifier, Query()],
     project_id: Annotated[Identifier | None, Query()] = None,
+    agent_id: Annotated[Identifier | None, Query(description=READ_AS)] = None,
     kind: Annotated[EntityKind | None, Query()] = None,
     as_of: Annotated[ZonedTime, Query(description=AS_OF)] = None,
     limit: Annotated[int, Query(ge=1, le=500), BeforeValidator(query_integer)] = 100,
@@ -49,9 +52,10 @@ async def list_entities(
 ) -> EntityPage:
     """The user's entities (with a project, that project's and the user's own), in
     name order: kinds, aliases, how many memories and turns mention each, when it
-    was last seen."""
+    was last seen; as an agent, those its memories and turns and the user's name."""
     after = _decode_cursor(cursor) if cursor else None
-    q = EntityQuery(app_id, user_id, project_id or "", kind, as_of)
+    agent = acting(key_agent, agent_id)
+    q = EntityQuery(app_id, user_id, project_id or "", kind, as_of, agent)
     rows = await postgres_or_503(
         in_thread(
             api.pool,
@@ -62,7 +66,7 @@ async def list_entities(
     next_cursor = None
     if len(rows) > limit:
         rows = rows[:limit]
-        next_cursor = _encode_cursor(rows[-1])
+        next_cursor = _encode_cursor(rows[-1])  # by the entity's own name: the order's
     return EntityPage(entities=[EntityView(**_view(r)) for r in rows], next_cursor=next_cursor)
 
 
@@ -70,15 +74,18 @@ async def list_entities(
 async def get_entity(
     entity_id: str,
     app_id: AppIdDep,
+    key_agent: KeyAgentDep,
     api: ApiDep,
     user_id: Annotated[Identifier, Query()],
     project_id: Annotated[Identifier | None, Query()] = None,
+    agent_id: Annotated[Identifier | None, Query(description=READ_AS)] = None,
     as_of: Annotated[ZonedTime, Query(description=AS_OF)] = None,
 ) -> EntityDetail:
     """One entity: its aliases, its facts over time (with `as_of`, those true then),
-    the memories and the latest turns that mention it."""
+    the memories and the latest turns that mention it; as an agent, of those it
+    sees (its own and the user's)."""
     _require_uuid(entity_id)
-    q = EntityQuery(app_id, user_id, project_id or "", None, as_of)
+    q = EntityQuery(app_id, user_id, project_id or "", None, as_of, acting(key_agent, agent_id))
     found = await postgres_or_503(
         in_thread(api.pool, lambda uow: entity_reads.detail(_conn(uow), q, entity_id), commit=False)
     )
@@ -165,7 +172,7 @@ def _view(row: dict[str, Any]) -> dict[str, Any]:
 
 
 def _encode_cursor(row: dict[str, Any]) -> str:
-    return base64.urlsafe_b64encode(json.dumps([row["name"], row["id"]]).encode()).decode()
+    return base64.urlsafe_b64encode(json.dumps([row["sort_name"], row["id"]]).encode()).decode()
 
 
 def _decode_cursor(cursor: str) -> tuple[str, str]:

@@ -6,8 +6,6 @@ does): what that agent's rows and the user's say of it."""
 
 from __future__ import annotations
 
-from urllib.parse import urlencode
-
 from fastapi import APIRouter, Request
 from fastapi.responses import HTMLResponse
 
@@ -29,8 +27,3 @@ async def entity(request: Request) -> HTMLResponse:
     async with client(request) as api:
         detail = await api.get_entity(user_id, entity_id, project_id=project, agent_id=agent)
     return page(request, "entity.html", user_id=user_id, entity=detail)
-
-
-def entity_url(user_id: str, entity_id: str, project_id: str | None) -> str:
-    params = {"user": user_id, "id": entity_id} | ({"project": project_id} if project_id else {})
-    return f"{ENTITY}?{urlencode(params)}"

@@ -18,6 +18,7 @@ import psycopg
 import pytest
 import valkey
 from fastapi.testclient import TestClient
+from google.cloud import pubsub_v1
 from psycopg_pool import ConnectionPool
 from pydantic import SecretStr
 
@@ -37,6 +38,7 @@ from shared.llm.gemini import GeminiLLM
 from shared.logging import configure_logging
 from tests.bus_helpers import inline_extraction
 from tests.fake_gemini import FakeGemini
+from tests.webhooks import Webhook
 
 TEST_PROJECT = "agent-memory-test"
 EMBEDDING_DIM = 768
@@ -208,3 +210,23 @@ def gemini_llm(fake: FakeGemini) -> GeminiLLM:
         llm_timeout_seconds=2.0,
     )
     return GeminiLLM(settings)
+
+
+@pytest.fixture
+def webhook(settings: Settings, topology: TopologyAdmin) -> Iterator[Webhook]:
+    """memory.changed.v1 as a subscriber receives it."""
+    hook = Webhook()
+    subscriber = pubsub_v1.SubscriberClient()
+    path = topology.subscription_path("memory-changes-hook")
+    subscriber.create_subscription(
+        request={
+            "name": path,
+            "topic": topology.topic_path("memory-changes"),
+            "push_config": {"push_endpoint": hook.url},
+            "enable_message_ordering": True,
+        }
+    )
+    yield hook
+    subscriber.delete_subscription(request={"subscription": path})
+    subscriber.close()
+    hook.close()

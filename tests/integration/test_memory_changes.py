@@ -4,15 +4,6 @@ the emulator to an HTTP endpoint of the test's own, as a webhook would be."""
 
 from __future__ import annotations
 
-import base64
-import json
-import threading
-from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-
-import pytest
-from google.cloud import pubsub_v1
-
 from shared.bus.changes import ChangeRelay
 from shared.bus.publisher import EventPublisher
 from shared.db import outbox
@@ -21,56 +12,6 @@ from shared.db.pool import make_pool
 from shared.db.unit_of_work import UnitsOfWork
 from shared.events import utcnow
 from tests.support import stays, wait_for
-
-
-class Webhook:
-    """An HTTP endpoint that records what Pub/Sub pushes to it and acknowledges it."""
-
-    def __init__(self) -> None:
-        self.received: list[dict] = []
-        received = self.received
-
-        class Handler(BaseHTTPRequestHandler):
-            def do_POST(self) -> None:  # noqa: N802 - http.server's name
-                push = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
-                message = push["message"]
-                event = json.loads(base64.b64decode(message["data"]))
-                received.append({"attributes": message.get("attributes", {}), **event})
-                self.send_response(204)
-                self.end_headers()
-
-            def log_message(self, *_: object) -> None:
-                pass
-
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.url = f"http://127.0.0.1:{self.server.server_address[1]}/memory-changed"
-        threading.Thread(target=self.server.serve_forever, daemon=True).start()
-
-    def of(self, app: str) -> list[dict]:
-        return [event for event in list(self.received) if event["app"] == app]
-
-    def close(self) -> None:
-        self.server.shutdown()
-        self.server.server_close()
-
-
-@pytest.fixture
-def webhook(settings, topology) -> Iterator[Webhook]:
-    hook = Webhook()
-    subscriber = pubsub_v1.SubscriberClient()
-    path = topology.subscription_path("memory-changes-hook")
-    subscriber.create_subscription(
-        request={
-            "name": path,
-            "topic": topology.topic_path("memory-changes"),
-            "push_config": {"push_endpoint": hook.url},
-            "enable_message_ordering": True,
-        }
-    )
-    yield hook
-    subscriber.delete_subscription(request={"subscription": path})
-    subscriber.close()
-    hook.close()
 
 
 def _changes(events: list[dict]) -> list[tuple[str, str, str]]:

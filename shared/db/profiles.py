@@ -162,7 +162,7 @@ class Profiles:
             "DELETED"
             if change.action == "CLEARED"
             else "UPDATED"
-            if change.previous
+            if change.previous is not None  # a previous false or 0 was a value
             else "CREATED",
             change.value,
             change.previous,

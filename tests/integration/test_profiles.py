@@ -183,6 +183,13 @@ def test_patch_sets_and_clears_fields_all_or_nothing(profiled, ids, pool):
     ]
 
 
+def test_a_change_from_false_is_an_update(profiled, ids, pool):
+    user = ids["user_id"]
+    for value in (True, False, True):
+        profiled.patch(f"/v1/users/{user}/profile", json={"values": {"on_call": value}})
+    assert [c[0] for c in _changes(pool, ids["app"])] == ["CREATED", "UPDATED", "UPDATED"]
+
+
 def test_a_schema_change_keeps_the_values_of_the_fields_it_still_names(profiled, ids):
     user = ids["user_id"]
     profiled.patch(f"/v1/users/{user}/profile", json={"values": {"name": "Lin", "role": "SRE"}})

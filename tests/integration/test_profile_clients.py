@@ -15,7 +15,7 @@ from mcp import ClientSession
 
 from shared.api_keys import create_key
 from shared.client import AsyncMemoryClient, MemoryClient
-from shared.client.errors import MemoryApiError
+from shared.client.errors import ConflictError, MemoryApiError, NotFoundError
 from tests.integration.test_mcp import http_session
 from tests.support import serve_api
 
@@ -50,11 +50,27 @@ def test_the_blocking_client(served, ids):
         client.update_profile(user, {"name": None})
         assert client.profile(user).values == {"team_size": 4}
         history = client.profile_revisions(user).revisions
-        assert [(r.field, r.action, r.value) for r in history] == [
-            ("name", "SET", "Ada"),
-            ("team_size", "SET", 4),
-            ("name", "CLEARED", None),
+        assert [(r.field, r.revision, r.action, r.value) for r in history] == [
+            ("name", 1, "SET", "Ada"),
+            ("team_size", 1, "SET", 4),
+            ("name", 2, "CLEARED", None),
         ]
+        back = client.rollback_profile(user, "name", 1)
+        assert back.values == {"name": "Ada", "team_size": 4}
+        assert back.fields[0].source == f"key:{key_id}"
+        with pytest.raises(ConflictError, match="revision 1's value of field 'name' is already"):
+            client.rollback_profile(user, "name", 1)
+        with pytest.raises(NotFoundError, match="no revision 4 of field 'name'"):
+            client.rollback_profile(user, "name", 4)
+        with pytest.raises(NotFoundError, match="schema has no field 'shoe_size'"):
+            client.rollback_profile(user, "shoe_size", 1)
+        last = client.profile_revisions(user).revisions[-1]
+        assert (last.field, last.revision, last.value, last.source) == (
+            "name",
+            3,
+            "Ada",
+            f"key:{key_id}",
+        )
 
 
 def test_the_asyncio_client(served, ids):
@@ -72,6 +88,17 @@ def test_the_asyncio_client(served, ids):
             assert [(r.field, r.value) for r in history.revisions] == [
                 ("timezone", "Europe/Lisbon")
             ]
+            await client.update_profile(user, {"timezone": "Asia/Tokyo"})
+            back = await client.rollback_profile(user, "timezone", 1)
+            assert back.values == {"timezone": "Europe/Lisbon"}
+            history = await client.profile_revisions(user)
+            assert [(r.revision, r.value) for r in history.revisions] == [
+                (1, "Europe/Lisbon"),
+                (2, "Asia/Tokyo"),
+                (3, "Europe/Lisbon"),
+            ]
+            with pytest.raises(ConflictError):
+                await client.rollback_profile(user, "timezone", 3)
 
     asyncio.run(run())
 

@@ -49,13 +49,12 @@ def _profile(client, user: str) -> dict:
     return answer.json()
 
 
-def _revisions(client, user: str) -> list[tuple]:
+def _revisions(
+    client, user: str, keys=("field", "action", "value", "previous", "applied", "source")
+) -> list[tuple]:
     answer = client.get(f"/v1/users/{user}/profile/revisions")
     assert answer.status_code == 200, answer.text
-    return [
-        (r["field"], r["action"], r["value"], r["previous"], r["applied"], r["source"])
-        for r in answer.json()["revisions"]
-    ]
+    return [tuple(r[key] for key in keys) for r in answer.json()["revisions"]]
 
 
 def _changes(pool, app: str) -> list[tuple[str, str, str, str, str]]:

@@ -1,7 +1,8 @@
 """A user's profile through the Python clients (blocking and asyncio) and the MCP
 tools, against the real API over HTTP with authentication on: the schema set with
 an admin key, the profile set, read and cleared, each change a revision whose
-source is the caller's key, and a value of the wrong type refused with its field."""
+source is the caller's key, and a value of the wrong type refused with its field;
+a field rolled back to an earlier revision, and each refusal of that."""
 
 from __future__ import annotations
 
@@ -126,6 +127,24 @@ def test_the_mcp_tools(served, ids):
                 session, "update_profile", values={"shoe_size": 42}, user_id=user
             )
             assert failed and "422" in text and "values.shoe_size" in text
+            failed, text = await _tool(
+                session, "update_profile", values={"timezone": "PST"}, user_id=user
+            )
+            assert not failed
+            failed, text = await _tool(session, "profile_history", field="timezone", user_id=user)
+            assert not failed
+            assert [(r["revision"], r["value"]) for r in json.loads(text)["revisions"]] == [
+                (1, "CET"),
+                (2, "PST"),
+            ]
+            failed, text = await _tool(
+                session, "rollback_profile", field="timezone", revision=1, user_id=user
+            )
+            assert not failed and json.loads(text) == {"name": "Lin", "timezone": "CET"}
+            failed, text = await _tool(
+                session, "rollback_profile", field="timezone", revision=9, user_id=user
+            )
+            assert failed and "404" in text and "no revision 9 of field 'timezone'" in text
             failed, text = await _tool(
                 session, "get_context", query="when to meet", user_id=user, session_id="s1"
             )

@@ -75,6 +75,11 @@ ROUTE_ERRORS: dict[tuple[str, str], dict[int, str]] = {
     ("put", "/v1/config/extraction"): {403: "The extraction topics need an admin key of the app."},
     ("put", "/v1/config/agents"): {403: "The agents' sharing needs an admin key of the app."},
     ("put", "/v1/config/profile"): {403: "The profile schema needs an admin key of the app."},
+    ("post", "/v1/users/{user_id}/profile:rollback"): {
+        404: "The app's profile schema has no such field (`field`), or the user no such "
+        "revision of it (`revision`).",
+        409: "That revision's value is already current, or no longer fits the field.",
+    },
     ("post", "/v1/users/{user_id}:import"): {
         409: "The user was deleted (GDPR); nothing is imported.",
     },

@@ -7,7 +7,7 @@ from typing import Annotated, Literal
 
 from pydantic import BaseModel, Field, model_validator
 
-from services.api.models import RequestBody, example
+from services.api.models import Count, RequestBody, example
 from shared.profiles.schema import (
     FIELD_PATTERN,
     MAX_ENUM_VALUES,
@@ -135,8 +135,25 @@ class Profile(BaseModel):
     fields: list[ProfileFieldValue] = Field(description="each value and where it comes from")
 
 
+class ProfileRollback(RequestBody):
+    """Which revision of which field to make current again."""
+
+    # No example: one needs a user with a profile history (the documented examples are run).
+
+    field: FieldName
+    revision: Count = Field(
+        ge=1,
+        description="The revision whose value becomes current: its `revision` in the history "
+        "(numbered per field).",
+    )
+
+
 class ProfileRevision(BaseModel):
     field: str
+    revision: int = Field(
+        description="its number among its field's revisions, from 1, in the order written "
+        "(what a rollback names)"
+    )
     action: Literal["SET", "CLEARED", "HISTORY"] = Field(
         description="HISTORY: an observation older than the value, kept but not applied"
     )

@@ -69,6 +69,7 @@ async def user(request: Request) -> HTMLResponse:
     found = episodes = None
     async with client(request) as api:
         schema, profile = await api.profile_schema(), await api.profile(user_id)
+        profile_history = (await api.profile_revisions(user_id)).revisions
         if filters["q"]:
             kinds = [filters["kind"]] if filters["kind"] else None
             found = await api.search(
@@ -108,6 +109,7 @@ async def user(request: Request) -> HTMLResponse:
         sessions=sessions,
         profile_fields=schema.model_dump()["fields"],
         profile=profile,
+        profile_history=profile_history,
         pages=_page_links(user_id, filters, number, sessions_number),
     )
 

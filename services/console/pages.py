@@ -25,6 +25,7 @@ from starlette.types import Scope
 
 from services.console import access
 from shared.client.aio import AsyncMemoryClient
+from shared.profiles.schema import shown
 
 HERE = Path(__file__).parent
 TEMPLATES = jinja2.Environment(
@@ -73,6 +74,8 @@ def list_url(path: str, **query: object) -> str:
 
 TEMPLATES.filters["age"] = age
 TEMPLATES.filters["clock"] = clock
+# A profile value as the context shows it; none: a cleared field.
+TEMPLATES.filters["profile_value"] = lambda v: "—" if v is None else shown(v)
 TEMPLATES.globals["user_url"] = lambda user: _url("/user", id=user)
 TEMPLATES.globals["memory_url"] = lambda user, memory, agent=None: _url(
     "/user/memory", user=user, id=memory, **({"agent": agent} if agent else {})

@@ -353,6 +353,8 @@ TOOLS = {
     "memory_feedback": _DELETES,
     "get_profile": _READ_ONLY,
     "update_profile": _WRITES,
+    "profile_history": _READ_ONLY,
+    "rollback_profile": _WRITES,
     "forget": _DELETES,
     # It consumes a one-time grant when one matches: not read-only.
     "check_tool_permission": _WRITES,

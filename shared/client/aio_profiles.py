@@ -1,5 +1,5 @@
 """`AsyncProfileRoutes`: the client's methods of profiles: the app's profile schema,
-and a user's profile, its changes and its history.
+and a user's profile, its changes, its history and its rollback.
 
 sync_profiles.py is generated from this module (`make client`).
 """
@@ -45,3 +45,13 @@ class AsyncProfileRoutes(AsyncConnection):
         """Every change of the user's profile, applied or not, oldest first."""
         path = f"/v1/users/{segment(user_id)}/profile/revisions"
         return await self._send(Call("GET", path, one(m.ProfileHistory), retry_safe=True))
+
+    async def rollback_profile(self, user_id: str, field: str, revision: int) -> m.Profile:
+        """Make revision `revision` of `field` current again (a cleared one clears
+        it), as a new revision; the profile after. NotFoundError for a field the
+        schema does not have or a revision the field does not have, ConflictError
+        for a value already current or one that no longer fits the field."""
+        # Not retried: after a lost answer, a second attempt finds the value current (409).
+        path = f"/v1/users/{segment(user_id)}/profile:rollback"
+        body = {"field": field, "revision": revision}
+        return await self._send(Call("POST", path, one(m.Profile), json=body))

@@ -1,7 +1,7 @@
 # Generated from shared/client/aio_profiles.py by `make client` (tools/client_sync.py).
 # Do not edit: change shared/client/aio_profiles.py and run `make client`.
 """`ProfileRoutes`: the client's methods of profiles: the app's profile schema,
-and a user's profile, its changes and its history.
+and a user's profile, its changes, its history and its rollback.
 
 Generated from aio_profiles.py, the asyncio client, by `make client`: edit that module.
 """
@@ -45,3 +45,13 @@ class ProfileRoutes(Connection):
         """Every change of the user's profile, applied or not, oldest first."""
         path = f"/v1/users/{segment(user_id)}/profile/revisions"
         return self._send(Call("GET", path, one(m.ProfileHistory), retry_safe=True))
+
+    def rollback_profile(self, user_id: str, field: str, revision: int) -> m.Profile:
+        """Make revision `revision` of `field` current again (a cleared one clears
+        it), as a new revision; the profile after. NotFoundError for a field the
+        schema does not have or a revision the field does not have, ConflictError
+        for a value already current or one that no longer fits the field."""
+        # Not retried: after a lost answer, a second attempt finds the value current (409).
+        path = f"/v1/users/{segment(user_id)}/profile:rollback"
+        body = {"field": field, "revision": revision}
+        return self._send(Call("POST", path, one(m.Profile), json=body))

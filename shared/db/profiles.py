@@ -106,16 +106,19 @@ class Profiles:
             )
         ]
 
-    def revisions(self, app: str, user_id: str) -> list[ProfileRevisionRow]:
-        """The user's history, oldest first."""
+    def revisions(
+        self, app: str, user_id: str, field: str | None = None
+    ) -> list[ProfileRevisionRow]:
+        """The user's history (of `field` alone, when named), oldest first."""
         return [
             ProfileRevisionRow(**row)
             for row in fetch(
                 self.conn,
                 "SELECT id, field, action, value, previous, observed_at, applied, source, "
                 "source_event_id, created_at FROM profile_revisions "
-                "WHERE app = %s AND user_id = %s ORDER BY id",
-                (app, user_id),
+                "WHERE app = %s AND user_id = %s AND (%s::text IS NULL OR field = %s) "
+                "ORDER BY id",
+                (app, user_id, field, field),
             )
         ]
 
@@ -162,7 +165,7 @@ class Profiles:
             "DELETED"
             if change.action == "CLEARED"
             else "UPDATED"
-            if change.previous
+            if change.previous is not None  # a previous false or 0 was a value
             else "CREATED",
             change.value,
             change.previous,

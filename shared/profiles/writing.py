@@ -69,7 +69,7 @@ def apply_updates(uow: UnitOfWork, app: str, user_id: str, updates: list[Update]
                 continue
         now = current.get(field.name)
         previous = now.value if now is not None else None
-        if value == previous and type(value) is type(previous):  # True is not 1
+        if same_value(value, previous):
             changed.append(Changed(field.name, "NONE", value))
             continue
         late = now is not None and update.observed_at < now.observed_at
@@ -97,6 +97,10 @@ def apply_updates(uow: UnitOfWork, app: str, user_id: str, updates: list[Update]
     return changed
 
 
+def same_value(a: Any, b: Any) -> bool:
+    return a == b and type(a) is type(b)  # True is not 1
+
+
 def _refused(app: str, update: Update, reason: str, detail: str) -> None:
     PROFILE_VALUES_REFUSED.labels(app, reason).inc()
     log.warning(
@@ -109,11 +113,13 @@ def _refused(app: str, update: Update, reason: str, detail: str) -> None:
 
 
 class ProfileRefused(ValueError):
-    """A value the API refuses: the field it names (`values.<name>`) and why."""
+    """A change the API refuses: its status (422 a value that does not fit; a
+    rollback's 404 and 409), the field it names (`values.<name>`) and why."""
 
-    def __init__(self, field: str, message: str) -> None:
+    def __init__(self, field: str, message: str, status: int = 422) -> None:
         super().__init__(message)
         self.field = field
+        self.status = status
 
 
 def patch_profile(
@@ -142,4 +148,11 @@ def patch_profile(
                     raise ProfileRefused(f"values.{name}", str(exc)) from None
         updates = [Update(n, v, now, source, typed=True) for n, v in values.items()]
         apply_updates(uow, app, user_id, updates)
-        return [row for row in uow.profiles.values(app, user_id) if schema.field(row.field)]
+        return profile_after(uow, schema, app, user_id)
+
+
+def profile_after(
+    uow: UnitOfWork, schema: ProfileSchema, app: str, user_id: str
+) -> list[ProfileValueRow]:
+    """The user's values of the schema's fields, as the caller's changes left them."""
+    return [row for row in uow.profiles.values(app, user_id) if schema.field(row.field)]

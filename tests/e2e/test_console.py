@@ -168,6 +168,12 @@ def test_a_page_of_another_port_that_tosses_cookies_and_posts_the_forms_changes_
         f"/console/permissions/rules/{rule_id}/delete": {"user_id": user},
         "/console/user/memory/delete": {"user": user, "id": memory_id, "confirm": "yes"},
         "/console/user/memory/rollback": {"user": user, "id": memory_id, "revision": "1"},
+        "/console/user/profile/rollback": {
+            "user": user,
+            "field": "name",
+            "revision": "1",
+            "confirm": "yes",
+        },
         "/console/user/memory/edit": {"user": user, "id": memory_id, "text": "edited"},
         "/console/user/memory/feedback": {"user": user, "id": memory_id, "rating": "wrong"},
         "/console/dead-letters/turns-extraction/replay": {"event_id": event_id},
@@ -748,3 +754,48 @@ def test_a_users_profile_is_shown_and_saved_from_the_users_page(
     page.click("#save-profile")
     expect(page.locator("main")).to_contain_text("team_size: must be a number")
     assert stack.api("GET", f"/v1/users/{user}/profile")["values"]["team_size"] == 12
+
+
+def test_a_profile_field_is_rolled_back_from_its_history_once_confirmed(
+    stack: Stack, browser: Browser, shots: Path
+) -> None:
+    user = "u-profile-rollback"
+    stack.api(
+        "PUT", "/v1/config/profile", json={"fields": [{"name": "timezone", "type": "string"}]}
+    )
+    for timezone in ("Europe/Paris", "Asia/Tokyo"):
+        stack.api("PATCH", f"/v1/users/{user}/profile", json={"values": {"timezone": timezone}})
+    body = {"user_id": user, "kind": "fact", "scope": "global", "text": "Travels a lot."}
+    stack.api("POST", "/v1/memories", json=body)
+    page = signed_in(browser, stack)
+    page.goto(f"{stack.url}/console/user?id={user}")
+    rows = page.locator("#profile-history tbody tr")
+    expect(rows.locator("td:nth-child(5)")).to_have_text(["Europe/Paris", "Asia/Tokyo"])
+    # Only a value that is not the current one can come back.
+    expect(rows.nth(1).locator("button.rollback")).to_have_count(0)
+    rows.nth(0).locator("button.rollback").click()
+    expect(page.locator("h1")).to_have_text(f"Roll timezone of {user} back to revision 1?")
+    expect(page.locator("#value-now")).to_have_text("Asia/Tokyo")
+    expect(page.locator("#value-back")).to_have_text("Europe/Paris")
+    shoot(page, shots, "profile-rollback")
+    # Asked, not done: the profile is as it was until the rollback is confirmed.
+    assert stack.api("GET", f"/v1/users/{user}/profile")["values"] == {"timezone": "Asia/Tokyo"}
+    page.click("#confirm-rollback")
+    expect(page).to_have_url(re.compile(r"/console/user\?id=u-profile-rollback#profile-history$"))
+    expect(page.locator("#profile-timezone")).to_have_value("Europe/Paris")
+    expect(rows.locator("td:nth-child(2)")).to_have_text(["1", "2", "3"])
+    expect(rows.nth(2).locator("td.source")).to_have_text(re.compile("^key:[0-9a-f-]{36}$"))
+    expect(rows.nth(0).locator("button.rollback")).to_have_count(0)
+    expect(rows.nth(1).locator("button.rollback")).to_have_count(1)
+    history = stack.api("GET", f"/v1/users/{user}/profile/revisions")["revisions"]
+    assert [(r["revision"], r["value"], r["previous"]) for r in history] == [
+        (1, "Europe/Paris", None),
+        (2, "Asia/Tokyo", "Europe/Paris"),
+        (3, "Europe/Paris", "Asia/Tokyo"),
+    ]
+    # A revision the field does not have is refused on the console's error page.
+    page.goto(f"{stack.url}/console/user?id={user}")
+    page.evaluate("document.querySelector('#profile-history input[name=revision]').value = '9'")
+    rows.nth(1).locator("button.rollback").click()
+    expect(page.locator("main")).to_contain_text("revision: no revision 9 of field 'timezone'")
+    page.context.close()

@@ -158,6 +158,12 @@ FORMS = [
     Form("POST", "/console/user/profile", {"user": "{user}"}, ("user",)),
     Form(
         "POST",
+        "/console/user/profile/rollback",
+        {"user": "{user}", "field": "name", "revision": "1"},
+        ("user", "field", "revision"),
+    ),
+    Form(
+        "POST",
         "/console/dead-letters/turns-summary/replay",
         {"event_id": MEMORY_ID},
         ("event_id",),

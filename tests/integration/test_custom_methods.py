@@ -37,6 +37,8 @@ def test_every_path_s_allow_names_exactly_its_route_s_methods(client):
         ("GET", f"/v1/memories/{MEMORY}:rollback", ["POST"]),
         ("DELETE", f"/v1/memories/{MEMORY}:rollback", ["POST"]),
         ("GET", "/v1/sessions/s-1:flush", ["POST"]),
+        ("GET", "/v1/users/u/profile:rollback", ["POST"]),
+        ("PATCH", "/v1/users/u/profile:rollback", ["POST"]),
         ("DELETE", "/v1/users/u:import", ["POST"]),
         ("DELETE", "/v1/users/u:export", ["GET"]),
         ("PUT", "/v1/users/u", ["DELETE"]),

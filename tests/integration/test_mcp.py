@@ -52,6 +52,8 @@ TOOLS = {
     "memory_feedback",
     "get_profile",
     "update_profile",
+    "profile_history",
+    "rollback_profile",
     "forget",
     "check_tool_permission",
 }

@@ -1,7 +1,8 @@
 """A user's profile through the Python clients (blocking and asyncio) and the MCP
 tools, against the real API over HTTP with authentication on: the schema set with
 an admin key, the profile set, read and cleared, each change a revision whose
-source is the caller's key, and a value of the wrong type refused with its field."""
+source is the caller's key, and a value of the wrong type refused with its field;
+a field rolled back to an earlier revision, and each refusal of that."""
 
 from __future__ import annotations
 
@@ -15,7 +16,7 @@ from mcp import ClientSession
 
 from shared.api_keys import create_key
 from shared.client import AsyncMemoryClient, MemoryClient
-from shared.client.errors import MemoryApiError
+from shared.client.errors import ConflictError, MemoryApiError, NotFoundError
 from tests.integration.test_mcp import http_session
 from tests.support import serve_api
 
@@ -50,11 +51,27 @@ def test_the_blocking_client(served, ids):
         client.update_profile(user, {"name": None})
         assert client.profile(user).values == {"team_size": 4}
         history = client.profile_revisions(user).revisions
-        assert [(r.field, r.action, r.value) for r in history] == [
-            ("name", "SET", "Ada"),
-            ("team_size", "SET", 4),
-            ("name", "CLEARED", None),
+        assert [(r.field, r.revision, r.action, r.value) for r in history] == [
+            ("name", 1, "SET", "Ada"),
+            ("team_size", 1, "SET", 4),
+            ("name", 2, "CLEARED", None),
         ]
+        back = client.rollback_profile(user, "name", 1)
+        assert back.values == {"name": "Ada", "team_size": 4}
+        assert back.fields[0].source == f"key:{key_id}"
+        with pytest.raises(ConflictError, match="revision 1's value of field 'name' is already"):
+            client.rollback_profile(user, "name", 1)
+        with pytest.raises(NotFoundError, match="no revision 4 of field 'name'"):
+            client.rollback_profile(user, "name", 4)
+        with pytest.raises(NotFoundError, match="schema has no field 'shoe_size'"):
+            client.rollback_profile(user, "shoe_size", 1)
+        last = client.profile_revisions(user).revisions[-1]
+        assert (last.field, last.revision, last.value, last.source) == (
+            "name",
+            3,
+            "Ada",
+            f"key:{key_id}",
+        )
 
 
 def test_the_asyncio_client(served, ids):
@@ -72,6 +89,17 @@ def test_the_asyncio_client(served, ids):
             assert [(r.field, r.value) for r in history.revisions] == [
                 ("timezone", "Europe/Lisbon")
             ]
+            await client.update_profile(user, {"timezone": "Asia/Tokyo"})
+            back = await client.rollback_profile(user, "timezone", 1)
+            assert back.values == {"timezone": "Europe/Lisbon"}
+            history = await client.profile_revisions(user)
+            assert [(r.revision, r.value) for r in history.revisions] == [
+                (1, "Europe/Lisbon"),
+                (2, "Asia/Tokyo"),
+                (3, "Europe/Lisbon"),
+            ]
+            with pytest.raises(ConflictError):
+                await client.rollback_profile(user, "timezone", 3)
 
     asyncio.run(run())
 
@@ -99,6 +127,24 @@ def test_the_mcp_tools(served, ids):
                 session, "update_profile", values={"shoe_size": 42}, user_id=user
             )
             assert failed and "422" in text and "values.shoe_size" in text
+            failed, text = await _tool(
+                session, "update_profile", values={"timezone": "PST"}, user_id=user
+            )
+            assert not failed
+            failed, text = await _tool(session, "profile_history", field="timezone", user_id=user)
+            assert not failed
+            assert [(r["revision"], r["value"]) for r in json.loads(text)["revisions"]] == [
+                (1, "CET"),
+                (2, "PST"),
+            ]
+            failed, text = await _tool(
+                session, "rollback_profile", field="timezone", revision=1, user_id=user
+            )
+            assert not failed and json.loads(text) == {"name": "Lin", "timezone": "CET"}
+            failed, text = await _tool(
+                session, "rollback_profile", field="timezone", revision=9, user_id=user
+            )
+            assert failed and "404" in text and "no revision 9 of field 'timezone'" in text
             failed, text = await _tool(
                 session, "get_context", query="when to meet", user_id=user, session_id="s1"
             )

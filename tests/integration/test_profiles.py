@@ -49,13 +49,12 @@ def _profile(client, user: str) -> dict:
     return answer.json()
 
 
-def _revisions(client, user: str) -> list[tuple]:
+def _revisions(
+    client, user: str, keys=("field", "action", "value", "previous", "applied", "source")
+) -> list[tuple]:
     answer = client.get(f"/v1/users/{user}/profile/revisions")
     assert answer.status_code == 200, answer.text
-    return [
-        (r["field"], r["action"], r["value"], r["previous"], r["applied"], r["source"])
-        for r in answer.json()["revisions"]
-    ]
+    return [tuple(r[key] for key in keys) for r in answer.json()["revisions"]]
 
 
 def _changes(pool, app: str) -> list[tuple[str, str, str, str, str]]:
@@ -181,6 +180,13 @@ def test_patch_sets_and_clears_fields_all_or_nothing(profiled, ids, pool):
         "CREATED",
         "DELETED",
     ]
+
+
+def test_a_change_from_false_is_an_update(profiled, ids, pool):
+    user = ids["user_id"]
+    for value in (True, False, True):
+        profiled.patch(f"/v1/users/{user}/profile", json={"values": {"on_call": value}})
+    assert [c[0] for c in _changes(pool, ids["app"])] == ["CREATED", "UPDATED", "UPDATED"]
 
 
 def test_a_schema_change_keeps_the_values_of_the_fields_it_still_names(profiled, ids):

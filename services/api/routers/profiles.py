@@ -5,12 +5,13 @@ by the extraction and by `PATCH` (shared.profiles)."""
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
 from dataclasses import asdict
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Path
 
-from services.api.deps import AdminDep, ApiDep, AppIdDep, CallerDep
+from services.api.deps import AdminDep, Api, ApiDep, AppIdDep, CallerDep
 from services.api.errors import ApiError, postgres_or_503
 from services.api.models import Identifier
 from services.api.profile_models import (
@@ -19,11 +20,13 @@ from services.api.profile_models import (
     ProfileHistory,
     ProfilePatch,
     ProfileRevision,
+    ProfileRollback,
 )
 from services.api.routers.app_config import read_setting, write_setting
 from shared.db.profiles import ProfileValueRow, profile_of
 from shared.db.unit_of_work import UnitsOfWork, in_thread
 from shared.events import format_time, utcnow
+from shared.profiles.rollback import numbers, rollback_field
 from shared.profiles.schema import PROFILE_SETTING
 from shared.profiles.writing import ProfileRefused, patch_profile
 
@@ -66,13 +69,32 @@ async def patch_user_profile(
 ) -> dict[str, Any]:
     """Set the named fields (null clears one) as revisions whose source is the
     caller; all or nothing. A value equal to the current one writes nothing."""
+    return await _changed(api, patch_profile, app_id, user_id, body.values, caller)
+
+
+@router.post("/v1/users/{user_id:path}/profile:rollback", response_model=Profile)
+async def rollback_profile(
+    user_id: PathId, body: ProfileRollback, app_id: AppIdDep, caller: CallerDep, api: ApiDep
+) -> dict[str, Any]:
+    """Make a field's revision N value current again (a cleared one: the field is
+    cleared), as a new revision whose source is the caller; the history stays."""
+    what = (body.field, body.revision)
+    return await _changed(api, rollback_field, app_id, user_id, *what, caller)
+
+
+async def _changed(
+    api: Api, change: Callable[..., list[ProfileValueRow]], app: str, user_id: str, *what: Any
+) -> dict[str, Any]:
+    """`change(units, app, user, *what, now)` on a worker thread; its refusals as the
+    API's errors; the profile after."""
     units = UnitsOfWork(api.pool, "api")
     try:
         rows = await postgres_or_503(
-            asyncio.to_thread(patch_profile, units, app_id, user_id, body.values, caller, utcnow())
+            asyncio.to_thread(change, units, app, user_id, *what, utcnow())
         )
     except ProfileRefused as exc:
-        raise ApiError(422, "invalid_request", f"{exc.field}: {exc}", field=exc.field) from None
+        code = {404: "not_found", 409: "conflict"}.get(exc.status, "invalid_request")
+        raise ApiError(exc.status, code, f"{exc.field}: {exc}", field=exc.field) from None
     return profile_body(user_id, rows)
 
 
@@ -88,11 +110,12 @@ async def get_profile_revisions(user_id: PathId, app_id: AppIdDep, api: ApiDep) 
             ProfileRevision.model_validate(
                 asdict(r)
                 | {
+                    "revision": number,
                     "observed_at": format_time(r.observed_at),
                     "created_at": format_time(r.created_at),
                 }
             )
-            for r in rows
+            for r, number in zip(rows, numbers(rows), strict=True)
         ],
     )
 

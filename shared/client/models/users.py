@@ -67,6 +67,10 @@ class ProfileHistory(ApiModel):
 
 class ProfileRevision(ApiModel):
     field: str
+    revision: int
+    """Its number among its field's revisions, from 1, in the order written (what a rollback
+    names).
+    """
     action: str
     """HISTORY: an observation older than the value, kept but not applied. One of: SET,
     CLEARED, HISTORY.

@@ -5,6 +5,7 @@ SIGKILL (or frozen with SIGSTOP) and started again on the same port and data."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import time
@@ -130,7 +131,9 @@ def _freeze(pid: int, signum: int) -> None:
     its own, so its process group is the postmaster alone)."""
     parent = psutil.Process(pid)
     for proc in [parent, *parent.children(recursive=True)]:
-        proc.send_signal(signum)
+        # A backend may end between the listing and its signal (its client gone).
+        with contextlib.suppress(psutil.NoSuchProcess):
+            proc.send_signal(signum)
 
 
 def test_turns_wait_out_a_valkey_outage_and_are_applied_once_in_order(

@@ -35,12 +35,12 @@ def test_a_paused_worker_loses_no_pulled_message(
         wait_for(lambda: "worker started" in worker.log_text(), 60, "the worker up")
         publisher.publish(turns[0])
         wait_for(lambda: buffer.read(key).turns_total == 1, 30, "the first turn")
-        time.sleep(IDLE_SECONDS)  # idle: it pulls again and again, with nothing to bring
+        time.sleep(IDLE_SECONDS)  # noqa: sleep-ok - the fault's shape: an idle worker
         worker.signal(signal.SIGSTOP)
         try:
             for turn in turns[1:]:
                 publisher.publish(turn)
-            time.sleep(PAUSED_SECONDS)  # the fault itself: the process stopped this long
+            time.sleep(PAUSED_SECONDS)  # noqa: sleep-ok - the fault: stopped this long
         finally:
             worker.signal(signal.SIGCONT)
         wait_for(lambda: buffer.read(key).turns_total == TURNS, 60, "every turn")

@@ -222,6 +222,19 @@ def _publish(publisher, burst: Burst) -> None:
         publisher.publish(turn)
 
 
+def _wave(burst: Burst, publisher, pool, kinds: list[str], waves: Counter) -> None:
+    """New work for the replicas of `kinds`, counted in `waves`: turns in new
+    sessions (both turn kinds get them), or a new compaction user."""
+    waves.update(kinds)
+    if any(kind in TURN_KINDS for kind in kinds):
+        for turn in burst.add_turns(WAVE):
+            publisher.publish(turn)
+    if "compaction" in kinds:
+        user, requests = burst.add_compaction_user()
+        _add(pool, burst.user_ids(user), burst.statements[user])
+        _publish_requests(publisher, requests)
+
+
 def _progress(burst: Burst, pool, buffer: SessionBuffer) -> dict[str, int]:
     """Turns buffered, turns extracted (their windows done), compaction folds committed."""
     with pool.connection() as conn:
@@ -361,15 +374,7 @@ def test_two_replicas_of_each_kind_apply_every_event_exactly_once(
             kind for kind, pair in replicas.workers.items() if not all(map(replicas.handled, pair))
         ]
         assert max(waves.values(), default=0) < MAX_WAVES, f"a replica had nothing: {waves}"
-        if any(kind in TURN_KINDS for kind in idle):
-            waves.update(kind for kind in idle if kind in TURN_KINDS)
-            for turn in burst.add_turns(WAVE):
-                publisher.publish(turn)
-        if "compaction" in idle:
-            waves["compaction"] += 1
-            user, requests = burst.add_compaction_user()
-            _add(pool, burst.user_ids(user), burst.statements[user])
-            _publish_requests(publisher, requests)
+        _wave(burst, publisher, pool, idle, waves)
         return not idle
 
     try:
@@ -445,15 +450,12 @@ def test_the_survivors_finish_exactly_once_when_one_replica_of_each_kind_is_kill
         # wave of new work: turns in new sessions, or a new compaction user.
         left = {kind: totals[kind] - now[kind] for kind in KINDS}
         assert max(waves.values(), default=0) < MAX_WAVES, f"killed: {left_at_kill}, {waves}"
-        if any(k not in left_at_kill and left[k] < WAVE // 4 for k in TURN_KINDS):
-            waves.update(k for k in TURN_KINDS if k not in left_at_kill)
-            for turn in burst.add_turns(WAVE):
-                publisher.publish(turn)
+        starved = [k for k in TURN_KINDS if k not in left_at_kill]
+        if not any(left[k] < WAVE // 4 for k in starved):
+            starved = []
         if "compaction" not in left_at_kill and left["compaction"] < COMPACTIONS // 4:
-            waves["compaction"] += 1
-            user, requests = burst.add_compaction_user()
-            _add(pool, burst.user_ids(user), burst.statements[user])
-            _publish_requests(publisher, requests)
+            starved.append("compaction")
+        _wave(burst, publisher, pool, starved, waves)
         return len(left_at_kill) == len(KINDS)
 
     try:

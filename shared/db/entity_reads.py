@@ -15,6 +15,7 @@ from typing import Any
 
 import psycopg
 
+from shared.db.entity_seen import FACT_SEEN, MENTION_SEEN
 from shared.db.run import Statement, Steps, fetch
 from shared.entities.shown import Alias, shown
 from shared.memory.agents import visible_to
@@ -59,20 +60,9 @@ def _params(q: EntityQuery) -> dict[str, Any]:
     }
 
 
-# Whether the read sees mention `em`: its memory's or turn's owner is one of its agents.
-_MENTION_SEEN = (
-    "coalesce((SELECT m.agent_id FROM memories m WHERE m.id = em.memory_id), "
-    "(SELECT p.agent_id FROM episodes p WHERE p.id = em.episode_id)) = ANY(%(agents)s)"
-)
 # An entity a mention the read sees names, or (for a read naming no agent) one no
 # row mentions any more.
 _VISIBLE = "(s.seen > 0 OR (%(agent)s::text = '' AND NOT s.hidden))"
-# A fact whose source memory the read sees (none: as an entity no row mentions).
-_FACT_SEEN = (
-    "(CASE WHEN f.memory_id IS NULL THEN %(agent)s::text = '' ELSE EXISTS (SELECT 1 "
-    "FROM memories fm WHERE fm.id = f.memory_id AND fm.agent_id = ANY(%(agents)s)) END)"
-)
-
 # An entity as the read sees it: `sort_name` is its own name (the listing's order),
 # `seen`/`hidden` the mentions it sees and whether it misses some, `surfaces` what
 # those say; counts and last seen by `as_of`.
@@ -93,7 +83,7 @@ FROM entities e CROSS JOIN LATERAL (
            count(*) FILTER (WHERE k.seen AND k.by_then AND NOT k.memory) AS turns,
            max(k.observed_at) FILTER (WHERE k.seen AND k.by_then) AS last_seen
     FROM (SELECT em.surface, em.observed_at, em.memory_id IS NOT NULL AS memory,
-                 {_BY_THEN.format(column="em.observed_at")} AS by_then, {_MENTION_SEEN} AS seen
+                 {_BY_THEN.format(column="em.observed_at")} AS by_then, {MENTION_SEEN} AS seen
           FROM entity_mentions em WHERE em.entity_id = e.id) k) s"""
 
 
@@ -149,7 +139,7 @@ def detail(conn: psycopg.Connection, q: EntityQuery, entity_id: str) -> dict[str
         fetch(
             conn,
             f"{_FACTS} WHERE (f.subject_id = %(id)s OR f.object_id = %(id)s) "
-            f"AND {_FACT_SEEN}{true_then} ORDER BY f.valid_from, f.id",
+            f"AND {FACT_SEEN}{true_then} ORDER BY f.valid_from, f.id",
             params,
         ),
         params,

@@ -4,9 +4,10 @@ the weight `Fusion.entity_weight`).
 
 Per sub-query, the entities it **names**: an alias of the user's entities (of
 the searched project and the global ones, none merged away) that the
-sub-query's normalised text holds as whole words. Then **one hop**: the entities
-a fact links to those (subject to object or back; with `as_of`, a fact true at
-that moment), and the entities that the full-text ranking's best
+sub-query's normalised text holds as whole words, of the aliases the read may
+use (`shared.db.entity_seen`: not another agent's names). Then **one hop**: the
+entities a fact the read sees links to those (subject to object or back; with
+`as_of`, a fact true at that moment), and the entities that the full-text ranking's best
 `ENTITY_HINTS` rows mention (the question's words found a turn, and that turn
 names who or what it is about: "the friend who went to Porto" → "Ravi and I are
 going to Porto" → Ravi). The rows ranked are those mentioning any of them that
@@ -15,13 +16,15 @@ that says the question's words has its place already; this ranking brings the
 rows that name the same entity otherwise, by an alias or a nickname, or a hop
 away): first by how many named entities they mention, then by their one-hop
 entities, each counting the less the more rows mention it, then the most
-recently said; the `candidates` best.
+recently said; the `candidates` best. A hop's weight counts the mentions the
+read sees.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
+from shared.db.entity_seen import ALIAS_SEEN, FACT_SEEN, mention_seen
 from shared.entities.names import normalise
 from shared.memory.ranking import Scope
 
@@ -38,6 +41,7 @@ def entity_params(scope: Scope, queries: list[str]) -> dict[str, Any]:
         "qnorm": [f" {normalise(q)} " for q in queries],
         "entity_project": scope.project_id,
         "entity_hints": ENTITY_HINTS,
+        "agent": scope.agent_id,
     }
 
 
@@ -57,12 +61,14 @@ named AS (
         AND strpos((%(qnorm)s::text[])[q.qi], ' ' || a.normalised || ' ') > 0
     JOIN entities e ON e.id = a.entity_id AND e.merged_into IS NULL
         AND e.project_id IN (%(entity_project)s, '')
+    WHERE {ALIAS_SEEN}
 ),
 linked AS (
     SELECT h.qi, h.entity_id, h.hop,
            CASE WHEN h.hop = 0 THEN 1.0 ELSE 1.0 / greatest(1, (
                SELECT count(*) FROM entity_mentions c
-               WHERE c.entity_id = h.entity_id AND c.{column} IS NOT NULL)) END AS weight
+               WHERE c.entity_id = h.entity_id AND c.{column} IS NOT NULL
+                 AND {mention_seen("c")})) END AS weight
     FROM (
         SELECT l.qi, l.entity_id, min(l.hop) AS hop FROM (
             -- hop: 0 named, 1 a fact away, 1 + r lent by the full text's r-th row.
@@ -72,6 +78,7 @@ linked AS (
                    CASE WHEN f.subject_id = n.entity_id THEN f.object_id ELSE f.subject_id END, 1
             FROM named n JOIN entity_facts f ON f.object_id IS NOT NULL
                 AND (f.subject_id = n.entity_id OR f.object_id = n.entity_id){true_then}
+                AND {FACT_SEEN}
             UNION ALL
             SELECT t.qi, em.entity_id, 1 + t.rank
             FROM txt t JOIN entity_mentions em ON em.{column} = t.id

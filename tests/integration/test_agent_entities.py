@@ -156,6 +156,31 @@ def test_an_entitys_detail_lists_what_the_reading_agent_sees(api, ids, told):
     assert [(e["id"], e["name"]) for e in mine.json()["entities"]] == [(dana, "Dana")]
 
 
+def _entity_ranked(api, key: str, ids, query: str) -> dict[str, list[str]]:
+    """What `memories:search` finds for `query`, by text, with the rankings that found each."""
+    body = {"user_id": ids["user_id"], "query": query, "k": 10}
+    answer = api.post("/v1/memories:search", json=body, headers=_as(key))
+    assert answer.status_code == 200, answer.text
+    return {m["text"]: m["rankers"] for m in answer.json()["memories"]}
+
+
+def test_another_agents_names_and_facts_rank_nothing_for_an_agent(api, ids, told):
+    keys, _ = told
+    query = "Who works at Acme Corp?"
+    # "Acme Corp" is a name only the planner's memory says, and the fact that Dana
+    # Lee works there is the planner's. The coder's memory of Dana is that fact's
+    # hop away from Acme Corp, but for the coder the name names nothing: no row
+    # is found by the entity ranking.
+    as_coder = _entity_ranked(api, keys["coder"], ids, query)
+    assert set(as_coder) == {"Dana plays the cello.", "Bob Smith is a vegetarian."}
+    assert all("entity" not in rankers for rankers in as_coder.values()), as_coder
+    # Once the coder's own memory says the name, it names Acme Corp for the coder,
+    # and Dana a hop away: the same search finds her memory by the entity ranking.
+    _write(api, keys["coder"], ids, "Dana works at Acme Corp now.")
+    as_coder = _entity_ranked(api, keys["coder"], ids, query)
+    assert "entity" in as_coder["Dana plays the cello."], as_coder
+
+
 def test_a_key_limited_to_an_agent_names_no_other_and_merges_nothing(api, ids, told):
     keys, _ = told
     user = {"user_id": ids["user_id"]}

@@ -16,15 +16,17 @@ that says the question's words has its place already; this ranking brings the
 rows that name the same entity otherwise, by an alias or a nickname, or a hop
 away): first by how many named entities they mention, then by their one-hop
 entities, each counting the less the more rows mention it, then the most
-recently said; the `candidates` best. A hop's weight counts the mentions the
-read sees.
+recently said; the `candidates` best. A hop's weight counts every mention of
+the user's (whose they are would cost a lookup per mention of a common entity):
+how often another agent names an entity can reorder an agent's own rows, but no
+name or fact of another agent's names, links or ranks anything.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from shared.db.entity_seen import ALIAS_SEEN, FACT_SEEN, mention_seen
+from shared.db.entity_seen import ALIAS_SEEN, FACT_SEEN
 from shared.entities.names import normalise
 from shared.memory.ranking import Scope
 
@@ -67,8 +69,7 @@ linked AS (
     SELECT h.qi, h.entity_id, h.hop,
            CASE WHEN h.hop = 0 THEN 1.0 ELSE 1.0 / greatest(1, (
                SELECT count(*) FROM entity_mentions c
-               WHERE c.entity_id = h.entity_id AND c.{column} IS NOT NULL
-                 AND {mention_seen("c")})) END AS weight
+               WHERE c.entity_id = h.entity_id AND c.{column} IS NOT NULL)) END AS weight
     FROM (
         SELECT l.qi, l.entity_id, min(l.hop) AS hop FROM (
             -- hop: 0 named, 1 a fact away, 1 + r lent by the full text's r-th row.

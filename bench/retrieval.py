@@ -190,6 +190,7 @@ def load(
             "hnsw_index_s": "memories_embedding",
             "gin_index_s": "memories_tsv",
             "metadata_index_s": "memories_metadata",
+            "scoped_metadata_index_s": "memories_scoped_metadata",
         }
         definitions = {
             timing: conn.execute("SELECT pg_get_indexdef(%s::regclass)", (index,)).fetchone()[0]

@@ -4,7 +4,8 @@ of the caller's reaches the statement.
 
 A metadata equality or `in` is a containment test (`m.metadata @> '{"team": "x"}'`)
 and an existence test a JSON path one (`@? '$."team"'`), both of which the GIN
-index `memories_metadata` (jsonb_path_ops) answers. A range is a strict JSON path
+index `memories_metadata` (jsonb_path_ops) answers (a selective search reads its
+equalities through `shared.db.scoped_metadata` instead). A range is a strict JSON path
 filter (`@? 'strict $ ? (@."level" >= 5)'`): it compares numbers with numbers and
 strings with strings (by Unicode code point), and a value of another type, an
 array among them, or a missing key is no match (false, never NULL, so that NOT
@@ -45,7 +46,8 @@ def where(node: Node, params: dict[str, Any]) -> str:
     return _column(node, params)
 
 
-def _bind(params: dict[str, Any], value: Any) -> str:
+def bind(params: dict[str, Any], value: Any) -> str:
+    """A placeholder for `value`, added to `params` under a name not yet taken."""
     name = f"f{len(params)}"
     while name in params:  # a caller's own parameter of that name
         name += "_"
@@ -58,8 +60,8 @@ def _column(c: Condition, params: dict[str, Any]) -> str:
     if c.op == "exists":
         return f"{column} {'<>' if c.value else '='} ''"
     if c.op == "in":
-        return f"{column} = ANY({_bind(params, list(c.value))})"
-    return f"{column} {_COMPARE[c.op]} {_bind(params, c.value)}"
+        return f"{column} = ANY({bind(params, list(c.value))})"
+    return f"{column} {_COMPARE[c.op]} {bind(params, c.value)}"
 
 
 def _metadata(c: Condition, params: dict[str, Any]) -> str:
@@ -69,11 +71,11 @@ def _metadata(c: Condition, params: dict[str, Any]) -> str:
     if c.op == "in":
         return "(" + " OR ".join(_contains(c.keys, v, params) for v in c.value) + ")"
     if c.op == "exists":
-        has = f"m.metadata @? {_bind(params, '$' + _path(c.keys))}::jsonpath"
+        has = f"m.metadata @? {bind(params, '$' + _path(c.keys))}::jsonpath"
         return has if c.value else f"(NOT {has})"
     # The value is a JSON literal in the bound path (json.dumps: quoted and escaped).
     compared = f"@{_path(c.keys)} {_COMPARE[c.op]} {json.dumps(c.value, ensure_ascii=False)}"
-    return f"m.metadata @? {_bind(params, f'strict $ ? ({compared})')}::jsonpath"
+    return f"m.metadata @? {bind(params, f'strict $ ? ({compared})')}::jsonpath"
 
 
 def _path(keys: tuple[str, ...]) -> str:
@@ -84,4 +86,4 @@ def _contains(keys: tuple[str, ...], value: Any, params: dict[str, Any]) -> str:
     nested: Any = value
     for key in reversed(keys):
         nested = {key: nested}
-    return f"m.metadata @> {_bind(params, Jsonb(nested))}"
+    return f"m.metadata @> {bind(params, Jsonb(nested))}"

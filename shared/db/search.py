@@ -56,9 +56,10 @@ from typing import Any
 
 from shared.db.context_reads import CITED_COLUMNS, Cited, pop_cited
 from shared.db.feedback import BALANCE_SQL
-from shared.db.memory_reads import LIVE, MEMORY_COLUMNS, as_of_columns
-from shared.db.memory_rows import MemoryRow, NewMemory
+from shared.db.memory_reads import MEMORY_COLUMNS, as_of_columns
+from shared.db.memory_rows import MemoryRow
 from shared.db.run import Statement, Steps
+from shared.db.scoped_metadata import scoped_where
 from shared.db.search_entities import NO_ENTITIES, entity_ctes, entity_params
 from shared.db.search_filters import (
     SCOPE_SIZES,
@@ -127,6 +128,7 @@ def hybrid_sql(
     as_of: bool = False,
     feedback: bool = False,
     text_source: tuple[str, str] | None = None,
+    read_where: str | None = None,
 ) -> str:
     """The statement: fused rows (`pinned` false) and, if asked, every rule the
     filter admits (`pinned` true; score 0), each with `exact`, whether the vector
@@ -139,9 +141,20 @@ def hybrid_sql(
     each memory's score weighed by its feedback (`shared.db.feedback.BALANCE_SQL`).
     `text_source`: `where` in two, the scope's clause and a filter's, when the
     full-text ranking is to read the query's rows of the scope and drop those the
-    filter does not admit (an unselective filter, `search_memories`)."""
+    filter does not admit (an unselective filter, `search_memories`). `read_where`:
+    `where`'s rows written to be read through another index (a selective filter's,
+    `shared.db.scoped_metadata`), for the sorted vector ranking and the full text."""
     fused, ranked, was_exact = hybrid_parts(
-        table, columns, where, count_where, exact, entities, as_of, feedback, text_source
+        table,
+        columns,
+        where,
+        count_where,
+        exact,
+        entities,
+        as_of,
+        feedback,
+        text_source,
+        read_where,
     )
     if not pinned_rules:
         return f"{fused}\n{ranked}"
@@ -165,16 +178,17 @@ def hybrid_parts(
     as_of: bool = False,
     feedback: bool = False,
     text_source: tuple[str, str] | None = None,
+    read_where: str | None = None,
 ) -> tuple[str, str, str]:
     """`hybrid_sql`'s parts: the WITH clause up to the fused scores (`fused`), the
     query of the ranked rows (in parentheses, so that a caller may name it as one
     more common table), and the expression of whether the ranking was exact."""
 
-    def nearest(order: str, unless_exact: str) -> str:
+    def nearest(order: str, unless_exact: str, rows: str = where) -> str:
         """Each sub-query's `candidates` nearest rows by `order`, if the count says so."""
         return f"""SELECT qt.qi, n.id, n.dist FROM qt CROSS JOIN LATERAL (
             SELECT m.id, m.embedding <=> qt.emb AS dist FROM {table} m
-            WHERE {where} AND m.embedding IS NOT NULL
+            WHERE {rows} AND m.embedding IS NOT NULL
             ORDER BY {order} LIMIT %(candidates)s
         ) n{unless_exact}"""
 
@@ -190,11 +204,11 @@ sizing AS (
 ),"""
         nearest_rows = f"""{nearest(planned, " WHERE NOT (SELECT exact FROM sizing)")}
         UNION ALL
-        {nearest(sorted_, " WHERE (SELECT exact FROM sizing)")}"""
+        {nearest(sorted_, " WHERE (SELECT exact FROM sizing)", read_where or where)}"""
         was_exact = "(SELECT exact FROM sizing)"
     else:
         sizing = ""
-        nearest_rows = nearest(sorted_ if exact else planned, "")
+        nearest_rows = nearest(sorted_, "", read_where or where) if exact else nearest(planned, "")
         was_exact = "true" if exact else "false"
 
     fused = f"""
@@ -222,7 +236,7 @@ txt AS (
                         WHEN m.tsv @@ df.own THEN 1.0 WHEN m.tsv @@ df.one THEN 0.4 ELSE 0 END)
                     FROM df WHERE df.qi = qt.qi AND df.n > 0
                 ) AS r
-                FROM {text_rows(table, where, text_source)}
+                FROM {text_rows(table, read_where or where, text_source)}
                 LIMIT %(text_scan)s
             ) s
             ORDER BY s.r DESC, s.id LIMIT 2 * %(candidates)s
@@ -338,6 +352,8 @@ def search_memories(
     exact, text_source = yield from filter_plan(
         scoped, filtered, params, SCOPE_SIZES.cached(sized), fusion.exact_below
     )
+    # A selective filter's rows, read through its scope's metadata index.
+    read_where = scoped_where(scope, kinds, matching, params) if exact else None
     params.update(fusion_params(fusion, embeddings, queries, k))
     params.update(entity_params(scope, queries))
     params["pinned_limit"] = PINNED_LIMIT
@@ -353,6 +369,7 @@ def search_memories(
         as_of="as_of" in params,
         feedback=fusion.feedback_weight > 0,
         text_source=text_source,
+        read_where=read_where,
     )
     rows = yield Statement(sql, params)
     if exact is None and rows:
@@ -368,28 +385,3 @@ def search_memories(
         else:
             found.append((memory, ranked))
     return found, rules
-
-
-def similar_memories(
-    new: NewMemory, fusion: Fusion, limit: int, except_entity: str
-) -> Steps[list[MemoryRow]]:
-    """The live memories most similar to `new` of exactly its user, scope, project,
-    session and agent, but none of the entity `except_entity`."""
-    where = (
-        f"m.app = %(app)s AND m.user_id = %(user_id)s AND {LIVE} "
-        "AND m.scope = %(scope)s AND m.project_id = %(project_id)s "
-        "AND m.session_id = %(session_id)s AND m.agent_id = %(agent_id)s "
-        "AND m.entity_name <> %(except_entity)s"
-    )
-    params = {
-        "app": new.app,
-        "user_id": new.user_id,
-        "scope": new.scope,
-        "project_id": new.project_id,
-        "session_id": new.session_id,
-        "agent_id": new.agent_id,
-        "except_entity": except_entity,
-    }
-    params |= fusion_params(fusion, [new.embedding], [new.text], limit)
-    rows = yield Statement(hybrid_sql("memories", MEMORY_COLUMNS, where), params)
-    return [MemoryRow.from_row(row) for row in rows]

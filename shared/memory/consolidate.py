@@ -17,7 +17,7 @@ from datetime import datetime
 from typing import Any
 
 from shared.db.memory_rows import COMPACTED_ENTITY, MemoryRow, NewMemory
-from shared.db.search import similar_memories
+from shared.db.similar import similar_memories
 from shared.db.unit_of_work import UnitOfWork
 from shared.llm.base import KINDS, SCOPES, Action, Candidate, Decision, ExistingMemory
 from shared.memory.ranking import Fusion

@@ -79,10 +79,12 @@ def test_migrate_creates_the_tables_and_is_idempotent(fresh_database):
         (18, "memory_feedback"),
         (19, "profiles"),
         (20, "entity_judgements"),
+        (21, "memories_scoped_metadata"),
     ]
     assert "USING hnsw (embedding vector_cosine_ops)" in indexes["memories_embedding"]
     assert "USING gin (tsv)" in indexes["memories_tsv"]
     assert "USING gin (metadata jsonb_path_ops)" in indexes["memories_metadata"]
+    assert "USING gin (jsonb_set(" in indexes["memories_scoped_metadata"]
     assert "(memory_id, source, id)" in indexes["memory_feedback_memory"]
     assert "USING hnsw (embedding vector_cosine_ops)" in indexes["episodes_embedding"]
     assert "(app, user_id, session_id, created_at, turn_id)" in indexes["episodes_session_order"]

@@ -112,15 +112,16 @@ def _pid(data_dir: Path, name: str) -> int | None:
     return next((e["pid"] for e in entries if e["name"] == name), None)
 
 
-def _wait_restarted(up: Up, name: str) -> None:
-    """`up` started `name` again (a new pid in pids.json) and the API is ready again."""
+def _restarts(up: Up, name: str) -> int:
+    """How often `up` has started component `name` again so far."""
+    lines = [line for line in up.output().splitlines() if "component restarted" in line]
+    return sum(json.loads(line)["component"] == name for line in lines)
 
-    def restarts() -> int:
-        lines = [line for line in up.output().splitlines() if "component restarted" in line]
-        return sum(json.loads(line)["component"] == name for line in lines)
 
-    before = restarts()
-    wait_for(lambda: restarts() == before + 1, 60, f"`up` to restart {name}", interval=0.1)
+def _wait_restarted(up: Up, name: str, before: int) -> None:
+    """`up` started `name` again since it had `before` restarts (counted before the
+    fault: a restart can be quicker than the test), and the API is ready again."""
+    wait_for(lambda: _restarts(up, name) == before + 1, 60, f"`up` to restart {name}", 0.1)
     wait_for(
         lambda: httpx.get(f"{up.api_url}/readyz", timeout=10).status_code == 200,
         60,
@@ -270,16 +271,28 @@ def test_up_runs_the_stack_and_stops_it_cleanly(tmp_path):
         assert second.returncode == 1
         assert f"already running for {data_dir.resolve()}" in second.stderr
 
-        # Valkey goes away: readiness says 503 and names it, until `up` has started
-        # it again on the same port and data (the session's buffer is still there).
-        valkey.Valkey.from_url(endpoints["valkey_url"]).shutdown(nosave=True)
-        not_ready = wait_for(
-            lambda: (r := httpx.get(f"{up.api_url}/readyz", timeout=10)).status_code == 503 and r,
-            30,
-            "readyz to report Valkey down",
-        )
+        # Valkey stops answering: readiness says 503 and names it. (Stopped, not shut
+        # down: `up` starts a Valkey that exited again within a second or so, which a
+        # readiness check may never see.)
+        frozen = _pid(data_dir, "valkey")
+        assert frozen is not None
+        os.kill(frozen, signal.SIGSTOP)
+        try:
+            not_ready = wait_for(
+                lambda: (
+                    (r := httpx.get(f"{up.api_url}/readyz", timeout=10)).status_code == 503 and r
+                ),
+                30,
+                "readyz to report Valkey down",
+            )
+        finally:
+            os.kill(frozen, signal.SIGCONT)
         assert not_ready.json()["down"] == ["valkey"]
-        _wait_restarted(up, "valkey")
+        # Valkey goes away: `up` starts it again on the same port and data (the
+        # session's buffer is still there).
+        before = _restarts(up, "valkey")
+        valkey.Valkey.from_url(endpoints["valkey_url"]).shutdown(nosave=True)
+        _wait_restarted(up, "valkey", before)
         view = httpx.get(
             f"{up.api_url}/v1/sessions/s-up", params={"user_id": "u-up"}, headers=auth, timeout=5
         )
@@ -289,8 +302,9 @@ def test_up_runs_the_stack_and_stops_it_cleanly(tmp_path):
         # topology is applied to the new emulator, and a turn recorded after both
         # restarts goes through the whole pipeline.
         for name in ("postgres", "pubsub-emulator"):
+            before = _restarts(up, name)
             os.kill(_pid(data_dir, name), signal.SIGKILL)
-            _wait_restarted(up, name)
+            _wait_restarted(up, name, before)
         body = {"user_id": "u-up", "user": "After the restarts.", "assistant": "Noted."}
         posted = httpx.post(
             f"{up.api_url}/v1/sessions/s-up/turns", json=body, headers=auth, timeout=10

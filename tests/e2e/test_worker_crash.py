@@ -14,9 +14,10 @@ from tests.support import WorkerProcess, wait_for
 
 EVENTS = 500
 SESSIONS = 5
-# Slow enough that the extraction worker, the slower of the two, has archived 100
-# turns well before the burst ends, on a loaded machine too.
 RATE_PER_SECOND = 100
+# The burst's first part; the rest is published once the workers were signalled,
+# so that they stop mid-burst however long the slower of them took to apply 100.
+BEFORE_STOP = 250
 
 
 def _counts(pool, valkey_client, ids):
@@ -58,8 +59,12 @@ def test_a_worker_stopped_mid_burst_applies_every_event_exactly_once(
     for worker in first:
         wait_for(lambda w=worker: "worker started" in w.log_text(), 60, f"{worker.kind} to start")
 
+    signalled = threading.Event()
+
     def burst() -> None:
-        for event in events:
+        for n, event in enumerate(events):
+            if n == BEFORE_STOP:
+                signalled.wait(timeout=120)
             publisher.publish(event)
             # Paces the burst; it waits for nothing.
             time.sleep(1 / RATE_PER_SECOND)  # noqa: sleep-ok
@@ -69,6 +74,7 @@ def test_a_worker_stopped_mid_burst_applies_every_event_exactly_once(
     wait_for(lambda: min(_counts(pool, valkey_client, ids)[:2]) >= 100, 60, "100 applied")
     for worker in first:
         worker.signal(signum)
+    signalled.set()
     stopped_at = time.monotonic()
     codes = [worker.wait(timeout=30) for worker in first]
     drain_seconds = time.monotonic() - stopped_at

@@ -15,6 +15,8 @@ redelivery of what the dead replicas held, finish the work."""
 from __future__ import annotations
 
 import signal
+import threading
+import time
 from collections import Counter
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -46,6 +48,7 @@ OLD_EPISODES = 40
 BATCH = 5  # episodes per compaction fold
 WAVE = SESSIONS * 10  # more turns in new sessions, for a victim that has had none
 MAX_WAVES = 20  # a victim that has had nothing of so many is starved: the test fails
+WAVE_SECONDS = 0.5  # how long a wave's turns take to publish
 COMPACTIONS = OLD_EPISODES // BATCH  # compactions per user, whoever makes them
 
 
@@ -75,6 +78,7 @@ class Burst:
     requests: list[CompactionRequested] = field(init=False)
 
     def __post_init__(self) -> None:
+        self.publishing: list[threading.Thread] = []  # waves still being published
         self.sessions, self.turns, self.number = [], [], {}
         self.statements, self.requests = {}, []
         self.add_turns(TURNS)
@@ -145,11 +149,15 @@ class Replicas:
     def __init__(self, settings, tmp_path, app: str) -> None:
         self.app = app
         self.ports: dict[int, int] = {}  # a worker's pid -> its metrics port
-        self.workers = {
-            kind: [self._start(settings, kind, tmp_path, r) for r in (1, 2)] for kind in KINDS
-        }
-        for worker in self.all():
-            wait_for(lambda w=worker: "worker started" in w.log_text(), 60, f"{worker.kind} up")
+        self.workers: dict[str, list[WorkerProcess]] = {kind: [] for kind in KINDS}
+        try:
+            for kind in KINDS:
+                self.workers[kind] = [self._start(settings, kind, tmp_path, r) for r in (1, 2)]
+            for worker in self.all():
+                wait_for(lambda w=worker: "worker started" in w.log_text(), 60, f"{worker.kind} up")
+        except BaseException:
+            self.stop()  # none left running into the next test
+            raise
 
     def _start(self, settings, kind: str, tmp_path, replica: int) -> WorkerProcess:
         port = free_port()
@@ -222,13 +230,23 @@ def _publish(publisher, burst: Burst) -> None:
         publisher.publish(turn)
 
 
+def _paced(publisher, turns: list[TurnRecorded]) -> None:
+    for turn in turns:
+        publisher.publish(turn)
+        time.sleep(WAVE_SECONDS / len(turns))  # noqa: sleep-ok - paces the wave
+
+
 def _wave(burst: Burst, publisher, pool, kinds: list[str], waves: Counter) -> None:
     """New work for the replicas of `kinds`, counted in `waves`: turns in new
     sessions (both turn kinds get them), or a new compaction user."""
     waves.update(kinds)
     if any(kind in TURN_KINDS for kind in kinds):
-        for turn in burst.add_turns(WAVE):
-            publisher.publish(turn)
+        # Paced, beside the test's looks: the summary replicas buffer a turn in a
+        # millisecond, and a wave published at once was drained between two looks
+        # in all of 20 waves.
+        paced = threading.Thread(target=_paced, args=(publisher, burst.add_turns(WAVE)))
+        paced.start()
+        burst.publishing.append(paced)
     if "compaction" in kinds:
         user, requests = burst.add_compaction_user()
         _add(pool, burst.user_ids(user), burst.statements[user])
@@ -381,6 +399,8 @@ def test_two_replicas_of_each_kind_apply_every_event_exactly_once(
         _publish(publisher, burst)
         wait_for(applied_by_both, 90, "the burst applied by both replicas", interval=0.2)
     finally:
+        for paced in burst.publishing:
+            paced.join(timeout=30)
         replicas.stop()
     assert [w.proc.returncode for w in replicas.all()] == [0] * 6
     _check_everything(burst, pool, buffer, local)
@@ -485,6 +505,8 @@ def test_the_survivors_finish_exactly_once_when_one_replica_of_each_kind_is_kill
         except TimeoutError as timeout:
             raise AssertionError(f"held: {held_at_kill}, taken over: {taken_over()}") from timeout
     finally:
+        for paced in burst.publishing:
+            paced.join(timeout=30)
         replicas.stop()
     assert [w.proc.returncode for w in survivors] == [0] * 3
     _check_everything(burst, pool, buffer, local)

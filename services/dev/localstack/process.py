@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import os
 import pwd
+import secrets
 import signal
 import socket
 import subprocess
@@ -15,9 +16,34 @@ from typing import IO
 
 import psutil
 
+# Ports the kernel never hands out by itself: below its ephemeral range (Linux's
+# default 32768-60999). A port from bind(0) is one the kernel also gives outgoing
+# connections, and a database or gRPC client took one between its choice and a
+# child's bind ("Address already in use").
+_CHOSEN_PORTS = (10000, 32768)
+
+
+def _ephemeral_low() -> int:
+    try:
+        with open("/proc/sys/net/ipv4/ip_local_port_range") as f:
+            return int(f.read().split()[0])
+    except (OSError, ValueError, IndexError):
+        return _CHOSEN_PORTS[1]
+
 
 def free_port() -> int:
-    """A TCP port on 127.0.0.1 that nothing listens on right now."""
+    """A TCP port on 127.0.0.1 that nothing listens on right now, chosen at random
+    below the kernel's ephemeral range so that no outgoing connection takes it
+    before the process it is meant for binds it."""
+    low, high = _CHOSEN_PORTS[0], min(_CHOSEN_PORTS[1], _ephemeral_low())
+    for _ in range(100):
+        port = low + secrets.randbelow(high - low) if high > low else 0
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+            try:
+                sock.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+            return int(sock.getsockname()[1])
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
         sock.bind(("127.0.0.1", 0))
         return int(sock.getsockname()[1])

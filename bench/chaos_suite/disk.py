@@ -50,6 +50,12 @@ class DiskFull(Fault):
 
     def inject(self, stack: Stack) -> str:
         self.pg_log_from = (stack.log_dir / "postgres.log").stat().st_size
+        # A checkpoint first: it keeps the WAL segments it no longer needs as the
+        # next ones, so the WAL goes on while the disk is full until it is made to
+        # grow (in one run of the whole suite the WAL needed a new segment at once,
+        # and Postgres stopped before the first read).
+        with contextlib.suppress(psycopg.OperationalError), stack.postgres() as conn:
+            conn.execute("CHECKPOINT")
         taken = fill(stack.pg_disk, stack.pg_disk / FILLER)
         self.full_at = time.monotonic()
         return f"filled Postgres's tmpfs ({taken / 2**20:.0f} MiB taken)"

@@ -13,7 +13,7 @@ ranks anything for an agent whose own rows only say "Dana".
 from __future__ import annotations
 
 
-def mention_seen(mention: str) -> str:
+def _mention_seen(mention: str) -> str:
     """Whether the read sees the entity_mentions row called `mention`."""
     return (
         f"coalesce((SELECT m.agent_id FROM memories m WHERE m.id = {mention}.memory_id), "
@@ -22,7 +22,7 @@ def mention_seen(mention: str) -> str:
     )
 
 
-MENTION_SEEN = mention_seen("em")
+MENTION_SEEN = _mention_seen("em")
 
 # Whether the read sees fact `f` (an entity_facts row).
 FACT_SEEN = (
@@ -33,7 +33,7 @@ FACT_SEEN = (
 # Whether alias `a` (an entity_aliases row) may name its entity for the read.
 ALIAS_SEEN = (
     "(EXISTS (SELECT 1 FROM entity_mentions sa WHERE sa.entity_id = a.entity_id "
-    f"AND lower(sa.surface) = lower(a.alias) AND {mention_seen('sa')}) "
+    f"AND lower(sa.surface) = lower(a.alias) AND {_mention_seen('sa')}) "
     "OR NOT EXISTS (SELECT 1 FROM entity_mentions ha WHERE ha.entity_id = a.entity_id "
-    f"AND NOT {mention_seen('ha')}))"
+    f"AND NOT {_mention_seen('ha')}))"
 )

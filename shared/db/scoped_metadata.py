@@ -24,7 +24,7 @@ from typing import Any
 from psycopg.types.json import Jsonb
 
 from shared.db import filter_sql
-from shared.db.memory_reads import time_clauses
+from shared.db.search_filters import owned_rows
 from shared.memory.filters import All, Condition, Node
 from shared.memory.ranking import Scope
 
@@ -61,7 +61,6 @@ def scoped_where(
             rest.append(part)  # a key twice, or inside another's value: tested as written
     if not contained:
         return None
-    live, observed = time_clauses(scope.time, params)
     groups = [scope_key(scope.app, scope.user_id, "global")]
     if scope.project_id:
         groups.append(scope_key(scope.app, scope.user_id, "project", scope.project_id))
@@ -70,9 +69,8 @@ def scoped_where(
     tests = " OR ".join(
         f"{SCOPED_METADATA} @> {filter_sql.bind(params, Jsonb({key: contained}))}" for key in groups
     )
-    clause = f"{live}{observed} AND m.agent_id = ANY(%(agents)s) AND ({tests})"
-    if kinds:
-        clause += " AND m.kind = ANY(%(kinds)s)"
+    live, owned = owned_rows(scope, kinds, params)
+    clause = f"{live}{owned} AND ({tests})"
     return "".join([clause, *(f" AND {filter_sql.where(part, params)}" for part in rest)])
 
 

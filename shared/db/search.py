@@ -184,6 +184,8 @@ def hybrid_parts(
     query of the ranked rows (in parentheses, so that a caller may name it as one
     more common table), and the expression of whether the ranking was exact."""
 
+    sorted_rows = read_where or where  # what the sorted vector ranking and full text read
+
     def nearest(order: str, unless_exact: str, rows: str = where) -> str:
         """Each sub-query's `candidates` nearest rows by `order`, if the count says so."""
         return f"""SELECT qt.qi, n.id, n.dist FROM qt CROSS JOIN LATERAL (
@@ -204,11 +206,11 @@ sizing AS (
 ),"""
         nearest_rows = f"""{nearest(planned, " WHERE NOT (SELECT exact FROM sizing)")}
         UNION ALL
-        {nearest(sorted_, " WHERE (SELECT exact FROM sizing)", read_where or where)}"""
+        {nearest(sorted_, " WHERE (SELECT exact FROM sizing)", sorted_rows)}"""
         was_exact = "(SELECT exact FROM sizing)"
     else:
         sizing = ""
-        nearest_rows = nearest(sorted_, "", read_where or where) if exact else nearest(planned, "")
+        nearest_rows = nearest(sorted_, "", sorted_rows) if exact else nearest(planned, "")
         was_exact = "true" if exact else "false"
 
     fused = f"""
@@ -236,7 +238,7 @@ txt AS (
                         WHEN m.tsv @@ df.own THEN 1.0 WHEN m.tsv @@ df.one THEN 0.4 ELSE 0 END)
                     FROM df WHERE df.qi = qt.qi AND df.n > 0
                 ) AS r
-                FROM {text_rows(table, read_where or where, text_source)}
+                FROM {text_rows(table, sorted_rows, text_source)}
                 LIMIT %(text_scan)s
             ) s
             ORDER BY s.r DESC, s.id LIMIT 2 * %(candidates)s
@@ -352,7 +354,8 @@ def search_memories(
     exact, text_source = yield from filter_plan(
         scoped, filtered, params, SCOPE_SIZES.cached(sized), fusion.exact_below
     )
-    # A selective filter's rows, read through its scope's metadata index.
+    # Rows sorted by distance (a small scope's, a selective filter's): a filter's
+    # metadata equalities are read through the scope's metadata index.
     read_where = scoped_where(scope, kinds, matching, params) if exact else None
     params.update(fusion_params(fusion, embeddings, queries, k))
     params.update(entity_params(scope, queries))

@@ -116,15 +116,26 @@ def memory_filter_parts(
         params["project_id"] = scope.project_id
     if scope.session_id:
         params["session_id"] = scope.session_id
-    live, observed = time_clauses(scope.time, params)
+    live, owned = owned_rows(scope, kinds, params)
     session = "(m.scope = 'session' AND m.session_id = %(session_id)s)"
-    clause = _in_scope(scope, live, session) + observed + " AND m.agent_id = ANY(%(agents)s)"
-    params["agents"] = list(visible_to(scope.agent_id))
-    if kinds:
-        clause += " AND m.kind = ANY(%(kinds)s)"
-        params["kinds"] = list(kinds)
+    clause = _in_scope(scope, live, session) + owned
     filtered = None if matching is None else filter_sql.where(matching, params)
     return clause, filtered, params
+
+
+def owned_rows(
+    scope: Scope, kinds: Sequence[str] | None, params: dict[str, Any]
+) -> tuple[str, str]:
+    """What `memory_filter_parts` asks of a row besides its app, user and row
+    group: the liveness clause at the scope's time, and the rest (its observed
+    range, its owner among the agents the read sees, its kind; a leading AND)."""
+    live, observed = time_clauses(scope.time, params)
+    params["agents"] = list(visible_to(scope.agent_id))
+    owned = observed + " AND m.agent_id = ANY(%(agents)s)"
+    if kinds:
+        owned += " AND m.kind = ANY(%(kinds)s)"
+        params["kinds"] = list(kinds)
+    return live, owned
 
 
 def text_rows(table: str, where: str, source: tuple[str, str] | None) -> str:

@@ -36,17 +36,15 @@ def free_port() -> int:
     below the kernel's ephemeral range so that no outgoing connection takes it
     before the process it is meant for binds it."""
     low, high = _CHOSEN_PORTS[0], min(_CHOSEN_PORTS[1], _ephemeral_low())
-    for _ in range(100):
-        port = low + secrets.randbelow(high - low) if high > low else 0
+    tries = [low + secrets.randbelow(high - low) for _ in range(100)] if high > low else []
+    for port in [*tries, 0]:  # 0: the kernel's choice, if none of those was free
         with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
             try:
                 sock.bind(("127.0.0.1", port))
             except OSError:
                 continue
             return int(sock.getsockname()[1])
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
+    raise OSError("no free TCP port on 127.0.0.1")
 
 
 def port_is_open(port: int, host: str = "127.0.0.1") -> bool:

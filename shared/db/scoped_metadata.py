@@ -19,6 +19,7 @@ only the live rows (the index is partial), not a read `as_of`.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from psycopg.types.json import Jsonb
@@ -43,9 +44,20 @@ def scope_key(app: str, user_id: str, scope: str, within: str = "") -> str:
     return f"{len(app)}:{app}{len(user_id)}:{user_id}{scope}:{within}"
 
 
+@dataclass(frozen=True, slots=True)
+class ScopedRead:
+    """A search's rows written to be read through `memories_scoped_metadata`."""
+
+    where: str
+    # Whether every test of the caller's filter is in the index's key (no kinds, no
+    # time range, no other test): then the plan reads that key's entry and its rows
+    # whatever the values, and may be made once for all of them (`shared.db.search`).
+    keyed_only: bool
+
+
 def scoped_where(
     scope: Scope, kinds: Sequence[str] | None, matching: Node | None, params: dict[str, Any]
-) -> str | None:
+) -> ScopedRead | None:
     """`memory_filter`'s clause read through `memories_scoped_metadata`, its new
     parameters added to `params` (which holds `memory_filter_parts`' already); None
     when `matching` has no metadata equality at its top level, or the read is as of
@@ -71,7 +83,8 @@ def scoped_where(
     )
     live, owned = owned_rows(scope, kinds, params)
     clause = f"{live}{owned} AND ({tests})"
-    return "".join([clause, *(f" AND {filter_sql.where(part, params)}" for part in rest)])
+    where = "".join([clause, *(f" AND {filter_sql.where(part, params)}" for part in rest)])
+    return ScopedRead(where, keyed_only=not rest and not kinds and scope.time is None)
 
 
 def _place(contained: dict[str, Any], keys: tuple[str, ...], value: Any) -> bool:

@@ -129,12 +129,52 @@ def test_the_search_statement_can_read_the_scoped_index(pool, ids):
         assert "memories_scoped_metadata" in json.dumps(plan)
         # The sorted vector ranking and the full text, each for the global rows and p1's.
         assert statement.sql.count(f"{SCOPED_METADATA} @> ") == 4
+        # Equalities alone: one plan for any user and value, made once per connection.
+        assert statement.generic_plan is True
+        ranged = {"and": [TEAM, {"metadata.level": {"gte": 2}}]}
+        assert _statement(conn, Scope(app, user), ranged).generic_plan is False
         # A filter without an equality at its top level is read as before.
         plain = _statement(conn, Scope(app, user), {"metadata.level": {"gte": 2}})
         assert "jsonb_set" not in plain.sql
+        assert plain.generic_plan is False
     # Not sorted (never selective): the HNSW walk's own filter.
     walked = replace(FUSION, exact_below=0)
     steps = search_memories(
         Scope(app, user), ["w"], [_unit(random.Random(1))], 10, walked, matching=parse(TEAM)
     )
     assert "jsonb_set" not in next(steps).sql
+
+
+def test_a_filter_of_equalities_alone_is_planned_once_per_connection(pool, ids):
+    app, user = ids["app"], ids["user_id"]
+    with pool.connection() as conn:
+        for n in range(3):
+            _insert(conn, app, user, f"team t3 number {n}", {"team": "t3"})
+        _insert(conn, app, user, "team t4", {"team": "t4"})
+    scope = Scope(app, user)
+    with pool.connection() as conn:
+        # As the API runs it: in the connection's transaction, then committed.
+        texts = []
+        for team in ("t3", "t4", "t3"):
+            steps = search_memories(
+                scope,
+                ["w"],
+                [_unit(random.Random(1))],
+                10,
+                FUSION,
+                matching=parse({"metadata.team": team}),
+            )
+            found, _ = run(conn, steps)
+            conn.commit()
+            texts.append(sorted(memory.text for memory, _ in found))
+        plans = conn.execute(
+            "SELECT generic_plans, custom_plans FROM pg_prepared_statements "
+            "WHERE statement LIKE %s",
+            (f"%{SCOPED_METADATA}%",),
+        ).fetchall()
+    assert texts == [
+        ["team t3 number 0", "team t3 number 1", "team t3 number 2"],
+        ["team t4"],
+        ["team t3 number 0", "team t3 number 1", "team t3 number 2"],
+    ]
+    assert plans == [(3, 0)]

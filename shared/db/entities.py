@@ -236,13 +236,22 @@ class Entities:
     ) -> None:
         if not named:
             return
-        surfaces = {normalise(m.name): m.name for m in reversed(found)}
+        # Each name as first said, and the kind said with it.
+        said = {normalise(m.name): m for m in reversed(found)}
         with self.conn.cursor() as cur:
             cur.executemany(
                 f"INSERT INTO entity_mentions (entity_id, app, user_id, {column}, surface, "
-                "observed_at) VALUES (%s, %s, %s, %s, %s, %s) ON CONFLICT DO NOTHING",
+                "observed_at, kind) VALUES (%s, %s, %s, %s, %s, %s, %s) ON CONFLICT DO NOTHING",
                 [
-                    (entity_id, owner.app, owner.user_id, row_id, surfaces[key], at)
+                    (
+                        entity_id,
+                        owner.app,
+                        owner.user_id,
+                        row_id,
+                        said[key].name,
+                        at,
+                        said[key].kind if said[key].kind in KINDS else "other",
+                    )
                     for key, entity_id in named.items()
                 ],
             )

@@ -18,7 +18,8 @@ SELECT json_build_object(
                 FROM entity_aliases a WHERE a.entity_id = e.id),
     'mentions', (SELECT coalesce(json_agg(json_build_object(
                     'memory_id', m.memory_id, 'episode_id', m.episode_id,
-                    'surface', m.surface, 'observed_at', m.observed_at) ORDER BY m.id), '[]')
+                    'surface', m.surface, 'observed_at', m.observed_at, 'kind', m.kind)
+                    ORDER BY m.id), '[]')
                  FROM entity_mentions m WHERE m.entity_id = e.id))::text
 FROM entities e
 WHERE e.app = %(app)s AND e.user_id = %(user_id)s

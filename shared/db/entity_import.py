@@ -32,8 +32,9 @@ _ROW = {"entities": "entity", "memories": "memory"}
 # A mention of a row the import did not write (its line was bad) is not linked.
 _MENTION = """
 INSERT INTO entity_mentions (entity_id, app, user_id, memory_id, episode_id, surface,
-                             observed_at)
-SELECT %(entity)s, %(app)s, %(user_id)s, %(memory)s, %(episode)s, %(surface)s, %(observed_at)s
+                             observed_at, kind)
+SELECT %(entity)s, %(app)s, %(user_id)s, %(memory)s, %(episode)s, %(surface)s, %(observed_at)s,
+       %(kind)s
 WHERE EXISTS (SELECT 1 FROM memories WHERE id = %(memory)s AND app = %(app)s
               AND user_id = %(user_id)s)
    OR EXISTS (SELECT 1 FROM episodes WHERE id = %(episode)s AND app = %(app)s
@@ -98,6 +99,7 @@ def write_entity(
                     "episode": _optional(target, m.episode_id),
                     "surface": m.surface,
                     "observed_at": m.observed_at,
+                    "kind": m.kind,
                 }
                 for m in e.mentions
             ],

@@ -65,9 +65,13 @@ def _params(q: EntityQuery) -> dict[str, Any]:
 _VISIBLE = "(s.seen > 0 OR (%(agent)s::text = '' AND NOT s.hidden))"
 # An entity as the read sees it: `sort_name` is its own name (the listing's order),
 # `seen`/`hidden` the mentions it sees and whether it misses some, `surfaces` what
-# those say; counts and last seen by `as_of`.
+# those say; its kind, when it misses some, the first known kind of those it sees
+# (as the entity's own is the first known kind of all); counts and last seen by
+# `as_of`.
 _ENTITY = f"""
-SELECT e.id::text AS id, e.name AS sort_name, e.name, e.kind, e.project_id,
+SELECT e.id::text AS id, e.name AS sort_name, e.name,
+       CASE WHEN s.hidden THEN coalesce(s.seen_kind, 'other') ELSE e.kind END AS kind,
+       e.project_id,
        CASE WHEN s.hidden THEN s.seen_first ELSE e.first_seen END AS first_seen,
        coalesce(s.last_seen, CASE WHEN s.hidden THEN s.seen_first ELSE e.first_seen END)
          AS last_seen,
@@ -78,11 +82,13 @@ FROM entities e CROSS JOIN LATERAL (
     SELECT count(*) FILTER (WHERE k.seen) AS seen,
            coalesce(bool_or(NOT k.seen), false) AS hidden,
            array_agg(DISTINCT k.surface) FILTER (WHERE k.seen) AS surfaces,
+           (array_agg(k.kind ORDER BY k.observed_at, k.id)
+              FILTER (WHERE k.seen AND k.kind <> 'other'))[1] AS seen_kind,
            min(k.observed_at) FILTER (WHERE k.seen) AS seen_first,
            count(*) FILTER (WHERE k.seen AND k.by_then AND k.memory) AS memories,
            count(*) FILTER (WHERE k.seen AND k.by_then AND NOT k.memory) AS turns,
            max(k.observed_at) FILTER (WHERE k.seen AND k.by_then) AS last_seen
-    FROM (SELECT em.surface, em.observed_at, em.memory_id IS NOT NULL AS memory,
+    FROM (SELECT em.id, em.surface, em.kind, em.observed_at, em.memory_id IS NOT NULL AS memory,
                  {_BY_THEN.format(column="em.observed_at")} AS by_then, {MENTION_SEEN} AS seen
           FROM entity_mentions em WHERE em.entity_id = e.id) k) s"""
 
@@ -105,15 +111,14 @@ def page(
     by then."""
     params = _params(q) | {"limit": limit}
     where = [_SEEN, _VISIBLE]
-    if q.kind:
-        where.append("e.kind = %(kind)s")
     if after is not None:
         params["after_name"], params["after_id"] = after
         where.append("(lower(e.name), e.id) > (lower(%(after_name)s), %(after_id)s::uuid)")
     rows = fetch(
         conn,
         f"SELECT * FROM ({_ENTITY} WHERE {' AND '.join(where)}) x "
-        "WHERE %(as_of)s::timestamptz IS NULL OR first_seen <= %(as_of)s "
+        "WHERE (%(as_of)s::timestamptz IS NULL OR first_seen <= %(as_of)s) "
+        "AND (%(kind)s::text IS NULL OR kind = %(kind)s) "
         "ORDER BY lower(sort_name), id::uuid LIMIT %(limit)s",
         params,
     )

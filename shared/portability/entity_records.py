@@ -43,6 +43,7 @@ class _RowRef(Line):
 class MentionRecord(_RowRef):
     surface: Text
     observed_at: Time
+    kind: EntityKind | None = None  # what the mention called it (None: not known)
 
 
 class MovedMention(_RowRef):

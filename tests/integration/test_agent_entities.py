@@ -156,6 +156,42 @@ def test_an_entitys_detail_lists_what_the_reading_agent_sees(api, ids, told):
     assert [(e["id"], e["name"]) for e in mine.json()["entities"]] == [(dana, "Dana")]
 
 
+def _kinds(api, key: str, ids, **params) -> dict[str, str]:
+    answer = api.get("/v1/entities", params={"user_id": ids["user_id"], **params}, headers=_as(key))
+    assert answer.status_code == 200, answer.text
+    return {e["name"]: e["kind"] for e in answer.json()["entities"]}
+
+
+def test_an_entitys_kind_is_what_the_reading_agents_rows_said(api, ids, told):
+    keys, memories = told
+    # The planner's memory says Dana Lee is a person; the coder's says only "Dana",
+    # which names no kind: for the coder she is of none (`other`), in the list, its
+    # kind filter, her detail and the coder's memory's entities.
+    assert _kinds(api, keys["planner"], ids) == {
+        "Acme Corp": "organisation",
+        "Bob Smith": "person",
+        "Dana Lee": "person",
+        "Zara Khan": "other",  # a turn's question: the rules name no kind
+    }
+    assert _kinds(api, keys["coder"], ids) == {"Bob Smith": "person", "Dana": "other"}
+    assert _kinds(api, keys["coder"], ids, kind="person") == {"Bob Smith": "person"}
+    assert _kinds(api, keys["coder"], ids, kind="other") == {"Dana": "other"}
+    dana = _ids(api, keys["planner"], ids)["Dana Lee"]
+    assert _detail(api, keys["coder"], ids, dana).json()["kind"] == "other"
+    mine = api.get(
+        f"/v1/memories/{memories['coder']}",
+        params={"user_id": ids["user_id"]},
+        headers=_as(keys["coder"]),
+    )
+    assert [(e["name"], e["kind"]) for e in mine.json()["entities"]] == [("Dana", "other")]
+    # Once a row of the coder's says she is a person, she is one for the coder too.
+    _write(api, keys["coder"], ids, "Dana Lee joined the band.")
+    assert _kinds(api, keys["coder"], ids, kind="person") == {
+        "Bob Smith": "person",
+        "Dana Lee": "person",
+    }
+
+
 def _entity_ranked(api, key: str, ids, query: str) -> dict[str, list[str]]:
     """What `memories:search` finds for `query`, by text, with the rankings that found each."""
     body = {"user_id": ids["user_id"], "query": query, "k": 10}

@@ -139,7 +139,8 @@ def table_counts(database_url: str, app: str, user: str) -> dict[str, object]:
             "SELECT e.name, e.kind, e.project_id, "
             "(SELECT array_agg(a.normalised ORDER BY a.normalised) FROM entity_aliases a "
             "WHERE a.entity_id = e.id), "
-            "(SELECT count(*) FROM entity_mentions m WHERE m.entity_id = e.id) "
+            "(SELECT count(*) FROM entity_mentions m WHERE m.entity_id = e.id), "
+            "(SELECT array_agg(DISTINCT m.kind) FROM entity_mentions m WHERE m.entity_id = e.id) "
             "FROM entities e WHERE e.app = %s AND e.user_id = %s ORDER BY e.name, e.kind",
             (app, user),
         ).fetchall()

@@ -80,6 +80,7 @@ def test_migrate_creates_the_tables_and_is_idempotent(fresh_database):
         (19, "profiles"),
         (20, "entity_judgements"),
         (21, "memories_scoped_metadata"),
+        (22, "entity_mention_kinds"),
     ]
     assert "USING hnsw (embedding vector_cosine_ops)" in indexes["memories_embedding"]
     assert "USING gin (tsv)" in indexes["memories_tsv"]

@@ -177,7 +177,9 @@ def install_error_handlers(app: FastAPI) -> None:
     @app.exception_handler(ApiError)
     async def _api_error(request: Request, exc: ApiError) -> JSONResponse:
         count_store_error(exc.__context__)  # a 503 raised for a store that failed
-        fields = [{"field": exc.field, "message": exc.message}] if exc.field else None
+        # A field's message without its name in front, as a validation error's is.
+        said = exc.message.removeprefix(f"{exc.field}: ")
+        fields = [{"field": exc.field, "message": said}] if exc.field else None
         body = error_body(exc.code, exc.message, fields, exc.details, request_id_of(request.scope))
         headers = {"Retry-After": str(exc.retry_after)} if exc.retry_after else None
         return JSONResponse(status_code=exc.status, content=body, headers=headers)

@@ -65,10 +65,11 @@ def _lone_surrogate(body: bytes) -> str | None:
         value = json.loads(body)
     except (ValueError, RecursionError):
         return None  # not JSON: the route says so
-    return _find(value, "")
+    return find(value, "")
 
 
-def _find(value: Any, path: str) -> str | None:
+def find(value: Any, path: str) -> str | None:
+    """Where `value` (parsed JSON, at `path`) holds a lone surrogate, or None."""
     if isinstance(value, str):
         return (path or "body") if not _encodes(value) else None
     if isinstance(value, dict):
@@ -76,12 +77,12 @@ def _find(value: Any, path: str) -> str | None:
             here = f"{path}.{key}" if path else str(key)
             if not _encodes(key):
                 return path or "body"
-            found = _find(item, here)
+            found = find(item, here)
             if found is not None:
                 return found
     if isinstance(value, list):
         for index, item in enumerate(value):
-            found = _find(item, f"{path}.{index}" if path else str(index))
+            found = find(item, f"{path}.{index}" if path else str(index))
             if found is not None:
                 return found
     return None

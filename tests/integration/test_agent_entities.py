@@ -227,8 +227,9 @@ def test_a_key_limited_to_an_agent_names_no_other_and_merges_nothing(api, ids, t
     ]
     for answer in refused:
         assert answer.status_code == 403, answer.text
-        message = "agent_id: this key is limited to agent coder, not planner"
+        message = "this key is limited to agent coder, not planner"
         assert answer.json()["error"]["fields"] == [{"field": "agent_id", "message": message}]
+        assert answer.json()["error"]["message"] == f"agent_id: {message}"
     bob = _ids(api, keys["coder"], ids)["Bob Smith"]
     for path, body in (
         (f"/v1/entities/{dana}:merge", user | {"into": bob}),

@@ -108,4 +108,5 @@ def test_a_query_parameter_a_route_does_not_take_is_a_422_naming_it(client, ids,
     answer = client.request(method, path, params=params, json=body if method == "POST" else None)
     assert answer.status_code == 422, answer.text
     error = answer.json()["error"]
-    assert error["fields"] == [{"field": "limt", "message": "limt: is not a known query parameter"}]
+    assert error["fields"] == [{"field": "limt", "message": "is not a known query parameter"}]
+    assert error["message"] == "limt: is not a known query parameter"

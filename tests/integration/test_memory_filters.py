@@ -153,12 +153,26 @@ def test_a_bad_filter_is_a_422_naming_the_part(client, ids, expression, field, m
         assert message in error["message"], answer.text
 
 
-def test_a_filter_query_parameter_that_is_not_json_is_a_422(client, ids):
-    answer = client.get("/v1/memories", params={"user_id": ids["user_id"], "filter": "{kind"})
-    assert answer.status_code == 422
-    assert answer.json()["error"]["fields"] == [
-        {"field": "filter", "message": "filter: is not JSON"}
-    ]
+@pytest.mark.parametrize(
+    ("text", "field", "message"),
+    [
+        ("{kind", "filter", "is not JSON"),
+        ("NaN", "filter", "is not JSON"),
+        ("[" * 1100 + "]" * 1100, "filter", "nests too deep"),
+        ('{"metadata.a": "\\ud800"}', "filter.metadata.a", "must be valid Unicode"),
+        ('{"metadata.a": {"in": ["\\ud800"]}}', "filter.metadata.a.in.0", "must be valid Unicode"),
+        ('{"kind": {"gt": "\\udfff"}}', "filter.kind.gt", "must be valid Unicode"),
+    ],
+)
+def test_a_filter_query_parameter_that_is_no_filters_json_is_a_422(
+    client, ids, text, field, message
+):
+    answer = client.get("/v1/memories", params={"user_id": ids["user_id"], "filter": text})
+    assert answer.status_code == 422, answer.text
+    (named,) = answer.json()["error"]["fields"]
+    assert named["field"] == field
+    assert named["message"].startswith(message), named
+    assert answer.json()["error"]["message"] == f"{field}: {named['message']}"
 
 
 def test_the_client_passes_a_filter_to_every_read_and_delete(app_settings, topology, ids):

@@ -634,14 +634,11 @@ def test_a_scope_takes_at_most_1000_rules(client, ids, pool):
     block = add_rule(client, ids["user_id"], "^rm ", "BLOCK")  # the 1,000th
 
     response = client.post("/v1/permissions/rules", json=rule_body(ids, "^shutdown"))
-    message = (
-        f"project_id: the user has 1000 rules for project {PROJECT}, at most 1000: "
-        "delete some first"
-    )
+    message = f"the user has 1000 rules for project {PROJECT}, at most 1000: delete some first"
     assert response.status_code == 422
     assert error_of(response) == (
         "invalid_request",
-        message,
+        f"project_id: {message}",
         [{"field": "project_id", "message": message}],
     )
     assert stored_rules(pool, ids, PROJECT) == 1000

@@ -40,14 +40,19 @@ def new_key() -> str:
 
 
 def create_key(
-    conn: psycopg.Connection, app: str, admin: bool = False, name: str = "", agent_id: str = ""
+    conn: psycopg.Connection,
+    app: str,
+    admin: bool = False,
+    name: str = "",
+    agent_id: str | None = None,
 ) -> tuple[str, ApiKey]:
     """Store a new key of `app`; returns the key (never stored) and its record. With
-    `agent_id` the key acts as that agent only (an app's admin key is never one)."""
+    `agent_id` the key acts as that agent only (an app's admin key is never one); an
+    empty one is refused, not taken for none: the caller meant to limit the key."""
     problem = identifier_problem(app)
     if problem:
         raise ValueError(f"app: {problem}")
-    if agent_id:
+    if agent_id is not None:
         problem = identifier_problem(agent_id)
         if problem:
             raise ValueError(f"agent: {problem}")
@@ -55,7 +60,7 @@ def create_key(
             raise ValueError("agent: an admin key serves the whole app, not one agent")
     key = new_key()
     digest, shown = key_hash(key), key[:SHOWN_PREFIX]
-    return key, ApiKeys(conn).insert(app, name, digest, shown, admin, agent_id)
+    return key, ApiKeys(conn).insert(app, name, digest, shown, admin, agent_id or "")
 
 
 def list_keys(conn: psycopg.Connection, app: str | None = None) -> list[ApiKey]:

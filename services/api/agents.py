@@ -31,6 +31,7 @@ AGENT_ROUTES = frozenset(
         ("PATCH", "/v1/memories/{memory_id}"),
         ("DELETE", "/v1/memories/{memory_id}"),
         ("POST", "/v1/memories/{memory_id}:rollback"),
+        ("POST", "/v1/memories/{memory_id}:feedback"),
         ("POST", "/v1/memories:delete"),
         ("POST", "/v1/memories:generate"),
         ("GET", "/v1/operations/{name:path}"),
@@ -42,6 +43,13 @@ AGENT_ROUTES = frozenset(
         ("GET", "/v1/config/ttl"),
         ("GET", "/v1/config/extraction"),
         ("GET", "/v1/config/agents"),
+        ("GET", "/v1/config/profile"),
+        # The user's profile: every agent's context carries it, and extraction from
+        # any agent's turns fills it, so an agent reads and changes it too.
+        ("GET", "/v1/users/{user_id:path}/profile"),
+        ("PATCH", "/v1/users/{user_id:path}/profile"),
+        ("GET", "/v1/users/{user_id:path}/profile/revisions"),
+        ("POST", "/v1/users/{user_id:path}/profile:rollback"),
     }
 )
 
@@ -68,10 +76,11 @@ def refuse_outside_agent_routes(request: Request) -> None:
     path = getattr(route, "path", request.url.path)
     if (request.method, path) not in AGENT_ROUTES:
         why = _WHY_REFUSED.get(path, "serves the whole user or app")
+        shown = path.replace(":path}", "}")  # the route's template as the docs write it
         raise ApiError(
             403,
             "forbidden",
-            f"this key is limited to agent {agent}; {request.method} {path} {why}, which "
+            f"this key is limited to agent {agent}; {request.method} {shown} {why}, which "
             "needs a key that is not limited to an agent",
         )
 

@@ -7,7 +7,7 @@ from typing import Annotated, Literal
 from pydantic import AfterValidator, BaseModel, Field, WithJsonSchema
 
 from services.api.memory_models import MemoryDetail
-from services.api.models import Identifier, RequestBody
+from services.api.models import AgentRead, Identifier, RequestBody
 from shared.db.feedback import MAX_REASON
 
 Rating = Literal["useful", "not_useful", "wrong"]
@@ -39,6 +39,7 @@ class FeedbackRequest(RequestBody):
     # No example: one needs a memory (the documented examples are run).
 
     user_id: Identifier
+    agent_id: AgentRead = None
     rating: Rating = Field(
         description="`useful` or `not_useful` weigh the memory in searches and the context; "
         "`wrong` retires it (a rollback brings it back)."

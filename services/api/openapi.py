@@ -54,7 +54,9 @@ ROUTE_ERRORS: dict[tuple[str, str], dict[int, str]] = {
     },
     ("get", "/v1/memories/{memory_id}"): {404: "No such memory for this user."},
     ("delete", "/v1/memories/{memory_id}"): {404: "No such live memory for this user."},
-    ("get", "/v1/operations/{name}"): {404: "No such operation for this user."},
+    ("get", "/v1/operations/{name}"): {
+        404: "No such operation for this user, or one an agent the request does not act as started."
+    },
     ("delete", "/v1/permissions/rules/{rule_id}"): {404: "No such rule for this user."},
     ("post", "/v1/compactions"): {403: "Compaction needs an admin key of the app."},
     ("post", "/v1/memories/{memory_id}:rollback"): {
@@ -63,7 +65,7 @@ ROUTE_ERRORS: dict[tuple[str, str], dict[int, str]] = {
         "current, or another live memory of its scope has its entity.",
     },
     ("post", "/v1/memories/{memory_id}:feedback"): {
-        404: "No such memory for this user.",
+        404: "No such memory for this user, or another agent's.",
         409: "The memory is deleted or expired.",
     },
     ("patch", "/v1/memories/{memory_id}"): {

@@ -273,7 +273,7 @@ def _add_keys(sub: _Subparsers) -> None:
     create.add_argument("--app", required=True, help="the app (tenant) the key belongs to")
     create.add_argument("--admin", action="store_true", help="may also call admin routes")
     create.add_argument("--name", default="", help="a label to recognise the key by")
-    create.add_argument("--agent", default="", help="limit the key to this agent (it acts as it)")
+    create.add_argument("--agent", help="limit the key to this agent (it acts as it)")
     listing = _command(actions, "list", "the keys (never their secret)")
     listing.add_argument("--app", help="only this app's keys")
     revoke = _command(actions, "revoke", "revoke a key by its id")

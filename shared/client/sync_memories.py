@@ -243,16 +243,23 @@ class MemoryRoutes(Connection):
         return self._send(Call("POST", path, one(m.MemoryDetail), json=body))
 
     def give_feedback(
-        self, user_id: str, memory_id: str, rating: str, *, reason: str | None = None
+        self,
+        user_id: str,
+        memory_id: str,
+        rating: str,
+        *,
+        reason: str | None = None,
+        agent_id: str | None = None,
     ) -> m.FeedbackResponse:
         """Feedback on a live memory: `useful` or `not_useful` (they weigh it in
         searches; the caller's latest counts) or `wrong` (it is retired; a rollback
         brings it back), with an optional reason. The feedback recorded, each
         rating's count and the memory after it. NotFoundError for an unknown memory,
-        ConflictError for a deleted one."""
+        ConflictError for a deleted one; with `agent_id` (or a key limited to an agent),
+        one of that agent's or the user's, else NotFoundError."""
         # Not retried: every feedback is recorded, and a second `wrong` finds it retired.
         path = f"/v1/memories/{segment(memory_id)}:feedback"
-        body = present(user_id=user_id, rating=rating, reason=reason)
+        body = present(user_id=user_id, rating=rating, reason=reason, agent_id=agent_id)
         return self._send(Call("POST", path, one(m.FeedbackResponse), json=body))
 
     def delete_memories(
@@ -296,17 +303,24 @@ class MemoryRoutes(Connection):
         call = Call("POST", "/v1/memories:generate", parse, json=body, read_allowance=allowance)
         return self._send(call)
 
-    def operation(self, user_id: str, name: str) -> m.Operation:
-        """The operation `name` (with or without its "operations/" prefix)."""
+    def operation(self, user_id: str, name: str, *, agent_id: str | None = None) -> m.Operation:
+        """The operation `name` (with or without its "operations/" prefix); one that
+        an agent started is read as that agent (`agent_id`, or the key's agent)."""
         path = f"/v1/operations/{segment(name.removeprefix('operations/'))}"
-        params = {"user_id": user_id}
+        params = present(user_id=user_id, agent_id=agent_id)
         return self._send(Call("GET", path, one(m.Operation), params=params, retry_safe=True))
 
     def wait_operation(
-        self, user_id: str, name: str, timeout: float = 60.0, interval: float = 0.2
+        self,
+        user_id: str,
+        name: str,
+        timeout: float = 60.0,
+        interval: float = 0.2,
+        *,
+        agent_id: str | None = None,
     ) -> m.Operation:
         """Poll the operation until done; OperationTimeoutError after `timeout`."""
         deadline = time.monotonic() + timeout
-        while not (current := self.operation(user_id, name)).done:
+        while not (current := self.operation(user_id, name, agent_id=agent_id)).done:
             sleep(next_poll(name, deadline, interval, timeout))
         return current

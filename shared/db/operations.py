@@ -3,6 +3,7 @@ client polls by name until a worker, or the dead-letter path, ends them."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -24,18 +25,20 @@ class Operations:
     def __init__(self, conn: psycopg.Connection) -> None:
         self.conn = conn
 
-    def start(self, name: str, app: str, user_id: str, kind: str) -> None:
+    def start(self, name: str, app: str, user_id: str, kind: str, agent_id: str = "") -> None:
         self.conn.execute(
-            "INSERT INTO operations (name, app, user_id, kind) VALUES (%s, %s, %s, %s)",
-            (name, app, user_id, kind),
+            "INSERT INTO operations (name, app, user_id, kind, agent_id) "
+            "VALUES (%s, %s, %s, %s, %s)",
+            (name, app, user_id, kind, agent_id),
         )
 
-    def get(self, name: str, app: str, user_id: str) -> OperationRow | None:
+    def get(self, name: str, app: str, user_id: str, agents: Sequence[str]) -> OperationRow | None:
+        """The operation, if one of `agents` started it (`shared.memory.agents.visible_to`)."""
         rows = fetch(
             self.conn,
             "SELECT name, done, result, error FROM operations "
-            "WHERE name = %s AND app = %s AND user_id = %s",
-            (name, app, user_id),
+            "WHERE name = %s AND app = %s AND user_id = %s AND agent_id = ANY(%s)",
+            (name, app, user_id, list(agents)),
         )
         return OperationRow(**rows[0]) if rows else None
 

@@ -219,7 +219,7 @@ def test_a_key_limited_to_an_agent_names_no_other_and_serves_no_whole_user_route
     ]
     for answer in refusals:
         assert answer.status_code == 403, answer.text
-        message = "agent_id: this key is limited to agent coder, not planner"
+        message = "this key is limited to agent coder, not planner"
         assert answer.json()["error"]["fields"] == [{"field": "agent_id", "message": message}]
     generate = api.post(
         "/v1/memories:generate",
@@ -402,3 +402,92 @@ def test_an_agents_old_turns_are_compacted_into_a_summary_of_its_own(
         "User: Never deploy on Fridays.",
         "User: The API timeout must be 30 seconds.",
     ]
+
+
+def test_an_operation_is_read_as_the_agent_that_started_it(api, app_settings, ids):
+    """A generate's operation names the memories it made: another agent's key, and a
+    read naming no agent, find no operation of an agent's (404); the agent does."""
+    planner = _key(app_settings, ids["app"], agent_id="planner")
+    coder = _key(app_settings, ids["app"], agent_id="coder")
+    whole = _key(app_settings, ids["app"])
+    events = {"user_id": ids["user_id"], "events": [{"role": "user", "text": "I like tea."}]}
+    started = api.post("/v1/memories:generate", json=events, headers=_as(planner))
+    assert started.status_code == 202, started.text
+    path = f"/v1/operations/{started.json()['name']}"
+    user = {"user_id": ids["user_id"]}
+    reads = {
+        "planner": api.get(path, params=user, headers=_as(planner)),
+        "whole app as planner": api.get(
+            path, params=user | {"agent_id": "planner"}, headers=_as(whole)
+        ),
+        "coder": api.get(path, params=user, headers=_as(coder)),
+        "whole app as coder": api.get(
+            path, params=user | {"agent_id": "coder"}, headers=_as(whole)
+        ),
+        "whole app, no agent": api.get(path, params=user, headers=_as(whole)),
+    }
+    assert {who: answer.status_code for who, answer in reads.items()} == {
+        "planner": 200,
+        "whole app as planner": 200,
+        "coder": 404,
+        "whole app as coder": 404,
+        "whole app, no agent": 404,
+    }
+    assert reads["planner"].json()["name"] == started.json()["name"]
+    refused = api.get(path, params=user | {"agent_id": "planner"}, headers=_as(coder))
+    assert refused.status_code == 403, refused.text
+    # An operation of no agent's is the user's: every read of the user sees it.
+    mine = api.post("/v1/memories:generate", json=events, headers=_as(whole))
+    shared = f"/v1/operations/{mine.json()['name']}"
+    assert api.get(shared, params=user, headers=_as(coder)).status_code == 200
+    assert api.get(shared, params=user, headers=_as(whole)).status_code == 200
+
+
+def test_an_agent_rates_what_it_reads_and_reads_the_users_profile(api, app_settings, ids):
+    """Feedback is refused (404) on a memory the agent does not read, as an edit is;
+    a key limited to an agent rates its own and the user's memories, and reads and
+    changes the user's profile, which every agent's context carries."""
+    planner = _key(app_settings, ids["app"], agent_id="planner")
+    coder = _key(app_settings, ids["app"], agent_id="coder")
+    whole = _key(app_settings, ids["app"], admin=True)
+    user = {"user_id": ids["user_id"]}
+
+    def written(key: str, text: str) -> str:
+        body = user | {"text": text, "scope": "global", "kind": "fact", "consolidate": False}
+        answer = api.post("/v1/memories", json=body, headers=_as(key))
+        assert answer.status_code == 201, answer.text
+        return answer.json()["memory"]["id"]
+
+    def rated(key: str, memory: str, **extra: str) -> int:
+        body = user | {"rating": "useful"} | extra
+        return api.post(f"/v1/memories/{memory}:feedback", json=body, headers=_as(key)).status_code
+
+    planners, users = written(planner, "The planner likes Gantt charts."), written(whole, "Tea.")
+    assert rated(coder, planners) == 404
+    assert rated(whole, planners) == 404  # naming no agent: the user's memories only
+    assert rated(whole, planners, agent_id="planner") == 200
+    assert rated(planner, planners) == 200
+    assert rated(coder, users) == 200
+    assert rated(coder, planners, agent_id="planner") == 403
+    # `wrong` from another agent retires nothing of the planner's.
+    wrong = user | {"rating": "wrong"}
+    answer = api.post(f"/v1/memories/{planners}:feedback", json=wrong, headers=_as(coder))
+    assert answer.status_code == 404, answer.text
+    shown = api.get(f"/v1/memories/{planners}", params=user, headers=_as(planner)).json()
+    assert shown["deleted_at"] is None
+
+    schema = {"fields": [{"name": "name", "type": "string", "description": ""}]}
+    assert api.put("/v1/config/profile", json=schema, headers=_as(whole)).status_code == 200
+    assert api.get("/v1/config/profile", headers=_as(coder)).json() == schema
+    profile = f"/v1/users/{ids['user_id']}/profile"
+    changed = api.patch(profile, json={"values": {"name": "Ada"}}, headers=_as(coder))
+    assert changed.status_code == 200, changed.text
+    read = api.get(profile, headers=_as(planner))
+    assert read.status_code == 200, read.text
+    assert read.json()["values"] == {"name": "Ada"}
+    history = api.get(f"{profile}/revisions", headers=_as(planner))
+    assert [r["value"] for r in history.json()["revisions"]] == ["Ada"]
+    # A route of the whole user names its path as the docs write it.
+    export = api.get(f"/v1/users/{ids['user_id']}:export", headers=_as(planner))
+    assert export.status_code == 403
+    assert "GET /v1/users/{user_id}:export serves the whole user" in export.text

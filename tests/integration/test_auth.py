@@ -301,6 +301,10 @@ def test_keys_command_creates_lists_and_revokes(settings, ids):
     assert again.returncode == 1 and "no active key" in again.stderr
     bad = run_cli(settings, "keys", "create", "--app", "bad\x07app")
     assert bad.returncode == 2 and "app: must not contain control characters" in bad.stderr
+    # An empty agent is a mistake, not a key of the whole app: nothing is created.
+    empty = run_cli(settings, "keys", "create", "--app", app, "--agent", "")
+    assert empty.returncode == 2 and "agent: must not be empty" in empty.stderr, empty.stderr
+    assert run_cli(settings, "keys", "list", "--app", app).stdout.count("\n") == 1
 
 
 def test_disabled_authentication_is_loud(settings, topology):

@@ -315,6 +315,20 @@ def test_the_clients_give_feedback(app_settings, topology, ids):
         with pytest.raises(ConflictError):
             client.give_feedback(user, memory.id, "useful")
         assert client.rollback_memory(user, memory.id, 1).deleted_at is None
+        # An agent's memory is rated as that agent, sync and async; as none, not found.
+        agents = client.write_memory(user, "Prefers aisle seats.", agent_id="travel").memory
+        assert agents is not None
+        with pytest.raises(NotFoundError):
+            client.give_feedback(user, agents.id, "useful")
+        rated = client.give_feedback(user, agents.id, "useful", agent_id="travel")
+        assert rated.tally.useful == 1
+
+        async def as_agent() -> int:
+            async with AsyncMemoryClient(url) as aclient:
+                done = await aclient.give_feedback(user, agents.id, "not_useful", agent_id="travel")
+                return done.tally.not_useful
+
+        assert asyncio.run(as_agent()) == 1
 
 
 def _memory_lines(export: str) -> list[dict]:

@@ -81,6 +81,7 @@ def test_migrate_creates_the_tables_and_is_idempotent(fresh_database):
         (20, "entity_judgements"),
         (21, "memories_scoped_metadata"),
         (22, "entity_mention_kinds"),
+        (23, "operation_agents"),
     ]
     assert "USING hnsw (embedding vector_cosine_ops)" in indexes["memories_embedding"]
     assert "USING gin (tsv)" in indexes["memories_tsv"]

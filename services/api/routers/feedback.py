@@ -12,10 +12,11 @@ from functools import partial
 from fastapi import APIRouter
 
 from services.api import feedback_models as models
+from services.api.agents import KeyAgentDep, acting
 from services.api.custom_methods import ResourceRoute
 from services.api.deps import ApiDep, AppIdDep, CallerDep
 from services.api.errors import postgres_or_503
-from services.api.routers.memories import detail_after, refused, require_uuid
+from services.api.routers.memories import detail_after, refused, require_visible
 from shared.db.feedback import FeedbackRow
 from shared.db.unit_of_work import UnitsOfWork
 from shared.events import format_time, utcnow
@@ -27,14 +28,19 @@ router = APIRouter(route_class=ResourceRoute)
 
 @router.post("/v1/memories/{memory_id}:feedback", response_model=models.FeedbackResponse)
 async def memory_feedback(
-    memory_id: str, body: models.FeedbackRequest, app_id: AppIdDep, caller: CallerDep, api: ApiDep
+    memory_id: str,
+    body: models.FeedbackRequest,
+    app_id: AppIdDep,
+    caller: CallerDep,
+    key_agent: KeyAgentDep,
+    api: ApiDep,
 ) -> models.FeedbackResponse:
     """Record the caller's feedback on a live memory: `useful` and `not_useful` weigh
     it in searches and the context (each caller's latest counts, within
     `AM_SEARCH_FEEDBACK_WEIGHT`); `wrong` retires it (a `DELETED` revision whose
     source is the caller; a rollback brings it back), and the turns it came from
-    are not extracted into it again."""
-    require_uuid(memory_id)
+    are not extracted into it again. An agent rates only what it reads, as it edits."""
+    await require_visible(api, (app_id, body.user_id, memory_id), acting(key_agent, body.agent_id))
     give = partial(
         give_feedback,
         UnitsOfWork(api.pool, "api"),

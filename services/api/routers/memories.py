@@ -211,7 +211,7 @@ async def write_memory(
 
 @router.delete("/v1/memories/{memory_id}", response_model=DeleteMemoryResponse)
 async def delete_memory(named: MemoryAsAgentDep, api: ApiDep) -> DeleteMemoryResponse:
-    await _require_visible(api, *named)
+    await require_visible(api, *named)
     app_id, user_id, memory_id = named.target
     deleted = await postgres_or_503(
         in_thread(
@@ -237,7 +237,7 @@ async def edit_memory(
     """Change the fields the body names, as one `UPDATED` revision whose source is
     the caller (re-embedded when the text changes); nothing changed, nothing written."""
     target = (app_id, body.user_id, memory_id)
-    await _require_visible(api, target, acting(key_agent, body.agent_id))
+    await require_visible(api, target, acting(key_agent, body.agent_id))
     return await _edited(api, editing.edit_memory, target, body.changes(), caller)
 
 
@@ -253,7 +253,7 @@ async def rollback_memory(
     """Make revision N current again, as a new revision (the history stays); a
     memory that `wrong` feedback retired is live again."""
     target = (app_id, body.user_id, memory_id)
-    await _require_visible(api, target, acting(key_agent, body.agent_id))
+    await require_visible(api, target, acting(key_agent, body.agent_id))
     return await _edited(api, rollback.rollback, target, body.revision, caller)
 
 
@@ -306,7 +306,7 @@ def refused(exc: editing.MemoryRefused) -> ApiError:
     return ApiError(exc.status, code, message, field=exc.field)
 
 
-async def _require_visible(api: Api, target: tuple[str, str, str], agent: str) -> None:
+async def require_visible(api: Api, target: tuple[str, str, str], agent: str) -> None:
     """404 unless the memory `target` (app, user, id) is one `agent` reads (its own or
     the user's): an agent changes only what it sees. A memory never changes owner,
     so what this finds holds for the change that follows."""

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Path, Query
@@ -16,9 +16,11 @@ from services.api.agents import KeyAgentDep, acting
 from services.api.deps import ApiDep, AppIdDep
 from services.api.errors import ApiError, encode_or_4xx, postgres_or_503, published_or_503
 from services.api.memory_models import GenerateRequest, Identifier, Operation
+from services.api.models import READ_AS
 from shared.db.unit_of_work import UnitOfWork, in_thread
 from shared.events import MemoriesGenerate, utcnow
 from shared.events.models import ContentEvent
+from shared.memory.agents import visible_to
 
 router = APIRouter()
 
@@ -37,7 +39,10 @@ async def generate(
     name = f"operations/generate-{uuid.uuid4()}"
     event = _generate_event(app_id, name, body, key_agent)
     message = encode_or_4xx(event, api.publisher.limits)
-    await _commit(pool, lambda uow: uow.operations.start(name, app_id, body.user_id, "generate"))
+    agent = event.agent_id
+    await _commit(
+        pool, lambda uow: uow.operations.start(name, app_id, body.user_id, "generate", agent)
+    )
     try:
         await published_or_503(
             lambda: api.publisher.publish_message(message),
@@ -49,7 +54,8 @@ async def generate(
         await _commit(pool, lambda uow: uow.operations.fail(name, UNPUBLISHED))
         raise
     if body.wait:
-        return await _wait(pool, app_id, name, body.user_id, settings.operation_wait_seconds)
+        wait = settings.operation_wait_seconds
+        return await _wait(pool, app_id, name, body.user_id, visible_to(agent), wait)
     return Operation(name=name, done=False)
 
 
@@ -58,9 +64,14 @@ async def get_operation(
     name: Annotated[Identifier, Path()],
     app_id: AppIdDep,
     api: ApiDep,
+    key_agent: KeyAgentDep,
     user_id: Annotated[Identifier, Query()],
+    agent_id: Annotated[Identifier | None, Query(description=READ_AS)] = None,
 ) -> Operation:
-    operation = await _operation(api.pool, app_id, name, user_id)
+    """An operation the read may see: one its agent started, or no agent (its result
+    names that agent's memories, as a read of them would)."""
+    agents = visible_to(acting(key_agent, agent_id))
+    operation = await _operation(api.pool, app_id, name, user_id, agents)
     if operation is None:
         raise ApiError(404, "not_found", f"no operation {name} for this user")
     return operation
@@ -87,12 +98,12 @@ async def _commit(pool: ConnectionPool, work: Callable[[UnitOfWork], Any]) -> No
 
 
 async def _operation(
-    pool: ConnectionPool, app_id: str, name: str, user_id: str
+    pool: ConnectionPool, app_id: str, name: str, user_id: str, agents: Sequence[str]
 ) -> Operation | None:
     if not name.startswith("operations/"):
         name = f"operations/{name}"
     row = await postgres_or_503(
-        in_thread(pool, lambda uow: uow.operations.get(name, app_id, user_id), commit=False)
+        in_thread(pool, lambda uow: uow.operations.get(name, app_id, user_id, agents), commit=False)
     )
     if row is None:
         return None
@@ -101,14 +112,19 @@ async def _operation(
 
 
 async def _wait(
-    pool: ConnectionPool, app_id: str, name: str, user_id: str, seconds: float
+    pool: ConnectionPool,
+    app_id: str,
+    name: str,
+    user_id: str,
+    agents: Sequence[str],
+    seconds: float,
 ) -> Operation:
     """Poll the operation until done or `seconds` pass."""
     loop = asyncio.get_running_loop()
     deadline = loop.time() + seconds
     delay = 0.02
     while True:
-        operation = await _operation(pool, app_id, name, user_id)
+        operation = await _operation(pool, app_id, name, user_id, agents)
         if operation is None:  # the user was deleted while we waited
             raise ApiError(404, "not_found", f"no operation {name} for this user")
         if operation.done or loop.time() >= deadline:

@@ -10,7 +10,6 @@ part: how many conditions a filter holds (MAX_CONDITIONS).
 
 from __future__ import annotations
 
-import json
 from typing import Annotated, Any
 
 from pydantic import AfterValidator, WithJsonSchema
@@ -109,13 +108,10 @@ def read_query(text: str | None) -> filters.Node | None:
     if text is None:
         return None
     try:
-        return filters.parse(json.loads(text))
+        return filters.parse_json(text)
     except filters.FilterError as exc:
-        field = f"filter.{exc.path}" if exc.path else "filter"
-        message = str(exc).removeprefix(f"{exc.path}: ") if exc.path else str(exc)
-        raise ApiError(422, "invalid_request", f"{field}: {message}", field=field) from None
-    except ValueError:
-        raise ApiError(422, "invalid_request", "filter: is not JSON", field="filter") from None
+        field, problem = exc.under("filter")
+        raise ApiError(422, "invalid_request", f"{field}: {problem}", field=field) from None
 
 
 def declare_query(document: dict[str, Any]) -> None:

@@ -28,6 +28,7 @@ a `FilterError` naming the part (`and[1].metadata.team.in`).
 
 from __future__ import annotations
 
+import json
 import math
 import re
 from dataclasses import dataclass
@@ -61,6 +62,12 @@ class FilterError(ValueError):
     def __init__(self, path: str, message: str) -> None:
         super().__init__(f"{path}: {message}" if path else message)
         self.path = path
+        self.problem = message
+
+    def under(self, field: str) -> tuple[str, str]:
+        """Where it is, named from the filter's own field (`filter.and[1].kind`), and
+        what is wrong there."""
+        return (f"{field}.{self.path}" if self.path else field), self.problem
 
 
 @dataclass(frozen=True)
@@ -94,6 +101,15 @@ Node = Condition | All | Any_ | Not
 def parse(value: Any) -> Node:
     """The filter `value` (parsed JSON) as a tree, or FilterError."""
     return _Reader().filter(value, "", 1)
+
+
+def parse_json(text: str) -> Node:
+    """The filter written as JSON text (a query parameter, a form's field)."""
+    try:
+        value = json.loads(text)
+    except (ValueError, RecursionError):  # RecursionError: arrays in arrays, too deep
+        raise FilterError("", "is not JSON") from None
+    return parse(value)
 
 
 class _Reader:

@@ -14,7 +14,7 @@ MAX_IDENTIFIER_LENGTH = 256
 _CONTROL = re.compile("[\x00-\x1f\x7f-\x9f]")
 
 
-def _encoding_problem(value: str) -> str | None:
+def encoding_problem(value: str) -> str | None:
     # A lone surrogate (JSON "\ud800") is valid JSON but not UTF-8: nothing
     # downstream (Pub/Sub, Postgres, Valkey) can store it.
     try:
@@ -34,12 +34,12 @@ def identifier_problem(value: object) -> str | None:
         return f"must be at most {MAX_IDENTIFIER_LENGTH} characters"
     if _CONTROL.search(value):
         return "must not contain control characters"
-    return _encoding_problem(value)
+    return encoding_problem(value)
 
 
 def text_problem(value: str, max_bytes: int | None = None) -> str | None:
     """Why `value` cannot be stored as a message text (or is over `max_bytes`), or None."""
-    problem = _encoding_problem(value)
+    problem = encoding_problem(value)
     if problem:
         return problem
     if "\x00" in value:

@@ -1,5 +1,6 @@
-"""What tests/e2e/test_console.py drives: `agent-memory up`, Debian's Chromium
-through playwright, and the API beside the browser to set things up."""
+"""What the console's browser tests (tests/e2e/test_console*.py) drive: `agent-memory
+up`, Debian's Chromium through playwright, and the API beside the browser to set
+things up."""
 
 from __future__ import annotations
 
@@ -11,12 +12,14 @@ import socketserver
 import subprocess
 import sys
 import threading
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
 import httpx
-from playwright.sync_api import Browser, Locator, Page
+from playwright.sync_api import Browser, Locator, Page, sync_playwright
 
+from services.dev.localstack.process import free_port
 from tests.e2e.test_up import Up, _clean_env
 from tests.support import REPO, wait_for
 
@@ -119,6 +122,28 @@ def start_stack(data_dir: Path, port: int) -> Stack:
     endpoints = up.wait_ready()
     key = (data_dir / "dev-api-key").read_text().strip()
     return Stack(up, endpoints, key)
+
+
+def serve_stack(data_dir: Path) -> Iterator[Stack]:
+    """A module's stack (its fixture yields from this), stopped after its tests."""
+    started = start_stack(data_dir, free_port())
+    try:
+        yield started
+    finally:
+        started.pause("extraction", resume=True)  # never leave a stopped process behind
+        started.up.stop()
+
+
+def launch_chromium() -> Iterator[Browser]:
+    """A module's headless Chromium (its fixture yields from this)."""
+    assert os.access(CHROMIUM, os.X_OK), (
+        f"no Chromium at {CHROMIUM}: `make test` installs Debian's as root; "
+        "else install it or set AM_TEST_CHROMIUM (README)"
+    )
+    with sync_playwright() as playwright:
+        launched = playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+        yield launched
+        launched.close()
 
 
 def signed_in(

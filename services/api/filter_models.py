@@ -10,13 +10,10 @@ part: how many conditions a filter holds (MAX_CONDITIONS).
 
 from __future__ import annotations
 
-import json
 from typing import Annotated, Any
 
-import orjson
 from pydantic import AfterValidator, WithJsonSchema
 
-from services.api import unicode
 from services.api.errors import ApiError
 from shared.memory import filters
 from shared.memory.metadata import KEY_PATTERN, MAX_DEPTH
@@ -111,32 +108,10 @@ def read_query(text: str | None) -> filters.Node | None:
     if text is None:
         return None
     try:
-        return filters.parse(_json(text))
+        return filters.parse_json(text)
     except filters.FilterError as exc:
-        field = f"filter.{exc.path}" if exc.path else "filter"
-        message = str(exc).removeprefix(f"{exc.path}: ") if exc.path else str(exc)
-        raise ApiError(422, "invalid_request", f"{field}: {message}", field=field) from None
-
-
-def _json(text: str) -> Any:
-    """The parameter's JSON value; a 422 if it is not JSON, nests deeper than any
-    JSON parser here takes, or holds a lone surrogate (as a body would be refused,
-    `services.api.unicode`)."""
-    try:
-        return orjson.loads(text)  # refuses lone surrogates, and nesting over 1,024
-    except orjson.JSONDecodeError:
-        pass
-    try:
-        value = json.loads(text)
-    except RecursionError:
-        raise ApiError(422, "invalid_request", "filter: nests too deep", field="filter") from None
-    except ValueError:
-        raise ApiError(422, "invalid_request", "filter: is not JSON", field="filter") from None
-    found = unicode.find(value, "")
-    if found is None:  # JSON to the standard library only (NaN, say): not JSON
-        raise ApiError(422, "invalid_request", "filter: is not JSON", field="filter")
-    field = "filter" if found == "body" else f"filter.{found}"
-    raise ApiError(422, "invalid_request", f"{field}: {unicode.MESSAGE}", field=field)
+        field, problem = exc.under("filter")
+        raise ApiError(422, "invalid_request", f"{field}: {problem}", field=field) from None
 
 
 def declare_query(document: dict[str, Any]) -> None:

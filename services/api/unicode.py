@@ -65,11 +65,10 @@ def _lone_surrogate(body: bytes) -> str | None:
         value = json.loads(body)
     except (ValueError, RecursionError):
         return None  # not JSON: the route says so
-    return find(value, "")
+    return _find(value, "")
 
 
-def find(value: Any, path: str) -> str | None:
-    """Where `value` (parsed JSON, at `path`) holds a lone surrogate, or None."""
+def _find(value: Any, path: str) -> str | None:
     if isinstance(value, str):
         return (path or "body") if not _encodes(value) else None
     if isinstance(value, dict):
@@ -77,12 +76,12 @@ def find(value: Any, path: str) -> str | None:
             here = f"{path}.{key}" if path else str(key)
             if not _encodes(key):
                 return path or "body"
-            found = find(item, here)
+            found = _find(item, here)
             if found is not None:
                 return found
     if isinstance(value, list):
         for index, item in enumerate(value):
-            found = find(item, f"{path}.{index}" if path else str(index))
+            found = _find(item, f"{path}.{index}" if path else str(index))
             if found is not None:
                 return found
     return None

@@ -1,6 +1,6 @@
 """A user's memory as the console shows it: find a user of the app, their profile
-(services.console.profile_pages), their memories by scope (with kind, entity and
-project filters, and the hybrid search), each
+(services.console.profile_pages), their memories by scope (with kind, entity,
+project and agent filters and a filter expression, and the hybrid search), each
 memory's revisions and the event behind each, editing a memory, rolling it back to
 a revision, its feedback and giving some, deleting it (after asking), the user's
 sessions with their buffered turns and rolling summary, and the archive search.
@@ -12,7 +12,9 @@ goes through the API itself (services.console.pages.client), as the signed-in ke
 
 from __future__ import annotations
 
+import json
 from collections import defaultdict
+from datetime import datetime
 from urllib.parse import urlencode
 
 from fastapi import APIRouter, Request
@@ -25,6 +27,7 @@ from shared.db import console_reads as reads
 from shared.db import feedback as feedback_reads
 from shared.db.feedback import MAX_REASON, RATINGS
 from shared.db.memory_rows import MemoryRow
+from shared.memory.expiry import MAX_SECONDS, MIN_SECONDS
 
 router = APIRouter(include_in_schema=False)
 USERS = f"{access.PREFIX}/users"
@@ -58,7 +61,11 @@ async def user(request: Request) -> HTMLResponse:
         "agent": inputs.identifier(query, "agent", required=False),
         "q": inputs.text(query, "q"),
         "archive": inputs.text(query, "archive"),
+        "filter": inputs.text(query, "filter", limit=None),
     }
+    matching = inputs.filter_expression(query, "filter")
+    # The same filter for the search, as the JSON read (and checked) just now.
+    expression = json.loads(filters["filter"]) if matching is not None else None
     number = inputs.number(query, "page", default=1)
     sessions_number = inputs.number(query, "sessions", default=1)
     pool = request.app.state.apool
@@ -73,7 +80,13 @@ async def user(request: Request) -> HTMLResponse:
         if filters["q"]:
             kinds = [filters["kind"]] if filters["kind"] else None
             found = await api.search(
-                user_id, filters["q"], project_id=project, agent_id=agent, k=FOUND, kinds=kinds
+                user_id,
+                filters["q"],
+                project_id=project,
+                agent_id=agent,
+                k=FOUND,
+                kinds=kinds,
+                filter=expression,
             )
         if filters["archive"]:
             episodes = await api.archive_search(
@@ -91,6 +104,7 @@ async def user(request: Request) -> HTMLResponse:
         filters["entity"],
         filters["project"],
         filters["agent"],
+        matching,
     )
     memories = await queries.read(pool, reads.memories(where, number, queries.PAGE_SIZE))
     sessions = await queries.read(
@@ -170,6 +184,7 @@ async def _memory_page(
         feedback=given,
         ratings=RATINGS,
         restorable=bool(detail.deleted_at) and restorable,
+        ttl_bounds=(MIN_SECONDS, MAX_SECONDS),
     )
 
 
@@ -180,7 +195,9 @@ async def edit_memory(request: Request) -> HTMLResponse:
     text = inputs.text(form, "text", required=True)
     kind = inputs.choice(form, "kind", KINDS)
     entity = inputs.text(form, "entity_name", limit=200).strip()
-    metadata = inputs.json_object(form, "metadata")
+    topic = inputs.text(form, "topic").strip()  # the API checks its pattern
+    metadata = inputs.metadata(form, "metadata")
+    expire_at, ttl_seconds, never = _expiry(form)
     async with client(request) as api:
         before = len((await api.get_memory(user_id, memory_id, agent_id=agent)).revisions)
         detail = await api.edit_memory(
@@ -189,12 +206,29 @@ async def edit_memory(request: Request) -> HTMLResponse:
             text=text,
             kind=kind or None,
             entity_name=entity,
+            topic=topic,
             metadata=metadata,
+            expire_at=expire_at,
+            ttl_seconds=ttl_seconds,
+            never_expire=never,
             agent_id=agent,
         )
     added = len(detail.revisions) - before
     outcome = f"saved as revision {len(detail.revisions)}" if added else "nothing changed"
     return await _memory_page(request, user_id, detail, outcome)
+
+
+def _expiry(form: inputs.Source) -> tuple[datetime | None, int | None, bool]:
+    """The edit's expiry: a time, seconds from now, or never; none of them keeps the
+    memory's as it is, and two of them are refused."""
+    expire_at = inputs.time(form, "expire_at")
+    ttl = inputs.number(form, "ttl_seconds", default=0, least=MIN_SECONDS, most=MAX_SECONDS)
+    never = inputs.choice(form, "never_expire", ("yes",)) == "yes"
+    fields = {"expire_at": expire_at, "ttl_seconds": ttl, "never_expire": never}
+    given = [name for name, value in fields.items() if value]
+    if len(given) > 1:
+        raise access.Refused(422, f"{given[-1]}: give one of {', '.join(fields)}, not two")
+    return expire_at, ttl or None, never
 
 
 @router.post(MEMORY + "/delete")

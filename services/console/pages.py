@@ -11,6 +11,7 @@ becomes the page's message with the API's status.
 
 from __future__ import annotations
 
+import json
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -73,6 +74,8 @@ def list_url(path: str, **query: object) -> str:
 
 
 TEMPLATES.filters["age"] = age
+# JSON with its characters as they are (é, not \u00e9): to read, and to edit in a form.
+TEMPLATES.filters["json_text"] = lambda value: json.dumps(value, ensure_ascii=False)
 TEMPLATES.filters["clock"] = clock
 # A profile value as the context shows it; none: a cleared field.
 TEMPLATES.filters["profile_value"] = lambda v: "—" if v is None else shown(v)

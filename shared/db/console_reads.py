@@ -14,9 +14,11 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Generic, TypeVar
 
+from shared.db import filter_sql
 from shared.db.memory_reads import LIVE, MEMORY_COLUMNS
 from shared.db.memory_rows import MemoryRow
 from shared.db.run import Statement, Steps
+from shared.memory.filters import Node
 
 T = TypeVar("T")
 # The ledger's appliers (services.*_worker): its key starts with the applier (the
@@ -74,6 +76,7 @@ class MemoryFilter:
     entity: str = ""  # a part of the entity's name, in any case
     project_id: str = ""
     agent_id: str = ""  # this agent's own memories only
+    matching: Node | None = None  # a filter expression, as the API's lists take it
 
 
 @dataclass
@@ -168,6 +171,8 @@ def memories(where: MemoryFilter, number: int, size: int) -> Steps[Page[MemoryRo
     if where.entity:
         clauses.append("m.entity_name ILIKE %(entity)s")
         params["entity"] = _like(where.entity, prefix=False)
+    if where.matching is not None:
+        clauses.append(filter_sql.where(where.matching, params))
     condition = " AND ".join(clauses)
     total = yield Statement(f"SELECT count(*) AS n FROM memories m WHERE {condition}", params)
     rows = yield Statement(

@@ -28,14 +28,17 @@ a `FilterError` naming the part (`and[1].metadata.team.in`).
 
 from __future__ import annotations
 
+import json
 import math
 import re
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
+import orjson
 from pydantic import TypeAdapter, ValidationError
 
+from shared.identifiers import encoding_problem
 from shared.memory.metadata import KEY_PATTERN, MAX_DEPTH
 
 TEXT_FIELDS = ("scope", "kind", "topic", "entity_name", "project_id", "session_id", "agent_id")
@@ -61,6 +64,12 @@ class FilterError(ValueError):
     def __init__(self, path: str, message: str) -> None:
         super().__init__(f"{path}: {message}" if path else message)
         self.path = path
+        self.problem = message
+
+    def under(self, field: str) -> tuple[str, str]:
+        """Where it is, named from the filter's own field (`filter.and[1].kind`), and
+        what is wrong there."""
+        return (f"{field}.{self.path}" if self.path else field), self.problem
 
 
 @dataclass(frozen=True)
@@ -94,6 +103,26 @@ Node = Condition | All | Any_ | Not
 def parse(value: Any) -> Node:
     """The filter `value` (parsed JSON) as a tree, or FilterError."""
     return _Reader().filter(value, "", 1)
+
+
+def parse_json(text: str) -> Node:
+    """The filter written as JSON text (a query parameter, a form's field)."""
+    try:
+        return parse(orjson.loads(text))  # fast; refuses lone surrogates, NaN, deep nesting
+    except orjson.JSONDecodeError:
+        pass
+    # Read again where orjson would not: a lone surrogate is then named where it is.
+    try:
+        value = json.loads(text, parse_constant=_not_json)
+    except RecursionError:
+        raise FilterError("", "nests too deep") from None
+    except ValueError:
+        raise FilterError("", "is not JSON") from None
+    return parse(value)
+
+
+def _not_json(constant: str) -> Any:
+    raise ValueError(f"{constant} is not JSON")
 
 
 class _Reader:
@@ -195,6 +224,9 @@ def _text(value: str, path: str) -> str:
         raise FilterError(path, f"must be at most {MAX_TEXT} characters")
     if "\x00" in value:
         raise FilterError(path, "must not contain NUL characters")
+    problem = encoding_problem(value)  # JSON text may hold a lone surrogate
+    if problem:
+        raise FilterError(path, problem)
     return value
 
 

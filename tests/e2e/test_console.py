@@ -21,20 +21,18 @@ from urllib.parse import urlsplit
 
 import httpx
 import pytest
-from playwright.sync_api import Browser, expect, sync_playwright
+from playwright.sync_api import Browser, expect
 
 from services.console.access import KEY_COOKIE, SECURE_KEY_COOKIE
-from services.dev.localstack.process import free_port
 from tests.console_support import (
-    CHROMIUM,
-    CHROMIUM_ARGS,
     NARROW,
     OtherSite,
     Stack,
+    launch_chromium,
     reload_until,
+    serve_stack,
     shoot,
     signed_in,
-    start_stack,
 )
 from tests.support import wait_for
 
@@ -45,24 +43,12 @@ DRAIN_MS = 150_000
 
 @pytest.fixture(scope="module")
 def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
-    started = start_stack(tmp_path_factory.mktemp("console") / "stack", free_port())
-    try:
-        yield started
-    finally:
-        started.pause("extraction", resume=True)  # never leave a stopped process behind
-        started.up.stop()
+    yield from serve_stack(tmp_path_factory.mktemp("console") / "stack")
 
 
 @pytest.fixture(scope="module")
 def browser() -> Iterator[Browser]:
-    assert os.access(CHROMIUM, os.X_OK), (
-        f"no Chromium at {CHROMIUM}: `make test` installs Debian's as root; "
-        "else install it or set AM_TEST_CHROMIUM (README)"
-    )
-    with sync_playwright() as playwright:
-        launched = playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
-        yield launched
-        launched.close()
+    yield from launch_chromium()
 
 
 @pytest.fixture

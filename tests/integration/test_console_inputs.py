@@ -109,6 +109,7 @@ FORMS = [
             "project": "p",
             "q": "tea",
             "archive": "hello",
+            "filter": '{"metadata.by": {"exists": false}}',
             "page": "1",
             "sessions": "1",
         },
@@ -142,7 +143,11 @@ FORMS = [
             "text": "Likes green tea.",
             "kind": "fact",
             "entity_name": "tea",
+            "topic": "drinks",
             "metadata": '{"by": "console"}',
+            "expire_at": "2999-01-01T00:00",
+            "ttl_seconds": "",
+            "never_expire": "",
         },
         ("user", "id", "text"),
     ),
@@ -284,6 +289,12 @@ def test_every_form_and_page_is_in_the_table_above(console):
         ("/console/user?id=a&project=%00", 422, "project: must not contain control characters"),
         ("/console/user", 422, "id: is required"),
         ("/console/user?id=nobody-at-all", 404, "user_id: no user &#39;nobody-at-all&#39;"),
+        (
+            "/console/user?id={user}&filter=" + quote('{"or": [{"kind": {"like": "f"}}]}'),
+            422,
+            "filter.or[0].kind.like: ",
+        ),
+        ("/console/user?id={user}&filter=" + "%5B" * 5000, 422, "filter: nests too deep"),
         ("/console/user/memory?user=a&id=nope", 422, "id: a memory id is a UUID"),
         ("/console/events?id=not-an-id", 422, "id: an event id is a UUID"),
         ("/console/dead-letters?subscription=nope", 422, "subscription: must be one of"),
@@ -293,8 +304,8 @@ def test_every_form_and_page_is_in_the_table_above(console):
     ],
 )
 def test_bad_input_gets_a_page_naming_the_field(console, path, status, problem):
-    client, _ = console
-    answer = client.get(path)
+    client, known = console
+    answer = client.get(path.replace("{user}", known.user))
     assert answer.status_code == status, answer.text
     assert problem in answer.text
     _looks_like_the_console(answer)

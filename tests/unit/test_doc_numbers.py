@@ -34,6 +34,7 @@ from shared.db.pool import (
 from shared.entities.judging import MOST_LISTED, MOST_PER_NAME
 from shared.llm.offline.decomposition import MAX_QUERIES
 from shared.memory.context import MIN_HITS, TOKENS_PER_HIT
+from shared.memory.metadata import MAX_BYTES as MAX_METADATA_BYTES
 
 DOCS = Path(__file__).resolve().parents[2] / "docs"
 WORDS = {"two": 2, "three": 3, "four": 4, "five": 5, "six": 6}
@@ -101,6 +102,11 @@ CONSTANTS: list[tuple[str, str, Callable[[], tuple[float, ...]]]] = [
         lambda: (TOKENS_PER_HIT, MIN_HITS),
     ),
     ("design.md", r"fold lock \((\d+) s", lambda: (FoldPolicy().lock_seconds,)),
+    (
+        "console.md",
+        r"metadata \(a JSON object, at most ([\d,]+) bytes as compact JSON",
+        lambda: (MAX_METADATA_BYTES,),
+    ),
     ("design.md", r"up to (\w+) single-topic sub-queries", lambda: (MAX_QUERIES,)),
     (
         "design.md",

@@ -4,7 +4,7 @@ SDK puts into the tools' input schemas.
 No `from __future__ import annotations`: the SDK reads the tools' signatures.
 """
 
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Literal, TypedDict
 
 from pydantic import Field
 
@@ -32,3 +32,10 @@ Filter = Annotated[
         '"infra"} or {"and": [{"kind": {"in": ["fact", "rule"]}}, {"not": {"topic": "x"}}]}'
     ),
 ]
+
+
+class Scoped(TypedDict):
+    """The project and the agent a tool's call is scoped to."""
+
+    project_id: str | None
+    agent_id: str | None

@@ -13,7 +13,7 @@ import logging
 from collections.abc import Callable
 from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass
-from typing import Annotated, Any, TypedDict
+from typing import Annotated, Any
 
 from mcp.server.mcpserver import Context, MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
@@ -21,18 +21,17 @@ from mcp.types import ToolAnnotations
 from pydantic import Field
 
 from services.mcp_server.arguments import (
-    Filter,
-    K,
     Kind,
     ProjectId,
-    Query,
     Scope,
+    Scoped,
     SessionId,
     UserId,
 )
 from services.mcp_server.edit_tools import EditTools
 from services.mcp_server.entity_tools import EntityTools
 from services.mcp_server.profile_tools import ProfileTools
+from services.mcp_server.search_tools import SearchTools
 from shared.client import AsyncMemoryClient, MemoryClientError
 
 # Opens the API client for one tool call: the stdio server's one client, or on
@@ -48,13 +47,6 @@ INSTRUCTIONS = (
 )
 
 
-class Scoped(TypedDict):
-    """The project and the agent a tool's call is scoped to."""
-
-    project_id: str | None
-    agent_id: str | None
-
-
 @dataclass(frozen=True)
 class Defaults:
     """The ids a call that omits them gets (the stdio server's environment)."""
@@ -67,7 +59,7 @@ class Defaults:
     agent_id: str | None = None
 
 
-class MemoryTools(EditTools, EntityTools, ProfileTools):
+class MemoryTools(SearchTools, EditTools, EntityTools, ProfileTools):
     """The tools, bound to how they reach the API and to the default ids."""
 
     def __init__(self, connect: Connect, defaults: Defaults) -> None:
@@ -173,82 +165,6 @@ class MemoryTools(EditTools, EntityTools, ProfileTools):
         answer = await self._call(ctx, lambda c: c.flush_session(session, who, agent_id=agent))
         return answer.model_dump(mode="json")
 
-    async def search_memories(
-        self,
-        query: Query,
-        ctx: Context,
-        k: K = None,
-        kinds: Annotated[list[Kind] | None, Field(description="Only these kinds")] = None,
-        filter: Filter = None,
-        user_id: UserId = None,
-        project_id: ProjectId = None,
-    ) -> dict[str, Any]:
-        """Search the user's long-term memories (facts, preferences, rules, events)
-        by meaning and by words; the best matches first, each with its id."""
-        user, scope = self._user(user_id), self._scope(project_id)
-        found = await self._call(
-            ctx, lambda c: c.search(user, query, k=k, kinds=kinds, filter=filter, **scope)
-        )
-        return {"memories": [_brief(m.model_dump(mode="json")) for m in found]}
-
-    async def search_archive(
-        self,
-        query: Query,
-        ctx: Context,
-        k: K = None,
-        after: Annotated[str | None, Field(description="Only turns after (ISO 8601)")] = None,
-        before: Annotated[str | None, Field(description="Only turns before (ISO 8601)")] = None,
-        context_turns: Annotated[
-            int | None,
-            Field(
-                description="Also return this many turns before and after each hit, as its "
-                "context (0-5; a reply makes sense only with the turn it answers)"
-            ),
-        ] = None,
-        user_id: UserId = None,
-        project_id: ProjectId = None,
-    ) -> dict[str, Any]:
-        """Search past conversation turns, word for word as they were recorded, when
-        the memories do not hold a detail (what exactly was said, and when)."""
-        user, scope = self._user(user_id), self._scope(project_id)
-        found = await self._call(
-            ctx,
-            lambda c: c.archive_search(
-                user,
-                query,
-                k=k,
-                before=before,
-                after=after,
-                context_turns=context_turns,
-                **scope,
-            ),
-        )
-        return {"episodes": [e.model_dump(mode="json") for e in found]}
-
-    async def list_memories(
-        self,
-        ctx: Context,
-        scope: Annotated[Scope | None, Field(description="Only this scope")] = None,
-        kind: Annotated[Kind | None, Field(description="Only this kind")] = None,
-        limit: Annotated[int | None, Field(description="Page size (1-500)")] = None,
-        cursor: Annotated[
-            str | None, Field(description="The next_cursor of the previous page")
-        ] = None,
-        filter: Filter = None,
-        user_id: UserId = None,
-        project_id: ProjectId = None,
-    ) -> dict[str, Any]:
-        """List the user's memories, newest first, a page at a time."""
-        user, owner = self._user(user_id), self._scope(project_id)
-        page = await self._call(
-            ctx,
-            lambda c: c.list_memories(
-                user, scope=scope, kind=kind, limit=limit, cursor=cursor, filter=filter, **owner
-            ),
-        )
-        memories = [_brief(m.model_dump(mode="json")) for m in page.memories]
-        return {"memories": memories, "next_cursor": page.next_cursor}
-
     async def forget(
         self,
         ctx: Context,
@@ -328,12 +244,6 @@ class MemoryTools(EditTools, EntityTools, ProfileTools):
         """The project (the given one, else the default) and the agent a call is
         scoped to."""
         return {"project_id": self._project(project_id), "agent_id": self._agent()}
-
-
-def _brief(memory: dict[str, Any]) -> dict[str, Any]:
-    """A memory as an agent needs it: no bookkeeping timestamps but when observed."""
-    drop = ("created_at", "updated_at", "deleted_at")
-    return {k: v for k, v in memory.items() if k not in drop and v is not None}
 
 
 _READ_ONLY = ToolAnnotations(read_only_hint=True, open_world_hint=False)

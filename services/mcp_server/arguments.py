@@ -32,6 +32,18 @@ Filter = Annotated[
         '"infra"} or {"and": [{"kind": {"in": ["fact", "rule"]}}, {"not": {"topic": "x"}}]}'
     ),
 ]
+MemoryId = Annotated[str, Field(description="The memory's id (from a search or list)")]
+Metadata = Annotated[
+    dict[str, Any] | None,
+    Field(description='Your own JSON object kept with the memory, e.g. {"team": "infra"}'),
+]
+ExpireAt = Annotated[
+    str | None,
+    Field(description="When it expires, RFC 3339 with zone (or give ttl_seconds instead)"),
+]
+TtlSeconds = Annotated[
+    int | None, Field(description="It expires this many seconds from now (or give expire_at)")
+]
 
 
 class Scoped(TypedDict):

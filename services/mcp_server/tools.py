@@ -2,8 +2,8 @@
 
 A tool's failure is raised as the SDK's `ToolError`, which the client receives
 as a tool result with `isError` set and the message: the API's own message for
-an API error (it names the bad field), the schema's for a bad argument. The
-server keeps serving either way.
+an API error (it names the bad field), the schema's for a bad argument or one
+the tool does not take (`strict.strict_tool`). The server keeps serving either way.
 
 No `from __future__ import annotations` here: the SDK reads the tools'
 signatures (their types and `Field` descriptions) to build the input schemas.
@@ -21,17 +21,22 @@ from mcp.types import ToolAnnotations
 from pydantic import Field
 
 from services.mcp_server.arguments import (
+    ExpireAt,
+    Filter,
     Kind,
+    Metadata,
     ProjectId,
     Scope,
     Scoped,
     SessionId,
+    TtlSeconds,
     UserId,
 )
 from services.mcp_server.edit_tools import EditTools
 from services.mcp_server.entity_tools import EntityTools
 from services.mcp_server.profile_tools import ProfileTools
 from services.mcp_server.search_tools import SearchTools
+from services.mcp_server.strict import strict_tool
 from shared.client import AsyncMemoryClient, MemoryClientError
 
 # Opens the API client for one tool call: the stdio server's one client, or on
@@ -83,6 +88,7 @@ class MemoryTools(SearchTools, EditTools, EntityTools, ProfileTools):
                 "recent_turns, profile, memories, long_term_summaries, recalled_turns"
             ),
         ] = None,
+        filter: Filter = None,
     ) -> str:
         """The system instruction to work with for this query: the user's rules and
         profile, the memories relevant to it, the session's summary and its recent turns, and the
@@ -93,7 +99,13 @@ class MemoryTools(SearchTools, EditTools, EntityTools, ProfileTools):
         answer = await self._call(
             ctx,
             lambda c: c.context(
-                user, session, query, token_budget=token_budget, sections=sections, **scope
+                user,
+                session,
+                query,
+                token_budget=token_budget,
+                sections=sections,
+                filter=filter,
+                **scope,
             ),
         )
         return answer.system_instruction
@@ -107,6 +119,9 @@ class MemoryTools(SearchTools, EditTools, EntityTools, ProfileTools):
             Scope, Field(description="Where it applies: always, in a project, or this session")
         ] = "global",
         entity_name: Annotated[str, Field(description="Who or what it is about")] = "",
+        metadata: Metadata = None,
+        expire_at: ExpireAt = None,
+        ttl_seconds: TtlSeconds = None,
         user_id: UserId = None,
         project_id: ProjectId = None,
         session_id: SessionId = None,
@@ -129,6 +144,9 @@ class MemoryTools(SearchTools, EditTools, EntityTools, ProfileTools):
                 session_id=session,
                 agent_id=self._agent(),
                 entity_name=entity_name,
+                metadata=metadata,
+                expire_at=expire_at,
+                ttl_seconds=ttl_seconds,
             ),
         )
         return answer.model_dump(mode="json")
@@ -172,14 +190,17 @@ class MemoryTools(SearchTools, EditTools, EntityTools, ProfileTools):
         query: Annotated[
             str | None, Field(description="Delete the memories matching this instead")
         ] = None,
+        filter: Filter = None,
         user_id: UserId = None,
         project_id: ProjectId = None,
     ) -> dict[str, Any]:
         """Delete a memory the user wants gone or that is wrong: by its id (from
-        search_memories or list_memories), or every memory matching a query. Give
-        exactly one of memory_id and query."""
+        search_memories or list_memories), or every memory matching a query (and the
+        filter, if given). Give exactly one of memory_id and query."""
         if (memory_id is None) == (query is None):
             raise ToolError("give exactly one of memory_id and query")
+        if memory_id is not None and filter is not None:
+            raise ToolError("filter: only with query (memory_id names one memory)")
         user, agent = self._user(user_id), self._agent()
         if memory_id is not None:
             answer = await self._call(
@@ -188,7 +209,9 @@ class MemoryTools(SearchTools, EditTools, EntityTools, ProfileTools):
             return {"deleted": [answer.memory_id] if answer.deleted else []}
         scope = self._scope(project_id)
         assert query is not None  # exactly one of the two, checked above
-        gone = await self._call(ctx, lambda c: c.delete_memories(user, query, **scope))
+        gone = await self._call(
+            ctx, lambda c: c.delete_memories(user, query, filter=filter, **scope)
+        )
         return {"deleted": [m.id for m in gone]}
 
     async def check_tool_permission(
@@ -259,6 +282,8 @@ TOOLS = {
     "list_memories": _READ_ONLY,
     "entities": _READ_ONLY,
     "edit_memory": _WRITES,
+    "memory_history": _READ_ONLY,
+    "rollback_memory": _WRITES,
     # `wrong` retires the memory (a rollback brings it back).
     "memory_feedback": _DELETES,
     "get_profile": _READ_ONLY,
@@ -277,10 +302,13 @@ def build_server(connect: Connect, defaults: Defaults, version: str = "") -> MCP
     # logging is the project's own (shared.logging), so it is put back.
     root = logging.getLogger()
     handlers, level = root.handlers[:], root.level
-    server = MCPServer("agent-memory", instructions=INSTRUCTIONS, version=version)
+    tools = MemoryTools(connect, defaults)
+    server = MCPServer(
+        "agent-memory",
+        instructions=INSTRUCTIONS,
+        version=version,
+        tools=[strict_tool(getattr(tools, n), n, notes) for n, notes in TOOLS.items()],
+    )
     root.handlers[:] = handlers
     root.setLevel(level)
-    tools = MemoryTools(connect, defaults)
-    for name, annotations in TOOLS.items():
-        server.add_tool(getattr(tools, name), name=name, annotations=annotations)
     return server

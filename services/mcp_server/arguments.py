@@ -4,7 +4,7 @@ SDK puts into the tools' input schemas.
 No `from __future__ import annotations`: the SDK reads the tools' signatures.
 """
 
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Literal, TypedDict
 
 from pydantic import Field
 
@@ -32,3 +32,22 @@ Filter = Annotated[
         '"infra"} or {"and": [{"kind": {"in": ["fact", "rule"]}}, {"not": {"topic": "x"}}]}'
     ),
 ]
+MemoryId = Annotated[str, Field(description="The memory's id (from a search or list)")]
+Metadata = Annotated[
+    dict[str, Any] | None,
+    Field(description='Your own JSON object kept with the memory, e.g. {"team": "infra"}'),
+]
+ExpireAt = Annotated[
+    str | None,
+    Field(description="When it expires, RFC 3339 with zone (or give ttl_seconds instead)"),
+]
+TtlSeconds = Annotated[
+    int | None, Field(description="It expires this many seconds from now (or give expire_at)")
+]
+
+
+class Scoped(TypedDict):
+    """The project and the agent a tool's call is scoped to."""
+
+    project_id: str | None
+    agent_id: str | None

@@ -2,8 +2,8 @@
 
 A tool's failure is raised as the SDK's `ToolError`, which the client receives
 as a tool result with `isError` set and the message: the API's own message for
-an API error (it names the bad field), the schema's for a bad argument. The
-server keeps serving either way.
+an API error (it names the bad field), the schema's for a bad argument or one
+the tool does not take (`strict.strict_tool`). The server keeps serving either way.
 
 No `from __future__ import annotations` here: the SDK reads the tools'
 signatures (their types and `Field` descriptions) to build the input schemas.
@@ -13,7 +13,7 @@ import logging
 from collections.abc import Callable
 from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass
-from typing import Annotated, Any, TypedDict
+from typing import Annotated, Any
 
 from mcp.server.mcpserver import Context, MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
@@ -21,18 +21,22 @@ from mcp.types import ToolAnnotations
 from pydantic import Field
 
 from services.mcp_server.arguments import (
+    ExpireAt,
     Filter,
-    K,
     Kind,
+    Metadata,
     ProjectId,
-    Query,
     Scope,
+    Scoped,
     SessionId,
+    TtlSeconds,
     UserId,
 )
 from services.mcp_server.edit_tools import EditTools
 from services.mcp_server.entity_tools import EntityTools
 from services.mcp_server.profile_tools import ProfileTools
+from services.mcp_server.search_tools import SearchTools
+from services.mcp_server.strict import strict_tool
 from shared.client import AsyncMemoryClient, MemoryClientError
 
 # Opens the API client for one tool call: the stdio server's one client, or on
@@ -48,13 +52,6 @@ INSTRUCTIONS = (
 )
 
 
-class Scoped(TypedDict):
-    """The project and the agent a tool's call is scoped to."""
-
-    project_id: str | None
-    agent_id: str | None
-
-
 @dataclass(frozen=True)
 class Defaults:
     """The ids a call that omits them gets (the stdio server's environment)."""
@@ -67,7 +64,7 @@ class Defaults:
     agent_id: str | None = None
 
 
-class MemoryTools(EditTools, EntityTools, ProfileTools):
+class MemoryTools(SearchTools, EditTools, EntityTools, ProfileTools):
     """The tools, bound to how they reach the API and to the default ids."""
 
     def __init__(self, connect: Connect, defaults: Defaults) -> None:
@@ -91,6 +88,7 @@ class MemoryTools(EditTools, EntityTools, ProfileTools):
                 "recent_turns, profile, memories, long_term_summaries, recalled_turns"
             ),
         ] = None,
+        filter: Filter = None,
     ) -> str:
         """The system instruction to work with for this query: the user's rules and
         profile, the memories relevant to it, the session's summary and its recent turns, and the
@@ -101,7 +99,13 @@ class MemoryTools(EditTools, EntityTools, ProfileTools):
         answer = await self._call(
             ctx,
             lambda c: c.context(
-                user, session, query, token_budget=token_budget, sections=sections, **scope
+                user,
+                session,
+                query,
+                token_budget=token_budget,
+                sections=sections,
+                filter=filter,
+                **scope,
             ),
         )
         return answer.system_instruction
@@ -115,6 +119,9 @@ class MemoryTools(EditTools, EntityTools, ProfileTools):
             Scope, Field(description="Where it applies: always, in a project, or this session")
         ] = "global",
         entity_name: Annotated[str, Field(description="Who or what it is about")] = "",
+        metadata: Metadata = None,
+        expire_at: ExpireAt = None,
+        ttl_seconds: TtlSeconds = None,
         user_id: UserId = None,
         project_id: ProjectId = None,
         session_id: SessionId = None,
@@ -137,6 +144,9 @@ class MemoryTools(EditTools, EntityTools, ProfileTools):
                 session_id=session,
                 agent_id=self._agent(),
                 entity_name=entity_name,
+                metadata=metadata,
+                expire_at=expire_at,
+                ttl_seconds=ttl_seconds,
             ),
         )
         return answer.model_dump(mode="json")
@@ -173,82 +183,6 @@ class MemoryTools(EditTools, EntityTools, ProfileTools):
         answer = await self._call(ctx, lambda c: c.flush_session(session, who, agent_id=agent))
         return answer.model_dump(mode="json")
 
-    async def search_memories(
-        self,
-        query: Query,
-        ctx: Context,
-        k: K = None,
-        kinds: Annotated[list[Kind] | None, Field(description="Only these kinds")] = None,
-        filter: Filter = None,
-        user_id: UserId = None,
-        project_id: ProjectId = None,
-    ) -> dict[str, Any]:
-        """Search the user's long-term memories (facts, preferences, rules, events)
-        by meaning and by words; the best matches first, each with its id."""
-        user, scope = self._user(user_id), self._scope(project_id)
-        found = await self._call(
-            ctx, lambda c: c.search(user, query, k=k, kinds=kinds, filter=filter, **scope)
-        )
-        return {"memories": [_brief(m.model_dump(mode="json")) for m in found]}
-
-    async def search_archive(
-        self,
-        query: Query,
-        ctx: Context,
-        k: K = None,
-        after: Annotated[str | None, Field(description="Only turns after (ISO 8601)")] = None,
-        before: Annotated[str | None, Field(description="Only turns before (ISO 8601)")] = None,
-        context_turns: Annotated[
-            int | None,
-            Field(
-                description="Also return this many turns before and after each hit, as its "
-                "context (0-5; a reply makes sense only with the turn it answers)"
-            ),
-        ] = None,
-        user_id: UserId = None,
-        project_id: ProjectId = None,
-    ) -> dict[str, Any]:
-        """Search past conversation turns, word for word as they were recorded, when
-        the memories do not hold a detail (what exactly was said, and when)."""
-        user, scope = self._user(user_id), self._scope(project_id)
-        found = await self._call(
-            ctx,
-            lambda c: c.archive_search(
-                user,
-                query,
-                k=k,
-                before=before,
-                after=after,
-                context_turns=context_turns,
-                **scope,
-            ),
-        )
-        return {"episodes": [e.model_dump(mode="json") for e in found]}
-
-    async def list_memories(
-        self,
-        ctx: Context,
-        scope: Annotated[Scope | None, Field(description="Only this scope")] = None,
-        kind: Annotated[Kind | None, Field(description="Only this kind")] = None,
-        limit: Annotated[int | None, Field(description="Page size (1-500)")] = None,
-        cursor: Annotated[
-            str | None, Field(description="The next_cursor of the previous page")
-        ] = None,
-        filter: Filter = None,
-        user_id: UserId = None,
-        project_id: ProjectId = None,
-    ) -> dict[str, Any]:
-        """List the user's memories, newest first, a page at a time."""
-        user, owner = self._user(user_id), self._scope(project_id)
-        page = await self._call(
-            ctx,
-            lambda c: c.list_memories(
-                user, scope=scope, kind=kind, limit=limit, cursor=cursor, filter=filter, **owner
-            ),
-        )
-        memories = [_brief(m.model_dump(mode="json")) for m in page.memories]
-        return {"memories": memories, "next_cursor": page.next_cursor}
-
     async def forget(
         self,
         ctx: Context,
@@ -256,14 +190,17 @@ class MemoryTools(EditTools, EntityTools, ProfileTools):
         query: Annotated[
             str | None, Field(description="Delete the memories matching this instead")
         ] = None,
+        filter: Filter = None,
         user_id: UserId = None,
         project_id: ProjectId = None,
     ) -> dict[str, Any]:
         """Delete a memory the user wants gone or that is wrong: by its id (from
-        search_memories or list_memories), or every memory matching a query. Give
-        exactly one of memory_id and query."""
+        search_memories or list_memories), or every memory matching a query (and the
+        filter, if given). Give exactly one of memory_id and query."""
         if (memory_id is None) == (query is None):
             raise ToolError("give exactly one of memory_id and query")
+        if memory_id is not None and filter is not None:
+            raise ToolError("filter: only with query (memory_id names one memory)")
         user, agent = self._user(user_id), self._agent()
         if memory_id is not None:
             answer = await self._call(
@@ -272,7 +209,9 @@ class MemoryTools(EditTools, EntityTools, ProfileTools):
             return {"deleted": [answer.memory_id] if answer.deleted else []}
         scope = self._scope(project_id)
         assert query is not None  # exactly one of the two, checked above
-        gone = await self._call(ctx, lambda c: c.delete_memories(user, query, **scope))
+        gone = await self._call(
+            ctx, lambda c: c.delete_memories(user, query, filter=filter, **scope)
+        )
         return {"deleted": [m.id for m in gone]}
 
     async def check_tool_permission(
@@ -330,12 +269,6 @@ class MemoryTools(EditTools, EntityTools, ProfileTools):
         return {"project_id": self._project(project_id), "agent_id": self._agent()}
 
 
-def _brief(memory: dict[str, Any]) -> dict[str, Any]:
-    """A memory as an agent needs it: no bookkeeping timestamps but when observed."""
-    drop = ("created_at", "updated_at", "deleted_at")
-    return {k: v for k, v in memory.items() if k not in drop and v is not None}
-
-
 _READ_ONLY = ToolAnnotations(read_only_hint=True, open_world_hint=False)
 _WRITES = ToolAnnotations(read_only_hint=False, destructive_hint=False, open_world_hint=False)
 _DELETES = ToolAnnotations(read_only_hint=False, destructive_hint=True, open_world_hint=False)
@@ -349,6 +282,8 @@ TOOLS = {
     "list_memories": _READ_ONLY,
     "entities": _READ_ONLY,
     "edit_memory": _WRITES,
+    "memory_history": _READ_ONLY,
+    "rollback_memory": _WRITES,
     # `wrong` retires the memory (a rollback brings it back).
     "memory_feedback": _DELETES,
     "get_profile": _READ_ONLY,
@@ -367,10 +302,13 @@ def build_server(connect: Connect, defaults: Defaults, version: str = "") -> MCP
     # logging is the project's own (shared.logging), so it is put back.
     root = logging.getLogger()
     handlers, level = root.handlers[:], root.level
-    server = MCPServer("agent-memory", instructions=INSTRUCTIONS, version=version)
+    tools = MemoryTools(connect, defaults)
+    server = MCPServer(
+        "agent-memory",
+        instructions=INSTRUCTIONS,
+        version=version,
+        tools=[strict_tool(getattr(tools, n), n, notes) for n, notes in TOOLS.items()],
+    )
     root.handlers[:] = handlers
     root.setLevel(level)
-    tools = MemoryTools(connect, defaults)
-    for name, annotations in TOOLS.items():
-        server.add_tool(getattr(tools, name), name=name, annotations=annotations)
     return server

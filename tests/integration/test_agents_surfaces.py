@@ -111,23 +111,49 @@ def test_the_asyncio_client_acts_as_the_agent_it_names(base_url, keys, ids):
 
 def test_the_mcp_tools_act_as_their_agent_on_both_transports(base_url, keys, ids, tmp_path):
     user = {"user_id": ids["user_id"]}
+    by_planner = {"metadata.by": "planner"}
 
     async def run() -> dict[str, list[str]]:
         log = tmp_path / "mcp.log"
         async with stdio_session(base_url, keys["app"], ids, log, agent="planner") as stdio:
-            made = await call(stdio, "remember", text="Keeps a decision log.", entity_name="log")
+            kept = {
+                "text": "Keeps a decision log.",
+                "entity_name": "log",
+                "metadata": {"by": "planner"},
+            }
+            made = await call(stdio, "remember", **kept)
             assert made["memory"]["agent_id"] == "planner"
+            memory_id = made["memory"]["id"]
+            await call(stdio, "edit_memory", memory_id=memory_id, text="Keeps a design log.")
+            rolled = await call(stdio, "rollback_memory", memory_id=memory_id, revision=1)
+            assert rolled["text"] == "Keeps a decision log."
+            history = await call(stdio, "memory_history", memory_id=memory_id)
+            assert [r["action"] for r in history["revisions"]] == ["CREATED", "UPDATED", "UPDATED"]
             planner = await call(stdio, "list_memories")
         async with http_session(base_url, keys["coder"]) as http:
             await call(http, "remember", text="Prefers small pull requests.", **user)
             coder = await call(http, "search_memories", query="decision log pull requests", **user)
-            context = await call(
-                http, "get_context", query="decision log", session_id="c-1", **user
-            )
+            asked = {"query": "decision log", "session_id": "c-1", "filter": by_planner}
+            context = await call(http, "get_context", **asked, **user)
             assert "decision log" not in context
             missing = planner["memories"][0]["id"]
-            refused = await http.call_tool("forget", {"memory_id": missing, **user})
-            assert refused.is_error and "no memory" in refused.content[0].text
+            # The planner's memory is none of the coder's to read, change or delete.
+            for tool, args in (
+                ("forget", {}),
+                ("memory_history", {}),
+                ("rollback_memory", {"revision": 2}),
+                ("edit_memory", {"topic": "x"}),
+            ):
+                refused = await http.call_tool(tool, {"memory_id": missing, **args, **user})
+                assert refused.is_error and "no memory" in refused.content[0].text, tool
+            assert await call(http, "forget", query="decision log", filter=by_planner, **user) == {
+                "deleted": []
+            }
+        async with stdio_session(base_url, keys["app"], ids, log, agent="planner") as stdio:
+            context = await call(stdio, "get_context", query="decision log", filter=by_planner)
+            assert "Keeps a decision log." in context
+            gone = await call(stdio, "forget", query="decision log", filter=by_planner)
+            assert gone == {"deleted": [memory_id]}
         return {
             "planner": [m["text"] for m in planner["memories"]],
             "coder": [m["text"] for m in coder["memories"]],

@@ -19,7 +19,7 @@ import uuid
 from collections.abc import AsyncIterator, Iterator
 from concurrent.futures import Future
 from contextlib import asynccontextmanager
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -49,6 +49,8 @@ TOOLS = {
     "list_memories",
     "entities",
     "edit_memory",
+    "memory_history",
+    "rollback_memory",
     "memory_feedback",
     "get_profile",
     "update_profile",
@@ -135,6 +137,8 @@ async def scenario(session: ClientSession, ids: dict, rules: MemoryClient, **who
     listed = await session.list_tools()
     assert {tool.name for tool in listed.tools} == TOOLS
     assert all(tool.description and tool.input_schema["properties"] for tool in listed.tools)
+    # An argument a tool does not take is refused, and its schema says so.
+    assert all(tool.input_schema["additionalProperties"] is False for tool in listed.tools)
 
     fact = "The user's favourite editor is Helix."
     written = await call(session, "remember", text=fact, kind="preference", **_user(who))
@@ -206,6 +210,8 @@ async def scenario(session: ClientSession, ids: dict, rules: MemoryClient, **who
     assert str(uuid.UUID(ended["event_id"])) == ended["event_id"]  # the request published
 
     await bad_input(session, who)
+    await edits_and_rollback(session, who)
+    await filtered_context_and_forget(session, who)
 
 
 async def bad_input(session: ClientSession, who: dict) -> None:
@@ -221,6 +227,104 @@ async def bad_input(session: ClientSession, who: dict) -> None:
     assert "Unknown tool" in await error_of(session, "no_such_tool")
     assert "exactly one" in await error_of(session, "forget", **_user(who))
     assert (await call(session, "list_memories", **_user(who)))["memories"] == []
+
+
+async def edits_and_rollback(session: ClientSession, who: dict) -> None:
+    """remember with metadata and a TTL; edit_memory's topic and expiry; an unknown
+    argument refused with nothing changed; memory_history and rollback_memory."""
+    user = _user(who)
+    first = "The user's build tool is Bazel."
+    before = datetime.now(UTC)
+    written = await call(
+        session, "remember", text=first, metadata={"x": 1}, ttl_seconds=3600, **user
+    )
+    memory_id = written["memory"]["id"]
+    history = await call(session, "memory_history", memory_id=memory_id, **user)
+    assert (history["text"], history["metadata"]) == (first, {"x": 1})
+    _expires_in(history["expire_at"], 3600, before)
+
+    edited = await call(session, "edit_memory", memory_id=memory_id, topic="preferences", **user)
+    assert (edited["topic"], edited["text"], edited["revisions"]) == ("preferences", first, 2)
+    before = datetime.now(UTC)
+    edited = await call(session, "edit_memory", memory_id=memory_id, ttl_seconds=600, **user)
+    _expires_in(edited["expire_at"], 600, before)
+    assert edited["revisions"] == 3
+    edited = await call(session, "edit_memory", memory_id=memory_id, never_expire=True, **user)
+    assert (edited["expire_at"], edited["revisions"]) == (None, 4)
+    past = await error_of(
+        session, "edit_memory", memory_id=memory_id, expire_at="2020-01-01T00:00:00Z", **user
+    )
+    assert "422" in past and "expire_at: must be in the future" in past
+    both = await error_of(
+        session, "edit_memory", memory_id=memory_id, never_expire=True, ttl_seconds=600, **user
+    )
+    assert "never_expire: not with expire_at or ttl_seconds" in both
+
+    # Misspelt or made up: an error naming it, and nothing written.
+    typo = await error_of(session, "edit_memory", memory_id=memory_id, ttl_secs=600, **user)
+    assert "ttl_secs\n  Extra inputs are not permitted" in typo
+    made_up = await error_of(session, "remember", text="Uses Nix.", tags=["build"], **user)
+    assert "tags\n  Extra inputs are not permitted" in made_up
+    unchanged = await call(session, "memory_history", memory_id=memory_id, **user)
+    assert (unchanged["expire_at"], len(unchanged["revisions"])) == (None, 4)
+    listing = await call(session, "list_memories", **user)
+    assert [m["text"] for m in listing["memories"]] == [first]
+
+    second = "The user's build tool is Buck2."
+    await call(session, "edit_memory", memory_id=memory_id, text=second, metadata={"x": 2}, **user)
+    history = await call(session, "memory_history", memory_id=memory_id, **user)
+    assert [(r["revision"], r["action"], r["new_text"]) for r in history["revisions"]] == [
+        (1, "CREATED", first),
+        (2, "UPDATED", first),
+        (3, "UPDATED", first),
+        (4, "UPDATED", first),
+        (5, "UPDATED", second),
+    ]
+    rolled = await call(session, "rollback_memory", memory_id=memory_id, revision=1, **user)
+    assert (rolled["text"], rolled["metadata"], rolled["revisions"]) == (first, {"x": 1}, 6)
+    again = await error_of(session, "rollback_memory", memory_id=memory_id, revision=1, **user)
+    assert "409" in again and "already current" in again
+    beyond = await error_of(session, "rollback_memory", memory_id=memory_id, revision=99, **user)
+    assert "422" in beyond and "revision" in beyond
+    assert await call(session, "forget", memory_id=memory_id, **user) == {"deleted": [memory_id]}
+
+
+async def filtered_context_and_forget(session: ClientSession, who: dict) -> None:
+    """get_context and forget (by query) take the filter search_memories takes: each
+    admits only what the filter admits; a bad filter is the API's 422 naming it."""
+    user = _user(who)
+    deploys, reviews = "Deploys go out on Tuesdays.", "Code reviews happen on Tuesdays."
+    ids = {}
+    for text, team, entity in ((deploys, "infra", "deploys"), (reviews, "web", "reviews")):
+        made = await call(
+            session, "remember", text=text, entity_name=entity, metadata={"team": team}, **user
+        )
+        ids[team] = made["memory"]["id"]
+    query = "What happens on Tuesdays?"
+    both = await call(session, "get_context", query=query, **who)
+    assert deploys in both and reviews in both
+    web = {"metadata.team": "web"}
+    only_web = await call(session, "get_context", query=query, filter=web, **who)
+    assert reviews in only_web and deploys not in only_web
+    bad = await error_of(session, "get_context", query=query, filter={"or": {"kind": "x"}}, **who)
+    assert "422" in bad and "filter.or" in bad and "a list of 1 to 20" in bad
+
+    infra = {"metadata.team": "infra"}
+    by_id = await error_of(session, "forget", memory_id=ids["infra"], filter=infra, **user)
+    assert "filter: only with query" in by_id
+    gone = await call(session, "forget", query="Tuesdays", filter=infra, **user)
+    assert gone == {"deleted": [ids["infra"]]}
+    left = await call(session, "list_memories", **user)
+    assert [m["id"] for m in left["memories"]] == [ids["web"]]
+    gone = await call(session, "forget", query="Tuesdays", **user)
+    assert gone == {"deleted": [ids["web"]]}
+
+
+def _expires_in(expire_at: str, seconds: int, before: datetime) -> None:
+    """`expire_at` is `seconds` after a moment between `before` and now."""
+    expiry = datetime.fromisoformat(expire_at)
+    span = timedelta(seconds=seconds)
+    assert before + span <= expiry <= datetime.now(UTC) + span
 
 
 def _user(who: dict) -> dict:

@@ -239,6 +239,10 @@ def _type(prop: dict[str, Any], time: bool) -> str:
     if "$ref" in prop:
         return prop["$ref"].removeprefix(REF)
     if "anyOf" in prop:
+        if {"object", "array"} <= {branch.get("type") for branch in prop["anyOf"]}:
+            # Any JSON value (metadata's, nested level by level): the server checks its
+            # shape, and a tolerant client reads whatever it answers.
+            return "Any"
         return " | ".join(_type(branch, time) for branch in prop["anyOf"])
     kind = prop.get("type")
     if kind == "string":

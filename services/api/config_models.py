@@ -6,7 +6,7 @@ from typing import Annotated, Literal, cast
 
 from pydantic import BeforeValidator, Field, model_validator
 
-from services.api.memory_models import Kind, ScopeName
+from services.api.memory_models import Kind, Metadata, ScopeName
 from services.api.models import RequestBody, example, json_integer
 from shared.db.outbox import PROFILE_TOPIC
 from shared.llm.topics import MANAGED
@@ -63,11 +63,17 @@ class CustomTopicConfig(RequestBody):
     ]
     description: TopicText
     examples: list[TopicExample] = Field(default=[], max_length=5)
+    # Set over the app's on its memories (ExtractionConfig.metadata).
+    metadata: Metadata = {}
 
 
 class ExtractionConfig(RequestBody):
-    """What the extraction keeps: the managed topics chosen and custom topics. Not
-    set: every managed topic, no custom one."""
+    """What the extraction keeps: the managed topics chosen and custom topics, and
+    the metadata every memory it writes carries: the app's `metadata`, with its
+    custom topic's over it (the topic's keys win). An update by the extraction sets
+    these keys over the memory's own and keeps the others. Not set: every managed
+    topic, no custom one, no metadata. A change applies to what is extracted from
+    then on."""
 
     model_config = example(
         {
@@ -82,8 +88,10 @@ class ExtractionConfig(RequestBody):
                             "memories": ["User flies to Lisbon every spring."],
                         }
                     ],
+                    "metadata": {"team": "trips"},
                 }
             ],
+            "metadata": {"source": "extracted"},
         }
     )
 
@@ -94,6 +102,7 @@ class ExtractionConfig(RequestBody):
         json_schema_extra={"uniqueItems": True},
     )
     custom_topics: list[CustomTopicConfig] = Field(default=[], max_length=10)
+    metadata: Metadata = {}
 
     @model_validator(mode="after")
     def _distinct(self) -> ExtractionConfig:

@@ -232,6 +232,11 @@ class RevisionView(BaseModel):
     source: str = Field(
         default="", description="who wrote it: '' the pipeline, 'key:<id>' an edit by that API key"
     )
+    metadata: dict[str, Any] | None = Field(
+        default=None,
+        description="the memory's metadata after it; null: a revision that kept none "
+        "(a retirement)",
+    )
 
 
 class MemoryDetail(MemoryView):

@@ -6,11 +6,14 @@ lists them and every memory names its topic; a memory of a topic the app does
 not keep is never created, whatever the model answered (the planner drops it).
 The `offline` provider knows no descriptions: it files each memory under a
 managed topic by its kind (`topic_of`) and keeps only the app's.
+
+The config may also carry metadata, the app's and each custom topic's: every
+memory the extraction writes carries both (`metadata_of`, the topic's keys win).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 MANAGED: dict[str, str] = {
@@ -37,6 +40,7 @@ class CustomTopic:
     name: str
     description: str
     examples: tuple[Example, ...] = ()
+    metadata: dict[str, Any] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -47,6 +51,7 @@ class Topics:
     managed: tuple[str, ...] = tuple(MANAGED)
     custom: tuple[CustomTopic, ...] = ()
     configured: bool = False
+    metadata: dict[str, Any] = field(default_factory=dict)  # the app's, on every memory
 
     @property
     def names(self) -> tuple[str, ...]:
@@ -54,6 +59,12 @@ class Topics:
 
     def keeps(self, topic: str) -> bool:
         return not self.configured or topic in self.names
+
+    def metadata_of(self, topic: str) -> dict[str, Any]:
+        """The metadata a memory of `topic` is written with: the app's, and over it
+        the custom topic's (the more specific level wins a key both name)."""
+        own = next((t.metadata for t in self.custom if t.name == topic), {})
+        return {**self.metadata, **own}
 
 
 ALL_TOPICS = Topics()
@@ -68,10 +79,12 @@ def of_setting(value: dict[str, Any] | None) -> Topics:
             t["name"],
             t["description"],
             tuple(Example(e["conversation"], tuple(e["memories"])) for e in t.get("examples", [])),
+            t.get("metadata", {}),
         )
         for t in value.get("custom_topics", [])
     )
-    return Topics(tuple(value.get("managed_topics", [])), custom, configured=True)
+    managed = tuple(value.get("managed_topics", []))
+    return Topics(managed, custom, configured=True, metadata=value.get("metadata", {}))
 
 
 def topic_of(kind: str, scope: str) -> str:

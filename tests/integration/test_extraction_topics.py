@@ -38,7 +38,9 @@ def test_the_topics_an_app_keeps_are_in_the_prompt_and_nothing_else_is_made(
 ):
     config = {"managed_topics": ["rules", "personal_info"], "custom_topics": [TRAVEL]}
     assert client.put("/v1/config/extraction", json=config).status_code == 200
-    assert client.get("/v1/config/extraction").json() == config
+    # Read back with what was not given: no metadata, the app's or the topic's.
+    stored = {**config, "custom_topics": [{**TRAVEL, "metadata": {}}], "metadata": {}}
+    assert client.get("/v1/config/extraction").json() == stored
     local = gemini(
         settings.model_copy(update={"default_app": ids["app"]}),
         fake,

@@ -27,7 +27,7 @@ from shared.llm.extraction_prompts import (
     parse_found,
 )
 from shared.llm.task_prompts import parse_queries
-from shared.llm.topics import Topics, topic_of
+from shared.llm.topics import Topics, of_setting, topic_of
 from shared.tokens import estimate_tokens
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
@@ -654,3 +654,22 @@ def test_the_rules_keep_only_the_managed_topics_an_app_keeps():
     no_preferences = Topics(("rules", "personal_info"), configured=True)
     found = OfflineLLM().extract(ExtractionInput(SESSION, "", turns, no_preferences)).value
     assert [(f.turn_id, f.candidate.topic) for f in found] == [("b", "rules")]
+
+
+def test_a_memorys_metadata_is_the_apps_with_its_custom_topics_over_it():
+    topics = of_setting(
+        {
+            "managed_topics": ["rules"],
+            "custom_topics": [
+                {"name": "travel", "description": "trips", "metadata": {"source": "travel"}},
+                {"name": "food", "description": "meals"},
+            ],
+            "metadata": {"source": "extracted", "app": 1},
+        }
+    )
+    assert topics.metadata_of("travel") == {"source": "travel", "app": 1}
+    assert topics.metadata_of("food") == {"source": "extracted", "app": 1}
+    assert topics.metadata_of("rules") == {"source": "extracted", "app": 1}
+    # A setting stored before the config had metadata: none.
+    stored = of_setting({"managed_topics": ["rules"], "custom_topics": []})
+    assert stored.metadata_of("rules") == {}

@@ -81,6 +81,7 @@ def memory_detail(memory: MemoryRow, revisions: list[Revision], links: MemoryLin
                 applied=r.applied,
                 created_at=format_time(r.created_at),
                 source=r.source,
+                metadata=(r.state or {}).get("metadata"),
             )
             for number, r in enumerate(revisions, start=1)
         ],

@@ -32,6 +32,10 @@ class CustomTopicConfig(ApiModel):
     name: str
     description: str
     examples: list[TopicExample] = []
+    metadata: dict[str, Any] = {}
+    """The caller's own JSON object: at most 4096 bytes as compact JSON, objects and arrays
+    nested at most 4 deep, keys matching ^[A-Za-z_][A-Za-z0-9_-]{0,63}$.
+    """
 
 
 class EnumField(ApiModel):
@@ -42,8 +46,11 @@ class EnumField(ApiModel):
 
 
 class ExtractionConfig(ApiModel):
-    """What the extraction keeps: the managed topics chosen and custom topics. Not set: every
-    managed topic, no custom one.
+    """What the extraction keeps: the managed topics chosen and custom topics, and the metadata
+    every memory it writes carries: the app's `metadata`, with its custom topic's over it
+    (the topic's keys win). An update by the extraction sets these keys over the memory's
+    own and keeps the others. Not set: every managed topic, no custom one, no metadata. A
+    change applies to what is extracted from then on.
     """
 
     managed_topics: list[str] = [
@@ -57,6 +64,10 @@ class ExtractionConfig(ApiModel):
     explicit_instructions, rules.
     """
     custom_topics: list[CustomTopicConfig] = []
+    metadata: dict[str, Any] = {}
+    """The caller's own JSON object: at most 4096 bytes as compact JSON, objects and arrays
+    nested at most 4 deep, keys matching ^[A-Za-z_][A-Za-z0-9_-]{0,63}$.
+    """
 
 
 class NumberField(ApiModel):

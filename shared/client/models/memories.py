@@ -6,6 +6,7 @@
 from __future__ import annotations
 
 from datetime import datetime
+from typing import Any
 
 from shared.client.models.common import EntityRef, FactView, MemoryView, ScoredMemory
 from shared.client.request import ApiModel
@@ -71,6 +72,8 @@ class RevisionView(ApiModel):
     created_at: datetime
     source: str = ""
     """Who wrote it: '' the pipeline, 'key:<id>' an edit by that API key."""
+    metadata: dict[str, Any] | None = None
+    """The memory's metadata after it; null: a revision that kept none (a retirement)."""
 
 
 class SearchResponse(ApiModel):

@@ -121,9 +121,9 @@ class EditTools:
         """Say whether a memory helped: a memory that is wrong is retired at once
         (kept in its history, and a rollback brings it back); useful or not useful
         weighs it in later searches."""
-        user = self._user(user_id)
+        user, agent = self._user(user_id), self._agent()
         given = await self._call(
-            ctx, lambda c: c.give_feedback(user, memory_id, rating, reason=reason)
+            ctx, lambda c: c.give_feedback(user, memory_id, rating, reason=reason, agent_id=agent)
         )
         return {
             "id": given.memory.id,

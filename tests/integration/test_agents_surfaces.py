@@ -143,6 +143,7 @@ def test_the_mcp_tools_act_as_their_agent_on_both_transports(base_url, keys, ids
                 ("memory_history", {}),
                 ("rollback_memory", {"revision": 2}),
                 ("edit_memory", {"topic": "x"}),
+                ("memory_feedback", {"rating": "wrong"}),
             ):
                 refused = await http.call_tool(tool, {"memory_id": missing, **args, **user})
                 assert refused.is_error and "no memory" in refused.content[0].text, tool
@@ -152,6 +153,8 @@ def test_the_mcp_tools_act_as_their_agent_on_both_transports(base_url, keys, ids
         async with stdio_session(base_url, keys["app"], ids, log, agent="planner") as stdio:
             context = await call(stdio, "get_context", query="decision log", filter=by_planner)
             assert "Keeps a decision log." in context
+            rated = await call(stdio, "memory_feedback", memory_id=memory_id, rating="useful")
+            assert (rated["retired"], rated["tally"]["useful"]) == (False, 1)
             gone = await call(stdio, "forget", query="decision log", filter=by_planner)
             assert gone == {"deleted": [memory_id]}
         return {

@@ -63,6 +63,7 @@ def record(
         source_event_id=source_event_id or "",
         expire_at=format_time(memory.expire_at) if memory.expire_at else "",
         changed_at=database_now(conn),
+        agent_id=memory.agent_id,
     )
     _insert(conn, event)
 

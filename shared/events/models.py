@@ -241,6 +241,7 @@ class MemoryChanged(_Record):
     source_event_id: str  # the event that caused it; empty for a write through the API
     expire_at: str  # RFC 3339, or empty: it does not expire
     changed_at: datetime
+    agent_id: str = ""  # the agent the memory belongs to; empty: the user's, every agent's
 
     @property
     def ordering_key(self) -> str:

@@ -39,6 +39,7 @@ def test_each_change_through_the_api_is_pushed_once_in_order(client, webhook, id
     ]
     assert {e["memory_id"] for e in events} == {memory_id}
     assert {e["user_id"] for e in events} == {user}
+    assert {e["agent_id"] for e in events} == {""}  # the user's memory
     assert len({e["event_id"] for e in events}) == 4
     assert all(e["attributes"]["event_type"] == "memory.changed.v1" for e in events)
     # One event per applied revision, and nothing left in the outbox.
@@ -50,6 +51,23 @@ def test_each_change_through_the_api_is_pushed_once_in_order(client, webhook, id
             "SELECT count(*) FROM memory_changes WHERE app = %s", (ids["app"],)
         ).fetchone()[0]
     assert (revisions, left) == (4, 0)
+
+
+def test_an_agents_memory_changes_name_the_agent(client, webhook, ids):
+    user = ids["user_id"]
+    body = {"user_id": user, "kind": "fact", "scope": "global", "text": "Plans in sprints."}
+    created = client.post("/v1/memories", json=body | {"agent_id": "planner"})
+    assert created.status_code == 201, created.text
+    memory_id = created.json()["memory"]["id"]
+    deleted = client.delete(
+        f"/v1/memories/{memory_id}", params={"user_id": user, "agent_id": "planner"}
+    )
+    assert deleted.status_code == 200, deleted.text
+    wait_for(lambda: len(webhook.of(ids["app"])) >= 2, 30, "two changes pushed")
+    assert [(e["change"], e["agent_id"]) for e in webhook.of(ids["app"])] == [
+        ("CREATED", "planner"),
+        ("DELETED", "planner"),
+    ]
 
 
 def test_wrong_feedback_and_its_rollback_are_pushed_as_changes(client, webhook, ids):

@@ -227,9 +227,11 @@ class AsyncMemoryRoutes(AsyncConnection):
         if never_expire:
             body["expire_at"] = None
         path = f"/v1/memories/{segment(memory_id)}"
-        # Retried: the same edit again changes nothing.
+        # Retried: the same edit again changes nothing; but `ttl_seconds` counts from
+        # each attempt, so a second one would move the expiry again.
+        again = ttl_seconds is None
         return await self._send(
-            Call("PATCH", path, one(m.MemoryDetail), json=body, retry_safe=True)
+            Call("PATCH", path, one(m.MemoryDetail), json=body, retry_safe=again)
         )
 
     async def rollback_memory(

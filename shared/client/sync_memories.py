@@ -227,8 +227,10 @@ class MemoryRoutes(Connection):
         if never_expire:
             body["expire_at"] = None
         path = f"/v1/memories/{segment(memory_id)}"
-        # Retried: the same edit again changes nothing.
-        return self._send(Call("PATCH", path, one(m.MemoryDetail), json=body, retry_safe=True))
+        # Retried: the same edit again changes nothing; but `ttl_seconds` counts from
+        # each attempt, so a second one would move the expiry again.
+        again = ttl_seconds is None
+        return self._send(Call("PATCH", path, one(m.MemoryDetail), json=body, retry_safe=again))
 
     def rollback_memory(
         self, user_id: str, memory_id: str, revision: int, *, agent_id: str | None = None

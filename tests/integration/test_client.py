@@ -577,6 +577,22 @@ def test_writes_are_not_retried_but_reads_are(base_url, keys, ids):
         written = client.write_memory(user, "User likes black coffee.", entity_name="coffee")
     assert written.action == "CREATED" and len(unsent.attempts) == 2
 
+    # An edit whose answer is lost is sent again (the same edit changes nothing), but
+    # not one with `ttl_seconds`: counted from each attempt, it would move the expiry.
+    edited = written.memory
+    assert edited is not None
+    path = f"/v1/memories/{edited.id}"
+    for ttl, attempts, revisions in ((None, 2, 2), (3600, 1, 3)):
+        flaky = Interposer(route("PATCH", path), fail=reset, failures=1, forward=True)
+        with MemoryClient(base_url, api_key=keys["app"], transport=flaky) as client:
+            if ttl is None:
+                client.edit_memory(user, edited.id, text="User likes strong black coffee.")
+            else:
+                with pytest.raises(MemoryConnectionError):
+                    client.edit_memory(user, edited.id, ttl_seconds=ttl)
+            assert len(client.get_memory(user, edited.id).revisions) == revisions
+        assert len(flaky.attempts) == attempts, ttl
+
     # /readyz's 503 is an answer (what is down), not an error, and not retried.
     def not_ready(request: httpx.Request) -> httpx.Response:
         return httpx.Response(503, json={"status": "unavailable", "down": ["pubsub"]})

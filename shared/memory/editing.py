@@ -51,9 +51,9 @@ def editable(memory: MemoryRow | None, now: datetime) -> MemoryRow:
     if memory is None:
         raise MemoryRefused(404, None, "no memory with this id for this user")
     if memory.valid_to is not None:
-        raise MemoryRefused(409, None, "the memory is deleted: write it anew instead")
+        raise MemoryRefused(409, None, "the memory is deleted (a rollback brings it back)")
     if expired(memory, now):
-        raise MemoryRefused(409, None, "the memory expired: write it anew instead")
+        raise MemoryRefused(409, None, "the memory expired")
     return memory
 
 

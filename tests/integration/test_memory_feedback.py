@@ -112,7 +112,9 @@ def test_wrong_retires_the_memory_and_a_rollback_brings_it_back(client, app_sett
     for rating in ("wrong", "useful"):
         again = _feedback(client, user, memory["id"], rating)
         assert again.status_code == 409, again.text
-        assert again.json()["error"]["message"] == "the memory is deleted: write it anew instead"
+        assert (
+            again.json()["error"]["message"] == "the memory is deleted (a rollback brings it back)"
+        )
     assert len(_rows(app_settings.database_url, memory["id"])) == 1
 
     back = client.post(

@@ -12,10 +12,11 @@ from shared.profiles.schema import (
     FIELD_PATTERN,
     MAX_ENUM_VALUES,
     MAX_FIELDS,
-    MAX_STRING,
+    JsonValue,
     ProfileField,
     ProfileSchema,
 )
+from shared.union_errors import OneOf
 
 FieldName = Annotated[str, Field(pattern=FIELD_PATTERN)]
 Description = Annotated[str, Field(max_length=500, pattern="^[^\\u0000]*$")]
@@ -49,13 +50,25 @@ class EnumField(_Field):
 
     @model_validator(mode="after")
     def _distinct(self) -> EnumField:
+        # A value is matched whatever its case (ProfileField.read): of two that differ
+        # only in case, the second could never be chosen.
         if len(set(self.values)) != len(self.values):
             raise ValueError("values: each value once")
+        seen: dict[str, str] = {}
+        for value in self.values:
+            other = seen.setdefault(value.lower(), value)
+            if other != value:
+                raise ValueError(
+                    f"values: {other!r} and {value!r} differ only in case "
+                    "(a value is matched whatever its case)"
+                )
         return self
 
 
 FieldConfig = Annotated[
-    StringField | EnumField | NumberField | BooleanField, Field(discriminator="type")
+    StringField | EnumField | NumberField | BooleanField,
+    Field(discriminator="type"),
+    OneOf("must be an object: a field's name, type and description"),
 ]
 
 
@@ -102,16 +115,13 @@ class ProfileConfig(RequestBody):
         )
 
 
-ProfileValue = Annotated[str, Field(max_length=MAX_STRING, pattern="^[^\\u0000]*$")] | float | bool
-
-
 class ProfilePatch(RequestBody):
     """New values of the user's fields, each of its field's type; null clears one.
     The fields not named keep theirs."""
 
     model_config = example({"values": {"timezone": "Europe/Paris", "role": None}})
 
-    values: dict[FieldName, ProfileValue | None] = Field(
+    values: dict[FieldName, JsonValue] = Field(
         min_length=1,
         max_length=MAX_FIELDS,
         # A name that is no field's name is no field's: the key's pattern is the rule.

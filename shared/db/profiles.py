@@ -109,7 +109,8 @@ class Profiles:
     def revisions(
         self, app: str, user_id: str, field: str | None = None
     ) -> list[ProfileRevisionRow]:
-        """The user's history (of `field` alone, when named), oldest first."""
+        """The user's history (of `field` alone, when named), in the order written
+        (`shared.profiles.rollback.history` puts it oldest first)."""
         return [
             ProfileRevisionRow(**row)
             for row in fetch(

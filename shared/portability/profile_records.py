@@ -8,16 +8,15 @@ from typing import Annotated, Literal
 from pydantic import Field, model_validator
 
 from shared.portability.fields import Line, OptionalTime, Time
-from shared.profiles.schema import FIELD_PATTERN, MAX_STRING
+from shared.profiles.schema import FIELD_PATTERN, JsonValue
 
-ProfileValue = Annotated[str, Field(max_length=MAX_STRING, pattern="^[^\\u0000]*$")] | float | bool
 Source = Annotated[str, Field(max_length=200)]
 
 
 class ProfileRevisionRecord(Line):
     action: Literal["SET", "CLEARED", "HISTORY"]
-    value: ProfileValue | None
-    previous: ProfileValue | None
+    value: JsonValue
+    previous: JsonValue
     observed_at: Time
     applied: bool
     source: Source
@@ -30,7 +29,7 @@ class ProfileRecord(Line):
 
     type: Literal["profile"]
     field: Annotated[str, Field(pattern=FIELD_PATTERN)]
-    value: ProfileValue | None
+    value: JsonValue
     observed_at: OptionalTime
     updated_at: OptionalTime
     source: Source

@@ -29,13 +29,22 @@ from shared.profiles.writing import (
 
 
 def numbers(revisions: list[ProfileRevisionRow]) -> list[int]:
-    """Each revision's number among its field's (`revisions` oldest first)."""
+    """Each revision's number among its field's (`revisions` in the order written)."""
     seen: Counter[str] = Counter()
     numbered = []
     for revision in revisions:
         seen[revision.field] += 1
         numbered.append(seen[revision.field])
     return numbered
+
+
+def history(revisions: list[ProfileRevisionRow]) -> list[tuple[ProfileRevisionRow, int]]:
+    """Each revision (`revisions` in the order written) with its number, oldest first.
+    An import writes one field's history after another's, keeping their times: by
+    time, then by field, then by number, the order is the same whatever the order
+    the rows went in."""
+    numbered = zip(revisions, numbers(revisions), strict=True)
+    return sorted(numbered, key=lambda pair: (pair[0].created_at, pair[0].field, pair[1]))
 
 
 def rollback_field(

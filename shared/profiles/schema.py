@@ -13,7 +13,11 @@ from __future__ import annotations
 import math
 import re
 from dataclasses import dataclass
-from typing import Any
+from typing import Annotated, Any
+
+from pydantic import Field, Strict
+
+from shared.union_errors import OneOf
 
 PROFILE_SETTING = "profile"
 MAX_FIELDS = 20
@@ -23,6 +27,17 @@ FIELD_PATTERN = "^[a-z][a-z0-9_]{0,39}$"
 TYPES = ("string", "enum", "number", "boolean")
 
 Value = str | float | bool
+
+# A value, or null (none), as the API and an export take it: a JSON string, number
+# or boolean (strict: a string too long is refused as one, not read as a number);
+# which of them a field takes is `ProfileField.checked`'s to say.
+JsonValue = Annotated[
+    Annotated[str, Field(max_length=MAX_STRING, pattern="^[^\\u0000]*$")]
+    | Annotated[float, Strict()]
+    | Annotated[bool, Strict()]
+    | None,
+    OneOf("must be a string, a number, true or false, or null"),
+]
 
 _TRUE = {"true", "yes", "y", "on"}
 _FALSE = {"false", "no", "n", "off"}

@@ -154,5 +154,7 @@ def patch_profile(
 def profile_after(
     uow: UnitOfWork, schema: ProfileSchema, app: str, user_id: str
 ) -> list[ProfileValueRow]:
-    """The user's values of the schema's fields, as the caller's changes left them."""
-    return [row for row in uow.profiles.values(app, user_id) if schema.field(row.field)]
+    """The user's values of the schema's fields, as the caller's changes left them,
+    in the schema's order (as `GET /v1/users/{id}/profile` answers)."""
+    rows = {row.field: row for row in uow.profiles.values(app, user_id)}
+    return [rows[name] for name in schema.names if name in rows]

@@ -124,6 +124,8 @@ DOCUMENTED_REFUSALS = (
     ("", "must be true or false", "a profile field's type is the app's setting"),
     ("", "is not one of", "an enum field's values are the app's setting"),
     ("", "must not be empty", "a profile value of spaces alone says nothing"),
+    ("values", "differ only in case", "uniqueItems compares strings case and all"),
+    ("", "is no topic of this app", "which topics an app has is its extraction setting"),
 )
 # An import's bad lines are named `line N` (any text is a string; few are exports).
 _IMPORT_LINE = re.compile(r"line [0-9]+")

@@ -26,7 +26,7 @@ from services.api.routers.app_config import read_setting, write_setting
 from shared.db.profiles import ProfileValueRow, profile_of
 from shared.db.unit_of_work import UnitsOfWork, in_thread
 from shared.events import format_time, utcnow
-from shared.profiles.rollback import numbers, rollback_field
+from shared.profiles.rollback import history, rollback_field
 from shared.profiles.schema import PROFILE_SETTING
 from shared.profiles.writing import ProfileRefused, patch_profile
 
@@ -115,7 +115,7 @@ async def get_profile_revisions(user_id: PathId, app_id: AppIdDep, api: ApiDep) 
                     "created_at": format_time(r.created_at),
                 }
             )
-            for r, number in zip(rows, numbers(rows), strict=True)
+            for r, number in history(rows)
         ],
     )
 

@@ -47,9 +47,11 @@ IMPORTS = """
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Any
+from typing import Annotated, Any
 
-{common}from shared.client.request import ApiModel
+from pydantic import Tag
+
+{common}from shared.client.request import OTHER_TAG, ApiModel, by_tag
 """
 INIT_DOC = '''"""The API's answers, named as in its OpenAPI document: each a tolerant `ApiModel`
 (shared.client.request), its enumerations plain strings, its times datetimes.
@@ -244,6 +246,8 @@ def _type(prop: dict[str, Any], time: bool) -> str:
             # shape, and a tolerant client reads whatever it answers.
             return "Any"
         return " | ".join(_type(branch, time) for branch in prop["anyOf"])
+    if "oneOf" in prop and "discriminator" in prop:
+        return _tagged(prop["discriminator"])
     kind = prop.get("type")
     if kind == "string":
         return "datetime" if time or prop.get("format") == "date-time" else "str"
@@ -254,6 +258,17 @@ def _type(prop: dict[str, Any], time: bool) -> str:
         return f"dict[str, {'Any' if values is True else _type(values, False)}]"
     simple = {"integer": "int", "number": "float", "boolean": "bool", "null": "None"}
     return simple.get(kind, "Any")
+
+
+def _tagged(discriminator: dict[str, Any]) -> str:
+    """A tagged union: each member under its tag, and a plain ApiModel for a tag the
+    document does not name (shared.client.request.by_tag)."""
+    mapping = discriminator["mapping"]
+    members = [f'Annotated[{ref.removeprefix(REF)}, Tag("{tag}")]' for tag, ref in mapping.items()]
+    members.append("Annotated[ApiModel, Tag(OTHER_TAG)]")
+    tags = ", ".join(f'"{tag}"' for tag in mapping)
+    by_tag = f'by_tag("{discriminator["propertyName"]}", {tags})'
+    return f"Annotated[{' | '.join(members)}, {by_tag}]"
 
 
 def _values(prop: dict[str, Any]) -> str:

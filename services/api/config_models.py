@@ -127,7 +127,21 @@ class AgentsConfig(RequestBody):
 
     model_config = example({"shared_kinds": ["preference"], "shared_topics": ["personal_info"]})
 
-    shared_kinds: list[Kind] = Field(default=[], max_length=4)
-    shared_topics: list[Annotated[str, Field(pattern="^[a-z][a-z0-9_]{0,39}$")]] = Field(
-        default=[], max_length=50
+    shared_kinds: list[Kind] = Field(
+        default=[], max_length=4, json_schema_extra={"uniqueItems": True}
     )
+    shared_topics: list[Annotated[str, Field(pattern="^[a-z][a-z0-9_]{0,39}$")]] = Field(
+        default=[],
+        max_length=50,
+        json_schema_extra={"uniqueItems": True},
+        description="Each a managed topic or one of the app's custom topics "
+        "(`PUT /v1/config/extraction`).",
+    )
+
+    @model_validator(mode="after")
+    def _distinct(self) -> AgentsConfig:
+        if len(set(self.shared_kinds)) != len(self.shared_kinds):
+            raise ValueError("shared_kinds: each kind once")
+        if len(set(self.shared_topics)) != len(self.shared_topics):
+            raise ValueError("shared_topics: each topic once")
+        return self

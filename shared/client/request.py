@@ -9,7 +9,7 @@ from datetime import datetime
 from typing import Any, TypedDict, TypeVar
 from urllib.parse import quote
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, Discriminator
 
 
 class ApiModel(BaseModel):
@@ -24,6 +24,21 @@ class ApiModel(BaseModel):
 
 
 M = TypeVar("M", bound=BaseModel)
+
+# The tag of a tagged union's member that takes what no other does: a plain ApiModel.
+OTHER_TAG = "*"
+
+
+def by_tag(field: str, *known: str) -> Discriminator:
+    """How an answer's tagged union (the document's `oneOf` with a `discriminator`)
+    picks its member: by the value of `field`, a value the client does not know
+    (a newer server's) read as a plain `ApiModel` rather than refused."""
+
+    def tag(value: Any) -> str:
+        found = value.get(field) if isinstance(value, Mapping) else getattr(value, field, None)
+        return found if isinstance(found, str) and found in known else OTHER_TAG
+
+    return Discriminator(tag)
 
 
 class MemoryFilters(TypedDict, total=False):

@@ -198,6 +198,23 @@ class MemoryClient(MemoryRoutes, EntityRoutes, ProfileRoutes):
         parse = one(m.DeleteRuleResponse)
         return self._send(Call("DELETE", path, parse, params=params, retry_safe=True))
 
+    # -- the app's settings --------------------------------------------------------
+
+    def agents_config(self) -> m.AgentsConfig:
+        """What the app's agents learn for the user rather than for themselves: the
+        kinds and topics of memory shared with every agent of the user."""
+        parse = one(m.AgentsConfig)
+        return self._send(Call("GET", "/v1/config/agents", parse, retry_safe=True))
+
+    def set_agents_config(
+        self, *, shared_kinds: Sequence[str] = (), shared_topics: Sequence[str] = ()
+    ) -> m.AgentsConfig:
+        """Replace what the app's agents share (an admin key); each topic a managed
+        one or one of the app's custom topics. Nothing named: nothing is shared."""
+        body = {"shared_kinds": list(shared_kinds), "shared_topics": list(shared_topics)}
+        parse = one(m.AgentsConfig)
+        return self._send(Call("PUT", "/v1/config/agents", parse, json=body, retry_safe=True))
+
     # -- lifecycle and health ------------------------------------------------------
 
     def delete_user(self, user_id: str) -> m.DeletionCounts:

@@ -16,6 +16,7 @@ from mcp import ClientSession
 
 from shared.api_keys import create_key
 from shared.client import AsyncMemoryClient, MemoryClient
+from shared.client import models as m
 from shared.client.errors import ConflictError, MemoryApiError, NotFoundError
 from tests.integration.test_mcp import http_session
 from tests.support import serve_api
@@ -41,6 +42,8 @@ def test_the_blocking_client(served, ids):
     user = ids["user_id"]
     with MemoryClient(url, api_key=key) as client:
         assert client.set_profile_schema(FIELDS).model_dump()["fields"] == FIELDS
+        kinds = [type(f) for f in client.profile_schema().fields]
+        assert kinds == [m.StringField, m.StringField, m.NumberField]
         assert client.profile(user).values == {}
         after = client.update_profile(user, {"name": "Ada", "team_size": 4})
         assert after.values == {"name": "Ada", "team_size": 4}
@@ -83,6 +86,10 @@ def test_the_asyncio_client(served, ids):
             schema = await client.set_profile_schema(FIELDS)
             assert schema.model_dump()["fields"] == FIELDS
             assert (await client.profile_schema()).model_dump()["fields"] == FIELDS
+            language = {"name": "language", "type": "enum", "values": ["English", "French"]}
+            tier = (await client.set_profile_schema([*FIELDS, language])).fields[-1]
+            assert isinstance(tier, m.EnumField) and tier.values == ["English", "French"]
+            await client.set_profile_schema(FIELDS)
             await client.update_profile(user, {"timezone": "Europe/Lisbon"})
             assert (await client.profile(user)).values == {"timezone": "Europe/Lisbon"}
             history = await client.profile_revisions(user)

@@ -14,7 +14,8 @@ from services.api.config_models import AgentsConfig, ExtractionConfig, TtlConfig
 from services.api.deps import AdminDep, Api, ApiDep, AppIdDep
 from services.api.errors import ApiError, postgres_or_503
 from shared.db.unit_of_work import UnitOfWork, in_thread
-from shared.llm.topics import EXTRACTION_SETTING
+from shared.llm import topics
+from shared.llm.topics import EXTRACTION_SETTING, MANAGED
 from shared.memory.agents import AGENTS_SETTING
 from shared.memory.expiry import TTL_SETTING
 
@@ -85,5 +86,22 @@ async def put_agents(
     """Replace what the app's agents share with the user; it applies to the windows
     extracted from now (a memory keeps the owner it was made with)."""
     refusal = "the agents' sharing needs an admin key of this app"
+    if admin:  # a key that may not change the setting is refused before it learns more
+        known = await _topics(api, app_id)
+        for i, topic in enumerate(body.shared_topics):
+            if topic not in known:
+                field = f"shared_topics.{i}"
+                message = (
+                    f"{field}: {topic!r} is no topic of this app (its topics: "
+                    f"{', '.join(known)}; a custom one is added by PUT /v1/config/extraction)"
+                )
+                raise ApiError(422, "invalid_request", message, field=field)
     await write_setting(api, app_id, AGENTS_SETTING, body.model_dump(), admin, refusal)
     return body
+
+
+async def _topics(api: Api, app_id: str) -> tuple[str, ...]:
+    """The topics the extraction may give a memory of the app: every managed one
+    (those the app does not choose now it may choose later) and its custom ones."""
+    custom = topics.of_setting(await read_setting(api, app_id, EXTRACTION_SETTING)).custom
+    return (*MANAGED, *(topic.name for topic in custom))

@@ -5,9 +5,11 @@ the package's docstring)."""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Annotated, Any
 
-from shared.client.request import ApiModel
+from pydantic import Tag
+
+from shared.client.request import OTHER_TAG, ApiModel, by_tag
 
 
 class AgentsConfig(ApiModel):
@@ -20,6 +22,7 @@ class AgentsConfig(ApiModel):
     shared_kinds: list[str] = []
     """Each one of: preference, fact, rule, event."""
     shared_topics: list[str] = []
+    """Each a managed topic or one of the app's custom topics (`PUT /v1/config/extraction`)."""
 
 
 class BooleanField(ApiModel):
@@ -82,7 +85,16 @@ class ProfileConfig(ApiModel):
     the fields it still names; no field: no profile.
     """
 
-    fields: list[Any] = []
+    fields: list[
+        Annotated[
+            Annotated[BooleanField, Tag("boolean")]
+            | Annotated[EnumField, Tag("enum")]
+            | Annotated[NumberField, Tag("number")]
+            | Annotated[StringField, Tag("string")]
+            | Annotated[ApiModel, Tag(OTHER_TAG)],
+            by_tag("type", "boolean", "enum", "number", "string"),
+        ]
+    ] = []
 
 
 class StringField(ApiModel):

@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 
 import pytest
+from psycopg.types.json import Jsonb
 
 from shared.client import AsyncMemoryClient, MemoryClient
 from shared.client.errors import MemoryApiError
@@ -105,3 +106,28 @@ def test_the_asyncio_client(served):  # noqa: F811
             assert await client.agents_config() == done
 
     asyncio.run(run())
+
+
+def test_settings_stored_before_each_name_had_to_be_once_still_read(client, pool, ids):
+    """A setting put before repeats were refused reads back with each name once (the
+    first), as a PUT would now store it: never a server error."""
+    stored = {
+        "agents": {"shared_kinds": ["rule", "rule"], "shared_topics": ["rules", "rules"]},
+        "profile": {
+            "fields": [
+                {"name": "tier", "type": "enum", "description": "", "values": ["x", "X", "y"]}
+            ]
+        },
+    }
+    with pool.connection() as conn:
+        for name, value in stored.items():
+            conn.execute(
+                "INSERT INTO app_settings (app, name, value) VALUES (%s, %s, %s)",
+                (ids["app"], name, Jsonb(value)),
+            )
+    agents = client.get("/v1/config/agents")
+    assert agents.status_code == 200, agents.text
+    assert agents.json() == {"shared_kinds": ["rule"], "shared_topics": ["rules"]}
+    profile = client.get("/v1/config/profile")
+    assert profile.status_code == 200, profile.text
+    assert profile.json()["fields"][0]["values"] == ["x", "y"]

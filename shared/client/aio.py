@@ -217,6 +217,19 @@ class AsyncMemoryClient(AsyncMemoryRoutes, AsyncEntityRoutes, AsyncProfileRoutes
         parse = one(m.AgentsConfig)
         return await self._send(Call("PUT", "/v1/config/agents", parse, json=body, retry_safe=True))
 
+    async def extraction_config(self) -> m.ExtractionConfig:
+        """What the app's extraction keeps (its managed and custom topics) and the
+        metadata every memory it writes carries."""
+        parse = one(m.ExtractionConfig)
+        return await self._send(Call("GET", "/v1/config/extraction", parse, retry_safe=True))
+
+    async def set_extraction_config(self, config: m.ExtractionConfig) -> m.ExtractionConfig:
+        """Replace it (an admin key); it applies to what is extracted from then on."""
+        body = config.model_dump(mode="json")
+        parse = one(m.ExtractionConfig)
+        call = Call("PUT", "/v1/config/extraction", parse, json=body, retry_safe=True)
+        return await self._send(call)
+
     # -- lifecycle and health ------------------------------------------------------
 
     async def delete_user(self, user_id: str) -> m.DeletionCounts:

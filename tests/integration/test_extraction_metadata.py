@@ -10,16 +10,21 @@ keeps what it had."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 from datetime import UTC, datetime
 
 import pytest
 
+from shared.client import AsyncMemoryClient, MemoryClient
+from shared.client.errors import MemoryApiError
+from shared.client.models import ExtractionConfig
 from shared.embeddings import make_embedder
 from shared.llm.gemini import GeminiLLM
 from tests.bus_helpers import extraction_worker, make_turn
 from tests.fake_gemini import FakeGemini, Reply, Request, text_reply
 from tests.fake_gemini_model import counted, rules_value
+from tests.integration.test_profile_clients import served  # noqa: F401 (a fixture)
 from tests.support import wait_for
 from tests.window_helpers import gemini, live_texts
 
@@ -206,3 +211,24 @@ def test_extracted_memories_carry_the_apps_metadata_and_their_topics_over_it(
     }
     unset = {"metadata.pipeline": {"exists": False}}
     assert set(_memories(client, ids, filter=json.dumps(unset))) == {"User's editor is vim."}
+
+
+def test_the_clients_read_and_replace_the_config(served):  # noqa: F811
+    url, key, _key_id = served
+    config = ExtractionConfig.model_validate(CONFIG)
+    with MemoryClient(url, api_key=key) as client:
+        assert client.set_extraction_config(config).model_dump(mode="json") == CONFIG
+        assert client.extraction_config() == config
+        deep = {"a": {"b": {"c": {"d": {"e": 1}}}}}
+        with pytest.raises(MemoryApiError) as refused:
+            client.set_extraction_config(config.model_copy(update={"metadata": deep}))
+        assert refused.value.status == 422
+        assert [f["field"] for f in refused.value.fields or []] == ["metadata.a.b.c.d"]
+
+    async def run() -> ExtractionConfig:
+        async with AsyncMemoryClient(url, api_key=key) as client:
+            plain = config.model_copy(update={"metadata": {"source": "async"}})
+            assert await client.set_extraction_config(plain) == plain
+            return await client.extraction_config()
+
+    assert asyncio.run(run()).metadata == {"source": "async"}

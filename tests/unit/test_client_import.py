@@ -39,7 +39,7 @@ def test_both_clients_have_the_same_methods_parameters_and_docstrings():
 
     sync, aio = methods(MemoryClient), methods(AsyncMemoryClient)
     assert sync == aio
-    assert len(sync) == 39
+    assert len(sync) == 41
     for name in sync:
         assert inspect.iscoroutinefunction(getattr(AsyncMemoryClient, name)) or (
             inspect.isasyncgenfunction(getattr(AsyncMemoryClient, name))

@@ -12,6 +12,7 @@ from mcp.server.mcpserver import Context
 from pydantic import Field
 
 from shared.client import AsyncMemoryClient
+from shared.profiles.schema import JsonValue
 
 UserId = Annotated[
     str | None,
@@ -36,7 +37,7 @@ class ProfileTools:
     async def update_profile(
         self,
         values: Annotated[
-            dict[str, str | float | bool | None],
+            dict[str, JsonValue],
             Field(description='Fields to set, by name (null clears one), e.g. {"timezone": "CET"}'),
         ],
         ctx: Context,

@@ -134,6 +134,12 @@ def test_the_mcp_tools(served, ids):
                 session, "update_profile", values={"shoe_size": 42}, user_id=user
             )
             assert failed and "422" in text and "values.shoe_size" in text
+            # A value of no profile type: named once, with no type's name of its own.
+            failed, text = await _tool(
+                session, "update_profile", values={"name": ["Lin"]}, user_id=user
+            )
+            assert failed and "must be a string, a number, true or false, or null" in text
+            assert "float" not in text and "constrained" not in text, text
             failed, text = await _tool(
                 session, "update_profile", values={"timezone": "PST"}, user_id=user
             )

@@ -160,6 +160,7 @@ LINKS: dict[tuple[str, str], dict[int, dict[str, dict]]] = {
                 f"{_MEMORY}:feedback",
                 {"path.memory_id": "$response.body#/id"},
                 user_id="$request.query.user_id",
+                agent_id="$response.body#/agent_id",
             ),
         }
     },
@@ -210,7 +211,11 @@ LINKS: dict[tuple[str, str], dict[int, dict[str, dict]]] = {
             "GetOperation": _link(
                 "get",
                 "/v1/operations/{name}",
-                {"path.name": "$response.body#/name", "query.user_id": _BODY_USER},
+                {
+                    "path.name": "$response.body#/name",
+                    "query.user_id": _BODY_USER,
+                    "query.agent_id": "$request.body#/scope/agent_id",
+                },
             ),
         }
     },

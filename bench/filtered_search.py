@@ -12,7 +12,12 @@ target is at most 1.5. The API keeps the planner's estimate of what a filter
 admits for a minute: the last filter is new in every request (a moving "since"),
 so it pays for the estimate every time.
 
-    .venv/bin/python bench/filtered_search.py [--memories 100000] [--rounds 200]
+Then what the scoped metadata index (`memories_scoped_metadata`) costs a write:
+`POST /v1/memories` with metadata, in rounds alternately with the index and
+without it (dropped, then built again as its migration defines it), p50 against
+p50.
+
+    .venv/bin/python bench/filtered_search.py [--memories 100000] [--rounds 200] [--writes 50]
 """
 
 from __future__ import annotations
@@ -26,10 +31,12 @@ from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
+import psycopg
+
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench.common import MachineTime, against, bench_stack, describe_machine  # noqa: E402
-from bench.retrieval import Client, load, question  # noqa: E402
+from bench.retrieval import Client, load, question, sentence  # noqa: E402
 from shared.embeddings import make_embedder  # noqa: E402
 
 USER = "bench-filtered"
@@ -72,6 +79,7 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--memories", type=int, default=100_000)
     parser.add_argument("--rounds", type=int, default=200)
+    parser.add_argument("--writes", type=int, default=50, help="per round of each (4 rounds)")
     args = parser.parse_args()
     os.environ.setdefault("AM_POSTGRES_SHARED_BUFFERS", "1GB")
     with bench_stack(services=("api",)) as (stack, endpoints, settings):
@@ -101,6 +109,7 @@ def main() -> int:
                 took[name].append(ms)
                 found[name].append(len(answer["memories"]))
         machine = machine_time.report()
+        written = _writes(client, endpoints.database_url, args.writes, rng)
     results = against(took, "unfiltered")
     for name, figures in results.items():
         figures["results_min"] = min(found[name])
@@ -112,8 +121,37 @@ def main() -> int:
             f"at least {min(found[name])} results"
         )
     print(f"  {describe_machine(machine)}")
-    print(json.dumps({"load_seconds": timings, "rounds": args.rounds, "results": results}))
+    writes = against(written, "without the index")
+    for name, figures in writes.items():
+        print(
+            f"{'write, ' + name:>32}: p50 {figures['p50_ms']:7.2f} ms, "
+            f"p99 {figures['p99_ms']:7.2f} ms, p50 x{figures['p50_ratio']:.2f}"
+        )
+    summary = {"load_seconds": timings, "rounds": args.rounds, "results": results}
+    print(json.dumps(summary | {"writes": writes}))
     return 0
+
+
+def _writes(client: Client, database_url: str, count: int, rng: random.Random) -> dict:
+    """Timings (ms) of `count` memory writes per round, four rounds with the scoped
+    metadata index and four without, alternately."""
+    took: dict[str, list[float]] = {"with the index": [], "without the index": []}
+    with psycopg.connect(database_url, autocommit=True) as conn:
+        (definition,) = conn.execute(
+            "SELECT pg_get_indexdef('memories_scoped_metadata'::regclass)"
+        ).fetchone()
+        for _ in range(4):
+            for name in took:
+                if name == "without the index":
+                    conn.execute("DROP INDEX memories_scoped_metadata")
+                for _ in range(count):
+                    kind, text = sentence(rng)
+                    body = {"user_id": USER, "text": text, "kind": kind, "scope": "global"}
+                    body["metadata"] = metadata(rng)
+                    took[name].append(client.post("/v1/memories", body, expect=201)[0])
+                if name == "without the index":
+                    conn.execute(definition)
+    return took
 
 
 def _body(

@@ -236,13 +236,13 @@ class Client:
         self.conn = http.client.HTTPConnection(host, int(port), timeout=60)
         self.headers = {"content-type": "application/json", "authorization": f"Bearer {api_key}"}
 
-    def post(self, path: str, body: dict) -> tuple[float, dict]:
+    def post(self, path: str, body: dict, expect: int = 200) -> tuple[float, dict]:
         started = time.perf_counter()
         self.conn.request("POST", path, json.dumps(body), self.headers)
         response = self.conn.getresponse()
         data = response.read()
         took = (time.perf_counter() - started) * 1000
-        if response.status != 200:
+        if response.status != expect:
             raise SystemExit(f"{path}: {response.status} {data[:300]!r}")
         return took, json.loads(data)
 

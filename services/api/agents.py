@@ -16,8 +16,9 @@ from fastapi import Depends, Request
 from services.api.errors import ApiError
 
 # The routes a key limited to an agent may call (method, path template): those
-# whose reads and writes name the agent, and what reads no memory (an app's
-# configuration, a permission check, an operation by its name).
+# whose reads and writes name the agent (an operation is read as the agent that
+# started it), what reads no memory (an app's configuration, a permission check),
+# and the user's profile, which every agent's context carries.
 AGENT_ROUTES = frozenset(
     {
         ("POST", "/v1/sessions/{session_id}/turns"),

@@ -35,7 +35,6 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
-import orjson
 from pydantic import TypeAdapter, ValidationError
 
 from shared.identifiers import encoding_problem
@@ -106,12 +105,8 @@ def parse(value: Any) -> Node:
 
 
 def parse_json(text: str) -> Node:
-    """The filter written as JSON text (a query parameter, a form's field)."""
-    try:
-        return parse(orjson.loads(text))  # fast; refuses lone surrogates, NaN, deep nesting
-    except orjson.JSONDecodeError:
-        pass
-    # Read again where orjson would not: a lone surrogate is then named where it is.
+    """The filter written as JSON text (a query parameter, a form's field). The
+    standard library keeps a lone surrogate, which the reader then names where it is."""
     try:
         value = json.loads(text, parse_constant=_not_json)
     except RecursionError:

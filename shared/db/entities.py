@@ -96,7 +96,7 @@ class Entities:
             key = normalise(mention.name)
             if not key or key in named:
                 continue
-            kind = mention.kind if mention.kind in KINDS else "other"
+            kind = _kind(mention)
             judgement = judgements.get(key)
             resolved = resolve_judged(mention.name, kind, known, judgement)
             if judgement is not None and judgement.same_as and resolved.how != "model":
@@ -250,8 +250,13 @@ class Entities:
                         row_id,
                         said[key].name,
                         at,
-                        said[key].kind if said[key].kind in KINDS else "other",
+                        _kind(said[key]),
                     )
                     for key, entity_id in named.items()
                 ],
             )
+
+
+def _kind(mention: Mention) -> str:
+    """The kind a mention says, or `other` for one no entity has (a model's own word)."""
+    return mention.kind if mention.kind in KINDS else "other"

@@ -11,6 +11,7 @@ from services.api.models import RequestBody, example, json_integer
 from shared.db.outbox import PROFILE_TOPIC
 from shared.llm.topics import MANAGED
 from shared.memory.expiry import MAX_SECONDS, MIN_SECONDS
+from shared.memory.metadata import checked as checked_metadata
 
 # Seconds, or null: not set at this level (the next one decides).
 # The bounds go first, so that the document declares them.
@@ -116,6 +117,13 @@ class ExtractionConfig(RequestBody):
             raise ValueError(f"custom_topics: {clash[0]!r} is a managed topic's name")
         if PROFILE_TOPIC in names:
             raise ValueError(f"custom_topics: {PROFILE_TOPIC!r} is the profiles' topic")
+        # What a topic's memories carry is the app's metadata with the topic's over it:
+        # within a memory's bounds as a whole, not only each part.
+        for i, topic in enumerate(self.custom_topics):
+            try:
+                checked_metadata({**self.metadata, **topic.metadata})
+            except ValueError as exc:
+                raise ValueError(f"custom_topics.{i}.metadata: with the app's, {exc}") from None
         return self
 
 

@@ -89,10 +89,8 @@ class Planner:
             if source.agent_id:  # the agent's, unless the app shares its kind or topic
                 owner = agents.owner(source.agent_id, candidate.kind, candidate.topic, sharing)
                 source = replace(source, agent_id=owner)
-            # The config's metadata as it is now (a later change is not retroactive);
-            # metadata a source carries of its own is more specific, and wins.
-            tagged = inp.topics.metadata_of(candidate.topic)
-            source = replace(source, metadata={**tagged, **source.metadata})
+            # The config's metadata as it is now (a later change is not retroactive).
+            source = replace(source, metadata=inp.topics.metadata_of(candidate.topic))
             if candidate.text.strip():
                 candidates.append((candidate, source))
         candidates = _latest(candidates)

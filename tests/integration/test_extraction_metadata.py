@@ -89,6 +89,14 @@ def test_the_config_with_metadata_round_trips(client):
             {"custom_topics": [{**TRAVEL, "metadata": {"big": "x" * 5000}}]},
             "custom_topics.0.metadata",
         ),
+        # Each within the bounds, but a travel memory would carry both: over them.
+        (
+            {
+                "metadata": {"app": "x" * 3000},
+                "custom_topics": [{**TRAVEL, "metadata": {"topic": "y" * 3000}}],
+            },
+            "custom_topics.0.metadata",
+        ),
     ],
 )
 def test_metadata_outside_a_memorys_bounds_is_a_422_naming_the_field(client, config, field):

@@ -7,6 +7,7 @@ HTTP with an admin key."""
 from __future__ import annotations
 
 import asyncio
+from pathlib import Path
 
 import pytest
 from psycopg.types.json import Jsonb
@@ -15,6 +16,7 @@ from shared.client import AsyncMemoryClient, MemoryClient
 from shared.client.errors import MemoryApiError
 from tests.integration.test_profile_clients import served  # noqa: F401 (a fixture)
 
+MIGRATION = Path(__file__).parents[2] / "schemas/migrations/0024_settings_each_name_once.sql"
 MANAGED = "personal_info, preferences, key_conversation_details, explicit_instructions, rules"
 TRAVEL = {"name": "travel", "description": "where the user travels and how"}
 
@@ -109,8 +111,9 @@ def test_the_asyncio_client(served):  # noqa: F811
 
 
 def test_settings_stored_before_each_name_had_to_be_once_still_read(client, pool, ids):
-    """A setting put before repeats were refused reads back with each name once (the
-    first), as a PUT would now store it: never a server error."""
+    """A setting put before repeats were refused is rewritten by its migration (0024)
+    with each name once (the first), as a PUT would now store it: it reads back, never
+    a server error."""
     stored = {
         "agents": {"shared_kinds": ["rule", "rule"], "shared_topics": ["rules", "rules"]},
         "profile": {
@@ -125,6 +128,7 @@ def test_settings_stored_before_each_name_had_to_be_once_still_read(client, pool
                 "INSERT INTO app_settings (app, name, value) VALUES (%s, %s, %s)",
                 (ids["app"], name, Jsonb(value)),
             )
+        conn.execute(MIGRATION.read_text())  # as `agent-memory migrate` applied it
     agents = client.get("/v1/config/agents")
     assert agents.status_code == 200, agents.text
     assert agents.json() == {"shared_kinds": ["rule"], "shared_topics": ["rules"]}

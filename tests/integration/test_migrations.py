@@ -82,6 +82,7 @@ def test_migrate_creates_the_tables_and_is_idempotent(fresh_database):
         (21, "memories_scoped_metadata"),
         (22, "entity_mention_kinds"),
         (23, "operation_agents"),
+        (24, "settings_each_name_once"),
     ]
     assert "USING hnsw (embedding vector_cosine_ops)" in indexes["memories_embedding"]
     assert "USING gin (tsv)" in indexes["memories_tsv"]

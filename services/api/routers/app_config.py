@@ -21,8 +21,6 @@ from shared.memory.expiry import TTL_SETTING
 
 router = APIRouter()
 
-AGENTS_LISTS = ("shared_kinds", "shared_topics")
-
 
 async def read_setting(api: Api, app_id: str, name: str) -> dict[str, Any] | None:
     """The app's setting `name` as stored (None: never set)."""
@@ -78,10 +76,7 @@ async def put_extraction(
 
 @router.get("/v1/config/agents", response_model=AgentsConfig)
 async def get_agents(app_id: AppIdDep, api: ApiDep) -> AgentsConfig:
-    stored = await read_setting(api, app_id, AGENTS_SETTING) or {}
-    # Each name once, as a PUT now requires: one stored before it did may repeat one.
-    unique = {name: list(dict.fromkeys(stored.get(name, []))) for name in AGENTS_LISTS}
-    return AgentsConfig.model_validate(stored | unique)
+    return AgentsConfig.model_validate(await read_setting(api, app_id, AGENTS_SETTING) or {})
 
 
 @router.put("/v1/config/agents", response_model=AgentsConfig)

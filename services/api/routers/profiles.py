@@ -38,23 +38,7 @@ PathId = Annotated[Identifier, Path()]
 
 @router.get("/v1/config/profile", response_model=ProfileConfig)
 async def get_profile_schema(app_id: AppIdDep, api: ApiDep) -> ProfileConfig:
-    stored = await read_setting(api, app_id, PROFILE_SETTING) or {}
-    return ProfileConfig.model_validate(stored | {"fields": _readable(stored.get("fields", []))})
-
-
-def _readable(fields: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """The stored fields with an enum's values that differ only in case kept once
-    (the first), as a PUT now requires: one stored before it did may hold both, and
-    the values match without case, so the later could never be chosen."""
-    readable = []
-    for field in fields:
-        if field.get("type") == "enum":
-            first: dict[str, str] = {}
-            for value in field.get("values", []):
-                first.setdefault(value.lower(), value)
-            field = field | {"values": list(first.values())}
-        readable.append(field)
-    return readable
+    return ProfileConfig.model_validate(await read_setting(api, app_id, PROFILE_SETTING) or {})
 
 
 @router.put("/v1/config/profile", response_model=ProfileConfig)

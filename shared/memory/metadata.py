@@ -14,6 +14,8 @@ import math
 import re
 from typing import Any
 
+from shared.identifiers import encoding_problem
+
 MAX_BYTES = 4096
 MAX_DEPTH = 4
 KEY_PATTERN = "^[A-Za-z_][A-Za-z0-9_-]{0,63}$"
@@ -82,5 +84,7 @@ def _walk(value: Any, path: str, depth: int) -> None:
         raise ValueError(f"{where}numbers must be finite")
     elif isinstance(value, str) and "\x00" in value:
         raise ValueError(f"{where}must not contain NUL characters")
+    elif isinstance(value, str) and (problem := encoding_problem(value)):
+        raise ValueError(f"{where}{problem}")  # a lone surrogate: no store takes it
     elif value is not None and not isinstance(value, str | int | float | bool):
         raise ValueError(f"{where}not a JSON value")

@@ -17,7 +17,8 @@ from typing import Any
 from services.console.access import Refused
 from shared.identifiers import MAX_IDENTIFIER_LENGTH, identifier_problem, text_problem
 from shared.memory.filters import FilterError, Node
-from shared.memory.filters import parse_json as parse_filter
+from shared.memory.filters import load_json as load_filter
+from shared.memory.filters import parse as parse_filter
 from shared.memory.metadata import MAX_DEPTH
 from shared.memory.metadata import checked as checked_metadata
 
@@ -99,14 +100,16 @@ def metadata(source: Source, field: str) -> dict[str, Any]:
         raise Refused(422, f"{field}: {problem}") from None
 
 
-def filter_expression(source: Source, field: str) -> Node | None:
+def filter_expression(source: Source, field: str) -> tuple[Any, Node] | None:
     """A filter expression as JSON text (blank: none), read as the API reads its
-    `filter` (shared.memory.filters): a bad one is a 422 naming the part."""
+    `filter` (shared.memory.filters): its JSON value, for the API's search, and its
+    tree, for the console's own list; a bad one is a 422 naming the part."""
     value = text(source, field, limit=None)
     if not value:
         return None
     try:
-        return parse_filter(value)
+        expression = load_filter(value)
+        return expression, parse_filter(expression)
     except FilterError as exc:
         where, problem = exc.under(field)
         raise Refused(422, f"{where}: {problem}") from None

@@ -12,7 +12,6 @@ goes through the API itself (services.console.pages.client), as the signed-in ke
 
 from __future__ import annotations
 
-import json
 from collections import defaultdict
 from datetime import datetime
 from urllib.parse import urlencode
@@ -63,9 +62,8 @@ async def user(request: Request) -> HTMLResponse:
         "archive": inputs.text(query, "archive"),
         "filter": inputs.text(query, "filter", limit=None),
     }
-    matching = inputs.filter_expression(query, "filter")
-    # The same filter for the search, as the JSON read (and checked) just now.
-    expression = json.loads(filters["filter"]) if matching is not None else None
+    # The filter's JSON for the API's search, and its tree for the list read here.
+    expression, matching = inputs.filter_expression(query, "filter") or (None, None)
     number = inputs.number(query, "page", default=1)
     sessions_number = inputs.number(query, "sessions", default=1)
     pool = request.app.state.apool

@@ -105,15 +105,19 @@ def parse(value: Any) -> Node:
 
 
 def parse_json(text: str) -> Node:
-    """The filter written as JSON text (a query parameter, a form's field). The
-    standard library keeps a lone surrogate, which the reader then names where it is."""
+    """The filter written as JSON text (a query parameter, a form's field)."""
+    return parse(load_json(text))
+
+
+def load_json(text: str) -> Any:
+    """A filter's JSON text as its value, unchecked; FilterError if it is no JSON. The
+    standard library keeps a lone surrogate, which `parse` then names where it is."""
     try:
-        value = json.loads(text, parse_constant=_not_json)
+        return json.loads(text, parse_constant=_not_json)
     except RecursionError:
         raise FilterError("", "nests too deep") from None
     except ValueError:
         raise FilterError("", "is not JSON") from None
-    return parse(value)
 
 
 def _not_json(constant: str) -> Any:

@@ -83,4 +83,4 @@ def rollback_field(
                 message = f"revision {revision}'s value no longer fits field {field!r}: {exc}"
                 raise ProfileRefused("revision", message, 409) from None
         apply_updates(uow, app, user_id, [Update(field, value, now, source, typed=True)])
-        return profile_after(uow, schema, app, user_id)
+        return profile_after(uow, app, user_id)

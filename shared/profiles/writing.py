@@ -18,7 +18,7 @@ from typing import Any
 import structlog
 
 from shared.db.planned_write import user_transaction
-from shared.db.profiles import ProfileRevisionRow, ProfileValueRow
+from shared.db.profiles import ProfileRevisionRow, ProfileValueRow, profile_of
 from shared.db.unit_of_work import UnitOfWork
 from shared.metrics import PROFILE_VALUES_REFUSED
 from shared.profiles.schema import PROFILE_SETTING, ProfileSchema, of_setting
@@ -148,13 +148,10 @@ def patch_profile(
                     raise ProfileRefused(f"values.{name}", str(exc)) from None
         updates = [Update(n, v, now, source, typed=True) for n, v in values.items()]
         apply_updates(uow, app, user_id, updates)
-        return profile_after(uow, schema, app, user_id)
+        return profile_after(uow, app, user_id)
 
 
-def profile_after(
-    uow: UnitOfWork, schema: ProfileSchema, app: str, user_id: str
-) -> list[ProfileValueRow]:
-    """The user's values of the schema's fields, as the caller's changes left them,
-    in the schema's order (as `GET /v1/users/{id}/profile` answers)."""
-    rows = {row.field: row for row in uow.profiles.values(app, user_id)}
-    return [rows[name] for name in schema.names if name in rows]
+def profile_after(uow: UnitOfWork, app: str, user_id: str) -> list[ProfileValueRow]:
+    """The user's profile as the caller's changes left it, read in their transaction
+    as `GET /v1/users/{id}/profile` reads it (the schema's fields, in its order)."""
+    return uow.run(profile_of(app, user_id))

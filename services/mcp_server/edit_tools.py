@@ -9,7 +9,6 @@ from collections.abc import Callable
 from typing import Annotated, Any, Literal
 
 from mcp.server.mcpserver import Context
-from mcp.server.mcpserver.exceptions import ToolError
 from pydantic import Field
 
 from services.mcp_server.arguments import ExpireAt, Kind, MemoryId, Metadata, TtlSeconds, UserId
@@ -50,8 +49,6 @@ class EditTools:
         """Correct a memory in place (what is not given stays; metadata given replaces
         it): the change is kept as a revision, which rollback_memory can undo, unlike
         forgetting and remembering anew."""
-        if never_expire and (expire_at is not None or ttl_seconds is not None):
-            raise ToolError("never_expire: not with expire_at or ttl_seconds")
         user, agent = self._user(user_id), self._agent()
         edited = await self._call(
             ctx,

@@ -238,11 +238,12 @@ class MemoryTools(SearchTools, EditTools, EntityTools, ProfileTools):
         return verdict.model_dump(mode="json")
 
     async def _call(self, ctx: Context, call: Callable[[AsyncMemoryClient], Any]) -> Any:
-        """`call`'s answer; a client error as a ToolError carrying the API's message."""
+        """`call`'s answer; a client error, or arguments the client refuses (a
+        ValueError), as a ToolError carrying its message."""
         try:
             async with self._connect(ctx) as client:
                 return await call(client)
-        except MemoryClientError as exc:
+        except (MemoryClientError, ValueError) as exc:
             raise ToolError(str(exc)) from exc
 
     def _user(self, given: str | None) -> str:

@@ -212,7 +212,10 @@ class AsyncMemoryRoutes(AsyncConnection):
         """Change the fields given (the others stay) as one revision whose source is
         this client's key; `never_expire` clears the expiry. The memory with its
         revisions. NotFoundError for an unknown memory, ConflictError for a deleted
-        one or an entity another live memory has."""
+        one or an entity another live memory has; ValueError for `never_expire` with
+        an expiry (the API would take the expiry, a null `expire_at` being none)."""
+        if never_expire and (expire_at is not None or ttl_seconds is not None):
+            raise ValueError("never_expire: not with expire_at or ttl_seconds")
         body = present(
             user_id=user_id,
             agent_id=agent_id,

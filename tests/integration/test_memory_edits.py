@@ -169,6 +169,10 @@ def test_the_clients_edit_a_memory(app_settings, topology, ids):
         assert (cleared.expire_at, cleared.metadata) == (None, {})
         with pytest.raises(NotFoundError):
             client.edit_memory(user, UNKNOWN, text="x")
+        # Never expiring and expiring in an hour: refused before anything is sent.
+        with pytest.raises(ValueError, match="never_expire: not with expire_at or ttl_seconds"):
+            client.edit_memory(user, memory.id, never_expire=True, ttl_seconds=3600)
+        assert len(client.get_memory(user, memory.id).revisions) == 3
 
         async def edit_async() -> str:
             async with AsyncMemoryClient(url) as aclient:

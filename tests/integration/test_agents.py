@@ -487,6 +487,12 @@ def test_an_agent_rates_what_it_reads_and_reads_the_users_profile(api, app_setti
     assert read.json()["values"] == {"name": "Ada"}
     history = api.get(f"{profile}/revisions", headers=_as(planner))
     assert [r["value"] for r in history.json()["revisions"]] == ["Ada"]
+    assert api.patch(profile, json={"values": {"name": "Ada L."}}, headers=_as(coder)).is_success
+    back = api.post(
+        f"{profile}:rollback", json={"field": "name", "revision": 1}, headers=_as(planner)
+    )
+    assert back.status_code == 200, back.text
+    assert back.json()["values"] == {"name": "Ada"}
     # A route of the whole user names its path as the docs write it.
     export = api.get(f"/v1/users/{ids['user_id']}:export", headers=_as(planner))
     assert export.status_code == 403
